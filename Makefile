@@ -1,0 +1,151 @@
+# spcoll — one entry point: deps, all, check, check-asan, check-valgrind,
+# demo, install. Out-of-tree objects under $(BUILD).
+CUDA_HOME ?= /usr/local/cuda
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BUILD     ?= build
+SANITIZE  ?=
+CC        ?= cc
+V         ?= 0
+
+Q := $(if $(filter 1,$(V)),,@)
+
+PKG_CONFIG ?= pkg-config
+UV_CFLAGS   := $(shell $(PKG_CONFIG) --cflags libuv 2>/dev/null)
+UV_LIBS     := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
+PBC_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libprotobuf-c 2>/dev/null)
+PBC_LIBS    := $(shell $(PKG_CONFIG) --libs libprotobuf-c 2>/dev/null)
+CHECK_CFLAGS:= $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
+CHECK_LIBS  := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
+
+# CUDA and NCCL are optional: found under CUDA_HOME, the GPU code is built;
+# otherwise the host path builds alone.
+HAVE_CUDA := $(shell test -x $(CUDA_HOME)/bin/nvcc && test -f $(CUDA_HOME)/include/cuda_runtime.h && echo 1)
+HAVE_NCCL := $(shell test -f $(CUDA_HOME)/include/nccl.h && echo 1)
+
+comma := ,
+SAN_FLAGS := $(if $(SANITIZE),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+OPT       ?= -O2
+BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
+  -I$(BUILD)/proto -Iproto -Ikernels -Iclient -Idaemon $(PBC_CFLAGS) $(UV_CFLAGS)
+WARN      := -Wall -Wextra -Werror -Wno-format-truncation
+CFLAGS_ALL = $(BASE_CFLAGS) $(WARN) $(CFLAGS)
+LDFLAGS_ALL = -pthread $(SAN_FLAGS) $(LDFLAGS)
+
+KERNEL_SRC := $(wildcard kernels/*.c)
+PROTO_SRC  := proto/frame.c
+DAEMON_SRC := $(wildcard daemon/*.c)
+CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c))
+UNIT_SRC   := $(wildcard tests/unit/*.c)
+INTEG_SRC  := $(wildcard tests/integ/test_*.c)
+HARNESS_SRC:= tests/integ/harness.c
+
+PB_C := $(BUILD)/proto/spcoll.pb-c.c
+PB_H := $(BUILD)/proto/spcoll.pb-c.h
+PB_O := $(BUILD)/proto/spcoll.pb-c.o
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+KERNEL_OBJ := $(call obj,$(KERNEL_SRC))
+PROTO_OBJ  := $(call obj,$(PROTO_SRC)) $(PB_O)
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+COMMON_OBJ := $(KERNEL_OBJ) $(PROTO_OBJ)
+
+SPCOLLD    := $(BUILD)/bin/spcolld
+LIBSO      := $(BUILD)/lib/libspclient.so
+LIBA       := $(BUILD)/lib/libspclient.a
+PCFILE     := $(BUILD)/lib/spcoll.pc
+DEMO       := $(BUILD)/bin/spcoll-demo
+UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
+
+.PHONY: all deps check check-asan check-valgrind demo install clean config
+all: $(SPCOLLD) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
+
+config:
+	@echo "cuda: $(if $(HAVE_CUDA),found under $(CUDA_HOME),not found)"
+	@echo "nccl: $(if $(HAVE_NCCL),found under $(CUDA_HOME),not found)"
+
+deps:
+	$(Q)sh scripts/deps.sh
+
+$(PB_C) $(PB_H): proto/spcoll.proto
+	@mkdir -p $(BUILD)/proto
+	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/proto proto/spcoll.proto
+
+# Generated code gets our flags but not -Werror: we do not own its text.
+$(PB_O): $(PB_C)
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(SPCOLLD): $(DAEMON_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS)
+
+$(LIBSO): $(CLIENT_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libspclient.so.1 -o $@ $^ $(PBC_LIBS)
+
+$(LIBA): $(CLIENT_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(PCFILE): client/spcoll.pc.in
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+
+$(DEMO): $(BUILD)/demo/demo.o $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS) -lm
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
+
+$(BUILD)/tests/unit/%.o: tests/unit/%.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/integ/%.o: tests/integ/%.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
+
+# Tests: unit suites, then integration suites against a real daemon.
+check: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)sh tests/run.sh $(BUILD)
+
+check-asan:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 OPT=-O1 check
+
+check-valgrind: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)SPC_VALGRIND=1 sh tests/run.sh $(BUILD) client
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(DEMO) --spcolld $(SPCOLLD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/sbin
+	install -m 0755 $(SPCOLLD) $(DESTDIR)$(PREFIX)/sbin/spcolld
+	install -m 0755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libspclient.so.1
+	ln -sf libspclient.so.1 $(DESTDIR)$(PREFIX)/lib/libspclient.so
+	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libspclient.a
+	install -m 0644 client/spcoll.h $(DESTDIR)$(PREFIX)/include/spcoll.h
+	install -m 0644 $(PCFILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/spcoll.pc
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 0644 systemd/spcolld.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

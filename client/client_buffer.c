@@ -1,0 +1,146 @@
+/* Host buffers: a sealed memfd, mapped here and registered with the
+ * daemon (the fd travels with SCM_RIGHTS); tensor descriptors. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+size_t spc_dtype_size(spc_dtype dtype) {
+  return spk_dtype_size((spk_dtype)dtype);
+}
+
+static int memfd_make(spc_client *c, size_t size, int *fd_p, void **data_p) {
+  int fd = memfd_create("spcoll", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return spc__fail(c, SPC_ESYSTEM, "memfd_create: %s", strerror(errno));
+  const char *what = "ftruncate";
+  if (ftruncate(fd, (off_t)size) == 0) {
+    what = "fcntl(F_ADD_SEALS)";
+    /* Shrinking could make the daemon fault on its mapping; growing is
+     * harmless but pointless, so both are sealed. */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+      what = "mmap";
+      void *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (data != MAP_FAILED) {
+        *fd_p = fd;
+        *data_p = data;
+        return SPC_OK;
+      }
+    }
+  }
+  int saved = errno;
+  close(fd);
+  return spc__fail(c, SPC_ESYSTEM, "%s of a %zu-byte memfd: %s", what, size,
+                   strerror(saved));
+}
+
+int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
+  if (c == NULL || buf_p == NULL)
+    return SPC_EINVAL;
+  if (size == 0)
+    return spc__fail(c, SPC_EINVAL, "buffer size 0: must be at least 1 byte");
+  spc_buffer *b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of a buffer failed");
+  int fd = -1;
+  int rc = memfd_make(c, size, &fd, &b->data);
+  if (rc < 0) {
+    free(b);
+    return rc;
+  }
+  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  reg.size = size;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
+  f.buf_register = &reg;
+  Spcoll__Frame *reply = NULL;
+  rc = spc__call(c, &f, fd, &reply);
+  close(fd); /* the daemon holds its own reference now */
+  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
+                   spf_body_name(reply->body_case));
+  if (rc < 0) {
+    if (reply)
+      spcoll__frame__free_unpacked(reply, NULL);
+    munmap(b->data, size);
+    free(b);
+    return rc;
+  }
+  b->client = c;
+  b->id = reply->buf_registered->buffer_id;
+  b->size = size;
+  spcoll__frame__free_unpacked(reply, NULL);
+  b->next = c->buffers;
+  c->buffers = b;
+  *buf_p = b;
+  return SPC_OK;
+}
+
+int spc_buffer_free(spc_buffer *b) {
+  if (b == NULL)
+    return SPC_EINVAL;
+  spc_client *c = b->client;
+  Spcoll__BufRelease rel = SPCOLL__BUF_RELEASE__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  rel.buffer_id = b->id;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_RELEASE;
+  f.buf_release = &rel;
+  int rc = spc__call(c, &f, -1, NULL);
+  for (spc_buffer **p = &c->buffers; *p != NULL; p = &(*p)->next)
+    if (*p == b) {
+      *p = b->next;
+      break;
+    }
+  if (munmap(b->data, b->size) < 0 && rc == SPC_OK)
+    rc = spc__fail(c, SPC_ESYSTEM, "munmap(%zu bytes): %s", b->size,
+                   strerror(errno));
+  free(b);
+  return rc;
+}
+
+void *spc_buffer_data(const spc_buffer *b) {
+  return b ? b->data : NULL;
+}
+
+size_t spc_buffer_size(const spc_buffer *b) {
+  return b ? b->size : 0;
+}
+
+int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
+                    spc_dtype dtype, int ndim, const int64_t *shape) {
+  if (t == NULL || buf == NULL || (shape == NULL && ndim > 0))
+    return SPC_EINVAL;
+  spc_client *c = buf->client;
+  size_t esize = spk_dtype_size((spk_dtype)dtype);
+  if (esize == 0)
+    return spc__fail(c, SPC_EINVAL, "unknown dtype %d", (int)dtype);
+  if (ndim < 1 || ndim > SPC_MAX_DIMS)
+    return spc__fail(c, SPC_EINVAL, "ndim %d outside 1..%d", ndim,
+                     SPC_MAX_DIMS);
+  spk_shape s = {.ndim = ndim};
+  memcpy(s.dim, shape, (size_t)ndim * sizeof(int64_t));
+  int64_t numel;
+  spk_err err;
+  if (spk_shape_numel(&s, esize, &numel, &err) < 0)
+    return spc__fail(c, SPC_EINVAL, "%s", err.msg);
+  uint64_t bytes = (uint64_t)numel * esize;
+  if (offset > buf->size || bytes > buf->size - offset)
+    return spc__fail(c, SPC_EINVAL, "tensor of %llu bytes at offset %llu "
+                     "does not fit in a buffer of %zu bytes",
+                     (unsigned long long)bytes, (unsigned long long)offset,
+                     buf->size);
+  t->buf = buf;
+  t->offset = offset;
+  t->dtype = dtype;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+  return SPC_OK;
+}
+
+void *spc_tensor_data(const spc_tensor *t) {
+  return t && t->buf ? (uint8_t *)t->buf->data + t->offset : NULL;
+}

@@ -1,0 +1,259 @@
+/* Connection to the daemon: connect and Hello, frame send/receive, reply
+ * routing to outstanding requests, errors. */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+/* spc_connect has no client to hold its message yet. */
+static __thread char connect_error[512];
+
+_Static_assert((int)SPC_EINVAL == (int)SPK_EINVAL &&
+                   (int)SPC_EPEERLOST == (int)SPK_EPEER_LOST &&
+                   (int)SPC_ECONNECTION == (int)SPK_ECONNECTION,
+               "public and internal status codes must match");
+_Static_assert((int)SPC_INT64 == (int)SPK_I64 &&
+                   (int)SPC_BFLOAT16 == (int)SPK_BF16,
+               "public and internal dtypes must match");
+
+const char *spc_strerror(int status) {
+  return spk_strerror(status);
+}
+
+int spc__fail(spc_client *c, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char *spc_last_error(const spc_client *c) {
+  return c ? c->last_error : connect_error;
+}
+
+char *spc__connect_error(void) {
+  return connect_error;
+}
+
+const char *spc_default_socket(char *buf, size_t len) {
+  const char *env = getenv("SPCOLL_SOCKET");
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (env != NULL && env[0] != '\0')
+    snprintf(buf, len, "%s", env);
+  else if (geteuid() != 0 && xdg != NULL && xdg[0] != '\0')
+    snprintf(buf, len, "%s/spcolld.sock", xdg);
+  else
+    snprintf(buf, len, "/run/spcolld/spcolld.sock");
+  return buf;
+}
+
+/* The connection is unusable after a transport error: fail everything
+ * outstanding so no waiter blocks forever. */
+static int conn_broken(spc_client *c, const char *what, int err) {
+  c->broken = 1;
+  for (spc_request *r = c->requests; r != NULL; r = r->next)
+    if (!r->done)
+      r->done = 1, r->status = SPC_ECONNECTION;
+  return spc__fail(c, SPC_ECONNECTION, "%s: %s", what,
+                   err ? strerror(err) : "daemon closed the connection");
+}
+
+static int send_all(spc_client *c, const uint8_t *buf, size_t len, int fd) {
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  while (len > 0) {
+    struct iovec iov = {(void *)buf, len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+      memset(cbuf, 0, sizeof(cbuf));
+      msg.msg_control = cbuf;
+      msg.msg_controllen = sizeof(cbuf);
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    }
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return conn_broken(c, "sendmsg to spcolld", errno);
+    buf += n, len -= (size_t)n;
+    fd = -1; /* the descriptor rides with the first bytes only */
+  }
+  return SPC_OK;
+}
+
+int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p) {
+  if (c->broken)
+    return spc__fail(c, SPC_ECONNECTION, "the connection to spcolld is "
+                     "closed: %s", "reconnect with spc_connect");
+  spc_request *req = calloc(1, sizeof(*req));
+  if (req == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of a request failed");
+  req->client = c;
+  req->id = f->id = ++c->next_id;
+  uint8_t *buf;
+  size_t len;
+  spk_err err;
+  int rc = spf_encode(f, &buf, &len, &err);
+  if (rc < 0) {
+    free(req);
+    return spc__fail(c, rc, "%s", err.msg);
+  }
+  rc = send_all(c, buf, len, fd);
+  free(buf);
+  if (rc < 0) {
+    free(req);
+    return rc;
+  }
+  req->next = c->requests;
+  c->requests = req;
+  *req_p = req;
+  return SPC_OK;
+}
+
+static spc_request *request_find(spc_client *c, uint64_t id) {
+  for (spc_request *r = c->requests; r != NULL; r = r->next)
+    if (r->id == id)
+      return r;
+  return NULL;
+}
+
+/* Hand a decoded frame to its request; takes ownership of f. */
+static void route(spc_client *c, Spcoll__Frame *f) {
+  spc_request *req = request_find(c, f->id);
+  int is_error = f->body_case == SPCOLL__FRAME__BODY_ERROR;
+  if (req == NULL || req->done) {
+    /* An unsolicited error is the daemon closing us for a protocol error. */
+    if (is_error) {
+      conn_broken(c, "spcolld", 0);
+      spc__fail(c, -(int)f->error->status, "spcolld: %s", f->error->message);
+    }
+    spcoll__frame__free_unpacked(f, NULL);
+    return;
+  }
+  req->done = 1;
+  if (is_error) {
+    req->status = -(int)f->error->status;
+    req->msg = strdup(f->error->message ? f->error->message : "");
+    spcoll__frame__free_unpacked(f, NULL);
+    return;
+  }
+  req->status = SPC_OK;
+  req->reply = f;
+}
+
+static int read_some(spc_client *c, int block) {
+  uint8_t *space;
+  size_t avail;
+  spk_err err;
+  if (spf_reader_space(&c->reader, 64 * 1024, &space, &avail, &err) < 0)
+    return spc__fail(c, SPC_ENOMEM, "%s", err.msg);
+  ssize_t n;
+  do
+    n = recv(c->fd, space, avail, block ? 0 : MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return 0;
+  if (n <= 0)
+    return conn_broken(c, "recv from spcolld", n < 0 ? errno : 0);
+  spf_reader_commit(&c->reader, (size_t)n);
+  return 1;
+}
+
+static int drain_frames(spc_client *c) {
+  Spcoll__Frame *f;
+  spk_err err;
+  int rc;
+  while ((rc = spf_reader_next(&c->reader, &f, &err)) > 0)
+    route(c, f);
+  if (rc < 0) {
+    conn_broken(c, "bad frame from spcolld", 0);
+    return spc__fail(c, SPC_ECONNECTION, "bad frame from spcolld: %s",
+                     err.msg);
+  }
+  return SPC_OK;
+}
+
+int spc__pump(spc_client *c, spc_request *req, int block) {
+  while (!req->done) {
+    if (c->broken)
+      return SPC_ECONNECTION;
+    int rc = read_some(c, block);
+    if (rc < 0)
+      return rc;
+    if (rc == 0)
+      return SPC_OK;
+    if ((rc = drain_frames(c)) < 0)
+      return rc;
+  }
+  return SPC_OK;
+}
+
+static void request_unlink(spc_client *c, spc_request *req) {
+  for (spc_request **p = &c->requests; *p != NULL; p = &(*p)->next)
+    if (*p == req) {
+      *p = req->next;
+      return;
+    }
+}
+
+/* Unlink and free a done request; its status and message become the
+ * client's last error. */
+static int request_complete(spc_client *c, spc_request *req,
+                            Spcoll__Frame **reply_p) {
+  int status = req->status;
+  request_unlink(c, req);
+  if (status < 0 && req->msg != NULL)
+    spc__fail(c, status, "%s", req->msg);
+  if (reply_p != NULL && status == SPC_OK)
+    *reply_p = req->reply;
+  else if (req->reply != NULL)
+    spcoll__frame__free_unpacked(req->reply, NULL);
+  free(req->msg);
+  free(req);
+  return status;
+}
+
+int spc__finish(spc_client *c, spc_request *req, Spcoll__Frame **reply_p) {
+  spc__pump(c, req, 1);
+  return request_complete(c, req, reply_p);
+}
+
+int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
+              Spcoll__Frame **reply_p) {
+  spc_request *req;
+  int rc = spc__send(c, f, fd, &req);
+  if (rc < 0)
+    return rc;
+  return spc__finish(c, req, reply_p);
+}
+
+int spc_wait(spc_request **reqp) {
+  if (reqp == NULL || *reqp == NULL)
+    return SPC_EINVAL;
+  spc_request *req = *reqp;
+  *reqp = NULL;
+  return spc__finish(req->client, req, NULL);
+}
+
+int spc_test(spc_request **reqp, int *done_p) {
+  if (reqp == NULL || *reqp == NULL || done_p == NULL)
+    return SPC_EINVAL;
+  spc_request *req = *reqp;
+  spc__pump(req->client, req, 0);
+  *done_p = req->done;
+  if (!req->done)
+    return SPC_OK;
+  *reqp = NULL;
+  return request_complete(req->client, req, NULL);
+}

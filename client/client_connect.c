@@ -1,0 +1,107 @@
+/* spc_connect / spc_disconnect: socket, Hello/Welcome, teardown. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+static int socket_open(spc_client *c, const char *path) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof(sa.sun_path))
+    return spc__fail(c, SPC_EINVAL, "socket path '%s' is longer than %zu bytes",
+                     path, sizeof(sa.sun_path) - 1);
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0)
+    return spc__fail(c, SPC_ESYSTEM, "socket(AF_UNIX): %s", strerror(errno));
+  if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+    return spc__fail(c, SPC_ECONNECTION, "connect(%s): %s (is spcolld "
+                     "running?)", path, strerror(errno));
+  return SPC_OK;
+}
+
+static int hello(spc_client *c, const char *framework) {
+  Spcoll__Hello h = SPCOLL__HELLO__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  h.protocol_version = SPF_PROTOCOL_VERSION;
+  h.framework = (char *)(framework ? framework : "c");
+  h.pid = getpid();
+  f.body_case = SPCOLL__FRAME__BODY_HELLO;
+  f.hello = &h;
+  Spcoll__Frame *reply;
+  int rc = spc__call(c, &f, -1, &reply);
+  if (rc < 0)
+    return rc;
+  if (reply->body_case != SPCOLL__FRAME__BODY_WELCOME)
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered hello with %s",
+                   spf_body_name(reply->body_case));
+  else
+    c->client_id = reply->welcome->client_id;
+  spcoll__frame__free_unpacked(reply, NULL);
+  return rc;
+}
+
+static void client_free(spc_client *c) {
+  while (c->requests != NULL) {
+    spc_request *r = c->requests;
+    c->requests = r->next;
+    if (r->reply)
+      spcoll__frame__free_unpacked(r->reply, NULL);
+    free(r->msg);
+    free(r);
+  }
+  while (c->groups != NULL) {
+    spc_group *g = c->groups;
+    c->groups = g->next;
+    free(g);
+  }
+  while (c->buffers != NULL) {
+    spc_buffer *b = c->buffers;
+    c->buffers = b->next;
+    munmap(b->data, b->size);
+    free(b);
+  }
+  if (c->fd >= 0)
+    close(c->fd);
+  spf_reader_free(&c->reader);
+  free(c);
+}
+
+int spc_connect(const char *socket_path, const char *framework,
+                spc_client **client_p) {
+  char path[108];
+  if (client_p == NULL) {
+    snprintf(spc__connect_error(), 512, "client_p is NULL");
+    return SPC_EINVAL;
+  }
+  spc_client *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    snprintf(spc__connect_error(), 512, "calloc of a client failed");
+    return SPC_ENOMEM;
+  }
+  c->fd = -1;
+  spf_reader_init(&c->reader);
+  if (socket_path == NULL)
+    socket_path = spc_default_socket(path, sizeof(path));
+  int rc = socket_open(c, socket_path);
+  if (rc == SPC_OK)
+    rc = hello(c, framework);
+  if (rc < 0) {
+    snprintf(spc__connect_error(), 512, "%s", c->last_error);
+    client_free(c);
+    return rc;
+  }
+  *client_p = c;
+  return SPC_OK;
+}
+
+void spc_disconnect(spc_client *c) {
+  if (c != NULL)
+    client_free(c);
+}

@@ -1,0 +1,76 @@
+/* Group membership: join (blocks until every rank joined) and leave. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
+                   spc_group **group_p) {
+  if (c == NULL || group_p == NULL)
+    return SPC_EINVAL;
+  if (name == NULL)
+    return spc__fail(c, SPC_EINVAL, "group name is NULL");
+  spc_group *g = calloc(1, sizeof(*g));
+  if (g == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of a group failed");
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = (char *)name;
+  j.world_size = world_size;
+  j.rank = rank;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN;
+  f.group_join = &j;
+  Spcoll__Frame *reply;
+  int rc = spc__call(c, &f, -1, &reply);
+  if (rc < 0) {
+    free(g);
+    return rc;
+  }
+  if (reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered group_join with %s",
+                   spf_body_name(reply->body_case));
+    spcoll__frame__free_unpacked(reply, NULL);
+    free(g);
+    return rc;
+  }
+  g->client = c;
+  g->id = reply->group_joined->group_id;
+  g->rank = rank;
+  g->world = world_size;
+  spcoll__frame__free_unpacked(reply, NULL);
+  g->next = c->groups;
+  c->groups = g;
+  *group_p = g;
+  return SPC_OK;
+}
+
+static void group_unlink(spc_client *c, spc_group *g) {
+  for (spc_group **p = &c->groups; *p != NULL; p = &(*p)->next)
+    if (*p == g) {
+      *p = g->next;
+      return;
+    }
+}
+
+int spc_group_leave(spc_group *g) {
+  if (g == NULL)
+    return SPC_EINVAL;
+  spc_client *c = g->client;
+  Spcoll__GroupLeave l = SPCOLL__GROUP_LEAVE__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  l.group_id = g->id;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_LEAVE;
+  f.group_leave = &l;
+  int rc = spc__call(c, &f, -1, NULL);
+  group_unlink(c, g);
+  free(g);
+  return rc;
+}
+
+int spc_group_rank(const spc_group *g) {
+  return g ? g->rank : SPC_EINVAL;
+}
+
+int spc_group_size(const spc_group *g) {
+  return g ? g->world : SPC_EINVAL;
+}

@@ -1,0 +1,73 @@
+/* libspclient internals: not installed, not part of the API. */
+#ifndef SPC_CLIENT_INTERNAL_H
+#define SPC_CLIENT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "frame.h"
+#include "spcoll.h"
+#include "types.h"
+
+struct spc_request {
+  spc_request *next;          /* in the client's list of outstanding ones */
+  spc_client *client;
+  uint64_t id;
+  int done;
+  int status;
+  Spcoll__Frame *reply;       /* the answer, when it is not an Error */
+  char *msg;                  /* the daemon's message, for an Error */
+};
+
+struct spc_group {
+  spc_group *next;
+  spc_client *client;
+  uint64_t id;
+  int rank, world;
+};
+
+struct spc_buffer {
+  spc_buffer *next;
+  spc_client *client;
+  uint64_t id;
+  void *data;
+  size_t size;
+};
+
+struct spc_client {
+  int fd;
+  int broken;                 /* the connection failed: every call fails */
+  uint64_t next_id;
+  uint64_t client_id;
+  spf_reader reader;
+  spc_request *requests;
+  spc_group *groups;
+  spc_buffer *buffers;
+  char last_error[512];
+};
+
+/* Record the message of a failure on c and return status. */
+int spc__fail(spc_client *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* This thread's buffer for spc_connect failures (512 bytes). */
+char *spc__connect_error(void);
+
+/* Send f (with fd attached when fd >= 0) as a new request; on success the
+ * request is outstanding and must be completed by spc__wait_req. */
+int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p);
+
+/* Read frames until req is answered (block = 1) or until none is left to
+ * read without blocking (block = 0). Returns the status of the transport;
+ * the request's own status is in req->status once req->done. */
+int spc__pump(spc_client *c, spc_request *req, int block);
+
+/* Block for req, then unlink and free it; returns its status. *reply_p (if
+ * not NULL) receives the reply frame to free with
+ * spcoll__frame__free_unpacked. */
+int spc__finish(spc_client *c, spc_request *req, Spcoll__Frame **reply_p);
+
+/* Send and finish in one go. */
+int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
+              Spcoll__Frame **reply_p);
+
+#endif

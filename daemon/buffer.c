@@ -1,0 +1,90 @@
+#include "buffer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A client could truncate an unsealed file under our mapping and make the
+ * daemon fault (SIGBUS); the shrink seal rules that out. */
+static int buffer_check_fd(int fd, uint64_t size, spk_err *err) {
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "fstat(fd %d) failed: %s", fd,
+                       strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return spk_err_set(err, SPK_EINVAL,
+                       "buffer fd is not a memfd (file mode 0%o)",
+                       (unsigned)st.st_mode);
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0)
+    return spk_err_set(err, SPK_EINVAL,
+                       "buffer fd is not a sealable memfd: F_GET_SEALS: %s",
+                       strerror(errno));
+  if (!(seals & F_SEAL_SHRINK))
+    return spk_err_set(err, SPK_EINVAL,
+                       "buffer memfd is not sealed with F_SEAL_SHRINK "
+                       "(seals 0x%x)", (unsigned)seals);
+  if (size == 0 || (uint64_t)st.st_size != size)
+    return spk_err_set(err, SPK_EINVAL,
+                       "buffer size %llu does not match the memfd's size %lld",
+                       (unsigned long long)size, (long long)st.st_size);
+  return SPK_OK;
+}
+
+int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
+                   spk_err *err) {
+  int rc = buffer_check_fd(fd, size, err);
+  if (rc < 0)
+    goto out_close;
+  spd_buffer *buf = calloc(1, sizeof(*buf));
+  if (buf == NULL) {
+    rc = spk_err_set(err, SPK_ENO_MEMORY, "calloc of a buffer record failed");
+    goto out_close;
+  }
+  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    rc = spk_err_set(err, SPK_ESYSTEM, "mmap of %llu bytes failed: %s",
+                     (unsigned long long)size, strerror(errno));
+    free(buf);
+    goto out_close;
+  }
+  buf->id = spd_next_id(ctx);
+  buf->base = base;
+  buf->size = size;
+  buf->refs = 1;
+  ctx->stats.buffers_registered++;
+  *buf_p = buf;
+out_close:
+  if (close(fd) < 0)
+    SPD_WARN(&ctx->log, "close(buffer fd %d) failed: %m", fd);
+  return rc;
+}
+
+void spd_buffer_ref(spd_buffer *buf) {
+  buf->refs++;
+}
+
+void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
+  if (--buf->refs > 0)
+    return;
+  if (munmap(buf->base, buf->size) < 0)
+    SPD_ERROR(&ctx->log, "munmap(buffer %llu, %zu bytes) failed: %m",
+              (unsigned long long)buf->id, buf->size);
+  free(buf);
+}
+
+int spd_buffer_check_range(const spd_buffer *buf, uint64_t offset,
+                           uint64_t bytes, const char *what, spk_err *err) {
+  if (offset > buf->size || bytes > buf->size - offset)
+    return spk_err_set(err, SPK_EINVAL,
+                       "%s tensor (offset %llu, %llu bytes) reaches outside "
+                       "buffer %llu of %zu bytes",
+                       what, (unsigned long long)offset,
+                       (unsigned long long)bytes, (unsigned long long)buf->id,
+                       buf->size);
+  return SPK_OK;
+}

@@ -1,0 +1,30 @@
+/* The daemon's settings: one struct, one function that sets every default,
+ * one parser for the command line, one dump of the effective values. */
+#ifndef SPD_CONFIG_H
+#define SPD_CONFIG_H
+
+#include <stdio.h>
+
+#include "log.h"
+#include "status.h"
+
+typedef struct {
+  char socket_path[108];   /* sun_path holds 108 bytes */
+  unsigned socket_mode;    /* permission bits of the control socket */
+  int workers;             /* host mover threads */
+  spd_log_level log_level;
+} spd_config;
+
+/* Every default: socket under /run/spcolld for root, else under
+ * $XDG_RUNTIME_DIR; one mover thread per online core. */
+void spd_config_defaults(spd_config *cfg);
+
+/* Apply command-line flags over cfg. Returns SPK_OK, 1 when the caller
+ * should exit 0 (--help, --version printed), or SPK_EINVAL naming the flag
+ * and value. */
+int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
+                          spk_err *err);
+
+void spd_config_dump(const spd_config *cfg, FILE *out);
+
+#endif

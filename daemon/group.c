@@ -1,0 +1,176 @@
+#include "group.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "op.h"
+
+static spd_group *group_find(spd_ctx *ctx, const char *name) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    if (strcmp(g->name, name) == 0)
+      return g;
+  return NULL;
+}
+
+static spd_group *group_create(spd_ctx *ctx, const char *name, int world) {
+  spd_group *g = calloc(1, sizeof(*g));
+  if (g == NULL)
+    return NULL;
+  g->ranks = calloc((size_t)world, sizeof(*g->ranks));
+  if (g->ranks == NULL) {
+    free(g);
+    return NULL;
+  }
+  g->ctx = ctx;
+  g->world = world;
+  snprintf(g->name, sizeof(g->name), "%s", name);
+  TAILQ_INIT(&g->ops);
+  TAILQ_INSERT_TAIL(&ctx->groups, g, link);
+  return g;
+}
+
+static int join_check(spd_group *g, const Spcoll__GroupJoin *j, char *msg,
+                      size_t len) {
+  if (g->world != j->world_size) {
+    snprintf(msg, len, "group '%s' has world size %d, not %d", g->name,
+             g->world, j->world_size);
+    return SPK_ECONFLICT;
+  }
+  if (g->broken) {
+    snprintf(msg, len, "group '%s' is broken (%s); it can be joined again "
+             "once every member has left", g->name, g->broken_reason);
+    return SPK_ECONFLICT;
+  }
+  spd_rank_slot *slot = &g->ranks[j->rank];
+  if (slot->session != NULL) {
+    snprintf(msg, len, "rank %d of group '%s' is already joined by client "
+             "%llu (pid %d)", j->rank, g->name,
+             (unsigned long long)slot->session->id, (int)slot->session->pid);
+    return SPK_ECONFLICT;
+  }
+  return SPK_OK;
+}
+
+static int join_args_check(const Spcoll__GroupJoin *j, char *msg, size_t len) {
+  if (j->name == NULL || j->name[0] == '\0' || strlen(j->name) >= 128) {
+    snprintf(msg, len, "group name must be 1..127 bytes");
+    return SPK_EINVAL;
+  }
+  if (j->world_size < 1 || j->world_size > 65536) {
+    snprintf(msg, len, "world_size %d outside 1..65536", j->world_size);
+    return SPK_EINVAL;
+  }
+  if (j->rank < 0 || j->rank >= j->world_size) {
+    snprintf(msg, len, "rank %d outside 0..%d of world_size %d", j->rank,
+             j->world_size - 1, j->world_size);
+    return SPK_EINVAL;
+  }
+  return SPK_OK;
+}
+
+static void group_announce_ready(spd_group *g) {
+  g->ready = 1;
+  SPD_INFO(&g->ctx->log, "group '%s' ready: %d ranks", g->name, g->world);
+  for (int r = 0; r < g->world; r++) {
+    spd_rank_slot *slot = &g->ranks[r];
+    Spcoll__GroupJoined joined = SPCOLL__GROUP_JOINED__INIT;
+    Spcoll__Frame f = SPCOLL__FRAME__INIT;
+    joined.group_id = slot->member->id;
+    f.id = slot->join_req;
+    f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
+    f.group_joined = &joined;
+    spd_session_send(slot->session, &f);
+  }
+}
+
+void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
+                    const Spcoll__GroupJoin *j) {
+  char msg[256];
+  int rc = join_args_check(j, msg, sizeof(msg));
+  spd_group *g = rc < 0 ? NULL : group_find(ctx, j->name);
+  if (rc == SPK_OK && g != NULL)
+    rc = join_check(g, j, msg, sizeof(msg));
+  if (rc == SPK_OK && g == NULL && (g = group_create(ctx, j->name,
+                                                     j->world_size)) == NULL) {
+    rc = SPK_ENO_MEMORY;
+    snprintf(msg, sizeof(msg), "out of memory creating group '%s'", j->name);
+  }
+  spd_member *m = rc < 0 ? NULL : calloc(1, sizeof(*m));
+  if (rc == SPK_OK && m == NULL) {
+    rc = SPK_ENO_MEMORY;
+    snprintf(msg, sizeof(msg), "out of memory joining group '%s'", j->name);
+    spd_group_maybe_free(g);
+  }
+  if (rc < 0) {
+    spd_session_send_error(s, req, rc, msg);
+    return;
+  }
+  m->id = spd_next_id(ctx);
+  m->group = g;
+  m->rank = j->rank;
+  TAILQ_INSERT_TAIL(&s->members, m, link);
+  spd_rank_slot *slot = &g->ranks[j->rank];
+  slot->session = s, slot->member = m, slot->join_req = req;
+  g->joined++;
+  SPD_DEBUG(&ctx->log, "client %llu joined '%s' as rank %d (%d/%d)",
+            (unsigned long long)s->id, g->name, j->rank, g->joined, g->world);
+  /* After ready, any departure breaks the group and joins are refused, so
+   * a full house can only happen once. */
+  if (g->joined == g->world)
+    group_announce_ready(g);
+}
+
+void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
+  spd_op *op = TAILQ_FIRST(&g->ops), *next;
+  for (; op != NULL; op = next) {
+    next = TAILQ_NEXT(op, link);
+    if (!op->running)
+      spd_op_fail(op, status, msg);
+  }
+}
+
+void spd_group_depart(spd_group *g, spd_member *m, int lost) {
+  spd_rank_slot *slot = &g->ranks[m->rank];
+  spd_session *s = slot->session;
+  char msg[256];
+  snprintf(msg, sizeof(msg), "rank %d of group '%s' %s (client %llu, pid %d)",
+           m->rank, g->name, lost ? "was lost: its client disconnected"
+                                  : "left the group",
+           (unsigned long long)s->id, (int)s->pid);
+  spd_op *op;
+  TAILQ_FOREACH(op, &g->ops, link)
+    spd_op_forget_session(op, m->rank);
+  slot->session = NULL;
+  slot->member = NULL;
+  g->joined--;
+  if (g->ready && !g->broken) {
+    g->broken = 1;
+    g->broken_status = SPK_EPEER_LOST;
+    snprintf(g->broken_reason, sizeof(g->broken_reason), "%s", msg);
+    SPD_WARN(&g->ctx->log, "group '%s' broken: %s", g->name, msg);
+  }
+  spd_group_fail_pending(g, SPK_EPEER_LOST, msg);
+  spd_group_maybe_free(g);
+}
+
+void spd_group_kick(spd_group *g) {
+  /* An op that fails at start is freed at once, so look again. */
+  while (!g->running) {
+    spd_op *op = TAILQ_FIRST(&g->ops);
+    if (op == NULL || op->arrived < g->world)
+      return;
+    spd_op_start(op);
+  }
+}
+
+void spd_group_maybe_free(spd_group *g) {
+  if (g->joined > 0 || g->running)
+    return;
+  spd_group_fail_pending(g, SPK_EPEER_LOST, "every rank left the group");
+  TAILQ_REMOVE(&g->ctx->groups, g, link);
+  SPD_DEBUG(&g->ctx->log, "group '%s' freed", g->name);
+  free(g->ranks);
+  free(g);
+}

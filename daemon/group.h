@@ -1,0 +1,57 @@
+/* Named groups: membership, readiness, and the per-group queue of ops
+ * matched across ranks by sequence number. Loop thread only. */
+#ifndef SPD_GROUP_H
+#define SPD_GROUP_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "daemon.h"
+#include "session.h"
+
+struct spd_op;
+
+typedef struct {
+  spd_session *session;       /* NULL: rank not (or no longer) present */
+  spd_member *member;
+  uint64_t join_req;          /* join request to answer when ready */
+  uint64_t next_seq;          /* sequence number of this rank's next op */
+} spd_rank_slot;
+
+typedef struct spd_group {
+  TAILQ_ENTRY(spd_group) link;
+  spd_ctx *ctx;
+  char name[128];
+  int world;
+  int joined;                 /* ranks present */
+  int ready;                  /* every rank joined once */
+  int broken;                 /* a rank left or was lost after ready */
+  int broken_status;
+  char broken_reason[256];
+  spd_rank_slot *ranks;
+  TAILQ_HEAD(, spd_op) ops;   /* ascending seq */
+  int running;                /* an op of this group is in the mover */
+  uint64_t ops_done;
+} spd_group;
+
+/* Join `name` as `rank`. Replies GroupJoined to every rank once all have
+ * joined; on a bad argument or conflict replies Error to this request. */
+void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
+                    const Spcoll__GroupJoin *join);
+
+/* Rank of member m leaves: explicitly (lost = 0) or because its client
+ * went away (lost = 1). Pending ops fail naming the rank and a ready group
+ * is marked broken; the last member out frees the group. */
+void spd_group_depart(spd_group *g, spd_member *m, int lost);
+
+/* Fail every op of the group that has not reached the mover. */
+void spd_group_fail_pending(spd_group *g, int status, const char *msg);
+
+/* Start the group's oldest op if every rank has issued it and nothing of
+ * the group is running. */
+void spd_group_kick(spd_group *g);
+
+/* Free the group if no member and no running op remain. */
+void spd_group_maybe_free(spd_group *g);
+
+#endif

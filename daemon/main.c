@@ -1,0 +1,93 @@
+/* spcolld: the per-node collective daemon. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "group.h"
+#include "mover_host.h"
+#include "session.h"
+
+void spd_shutdown(spd_ctx *ctx) {
+  if (ctx->stopping)
+    return;
+  ctx->stopping = 1;
+  SPD_INFO(&ctx->log, "shutting down");
+  spd_server_close(ctx);
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
+  if (ctx->running_ops == 0)
+    spd_shutdown_continue(ctx);
+}
+
+/* Every running op has finished: close the clients (their queued replies
+ * are flushed first), the mover and the signal handles; the loop ends. */
+void spd_shutdown_continue(spd_ctx *ctx) {
+  spd_session *s;
+  while ((s = TAILQ_FIRST(&ctx->sessions)) != NULL)
+    spd_session_close(s);
+  if (ctx->mover != NULL) {
+    spd_mover_stop(ctx->mover);
+    ctx->mover = NULL;
+  }
+  uv_close((uv_handle_t *)&ctx->sig_term, NULL);
+  uv_close((uv_handle_t *)&ctx->sig_int, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  spd_ctx *ctx = h->data;
+  SPD_INFO(&ctx->log, "signal %d (%s)", signum, strsignal(signum));
+  spd_shutdown(ctx);
+}
+
+static int ctx_start(spd_ctx *ctx, spk_err *err) {
+  int rc = uv_signal_init(ctx->loop, &ctx->sig_term);
+  if (rc == 0)
+    rc = uv_signal_init(ctx->loop, &ctx->sig_int);
+  if (rc == 0)
+    rc = uv_signal_start(&ctx->sig_term, on_signal, SIGTERM);
+  if (rc == 0)
+    rc = uv_signal_start(&ctx->sig_int, on_signal, SIGINT);
+  if (rc < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "signal setup: %s", uv_strerror(rc));
+  ctx->sig_term.data = ctx->sig_int.data = ctx;
+  /* A client that vanishes mid-write must not kill the daemon. */
+  signal(SIGPIPE, SIG_IGN);
+  rc = spd_mover_start(ctx->loop, ctx->cfg.workers, &ctx->mover, err);
+  if (rc < 0)
+    return rc;
+  return spd_server_listen(ctx, err);
+}
+
+int main(int argc, char **argv) {
+  static spd_ctx ctx_storage; /* lives for the whole process */
+  spd_ctx *ctx = &ctx_storage;
+  spk_err err;
+  spd_config_defaults(&ctx->cfg);
+  int rc = spd_config_parse_args(&ctx->cfg, argc, argv, &err);
+  if (rc == 1)
+    return 0;
+  if (rc < 0) {
+    fprintf(stderr, "spcolld: %s (try --help)\n", err.msg);
+    return 2;
+  }
+  ctx->log.level = ctx->cfg.log_level;
+  ctx->loop = uv_default_loop();
+  TAILQ_INIT(&ctx->sessions);
+  TAILQ_INIT(&ctx->groups);
+  if (ctx_start(ctx, &err) < 0) {
+    SPD_ERROR(&ctx->log, "%s", err.msg);
+    spd_shutdown(ctx);
+    uv_run(ctx->loop, UV_RUN_DEFAULT);
+    return 1;
+  }
+  SPD_INFO(&ctx->log, "spcolld %s ready: %d mover threads", SPD_VERSION,
+           ctx->cfg.workers);
+  uv_run(ctx->loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(ctx->loop);
+  if (rc < 0)
+    SPD_WARN(&ctx->log, "uv_loop_close: %s", uv_strerror(rc));
+  SPD_INFO(&ctx->log, "stopped");
+  return 0;
+}

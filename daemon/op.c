@@ -1,0 +1,251 @@
+#include "op.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mover_host.h"
+#include "planner.h"
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static spd_op *op_find_or_create(spd_group *g, uint64_t seq) {
+  spd_op *op;
+  TAILQ_FOREACH(op, &g->ops, link)
+    if (op->seq == seq)
+      return op;
+  /* A rank's sequence numbers only grow, and an op is freed only after
+   * every rank reached it, so a new op is always the newest. */
+  op = calloc(1, sizeof(*op) + (size_t)g->world * sizeof(op->ranks[0]));
+  if (op == NULL)
+    return NULL;
+  op->group = g;
+  op->seq = seq;
+  spk_plan_init(&op->plan, g->world);
+  TAILQ_INSERT_TAIL(&g->ops, op, link);
+  return op;
+}
+
+static int tensor_resolve(spd_session *s, const Spcoll__Tensor *t,
+                          const char *what, spd_op_rank *r, int ti,
+                          spk_shape *shape, spk_err *err) {
+  if (t == NULL)
+    return spk_err_set(err, SPK_EINVAL, "op request has no %s tensor", what);
+  spd_buffer *buf = spd_session_buffer(s, t->buffer_id);
+  if (buf == NULL)
+    return spk_err_set(err, SPK_ENOT_FOUND,
+                       "%s tensor names buffer %llu, which is not registered "
+                       "by this client", what,
+                       (unsigned long long)t->buffer_id);
+  size_t esize = spk_dtype_size((spk_dtype)t->dtype);
+  if (esize == 0)
+    return spk_err_set(err, SPK_EINVAL, "%s tensor has unknown dtype %u", what,
+                       t->dtype);
+  if (t->n_shape < 1 || t->n_shape > SPK_MAX_DIMS)
+    return spk_err_set(err, SPK_EINVAL, "%s tensor has %zu dims, not 1..%d",
+                       what, t->n_shape, SPK_MAX_DIMS);
+  shape->ndim = (int)t->n_shape;
+  memcpy(shape->dim, t->shape, t->n_shape * sizeof(int64_t));
+  int64_t numel;
+  int rc = spk_shape_numel(shape, esize, &numel, err);
+  if (rc == SPK_OK)
+    rc = spd_buffer_check_range(buf, t->offset, (uint64_t)numel * esize, what,
+                                err);
+  if (rc < 0)
+    return rc;
+  spd_buffer_ref(buf);
+  r->buf[ti] = buf;
+  r->off[ti] = t->offset;
+  return SPK_OK;
+}
+
+static int copy_list(const int64_t *src, size_t n, int64_t **dst_p,
+                     const char *what, spk_err *err) {
+  if (n > 65536)
+    return spk_err_set(err, SPK_EINVAL, "%s has %zu entries, more than 65536",
+                       what, n);
+  if (n == 0)
+    return SPK_OK;
+  int64_t *dst = malloc(n * sizeof(*dst));
+  if (dst == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %s failed", what);
+  memcpy(dst, src, n * sizeof(*dst));
+  *dst_p = dst;
+  return SPK_OK;
+}
+
+/* Turn rank's request into planner arguments, checking everything that
+ * concerns this rank alone: its buffers, their bounds, list lengths. */
+static int rank_fill(spd_op_rank *r, spd_session *s,
+                     const Spcoll__OpRequest *rq, spk_err *err) {
+  spk_op_args *a = &r->args;
+  a->op = (spk_op_kind)rq->op;
+  a->scalar = rq->scalar;
+  a->flags = rq->flags;
+  if (rq->n_dims > 4)
+    return spk_err_set(err, SPK_EINVAL, "op has %zu dims, at most 4",
+                       rq->n_dims);
+  a->ndims = (int)rq->n_dims;
+  for (size_t i = 0; i < rq->n_dims; i++)
+    a->dims[i] = rq->dims[i];
+  int rc = copy_list(rq->sizes, rq->n_sizes, &r->sizes, "sizes", err);
+  if (rc == SPK_OK)
+    rc = copy_list(rq->sizes2, rq->n_sizes2, &r->sizes2, "sizes2", err);
+  if (rc < 0)
+    return rc;
+  a->sizes = r->sizes, a->nsizes = (int)rq->n_sizes;
+  a->sizes2 = r->sizes2, a->nsizes2 = (int)rq->n_sizes2;
+  rc = tensor_resolve(s, rq->input, "input", r, SPK_T_IN, &a->in, err);
+  if (rc == SPK_OK)
+    rc = tensor_resolve(s, rq->output, "output", r, SPK_T_OUT, &a->out, err);
+  if (rc < 0)
+    return rc;
+  a->dtype = (spk_dtype)rq->input->dtype;
+  if (rq->output->dtype != rq->input->dtype)
+    return spk_err_set(err, SPK_EINVAL,
+                       "output dtype %s differs from input dtype %s",
+                       spk_dtype_name((spk_dtype)rq->output->dtype),
+                       spk_dtype_name(a->dtype));
+  return SPK_OK;
+}
+
+void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
+                   const Spcoll__OpRequest *rq) {
+  if (g->broken) {
+    spd_session_send_error(s, req, g->broken_status, g->broken_reason);
+    return;
+  }
+  spd_rank_slot *slot = &g->ranks[rank];
+  spd_op *op = op_find_or_create(g, slot->next_seq);
+  if (op == NULL) {
+    spd_session_send_error(s, req, SPK_ENO_MEMORY, "out of memory for an op");
+    return;
+  }
+  slot->next_seq++;
+  spd_op_rank *r = &op->ranks[rank];
+  r->arrived = 1;
+  r->req = req;
+  r->session = s;
+  /* A rank's own error still counts as its arrival: the op then fails on
+   * every rank together, so no rank waits for one that gave up. */
+  r->status = rank_fill(r, s, rq, &r->err);
+  op->arrived++;
+  spd_group_kick(g);
+}
+
+static void op_free(spd_op *op) {
+  spd_ctx *ctx = op->group->ctx;
+  TAILQ_REMOVE(&op->group->ops, op, link);
+  for (int i = 0; i < op->group->world; i++) {
+    spd_op_rank *r = &op->ranks[i];
+    for (int t = 0; t < SPK_T_COUNT; t++)
+      if (r->buf[t] != NULL)
+        spd_buffer_unref(ctx, r->buf[t]);
+    free(r->sizes);
+    free(r->sizes2);
+  }
+  spk_plan_free(&op->plan);
+  free(op->bases);
+  free(op);
+}
+
+void spd_op_fail(spd_op *op, int status, const char *msg) {
+  spd_ctx *ctx = op->group->ctx;
+  SPD_DEBUG(&ctx->log, "group '%s' op %llu failed: %s", op->group->name,
+            (unsigned long long)op->seq, msg);
+  for (int i = 0; i < op->group->world; i++) {
+    spd_op_rank *r = &op->ranks[i];
+    if (r->arrived && r->session != NULL)
+      spd_session_send_error(r->session, r->req, status, msg);
+  }
+  ctx->stats.ops_failed++;
+  op_free(op);
+}
+
+void spd_op_forget_session(spd_op *op, int rank) {
+  op->ranks[rank].session = NULL;
+}
+
+static void op_done(void *arg) {
+  spd_op *op = arg;
+  spd_group *g = op->group;
+  spd_ctx *ctx = g->ctx;
+  g->running = 0;
+  ctx->running_ops--;
+  g->ops_done++;
+  ctx->stats.ops_completed++;
+  ctx->stats.bytes_moved += op->plan.bytes;
+  for (int i = 0; i < g->world; i++) {
+    spd_op_rank *r = &op->ranks[i];
+    if (r->session != NULL)
+      spd_session_send_done(r->session, r->req);
+  }
+  op_free(op);
+  if (ctx->stopping) {
+    spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
+    if (ctx->running_ops == 0)
+      spd_shutdown_continue(ctx);
+    return;
+  }
+  spd_group_kick(g);
+  spd_group_maybe_free(g);
+}
+
+static int op_rank_error(spd_op *op, spk_err *err) {
+  for (int i = 0; i < op->group->world; i++)
+    if (op->ranks[i].status < 0)
+      return spk_err_set(err, op->ranks[i].status, "rank %d: %s", i,
+                         op->ranks[i].err.msg);
+  return SPK_OK;
+}
+
+static int op_bases(spd_op *op, spk_err *err) {
+  int world = op->group->world;
+  op->bases = calloc((size_t)world * SPK_T_COUNT, sizeof(*op->bases));
+  if (op->bases == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of op bases failed");
+  for (int i = 0; i < world; i++)
+    for (int t = 0; t < SPK_T_COUNT; t++)
+      op->bases[i * SPK_T_COUNT + t] =
+          op->ranks[i].buf[t]->base + op->ranks[i].off[t];
+  return SPK_OK;
+}
+
+static int op_plan(spd_op *op, spk_err *err) {
+  int world = op->group->world;
+  const spk_op_args **args = malloc((size_t)world * sizeof(*args));
+  if (args == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %d op args failed",
+                       world);
+  for (int i = 0; i < world; i++)
+    args[i] = &op->ranks[i].args;
+  int rc = spk_plan_build(args, world, &op->plan, err);
+  free(args);
+  return rc;
+}
+
+void spd_op_start(spd_op *op) {
+  spd_group *g = op->group;
+  spd_ctx *ctx = g->ctx;
+  spk_err err;
+  int rc = op_rank_error(op, &err);
+  if (rc == SPK_OK)
+    rc = op_plan(op, &err);
+  if (rc == SPK_OK)
+    rc = op_bases(op, &err);
+  if (rc == SPK_OK)
+    rc = spd_mover_submit(ctx->mover, &op->plan, op->bases, op_done, op, &err);
+  if (rc < 0) {
+    spd_op_fail(op, rc, err.msg);
+    return;
+  }
+  op->running = 1;
+  op->started_ns = now_ns();
+  g->running = 1;
+  ctx->running_ops++;
+}

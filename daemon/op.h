@@ -1,0 +1,52 @@
+/* A collective op of one group, matched across its ranks by sequence
+ * number: each rank's request arrives, then the op is planned, moved and
+ * answered on every rank. Loop thread only. */
+#ifndef SPD_OP_H
+#define SPD_OP_H
+
+#include <sys/queue.h>
+
+#include "buffer.h"
+#include "group.h"
+#include "plan.h"
+#include "types.h"
+
+typedef struct {
+  int arrived;
+  uint64_t req;
+  spd_session *session;       /* NULL once the client went away */
+  int status;                 /* a local error found at arrival */
+  spk_err err;
+  spk_op_args args;
+  int64_t *sizes, *sizes2;    /* owned copies behind args */
+  spd_buffer *buf[SPK_T_COUNT];
+  uint64_t off[SPK_T_COUNT];
+} spd_op_rank;
+
+typedef struct spd_op {
+  TAILQ_ENTRY(spd_op) link;
+  spd_group *group;
+  uint64_t seq;
+  int arrived;
+  int running;
+  spk_plan plan;
+  uint8_t **bases;            /* [world * SPK_T_COUNT] */
+  uint64_t started_ns;
+  spd_op_rank ranks[];
+} spd_op;
+
+/* Record rank's request for its next op of the group; replies Error at
+ * once only when the request cannot be tied to an op. */
+void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
+                   const Spcoll__OpRequest *rq);
+
+/* Plan and hand to the mover, or fail on every rank. */
+void spd_op_start(spd_op *op);
+
+/* Reply `status` with msg to every rank still present and free the op. */
+void spd_op_fail(spd_op *op, int status, const char *msg);
+
+/* The client of `rank` went away: forget its session pointer. */
+void spd_op_forget_session(spd_op *op, int rank);
+
+#endif

@@ -1,0 +1,95 @@
+/* The control socket: bind (clearing a stale file), listen, accept. */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "session.h"
+
+static void on_connection(uv_stream_t *server, int status) {
+  spd_ctx *ctx = server->data;
+  if (status < 0) {
+    SPD_ERROR(&ctx->log, "accept on %s failed: %s", ctx->cfg.socket_path,
+              uv_strerror(status));
+    return;
+  }
+  spd_session_accept(ctx, server);
+}
+
+/* A socket file left by a daemon that died is stale when nobody answers on
+ * it; one that answers belongs to a live daemon and must not be taken. */
+static int clear_stale_socket(const char *path, spk_err *err) {
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return errno == ENOENT ? SPK_OK
+                           : spk_err_set(err, SPK_ESYSTEM, "lstat(%s): %s",
+                                         path, strerror(errno));
+  if (!S_ISSOCK(st.st_mode))
+    return spk_err_set(err, SPK_EINVAL, "%s exists and is not a socket", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "socket(AF_UNIX): %s",
+                       strerror(errno));
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  int live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+  close(fd);
+  if (live)
+    return spk_err_set(err, SPK_ECONFLICT,
+                       "another spcolld is listening on %s", path);
+  if (unlink(path) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "unlink(stale socket %s): %s", path,
+                       strerror(errno));
+  return SPK_OK;
+}
+
+static int ensure_parent_dir(const char *path, spk_err *err) {
+  char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  snprintf(dir, sizeof(dir), "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL || slash == dir)
+    return SPK_OK;
+  *slash = '\0';
+  if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+    return spk_err_set(err, SPK_ESYSTEM, "mkdir(%s): %s", dir,
+                       strerror(errno));
+  return SPK_OK;
+}
+
+int spd_server_listen(spd_ctx *ctx, spk_err *err) {
+  const char *path = ctx->cfg.socket_path;
+  int rc = ensure_parent_dir(path, err);
+  if (rc == SPK_OK)
+    rc = clear_stale_socket(path, err);
+  if (rc < 0)
+    return rc;
+  if ((rc = uv_pipe_init(ctx->loop, &ctx->listener, 0)) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "uv_pipe_init: %s", uv_strerror(rc));
+  ctx->listener.data = ctx;
+  ctx->listening = 1;
+  if ((rc = uv_pipe_bind(&ctx->listener, path)) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "bind(%s): %s", path,
+                       uv_strerror(rc));
+  ctx->bound = 1; /* from here on the socket file is ours to remove */
+  if (chmod(path, ctx->cfg.socket_mode) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "chmod(%s, %04o): %s", path,
+                       ctx->cfg.socket_mode, strerror(errno));
+  if ((rc = uv_listen((uv_stream_t *)&ctx->listener, 128, on_connection)) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "listen(%s): %s", path,
+                       uv_strerror(rc));
+  SPD_INFO(&ctx->log, "listening on %s (mode %04o)", path,
+           ctx->cfg.socket_mode);
+  return SPK_OK;
+}
+
+void spd_server_close(spd_ctx *ctx) {
+  if (!ctx->listening)
+    return;
+  ctx->listening = 0;
+  uv_close((uv_handle_t *)&ctx->listener, NULL);
+  if (ctx->bound && unlink(ctx->cfg.socket_path) < 0 && errno != ENOENT)
+    SPD_WARN(&ctx->log, "unlink(%s) failed: %m", ctx->cfg.socket_path);
+}

@@ -1,0 +1,67 @@
+/* One session per client connection: frame I/O, the client's buffers and
+ * group memberships. Loop thread only. The session is freed in its close
+ * callback; groups and ops drop their pointers to it before that. */
+#ifndef SPD_SESSION_H
+#define SPD_SESSION_H
+
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "buffer.h"
+#include "daemon.h"
+#include "frame.h"
+
+struct spd_group;
+
+typedef struct spd_member {
+  TAILQ_ENTRY(spd_member) link;
+  uint64_t id;                /* the client's handle for the group */
+  struct spd_group *group;
+  int rank;
+} spd_member;
+
+typedef struct spd_session {
+  uv_pipe_t pipe;             /* first: the handle's data is the session */
+  spd_ctx *ctx;
+  TAILQ_ENTRY(spd_session) link;
+  uint64_t id;
+  pid_t pid;
+  uid_t uid;
+  gid_t gid;
+  int hello_done;
+  int closing;
+  char framework[32];
+  spf_reader reader;
+  TAILQ_HEAD(, spd_buffer) buffers;
+  TAILQ_HEAD(, spd_member) members;
+} spd_session;
+
+/* Accept a connection from the listener and start reading. */
+void spd_session_accept(spd_ctx *ctx, uv_stream_t *server);
+
+/* Queue a frame to the client. Dropped silently once the session closes. */
+void spd_session_send(spd_session *s, const Spcoll__Frame *f);
+void spd_session_send_error(spd_session *s, uint64_t id, int status,
+                            const char *msg);
+void spd_session_send_done(spd_session *s, uint64_t id);
+
+/* Protocol error: reply with Error, count it, then close once the reply is
+ * written. The daemon and every other client go on. */
+void spd_session_fail(spd_session *s, uint64_t id, int status,
+                      const char *msg);
+
+/* Orderly close: memberships and buffers released, pending writes flushed,
+ * then the handle is closed and the session freed. */
+void spd_session_close(spd_session *s);
+
+/* Take the next file descriptor the client sent with SCM_RIGHTS. */
+int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err);
+
+spd_member *spd_session_member(spd_session *s, uint64_t id);
+spd_buffer *spd_session_buffer(spd_session *s, uint64_t id);
+
+/* Handle one decoded frame (session_dispatch.c). */
+void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f);
+
+#endif

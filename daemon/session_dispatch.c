@@ -1,0 +1,143 @@
+/* What the daemon does with each frame a client sends. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+#include "op.h"
+#include "session.h"
+#include "stats.h"
+
+static void on_hello(spd_session *s, const Spcoll__Frame *f) {
+  const Spcoll__Hello *h = f->hello;
+  char msg[160];
+  if (s->hello_done) {
+    spd_session_fail(s, f->id, SPK_EPROTOCOL, "second hello on a connection");
+    return;
+  }
+  if (h->protocol_version != SPF_PROTOCOL_VERSION) {
+    snprintf(msg, sizeof(msg), "protocol version mismatch: client speaks %u, "
+             "daemon speaks %u", h->protocol_version, SPF_PROTOCOL_VERSION);
+    spd_session_fail(s, f->id, SPK_EVERSION, msg);
+    return;
+  }
+  s->hello_done = 1;
+  snprintf(s->framework, sizeof(s->framework), "%s",
+           h->framework ? h->framework : "");
+  Spcoll__Welcome w = SPCOLL__WELCOME__INIT;
+  Spcoll__Frame r = SPCOLL__FRAME__INIT;
+  w.protocol_version = SPF_PROTOCOL_VERSION;
+  w.daemon_version = SPD_VERSION;
+  w.client_id = s->id;
+  r.id = f->id;
+  r.body_case = SPCOLL__FRAME__BODY_WELCOME;
+  r.welcome = &w;
+  spd_session_send(s, &r);
+}
+
+static void on_leave(spd_session *s, const Spcoll__Frame *f) {
+  spd_member *m = spd_session_member(s, f->group_leave->group_id);
+  if (m == NULL) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "group handle %llu is not joined by this client",
+             (unsigned long long)f->group_leave->group_id);
+    spd_session_send_error(s, f->id, SPK_ENOT_FOUND, msg);
+    return;
+  }
+  TAILQ_REMOVE(&s->members, m, link);
+  spd_group_depart(m->group, m, 0);
+  free(m);
+  spd_session_send_done(s, f->id);
+}
+
+static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
+  spk_err err;
+  int fd;
+  int rc = spd_session_take_fd(s, &fd, &err);
+  if (rc < 0) {
+    spd_session_fail(s, f->id, rc, err.msg);
+    return;
+  }
+  spd_buffer *buf;
+  rc = spd_buffer_map(s->ctx, fd, f->buf_register->size, &buf, &err);
+  if (rc < 0) {
+    spd_session_send_error(s, f->id, rc, err.msg);
+    return;
+  }
+  TAILQ_INSERT_TAIL(&s->buffers, buf, link);
+  Spcoll__BufRegistered reg = SPCOLL__BUF_REGISTERED__INIT;
+  Spcoll__Frame r = SPCOLL__FRAME__INIT;
+  reg.buffer_id = buf->id;
+  r.id = f->id;
+  r.body_case = SPCOLL__FRAME__BODY_BUF_REGISTERED;
+  r.buf_registered = &reg;
+  spd_session_send(s, &r);
+}
+
+static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
+  spd_buffer *buf = spd_session_buffer(s, f->buf_release->buffer_id);
+  if (buf == NULL) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "buffer %llu is not registered by this client",
+             (unsigned long long)f->buf_release->buffer_id);
+    spd_session_send_error(s, f->id, SPK_ENOT_FOUND, msg);
+    return;
+  }
+  TAILQ_REMOVE(&s->buffers, buf, link);
+  spd_buffer_unref(s->ctx, buf);
+  spd_session_send_done(s, f->id);
+}
+
+static void on_op(spd_session *s, const Spcoll__Frame *f) {
+  spd_member *m = spd_session_member(s, f->op->group_id);
+  if (m == NULL) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "group handle %llu is not joined by this client",
+             (unsigned long long)f->op->group_id);
+    spd_session_send_error(s, f->id, SPK_ENOT_FOUND, msg);
+    return;
+  }
+  if (!m->group->ready) {
+    spd_session_send_error(s, f->id, SPK_EINVAL,
+                           "group is not ready: not every rank has joined");
+    return;
+  }
+  spd_op_arrive(m->group, m->rank, s, f->id, f->op);
+}
+
+static void on_stats(spd_session *s, const Spcoll__Frame *f) {
+  char *text = spd_stats_text(s->ctx);
+  Spcoll__StatsReply rep = SPCOLL__STATS_REPLY__INIT;
+  Spcoll__Frame r = SPCOLL__FRAME__INIT;
+  rep.text = text ? text : "";
+  r.id = f->id;
+  r.body_case = SPCOLL__FRAME__BODY_STATS_REPLY;
+  r.stats_reply = &rep;
+  spd_session_send(s, &r);
+  free(text);
+}
+
+void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
+  char msg[128];
+  if (!s->hello_done && f->body_case != SPCOLL__FRAME__BODY_HELLO) {
+    snprintf(msg, sizeof(msg), "first frame must be hello, got %s",
+             spf_body_name(f->body_case));
+    spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
+    return;
+  }
+  switch (f->body_case) {
+  case SPCOLL__FRAME__BODY_HELLO: on_hello(s, f); return;
+  case SPCOLL__FRAME__BODY_GROUP_JOIN:
+    spd_group_join(s->ctx, s, f->id, f->group_join);
+    return;
+  case SPCOLL__FRAME__BODY_GROUP_LEAVE: on_leave(s, f); return;
+  case SPCOLL__FRAME__BODY_BUF_REGISTER: on_buf_register(s, f); return;
+  case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;
+  case SPCOLL__FRAME__BODY_OP: on_op(s, f); return;
+  case SPCOLL__FRAME__BODY_STATS_REQUEST: on_stats(s, f); return;
+  default: break;
+  }
+  snprintf(msg, sizeof(msg), "unknown or unexpected message type %d (%s)",
+           (int)f->body_case, spf_body_name(f->body_case));
+  spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
+}

@@ -1,0 +1,110 @@
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void spk_plan_init(spk_plan *plan, int world) {
+  memset(plan, 0, sizeof(*plan));
+  plan->world = world;
+}
+
+void spk_plan_free(spk_plan *plan) {
+  free(plan->moves);
+  memset(plan, 0, sizeof(*plan));
+}
+
+static int plan_reserve(spk_plan *plan, spk_err *err) {
+  if (plan->nmoves < plan->cap)
+    return SPK_OK;
+  size_t cap = plan->cap ? plan->cap * 2 : 16;
+  spk_move *moves = realloc(plan->moves, cap * sizeof(*moves));
+  if (moves == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "plan: realloc of %zu moves failed",
+                       cap);
+  plan->moves = moves;
+  plan->cap = cap;
+  return SPK_OK;
+}
+
+static void c_strides(const spk_shape *s, size_t esize, uint64_t *st) {
+  uint64_t acc = esize;
+  for (int i = s->ndim - 1; i >= 0; i--) {
+    st[i] = acc;
+    acc *= (uint64_t)s->dim[i];
+  }
+}
+
+/* Drop unit dims and fold the innermost dims that are contiguous on both
+ * sides into one byte run, so the mover's inner loop is as long as it can
+ * be. */
+static void move_coalesce(spk_move *m, int nd, const uint64_t *len,
+                          const uint64_t *ss, const uint64_t *ds,
+                          size_t esize) {
+  uint64_t l[SPK_MAX_DIMS], s[SPK_MAX_DIMS], d[SPK_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < nd; i++) {
+    if (len[i] == 1)
+      continue;
+    l[n] = len[i], s[n] = ss[i], d[n] = ds[i], n++;
+  }
+  uint64_t run = esize;
+  while (n > 0 && s[n - 1] == run && d[n - 1] == run)
+    run *= l[--n];
+  for (int j = 0; j < n; j++) {
+    m->len[j] = l[j];
+    m->src_stride[j] = s[j];
+    m->dst_stride[j] = d[j];
+  }
+  m->len[n] = run, m->src_stride[n] = 1, m->dst_stride[n] = 1;
+  m->nd = (uint8_t)(n + 1);
+}
+
+int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
+                       const spk_block_end *dst, const int64_t *extent,
+                       size_t esize, spk_err *err) {
+  int nd = src->shape->ndim;
+  uint64_t ss[SPK_MAX_DIMS], ds[SPK_MAX_DIMS], len[SPK_MAX_DIMS];
+  uint64_t total = esize;
+  for (int i = 0; i < nd; i++) {
+    if (extent[i] == 0)
+      return SPK_OK;
+    len[i] = (uint64_t)extent[i];
+    total *= len[i];
+  }
+  int rc = plan_reserve(plan, err);
+  if (rc < 0)
+    return rc;
+  c_strides(src->shape, esize, ss);
+  c_strides(dst->shape, esize, ds);
+  spk_move *m = &plan->moves[plan->nmoves++];
+  memset(m, 0, sizeof(*m));
+  m->src_rank = src->rank, m->dst_rank = dst->rank;
+  m->src_t = src->t, m->dst_t = dst->t;
+  for (int i = 0; i < nd; i++) {
+    m->src_off += (uint64_t)src->origin[i] * ss[i];
+    m->dst_off += (uint64_t)dst->origin[i] * ds[i];
+  }
+  move_coalesce(m, nd, len, ss, ds, esize);
+  plan->bytes += total;
+  return SPK_OK;
+}
+
+uint64_t spk_move_units(const spk_move *m) {
+  return m->len[0];
+}
+
+static void move_rows(const spk_move *m, int d, const uint8_t *src,
+                      uint8_t *dst, uint64_t r0, uint64_t r1) {
+  if (d == m->nd - 1) {
+    memcpy(dst + r0, src + r0, r1 - r0);
+    return;
+  }
+  for (uint64_t r = r0; r < r1; r++)
+    move_rows(m, d + 1, src + r * m->src_stride[d], dst + r * m->dst_stride[d],
+              0, m->len[d + 1]);
+}
+
+void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
+                  uint64_t u0, uint64_t u1) {
+  move_rows(m, 0, src + m->src_off, dst + m->dst_off, u0, u1);
+}

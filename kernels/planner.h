@@ -1,0 +1,30 @@
+/* Planners: (op, each rank's arguments) -> copy plan. Pure functions: no
+ * I/O, no global state; linked into the daemon and the client. */
+#ifndef SPK_PLANNER_H
+#define SPK_PLANNER_H
+
+#include "plan.h"
+#include "types.h"
+
+/* Check that the world's ranks agree on the op (args[r] is rank r's
+ * request) and append its moves to plan. On failure the plan is left for
+ * the caller to free and err names the field and the ranks:
+ * SPK_EMISMATCH when ranks disagree, SPK_EINVAL for a bad argument. */
+int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
+                   spk_err *err);
+
+/* Checks one rank can make alone, before anything is sent: dims in range,
+ * size lists of the right length and sum, output shape where it follows
+ * from this rank's arguments. */
+int spk_args_check(const spk_op_args *args, int world, int rank, spk_err *err);
+
+/* Fields every op's ranks must share (op, dtype, ndim, size lists, scalar,
+ * flags); SPK_EMISMATCH naming the first field and the two ranks. */
+int spk_args_agree(const spk_op_args *const *args, int world, spk_err *err);
+
+int spk_plan_all_gather(const spk_op_args *const *args, int world,
+                        spk_plan *plan, spk_err *err);
+int spk_check_all_gather(const spk_op_args *args, int world, int rank,
+                         spk_err *err);
+
+#endif

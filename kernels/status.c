@@ -1,0 +1,29 @@
+#include "status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char *spk_strerror(int status) {
+  switch (status) {
+  case SPK_OK:
+    return "success";
+#define SPK_STATUS_CASE(name, val, msg) \
+  case -(val):                          \
+    return msg;
+    SPK_STATUS_MAP(SPK_STATUS_CASE)
+#undef SPK_STATUS_CASE
+  }
+  return "unknown status";
+}
+
+/* Record the message of a failure and return its status, so the detecting
+ * site can write `return spk_err_set(err, SPK_EINVAL, "...", v);`. */
+int spk_err_set(spk_err *err, int status, const char *fmt, ...) {
+  if (err != NULL) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}

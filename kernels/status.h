@@ -1,0 +1,38 @@
+/* Status codes shared by every layer. Negative values are errors; the
+ * positive twin of each is the wire protocol's Status value and the public
+ * SPC_E* code has the same number. */
+#ifndef SPK_STATUS_H
+#define SPK_STATUS_H
+
+#define SPK_STATUS_MAP(X)                                              \
+  X(INVAL, 1, "invalid argument")                                      \
+  X(PROTOCOL, 2, "protocol error")                                     \
+  X(VERSION, 3, "protocol version mismatch")                           \
+  X(NOT_FOUND, 4, "no such object")                                    \
+  X(CONFLICT, 5, "conflicting membership")                             \
+  X(MISMATCH, 6, "ranks disagree on the op")                           \
+  X(PEER_LOST, 7, "a rank of the group was lost")                      \
+  X(SHUTDOWN, 8, "daemon shutting down")                               \
+  X(NO_MEMORY, 9, "out of memory")                                     \
+  X(SYSTEM, 10, "system call failed")                                  \
+  X(ABORTED, 11, "aborted")                                            \
+  X(CONNECTION, 12, "connection to the daemon failed")
+
+enum {
+  SPK_OK = 0,
+#define SPK_STATUS_ENUM(name, val, msg) SPK_E##name = -(val),
+  SPK_STATUS_MAP(SPK_STATUS_ENUM)
+#undef SPK_STATUS_ENUM
+};
+
+/* Fixed-size message buffer filled by the first place that detects an
+ * error; callers pass the status up and keep the message. */
+typedef struct {
+  char msg[512];
+} spk_err;
+
+const char *spk_strerror(int status);
+int spk_err_set(spk_err *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install the Debian packages spcoll needs that are missing. Quiet and quick
+# when everything is there; needs root (or sudo) when something is not.
+set -eu
+PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler \
+check libsystemd-dev libucx-dev ucx-utils valgrind python3"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "deps: installing$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,266 @@
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int spt_raw_connect(const char *path) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int spt_daemon_start(spt_daemon *d, const char *const *extra) {
+  memset(d, 0, sizeof(*d));
+  snprintf(d->dir, sizeof(d->dir), "/tmp/spcoll-test-XXXXXX");
+  if (mkdtemp(d->dir) == NULL) {
+    perror("mkdtemp");
+    return -1;
+  }
+  snprintf(d->socket, sizeof(d->socket), "%s/spcolld.sock", d->dir);
+  snprintf(d->log, sizeof(d->log), "%s/spcolld.log", d->dir);
+  const char *bin = getenv("SPCOLLD");
+  if (bin == NULL)
+    bin = "build/bin/spcolld";
+  const char *argv[32] = {bin, "--socket", d->socket, "--workers", "2",
+                          "--log-level", "info"};
+  int n = 7;
+  for (int i = 0; extra && extra[i] && n < 31; i++)
+    argv[n++] = extra[i];
+  d->pid = fork();
+  if (d->pid < 0)
+    return -1;
+  if (d->pid == 0) {
+    int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0)
+      dup2(fd, 2);
+    execv(bin, (char *const *)argv);
+    fprintf(stderr, "execv(%s): %s\n", bin, strerror(errno));
+    _exit(127);
+  }
+  /* Wait for the socket: readiness, not a timing check. */
+  for (int i = 0; i < 1000; i++) {
+    int fd = spt_raw_connect(d->socket);
+    if (fd >= 0) {
+      close(fd);
+      return 0;
+    }
+    if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+      spt_daemon_dump_log(d);
+      return -1;
+    }
+    sleep_ms(10);
+  }
+  return -1;
+}
+
+void spt_daemon_dump_log(const spt_daemon *d) {
+  FILE *f = fopen(d->log, "r");
+  char line[512];
+  if (f == NULL)
+    return;
+  fprintf(stderr, "---- %s ----\n", d->log);
+  while (fgets(line, sizeof(line), f))
+    fputs(line, stderr);
+  fclose(f);
+}
+
+int spt_daemon_stop(spt_daemon *d) {
+  int status = 0;
+  if (d->pid <= 0)
+    return -1;
+  kill(d->pid, SIGTERM);
+  for (int i = 0; i < 3000; i++) {
+    if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+      break;
+    if (i == 2999) {
+      kill(d->pid, SIGKILL);
+      waitpid(d->pid, &status, 0);
+    }
+    sleep_ms(10);
+  }
+  d->pid = 0;
+  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (rc != 0)
+    spt_daemon_dump_log(d);
+  unlink(d->log);
+  unlink(d->socket);
+  rmdir(d->dir);
+  return rc;
+}
+
+int spt_daemon_fds(const spt_daemon *d) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+  DIR *dir = opendir(path);
+  if (dir == NULL)
+    return -1;
+  int n = 0;
+  while (readdir(dir) != NULL)
+    n++;
+  closedir(dir);
+  return n - 2;
+}
+
+int spt_run_ranks(int world, spt_rank_fn fn, void *arg, int guard_s) {
+  pid_t pids[256];
+  int failed = 0;
+  fflush(NULL);
+  for (int r = 0; r < world; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm((unsigned)guard_s); /* a hung rank dies instead of the suite */
+      int rc = fn(r, world, arg);
+      exit(rc == 0 ? 0 : 1);
+    }
+  }
+  for (int r = 0; r < world; r++) {
+    int st;
+    if (pids[r] < 0 || waitpid(pids[r], &st, 0) < 0) {
+      failed++;
+      continue;
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "rank %d failed (%s %d)\n", r,
+              WIFEXITED(st) ? "exit" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+      failed++;
+    }
+  }
+  return failed;
+}
+
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+void spt_fill(void *p, spc_dtype dt, size_t n, uint64_t seed, int rank) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = mix(seed * 1000003u + (uint64_t)rank * 7919u + i);
+    int32_t small = (int32_t)(v % 4096) - 2048; /* /64 -> [-32, 32) */
+    switch (dt) {
+    case SPC_FLOAT32: ((float *)p)[i] = (float)small / 64.0f; break;
+    case SPC_FLOAT64: ((double *)p)[i] = (double)small / 64.0; break;
+    case SPC_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case SPC_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case SPC_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case SPC_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+    default: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    }
+  }
+}
+
+spc_client *spt_connect(const char *socket) {
+  spc_client *c = NULL;
+  int rc = spc_connect(socket, "test", &c);
+  if (rc < 0)
+    fprintf(stderr, "spc_connect(%s): %s: %s\n", socket, spc_strerror(rc),
+            spc_last_error(NULL));
+  return c;
+}
+
+int spt_raw_send_bytes(int fd, const void *buf, size_t len) {
+  const uint8_t *p = buf;
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -1;
+    p += n, len -= (size_t)n;
+  }
+  return 0;
+}
+
+int spt_raw_send(int fd, Spcoll__Frame *f) {
+  uint8_t *buf;
+  size_t len;
+  spk_err err;
+  if (spf_encode(f, &buf, &len, &err) < 0)
+    return -1;
+  int rc = spt_raw_send_bytes(fd, buf, len);
+  free(buf);
+  return rc;
+}
+
+Spcoll__Frame *spt_raw_recv(int fd, int guard_s) {
+  spf_reader r;
+  spf_reader_init(&r);
+  Spcoll__Frame *f = NULL;
+  spk_err err;
+  for (;;) {
+    int rc = spf_reader_next(&r, &f, &err);
+    if (rc != 0)
+      break;
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, guard_s * 1000) <= 0)
+      break;
+    uint8_t *space;
+    size_t avail;
+    spf_reader_space(&r, 1, &space, &avail, &err);
+    /* One byte at a time: never read past this frame into the next. */
+    ssize_t n = recv(fd, space, 1, 0);
+    if (n <= 0)
+      break;
+    spf_reader_commit(&r, (size_t)n);
+  }
+  spf_reader_free(&r);
+  return f;
+}
+
+int spt_raw_closed(int fd, int guard_s) {
+  char c;
+  for (;;) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, guard_s * 1000) <= 0)
+      return 0;
+    ssize_t n = recv(fd, &c, 1, 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+      return 1;
+    if (n < 0)
+      return 0;
+  }
+}
+
+int spt_raw_hello(int fd) {
+  Spcoll__Hello h = SPCOLL__HELLO__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  h.protocol_version = SPF_PROTOCOL_VERSION;
+  h.framework = "raw";
+  f.id = 1;
+  f.body_case = SPCOLL__FRAME__BODY_HELLO;
+  f.hello = &h;
+  if (spt_raw_send(fd, &f) < 0)
+    return -1;
+  Spcoll__Frame *r = spt_raw_recv(fd, 10);
+  int ok = r && r->body_case == SPCOLL__FRAME__BODY_WELCOME;
+  if (r)
+    spcoll__frame__free_unpacked(r, NULL);
+  return ok ? 0 : -1;
+}

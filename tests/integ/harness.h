@@ -1,0 +1,54 @@
+/* Integration harness: a private spcolld on a temporary socket, rank
+ * processes forked from the test, deterministic data and raw frames. */
+#ifndef SPT_HARNESS_H
+#define SPT_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "frame.h"
+#include "spcoll.h"
+
+typedef struct {
+  pid_t pid;
+  char dir[64];
+  char socket[108];
+  char log[128];
+} spt_daemon;
+
+/* Start $SPCOLLD (default build/bin/spcolld) with extra args (NULL-ended
+ * list, may be NULL) and wait until its socket accepts. 0 on success. */
+int spt_daemon_start(spt_daemon *d, const char *const *extra);
+/* SIGTERM, wait, remove the temp dir. Returns the daemon's exit status, or
+ * -1 when it died from a signal (a sanitizer abort, a crash). */
+int spt_daemon_stop(spt_daemon *d);
+/* Number of open fds of the daemon (from /proc). */
+int spt_daemon_fds(const spt_daemon *d);
+/* Print the daemon log to stderr (for failing tests). */
+void spt_daemon_dump_log(const spt_daemon *d);
+
+typedef int (*spt_rank_fn)(int rank, int world, void *arg);
+/* Fork `world` processes running fn(rank); a rank that does not finish in
+ * `guard_s` seconds is killed (a hang guard, not a timing check). Returns
+ * the number of ranks that failed (nonzero exit, signal or hang). */
+int spt_run_ranks(int world, spt_rank_fn fn, void *arg, int guard_s);
+
+/* Deterministic test data: element i of (seed, rank) in any dtype.
+ * Floats are multiples of 1/64 in [-32, 32) so sums are exact. */
+void spt_fill(void *p, spc_dtype dt, size_t n, uint64_t seed, int rank);
+
+/* Connect with a check-style failure message on error. */
+spc_client *spt_connect(const char *socket);
+
+/* Raw protocol access for bad-input tests. */
+int spt_raw_connect(const char *socket);
+int spt_raw_send_bytes(int fd, const void *buf, size_t len);
+int spt_raw_send(int fd, Spcoll__Frame *f);
+/* Next frame, or NULL on EOF/error (within guard seconds). */
+Spcoll__Frame *spt_raw_recv(int fd, int guard_s);
+/* 1 when the peer closed the connection (within guard seconds). */
+int spt_raw_closed(int fd, int guard_s);
+int spt_raw_hello(int fd);
+
+#endif

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Run the test binaries of a build: unit suites first, then integration.
+# Usage: tests/run.sh BUILD_DIR [client]
+#   client: only the client-side suites (used under valgrind).
+# SPC_VALGRIND=1 runs each binary under valgrind with leak checking.
+# Prints one closing line "suites: N passed, N failed, N skipped".
+set -u
+BUILD=${1:-build}
+ONLY=${2:-}
+pass=0 fail=0 skip=0
+failed=""
+export SPCOLLD="$BUILD/bin/spcolld"
+export SPC_TEST_DATA="$(dirname "$0")/data"
+run() {
+  name=$(basename "$1")
+  log="$BUILD/tests/$name.log"
+  if [ "${SPC_VALGRIND:-0}" = 1 ]; then
+    CK_FORK=no valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+      --error-exitcode=99 --trace-children=no "$1" >"$log" 2>&1
+  else
+    "$1" >"$log" 2>&1
+  fi
+  rc=$?
+  if [ $rc -eq 77 ]; then
+    skip=$((skip + 1)); echo "SKIP $name: $(tail -n 1 "$log")"
+  elif [ $rc -eq 0 ]; then
+    pass=$((pass + 1)); echo "PASS $name: $(grep -E '^[0-9]+%: Checks' "$log" | tail -n 1)"
+  else
+    fail=$((fail + 1)); failed="$failed $name"
+    echo "FAIL $name (exit $rc), last lines of $log:"; tail -n 30 "$log" | sed 's/^/    /'
+  fi
+}
+for t in "$BUILD"/tests/unit_*; do
+  [ -x "$t" ] || continue
+  [ "$ONLY" = client ] && case "$t" in *unit_frame*|*unit_client*) ;; *) continue;; esac
+  run "$t"
+done
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] || continue
+  [ "$ONLY" = client ] && case "$t" in *test_allgather*) ;; *) continue;; esac
+  run "$t"
+done
+echo "suites: $pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ] || { echo "failed:$failed"; exit 1; }
