@@ -59,6 +59,9 @@ DEMO       := $(BUILD)/bin/spcoll-demo
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 
+# Keep objects of pattern rules: they are not throw-away intermediates.
+.SECONDARY:
+
 .PHONY: all deps check check-asan check-valgrind demo install clean config
 all: $(SPCOLLD) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
@@ -100,6 +103,16 @@ $(PCFILE): client/spcoll.pc.in
 $(DEMO): $(BUILD)/demo/demo.o $(BUILD)/tests/integ/harness.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS) -lm
+
+$(BUILD)/demo/%.o: demo/%.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests/integ -MMD -MP -c $< -o $@
+
+# Unit suites of daemon pieces link the daemon's objects but its main.
+DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
+$(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) -lm
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)

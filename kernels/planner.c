@@ -1,5 +1,7 @@
 #include "planner.h"
 
+#include <stdint.h>
+
 typedef int (*plan_fn)(const spk_op_args *const *, int, spk_plan *,
                        spk_err *);
 typedef int (*check_fn)(const spk_op_args *, int, int, spk_err *);
@@ -24,6 +26,37 @@ static int dtype_known(spk_dtype dtype, spk_err *err) {
   return SPK_OK;
 }
 
+/* Both shapes must have non-negative dims and a byte size that fits. */
+static int shapes_check(const spk_op_args *a, spk_err *err) {
+  size_t esize = spk_dtype_size(a->dtype);
+  int64_t n;
+  spk_err why;
+  int rc = spk_shape_numel(&a->in, esize, &n, &why);
+  if (rc < 0)
+    return spk_err_set(err, rc, "input %s", why.msg);
+  rc = spk_shape_numel(&a->out, esize, &n, &why);
+  if (rc < 0)
+    return spk_err_set(err, rc, "output %s", why.msg);
+  return SPK_OK;
+}
+
+/* Size lists hold non-negative entries whose sum fits in int64, so a
+ * planner can add them up without overflow. */
+static int list_check(const int64_t *l, int n, const char *what,
+                      spk_err *err) {
+  int64_t sum = 0;
+  for (int i = 0; i < n; i++) {
+    if (l[i] < 0)
+      return spk_err_set(err, SPK_EINVAL, "%s[%d] is negative (%lld)", what,
+                         i, (long long)l[i]);
+    if (l[i] > INT64_MAX - sum)
+      return spk_err_set(err, SPK_EINVAL, "%s sums past int64 at [%d]", what,
+                         i);
+    sum += l[i];
+  }
+  return SPK_OK;
+}
+
 int spk_args_check(const spk_op_args *a, int world, int rank, spk_err *err) {
   int rc = op_known(a->op, err);
   if (rc == SPK_OK)
@@ -37,6 +70,12 @@ int spk_args_check(const spk_op_args *a, int world, int rank, spk_err *err) {
   if (rc == SPK_OK && (world < 1 || rank < 0 || rank >= world))
     rc = spk_err_set(err, SPK_EINVAL, "rank %d outside world of %d", rank,
                      world);
+  if (rc == SPK_OK)
+    rc = shapes_check(a, err);
+  if (rc == SPK_OK)
+    rc = list_check(a->sizes, a->nsizes, "sizes", err);
+  if (rc == SPK_OK)
+    rc = list_check(a->sizes2, a->nsizes2, "sizes2", err);
   if (rc < 0)
     return rc;
   return planners[a->op].check(a, world, rank, err);
@@ -44,6 +83,8 @@ int spk_args_check(const spk_op_args *a, int world, int rank, spk_err *err) {
 
 int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
                    spk_err *err) {
+  if (world < 1)
+    return spk_err_set(err, SPK_EINVAL, "world size %d is less than 1", world);
   for (int r = 0; r < world; r++) {
     int rc = spk_args_check(args[r], world, r, err);
     if (rc < 0)

@@ -32,6 +32,8 @@ const char *spk_op_name(spk_op_kind op) {
 int spk_shape_numel(const spk_shape *shape, size_t esize, int64_t *numel_p,
                     spk_err *err) {
   int64_t n = 1;
+  if (esize == 0)
+    return spk_err_set(err, SPK_EINVAL, "element size 0 (unknown dtype)");
   if (shape->ndim < 0 || shape->ndim > SPK_MAX_DIMS)
     return spk_err_set(err, SPK_EINVAL, "ndim %d outside 0..%d", shape->ndim,
                        SPK_MAX_DIMS);

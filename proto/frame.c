@@ -41,6 +41,9 @@ void spf_reader_free(spf_reader *r) {
 
 int spf_reader_space(spf_reader *r, size_t want, uint8_t **space_p,
                      size_t *avail_p, spk_err *err) {
+  if (want > 2 * (SPF_FRAME_MAX + SPF_HEADER))
+    return spk_err_set(err, SPK_EINVAL, "reader space of %zu bytes requested, "
+                       "frames are at most %u", want, SPF_FRAME_MAX);
   if (r->cap - r->len < want) {
     size_t cap = r->cap ? r->cap : 4096;
     while (cap - r->len < want)

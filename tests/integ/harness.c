@@ -264,3 +264,60 @@ int spt_raw_hello(int fd) {
     spcoll__frame__free_unpacked(r, NULL);
   return ok ? 0 : -1;
 }
+
+static size_t shape_numel(const int64_t *s, int nd) {
+  size_t n = 1;
+  for (int i = 0; i < nd; i++)
+    n *= (size_t)s[i];
+  return n;
+}
+
+/* Source element of output element i: plain index arithmetic, written
+ * apart from the planner on purpose. */
+static size_t gather_source(size_t i, int ndim, const int64_t *oshape, int d,
+                            const int64_t *sizes, const int64_t *off, int *k_p) {
+  int64_t idx[SPC_MAX_DIMS] = {0};
+  for (int j = ndim - 1; j >= 0; j--) {
+    idx[j] = (int64_t)(i % (size_t)oshape[j]);
+    i /= (size_t)oshape[j];
+  }
+  int k = 0;
+  while (idx[d] >= off[k + 1])
+    k++;
+  idx[d] -= off[k];
+  size_t si = 0;
+  for (int j = 0; j < ndim; j++)
+    si = si * (size_t)(j == d ? sizes[k] : oshape[j]) + (size_t)idx[j];
+  *k_p = k;
+  return si;
+}
+
+int spt_check_gather(const void *out, spc_dtype dt, int ndim,
+                     const int64_t *oshape, int d, const int64_t *sizes,
+                     int world, uint64_t seed, int rank) {
+  size_t es = spc_dtype_size(dt), n = shape_numel(oshape, ndim);
+  int64_t off[257] = {0};
+  void *src[256];
+  for (int k = 0; k < world; k++) {
+    int64_t ishape[SPC_MAX_DIMS];
+    memcpy(ishape, oshape, sizeof(ishape));
+    ishape[d] = sizes[k];
+    size_t m = shape_numel(ishape, ndim);
+    src[k] = malloc(m * es + 1);
+    spt_fill(src[k], dt, m, seed, k);
+    off[k + 1] = off[k] + sizes[k];
+  }
+  int bad = 0;
+  for (size_t i = 0; i < n && !bad; i++) {
+    int k;
+    size_t si = gather_source(i, ndim, oshape, d, sizes, off, &k);
+    if (memcmp((const char *)out + i * es, (char *)src[k] + si * es, es)) {
+      fprintf(stderr, "rank %d: output element %zu differs (should be rank "
+              "%d's element %zu)\n", rank, i, k, si);
+      bad = 1;
+    }
+  }
+  for (int k = 0; k < world; k++)
+    free(src[k]);
+  return bad;
+}

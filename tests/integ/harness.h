@@ -38,6 +38,14 @@ int spt_run_ranks(int world, spt_rank_fn fn, void *arg, int guard_s);
  * Floats are multiples of 1/64 in [-32, 32) so sums are exact. */
 void spt_fill(void *p, spc_dtype dt, size_t n, uint64_t seed, int rank);
 
+/* Check a gathered output of shape oshape against the naive reference:
+ * rank k's input (spt_fill(seed, k), size sizes[k] along dim d) must sit at
+ * the sum of the sizes before it. 0 when equal; prints the first bad
+ * element (as seen by `rank`) otherwise. */
+int spt_check_gather(const void *out, spc_dtype dt, int ndim,
+                     const int64_t *oshape, int d, const int64_t *sizes,
+                     int world, uint64_t seed, int rank);
+
 /* Connect with a check-style failure message on error. */
 spc_client *spt_connect(const char *socket);
 

@@ -28,48 +28,6 @@ static size_t numel(const int64_t *s, int nd) {
   return n;
 }
 
-/* Element by element: which rank and which input element each output
- * element must come from, computed with plain index arithmetic. */
-static int verify(const gather_case *gc, int world, int rank, const void *out,
-                  const int64_t *oshape, int d) {
-  size_t es = spc_dtype_size(gc->dtype), n = numel(oshape, gc->ndim);
-  int64_t off[9] = {0};
-  void *src[8];
-  for (int k = 0; k < world; k++) {
-    int64_t ishape[SPC_MAX_DIMS];
-    memcpy(ishape, oshape, sizeof(ishape));
-    ishape[d] = gc->sizes[k];
-    size_t m = numel(ishape, gc->ndim);
-    src[k] = malloc(m * es + 1);
-    spt_fill(src[k], gc->dtype, m, 42, k);
-    off[k + 1] = off[k] + gc->sizes[k];
-  }
-  int bad = 0;
-  for (size_t i = 0; i < n && !bad; i++) {
-    int64_t idx[SPC_MAX_DIMS];
-    size_t rem = i;
-    for (int j = gc->ndim - 1; j >= 0; j--) {
-      idx[j] = (int64_t)(rem % (size_t)oshape[j]);
-      rem /= (size_t)oshape[j];
-    }
-    int k = 0;
-    while (idx[d] >= off[k + 1])
-      k++;
-    idx[d] -= off[k];
-    size_t si = 0;
-    for (int j = 0; j < gc->ndim; j++)
-      si = si * (size_t)(j == d ? gc->sizes[k] : oshape[j]) + (size_t)idx[j];
-    if (memcmp((const char *)out + i * es, (char *)src[k] + si * es, es)) {
-      fprintf(stderr, "rank %d: output element %zu differs (from rank %d "
-              "element %zu)\n", rank, i, k, si);
-      bad = 1;
-    }
-  }
-  for (int k = 0; k < world; k++)
-    free(src[k]);
-  return bad;
-}
-
 static int gather_rank(int rank, int world, void *arg) {
   const gather_case *gc = arg;
   spc_client *c = spt_connect(daemon_.socket);
@@ -115,7 +73,8 @@ static int gather_rank(int rank, int world, void *arg) {
     if (rc < 0)
       fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(c));
     else
-      rc = verify(gc, world, rank, spc_tensor_data(&out), oshape, d);
+      rc = spt_check_gather(spc_tensor_data(&out), gc->dtype, gc->ndim,
+                            oshape, d, gc->sizes, world, 42, rank);
   }
   spc_buffer_free(buf);
   spc_group_leave(g);

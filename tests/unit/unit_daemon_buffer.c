@@ -1,0 +1,80 @@
+/* Registered host buffers: the memfd checks and the bounds check every
+ * tensor reference goes through. */
+#include <check.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "buffer.h"
+
+static spd_ctx ctx;
+
+static int memfd_of(size_t size, unsigned seals) {
+  int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+  if (seals)
+    ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
+  return fd;
+}
+
+START_TEST(bounds) {
+  spd_buffer b = {.id = 3, .size = 100};
+  spk_err err;
+  ck_assert_int_eq(spd_buffer_check_range(&b, 0, 100, "input", &err), 0);
+  ck_assert_int_eq(spd_buffer_check_range(&b, 100, 0, "input", &err), 0);
+  ck_assert_int_eq(spd_buffer_check_range(&b, 60, 40, "input", &err), 0);
+  ck_assert_int_eq(spd_buffer_check_range(&b, 61, 40, "output", &err),
+                   SPK_EINVAL);
+  ck_assert_str_eq(err.msg, "output tensor (offset 61, 40 bytes) reaches "
+                            "outside buffer 3 of 100 bytes");
+  ck_assert_int_eq(spd_buffer_check_range(&b, 101, 0, "input", &err),
+                   SPK_EINVAL);
+  /* offset + bytes would wrap: must still be refused */
+  ck_assert_int_eq(spd_buffer_check_range(&b, 8, UINT64_MAX - 4, "input",
+                                          &err), SPK_EINVAL);
+  ck_assert_int_eq(spd_buffer_check_range(&b, UINT64_MAX, 2, "input", &err),
+                   SPK_EINVAL);
+}
+END_TEST
+
+START_TEST(map_checks_seal_and_size) {
+  spd_buffer *b;
+  spk_err err;
+  ctx.log.level = SPD_LOG_ERROR;
+  ck_assert_int_eq(spd_buffer_map(&ctx, memfd_of(64, 0), 64, &b, &err),
+                   SPK_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err.msg, "not sealed with F_SEAL_SHRINK"));
+  ck_assert_int_eq(spd_buffer_map(&ctx, memfd_of(64, F_SEAL_SHRINK), 65, &b,
+                                  &err), SPK_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err.msg, "size 65 does not match"));
+  ck_assert_int_eq(spd_buffer_map(&ctx, memfd_of(64, F_SEAL_SHRINK), 0, &b,
+                                  &err), SPK_EINVAL);
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  ck_assert_int_eq(spd_buffer_map(&ctx, p[0], 64, &b, &err), SPK_EINVAL);
+  close(p[1]);
+  ck_assert_int_eq(spd_buffer_map(&ctx, memfd_of(64, F_SEAL_SHRINK), 64, &b,
+                                  &err), SPK_OK);
+  ck_assert_int_eq(b->size, 64);
+  memset(b->base, 7, 64); /* mapped writable */
+  spd_buffer_ref(b);
+  spd_buffer_unref(&ctx, b);
+  ck_assert_int_eq(b->refs, 1);
+  spd_buffer_unref(&ctx, b);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("daemon_buffer");
+  TCase *tc = tcase_create("buffer");
+  tcase_add_test(tc, bounds);
+  tcase_add_test(tc, map_checks_seal_and_size);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,93 @@
+/* spcolld settings: defaults, every flag, and each bad value rejected with
+ * the flag named. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static int parse(spd_config *cfg, spk_err *err, int argc, char **argv) {
+  spd_config_defaults(cfg);
+  return spd_config_parse_args(cfg, argc, argv, err);
+}
+
+START_TEST(defaults) {
+  spd_config cfg;
+  spd_config_defaults(&cfg);
+  ck_assert_int_ge(cfg.workers, 1);
+  ck_assert_int_eq(cfg.socket_mode, 0660);
+  ck_assert_int_eq(cfg.log_level, SPD_LOG_INFO);
+  ck_assert_ptr_nonnull(strstr(cfg.socket_path, "spcolld.sock"));
+}
+END_TEST
+
+START_TEST(defaults_follow_xdg_for_non_root) {
+  spd_config cfg;
+  setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+  spd_config_defaults(&cfg);
+  if (geteuid() == 0)
+    ck_assert_str_eq(cfg.socket_path, "/run/spcolld/spcolld.sock");
+  else
+    ck_assert_str_eq(cfg.socket_path, "/run/user/1000/spcolld.sock");
+}
+END_TEST
+
+START_TEST(every_flag) {
+  spd_config cfg;
+  spk_err err;
+  char *argv[] = {"spcolld", "--socket", "/tmp/x.sock", "--socket-mode",
+                  "0600", "--workers", "3", "--log-level", "debug", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 9, argv), SPK_OK);
+  ck_assert_str_eq(cfg.socket_path, "/tmp/x.sock");
+  ck_assert_int_eq(cfg.socket_mode, 0600);
+  ck_assert_int_eq(cfg.workers, 3);
+  ck_assert_int_eq(cfg.log_level, SPD_LOG_DEBUG);
+}
+END_TEST
+
+static void expect_bad(int argc, char **argv, const char *needle) {
+  spd_config cfg;
+  spk_err err;
+  ck_assert_int_eq(parse(&cfg, &err, argc, argv), SPK_EINVAL);
+  ck_assert_msg(strstr(err.msg, needle) != NULL, "'%s' lacks '%s'", err.msg,
+                needle);
+}
+
+START_TEST(bad_values_name_the_flag) {
+  char *a1[] = {"spcolld", "--workers", "0", NULL};
+  expect_bad(3, a1, "--workers: '0' is not an integer in 1..1024");
+  char *a2[] = {"spcolld", "--workers", "3x", NULL};
+  expect_bad(3, a2, "--workers: '3x'");
+  char *a3[] = {"spcolld", "--socket-mode", "0999", NULL};
+  expect_bad(3, a3, "--socket-mode: '0999'");
+  char *a4[] = {"spcolld", "--log-level", "loud", NULL};
+  expect_bad(3, a4, "--log-level: 'loud'");
+  char *a5[] = {"spcolld", "--bogus", NULL};
+  expect_bad(2, a5, "unknown option '--bogus'");
+  char *a6[] = {"spcolld", "--workers", NULL};
+  expect_bad(2, a6, "missing value for option '--workers'");
+  char *a7[] = {"spcolld", "stray", NULL};
+  expect_bad(2, a7, "unexpected argument 'stray'");
+  char longp[200];
+  memset(longp, 'a', sizeof(longp) - 1);
+  longp[sizeof(longp) - 1] = '\0';
+  char *a8[] = {"spcolld", "--socket", longp, NULL};
+  expect_bad(3, a8, "--socket: path of 199 bytes");
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("daemon_config");
+  TCase *tc = tcase_create("config");
+  tcase_add_test(tc, defaults);
+  tcase_add_test(tc, defaults_follow_xdg_for_non_root);
+  tcase_add_test(tc, every_flag);
+  tcase_add_test(tc, bad_values_name_the_flag);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
