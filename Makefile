@@ -24,6 +24,10 @@ HAVE_CUDA := $(shell test -x $(CUDA_HOME)/bin/nvcc && test -f $(CUDA_HOME)/inclu
 HAVE_NCCL := $(shell test -f $(CUDA_HOME)/include/nccl.h && echo 1)
 
 comma := ,
+GPU_CFLAGS := $(if $(HAVE_CUDA),-DSPC_HAVE_CUDA -I$(CUDA_HOME)/include) \
+  $(if $(HAVE_NCCL),-DSPC_HAVE_NCCL)
+GPU_LIBS   := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart) \
+  $(if $(HAVE_NCCL),-lnccl)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 OPT       ?= -O2
 BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
@@ -62,7 +66,8 @@ INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 # Keep objects of pattern rules: they are not throw-away intermediates.
 .SECONDARY:
 
-.PHONY: all deps check check-asan check-valgrind demo install clean config
+.PHONY: all deps test check check-asan check-asan-only check-valgrind \
+  check-valgrind-only demo install clean config
 all: $(SPCOLLD) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
 config:
@@ -86,7 +91,12 @@ $(BUILD)/%.o: %.c $(PB_H)
 
 $(SPCOLLD): $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(GPU_LIBS)
+
+# GPU code compiles whenever CUDA is found; nothing else sees its headers.
+$(BUILD)/daemon/gpu_probe.o: daemon/gpu_probe.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(GPU_CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIBSO): $(CLIENT_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -112,7 +122,7 @@ $(BUILD)/demo/%.o: demo/%.c $(PB_H)
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(GPU_LIBS) -lm
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -131,14 +141,29 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harnes
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
 # Tests: unit suites, then integration suites against a real daemon.
-check: deps
+# `check` runs them plain, then under ASan+UBSan (build-asan/), then the
+# client-side suites under valgrind: what CI runs.
+test:
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)sh tests/run.sh $(BUILD)
 
-check-asan:
-	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 OPT=-O1 check
+check: deps
+	$(Q)$(MAKE) --no-print-directory test
+	$(Q)$(MAKE) --no-print-directory check-asan-only
+	$(Q)$(MAKE) --no-print-directory check-valgrind-only
+
+check-asan: deps
+	$(Q)$(MAKE) --no-print-directory check-asan-only
+
+check-asan-only:
+	@echo "== ASan + UBSan build (build-asan/) =="
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 OPT=-O1 test
 
 check-valgrind: deps
+	$(Q)$(MAKE) --no-print-directory check-valgrind-only
+
+check-valgrind-only:
+	@echo "== valgrind: client library suites =="
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)SPC_VALGRIND=1 sh tests/run.sh $(BUILD) client
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "gpu_probe.h"
 #include "mover_host.h"
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -53,8 +54,10 @@ int main(int argc, char **argv) {
     uv_run(ctx->loop, UV_RUN_DEFAULT);
     return 1;
   }
-  SPD_INFO(&ctx->log, "spcolld %s ready: %d mover threads", SPD_VERSION,
-           ctx->cfg.workers);
+  char gpu[160];
+  spd_gpu_probe(gpu, sizeof(gpu));
+  SPD_INFO(&ctx->log, "spcolld %s ready: %d host mover threads; %s",
+           SPD_VERSION, ctx->cfg.workers, gpu);
   uv_run(ctx->loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(ctx->loop);
   if (rc < 0)
