@@ -179,7 +179,7 @@ install: all
 	ln -sf libspclient.so.1 $(DESTDIR)$(PREFIX)/lib/libspclient.so
 	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libspclient.a
 	install -m 0644 client/spcoll.h $(DESTDIR)$(PREFIX)/include/spcoll.h
-	install -m 0644 $(PCFILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/spcoll.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' client/spcoll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/spcoll.pc
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 0644 systemd/spcolld.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
 
