@@ -15,7 +15,8 @@ static int disagree(spk_err *err, const char *field, int r, long long a,
                      field, a, r, b);
 }
 
-int spk_args_agree(const spk_op_args *const *args, int world, spk_err *err) {
+int spk_args_agree(const spk_op_args *const *args, int world,
+                   int shared_sizes, spk_err *err) {
   const spk_op_args *a0 = args[0];
   for (int r = 1; r < world; r++) {
     const spk_op_args *a = args[r];
@@ -32,14 +33,23 @@ int spk_args_agree(const spk_op_args *const *args, int world, spk_err *err) {
       return disagree(err, "input ndim", r, a0->in.ndim, a->in.ndim);
     if (a->ndims != a0->ndims)
       return disagree(err, "number of dims", r, a0->ndims, a->ndims);
-    if (!list_equal(a->nsizes, a->sizes, a0->nsizes, a0->sizes))
+    if (shared_sizes &&
+        !list_equal(a->nsizes, a->sizes, a0->nsizes, a0->sizes))
       return spk_err_set(err, SPK_EMISMATCH,
                          "ranks disagree on sizes: rank 0 and rank %d differ",
                          r);
-    if (!list_equal(a->nsizes2, a->sizes2, a0->nsizes2, a0->sizes2))
+    if (shared_sizes &&
+        !list_equal(a->nsizes2, a->sizes2, a0->nsizes2, a0->sizes2))
       return spk_err_set(err, SPK_EMISMATCH,
                          "ranks disagree on sizes2: rank 0 and rank %d differ",
                          r);
+    for (int i = 0; i < a->ndims; i++)
+      if (a->dims[i] != a0->dims[i] && a->in.ndim == a0->in.ndim) {
+        int d0 = a0->dims[i] < 0 ? a0->dims[i] + a0->in.ndim : a0->dims[i];
+        int d = a->dims[i] < 0 ? a->dims[i] + a->in.ndim : a->dims[i];
+        if (d != d0)
+          return disagree(err, i == 0 ? "dim" : "second dim", r, d0, d);
+      }
     if (a->scalar != a0->scalar)
       return disagree(err, "scalar parameter", r, a0->scalar, a->scalar);
     if (a->flags != a0->flags)

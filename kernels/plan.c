@@ -10,19 +10,23 @@ void spk_plan_init(spk_plan *plan, int world) {
 
 void spk_plan_free(spk_plan *plan) {
   free(plan->moves);
+  free(plan->reduces);
+  free(plan->rsrcs);
   memset(plan, 0, sizeof(*plan));
 }
 
-static int plan_reserve(spk_plan *plan, spk_err *err) {
-  if (plan->nmoves < plan->cap)
+/* Grow an array of `size`-byte items so one more fits. */
+static int grow(void **items, size_t n, size_t *cap, size_t size,
+                const char *what, spk_err *err) {
+  if (n < *cap)
     return SPK_OK;
-  size_t cap = plan->cap ? plan->cap * 2 : 16;
-  spk_move *moves = realloc(plan->moves, cap * sizeof(*moves));
-  if (moves == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "plan: realloc of %zu moves failed",
-                       cap);
-  plan->moves = moves;
-  plan->cap = cap;
+  size_t ncap = *cap ? *cap * 2 : 16;
+  void *p = realloc(*items, ncap * size);
+  if (p == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "plan: realloc of %zu %s failed",
+                       ncap, what);
+  *items = p;
+  *cap = ncap;
   return SPK_OK;
 }
 
@@ -59,24 +63,22 @@ static void move_coalesce(spk_move *m, int nd, const uint64_t *len,
   m->nd = (uint8_t)(n + 1);
 }
 
-int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
-                       const spk_block_end *dst, const int64_t *extent,
-                       size_t esize, spk_err *err) {
+/* Fill m's geometry for a block of `extent` between src and dst; returns
+ * the bytes it covers, 0 for an empty block. */
+static uint64_t block_geometry(spk_move *m, const spk_block_end *src,
+                               const spk_block_end *dst,
+                               const int64_t *extent, size_t esize) {
   int nd = src->shape->ndim;
   uint64_t ss[SPK_MAX_DIMS], ds[SPK_MAX_DIMS], len[SPK_MAX_DIMS];
   uint64_t total = esize;
   for (int i = 0; i < nd; i++) {
     if (extent[i] == 0)
-      return SPK_OK;
+      return 0;
     len[i] = (uint64_t)extent[i];
     total *= len[i];
   }
-  int rc = plan_reserve(plan, err);
-  if (rc < 0)
-    return rc;
   c_strides(src->shape, esize, ss);
   c_strides(dst->shape, esize, ds);
-  spk_move *m = &plan->moves[plan->nmoves++];
   memset(m, 0, sizeof(*m));
   m->src_rank = src->rank, m->dst_rank = dst->rank;
   m->src_t = src->t, m->dst_t = dst->t;
@@ -85,7 +87,48 @@ int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
     m->dst_off += (uint64_t)dst->origin[i] * ds[i];
   }
   move_coalesce(m, nd, len, ss, ds, esize);
-  plan->bytes += total;
+  return total;
+}
+
+int spk_plan_add_reduce(spk_plan *plan, const spk_block_end *dst,
+                        const spk_block_end *srcs, int nsrc,
+                        const int64_t *extent, size_t esize, spk_err *err) {
+  spk_reduce r = {.src0 = (uint32_t)plan->nrsrcs, .nsrc = (uint32_t)nsrc};
+  uint64_t bytes = block_geometry(&r.geo, &srcs[0], dst, extent, esize);
+  if (bytes == 0)
+    return SPK_OK;
+  int rc = grow((void **)&plan->reduces, plan->nreduces, &plan->rcap,
+                sizeof(spk_reduce), "reduce steps", err);
+  for (int k = 0; rc == SPK_OK && k < nsrc; k++) {
+    rc = grow((void **)&plan->rsrcs, plan->nrsrcs, &plan->scap,
+              sizeof(spk_rsrc), "reduce sources", err);
+    if (rc < 0)
+      break;
+    spk_move one;
+    block_geometry(&one, &srcs[k], dst, extent, esize);
+    plan->rsrcs[plan->nrsrcs++] =
+        (spk_rsrc){srcs[k].rank, srcs[k].t, one.src_off};
+  }
+  if (rc < 0)
+    return rc;
+  plan->reduces[plan->nreduces++] = r;
+  plan->bytes += bytes;
+  return SPK_OK;
+}
+
+int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
+                       const spk_block_end *dst, const int64_t *extent,
+                       size_t esize, spk_err *err) {
+  spk_move m;
+  uint64_t bytes = block_geometry(&m, src, dst, extent, esize);
+  if (bytes == 0)
+    return SPK_OK;
+  int rc = grow((void **)&plan->moves, plan->nmoves, &plan->cap,
+                sizeof(spk_move), "moves", err);
+  if (rc < 0)
+    return rc;
+  plan->moves[plan->nmoves++] = m;
+  plan->bytes += bytes;
   return SPK_OK;
 }
 

@@ -27,11 +27,37 @@ typedef struct {
   uint64_t dst_stride[SPK_MOVE_DIMS];
 } spk_move;
 
+/* One source of a reduce step: the block at byte `off` of rank's tensor t. */
+typedef struct {
+  uint32_t rank;
+  uint8_t t;
+  uint64_t off;
+} spk_rsrc;
+
+/* dst block = reduce over sources of their blocks, elementwise. The
+ * geometry is a move's (dst_*, len, strides); src_stride is shared by every
+ * source and src_rank/src_t/src_off are unused. Sources are
+ * plan->rsrcs[src0 .. src0 + nsrc), reduced in that order. */
+typedef struct {
+  spk_move geo;
+  uint32_t src0, nsrc;
+} spk_reduce;
+
+/* A plan runs in two phases: every reduce step, then every move (moves may
+ * read what reduce steps wrote, as all-reduce does). Within a phase the
+ * steps are independent and may run in any order or in parallel. */
 typedef struct {
   int world;
+  spk_dtype dtype;
+  int scale;               /* SPK_SCALE_*: applied to every move */
+  int red_op;              /* SPK_RED_*: applied by every reduce step */
   spk_move *moves;
   size_t nmoves, cap;
-  uint64_t bytes;          /* total bytes the moves write */
+  spk_reduce *reduces;
+  size_t nreduces, rcap;
+  spk_rsrc *rsrcs;
+  size_t nrsrcs, scap;
+  uint64_t bytes;          /* total bytes the plan writes */
 } spk_plan;
 
 /* One side of a block: a rank's tensor, its shape and the block's origin. */
@@ -52,13 +78,33 @@ int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
                        const spk_block_end *dst, const int64_t *extent,
                        size_t esize, spk_err *err);
 
+/* Append a reduce step: dst block = red_op over the blocks of srcs (all
+ * of srcs[0].shape's geometry) of extent `extent`. */
+int spk_plan_add_reduce(spk_plan *plan, const spk_block_end *dst,
+                        const spk_block_end *srcs, int nsrc,
+                        const int64_t *extent, size_t esize, spk_err *err);
+
 /* Units a move can be cut into for parallel execution: rows of its
  * outermost dim, or bytes when it is one contiguous run. */
 uint64_t spk_move_units(const spk_move *m);
 
 /* Execute units [u0, u1) of m; src and dst are the base addresses of the
- * source and destination tensors (offsets are added here). */
+ * source and destination tensors (offsets are added here). A plain copy:
+ * use spk_move_exec for plans that scale. */
 void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
                   uint64_t u0, uint64_t u1);
+
+/* Execute units [u0, u1) of move m of plan, with the plan's scale.
+ * bases[rank * SPK_T_COUNT + t] is the base address of rank's tensor t. */
+void spk_move_exec(const spk_plan *plan, const spk_move *m,
+                   uint8_t *const *bases, uint64_t u0, uint64_t u1);
+
+/* Execute units [u0, u1) of reduce step r of plan. */
+void spk_reduce_exec(const spk_plan *plan, const spk_reduce *r,
+                     uint8_t *const *bases, uint64_t u0, uint64_t u1);
+
+/* Run a whole plan on this thread: the reference executor of tests and the
+ * fallback of movers. */
+void spk_plan_exec(const spk_plan *plan, uint8_t *const *bases);
 
 #endif

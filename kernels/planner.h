@@ -18,13 +18,28 @@ int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
  * from this rank's arguments. */
 int spk_args_check(const spk_op_args *args, int world, int rank, spk_err *err);
 
-/* Fields every op's ranks must share (op, dtype, ndim, size lists, scalar,
- * flags); SPK_EMISMATCH naming the first field and the two ranks. */
-int spk_args_agree(const spk_op_args *const *args, int world, spk_err *err);
+/* Fields every op's ranks must share (op, dtype, ndim, scalar, flags, and
+ * the size lists when shared_sizes); SPK_EMISMATCH naming the first field
+ * and the two ranks. */
+int spk_args_agree(const spk_op_args *const *args, int world,
+                   int shared_sizes, spk_err *err);
 
-int spk_plan_all_gather(const spk_op_args *const *args, int world,
-                        spk_plan *plan, spk_err *err);
-int spk_check_all_gather(const spk_op_args *args, int world, int rank,
-                         spk_err *err);
+/* One planner and one single-rank check per op, each in plan_<op>.c. */
+#define SPK_PLANNER_DECL(name)                                               \
+  int spk_plan_##name(const spk_op_args *const *args, int world,             \
+                      spk_plan *plan, spk_err *err);                         \
+  int spk_check_##name(const spk_op_args *args, int world, int rank,         \
+                       spk_err *err);
+SPK_PLANNER_DECL(split)
+SPK_PLANNER_DECL(all_gather)
+SPK_PLANNER_DECL(all_to_all)
+SPK_PLANNER_DECL(all_to_all_v)
+SPK_PLANNER_DECL(all_reduce)
+SPK_PLANNER_DECL(reduce_scatter)
+SPK_PLANNER_DECL(zigzag_split)
+SPK_PLANNER_DECL(zigzag_gather)
+SPK_PLANNER_DECL(packed_split)
+SPK_PLANNER_DECL(packed_gather)
+#undef SPK_PLANNER_DECL
 
 #endif

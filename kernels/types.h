@@ -23,10 +23,52 @@ typedef enum {
   SPK_DTYPE_COUNT
 } spk_dtype;
 
+/* Ops and what their arguments mean (spk_op_args). Every op reads `in`
+ * and writes `out` of the same dtype; d = dims[0] (Python-style).
+ * SPLIT          out_r = piece r of in along d; sizes (w entries) or the
+ *                split rule. Scale flag: the gather-backward "own slice".
+ * ALL_GATHER     out = cat_k in_k along d; sizes optional, checked.
+ * ALL_TO_ALL     dims = {scatter, gather}; scalar = gather_size G (0: the
+ *                local gather size times w); the seeds' semantics.
+ * ALL_TO_ALL_V   along dim 0; sizes = this rank's input splits, sizes2 =
+ *                its output splits (per rank, not shared).
+ * ALL_REDUCE     out = reduce_k in_k; flags & SPK_FLAG_RED_MASK = op.
+ * REDUCE_SCATTER out_r = piece r (sizes or the rule) along d of sum_k in_k.
+ * ZIGZAG_SPLIT   in is the full sequence along d, cut in 2w chunks; out_r =
+ *                chunk r ++ chunk 2w-1-r. Length % 2w must be 0.
+ * ZIGZAG_GATHER  inverse: out = the full sequence in natural order.
+ * PACKED_SPLIT   sizes = sequence lengths packed along d; out_r = for each
+ *                sequence, piece r of it by the rule, concatenated.
+ * PACKED_GATHER  inverse of PACKED_SPLIT (same sizes).
+ * Scale flags (SPK_FLAG_SCALE_*) multiply (up) or divide (down) every
+ * copied element by w: the seeds' grad_scale of backward ops. */
 typedef enum {
-  SPK_OP_ALL_GATHER = 1,
+  SPK_OP_SPLIT = 1,
+  SPK_OP_ALL_GATHER = 2,
+  SPK_OP_ALL_TO_ALL = 3,
+  SPK_OP_ALL_TO_ALL_V = 4,
+  SPK_OP_ALL_REDUCE = 5,
+  SPK_OP_REDUCE_SCATTER = 6,
+  SPK_OP_ZIGZAG_SPLIT = 7,
+  SPK_OP_ZIGZAG_GATHER = 8,
+  SPK_OP_PACKED_SPLIT = 9,
+  SPK_OP_PACKED_GATHER = 10,
   SPK_OP_COUNT
 } spk_op_kind;
+
+enum {
+  SPK_RED_SUM = 0,
+  SPK_RED_MAX = 1,
+  SPK_RED_MIN = 2,
+  SPK_RED_COUNT,
+  SPK_FLAG_RED_MASK = 0x0f,
+  SPK_SCALE_NONE = 0,
+  SPK_SCALE_UP = 1,
+  SPK_SCALE_DOWN = 2,
+  SPK_FLAG_SCALE_SHIFT = 4,
+  SPK_FLAG_SCALE_MASK = 0x30,
+  SPK_FLAG_KNOWN = 0x3f
+};
 
 typedef struct {
   int ndim;

@@ -254,7 +254,7 @@ START_TEST(test_mismatch) {
      SPK_F32);
   c.args[1].dims[0] = 1;
   c.args[1].out.dim[0] = 2, c.args[1].out.dim[1] = 6;
-  expect_build(&c, SPK_EMISMATCH, "gather dim", "rank 1");
+  expect_build(&c, SPK_EMISMATCH, "disagree on dim", "rank 1");
   /* Size lists that each fit their own rank but differ between ranks. */
   mk(&c, 2, 1, (const int64_t[]){0}, 0, (const int64_t[]){1, 2}, 1, SPK_U8);
   c.sizes[1][0] = 4, c.args[1].out.dim[0] = 6;

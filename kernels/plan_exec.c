@@ -1,0 +1,184 @@
+/* The CPU executor of plans: plain copies, scaled copies (the seeds'
+ * grad_scale) and reductions, for every dtype. Movers call it per task;
+ * tests call spk_plan_exec for whole plans. */
+#include <string.h>
+
+#include "half.h"
+#include "plan.h"
+
+#define RUN_BLOCK 256 /* elements converted per step of 16-bit work */
+
+/* ---- scaled copies --------------------------------------------------- */
+
+#define SCALE_LOOP(T, CONV_IN, CONV_OUT)                                     \
+  do {                                                                       \
+    const T *s = src;                                                        \
+    T *d = dst;                                                              \
+    for (size_t i = 0; i < n; i++)                                           \
+      d[i] = CONV_OUT(up ? CONV_IN(s[i]) * w : CONV_IN(s[i]) / w);           \
+  } while (0)
+#define ID(x) (x)
+
+/* Integer grad scaling has no use in training; it is defined (wrapping
+ * multiply, truncating divide) so no dtype is a special case. */
+#define SCALE_INT(T, UT)                                                     \
+  do {                                                                       \
+    const T *s = src;                                                        \
+    T *d = dst;                                                              \
+    for (size_t i = 0; i < n; i++)                                           \
+      d[i] = up ? (T)(UT)((UT)s[i] * (UT)iw) : (T)(s[i] / (T)iw);            \
+  } while (0)
+
+/* One IEEE operation per element: x * w or x / w, never a reciprocal. */
+static void scale_run(spk_dtype dt, int up, int world, const void *src,
+                      void *dst, size_t n) {
+  float w = (float)world;
+  double wd = (double)world;
+  int64_t iw = world;
+  switch (dt) {
+  case SPK_F32: SCALE_LOOP(float, ID, ID); break;
+  case SPK_F64: {
+    const double *s = src;
+    double *d = dst;
+    for (size_t i = 0; i < n; i++)
+      d[i] = up ? s[i] * wd : s[i] / wd;
+    break;
+  }
+  case SPK_F16: SCALE_LOOP(uint16_t, spk_f16_to_f32, spk_f32_to_f16); break;
+  case SPK_BF16: SCALE_LOOP(uint16_t, spk_bf16_to_f32, spk_f32_to_bf16); break;
+  case SPK_I8: SCALE_INT(int8_t, uint8_t); break;
+  case SPK_U8: SCALE_INT(uint8_t, uint8_t); break;
+  case SPK_I32: SCALE_INT(int32_t, uint32_t); break;
+  case SPK_I64: SCALE_INT(int64_t, uint64_t); break;
+  default: break;
+  }
+}
+
+typedef struct {
+  const spk_plan *plan;
+  const spk_move *m;
+  size_t esize;
+} move_ctx;
+
+static void move_rows(const move_ctx *c, int d, const uint8_t *src,
+                      uint8_t *dst, uint64_t r0, uint64_t r1) {
+  const spk_move *m = c->m;
+  if (d == m->nd - 1) {
+    if (c->plan->scale == SPK_SCALE_NONE)
+      memcpy(dst + r0, src + r0, r1 - r0);
+    else
+      scale_run(c->plan->dtype, c->plan->scale == SPK_SCALE_UP,
+                c->plan->world, src + r0, dst + r0, (r1 - r0) / c->esize);
+    return;
+  }
+  for (uint64_t r = r0; r < r1; r++)
+    move_rows(c, d + 1, src + r * m->src_stride[d], dst + r * m->dst_stride[d],
+              0, m->len[d + 1]);
+}
+
+void spk_move_exec(const spk_plan *plan, const spk_move *m,
+                   uint8_t *const *bases, uint64_t u0, uint64_t u1) {
+  move_ctx c = {plan, m, spk_dtype_size(plan->dtype)};
+  const uint8_t *src = bases[m->src_rank * SPK_T_COUNT + m->src_t];
+  uint8_t *dst = bases[m->dst_rank * SPK_T_COUNT + m->dst_t];
+  move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);
+}
+
+/* ---- reductions ------------------------------------------------------ */
+
+typedef struct {
+  const spk_plan *plan;
+  const spk_reduce *r;
+  uint8_t *const *bases;
+  size_t esize;
+} reduce_ctx;
+
+static inline const uint8_t *rsrc_at(const reduce_ctx *c, uint32_t k,
+                                     uint64_t rel) {
+  const spk_rsrc *s = &c->plan->rsrcs[c->r->src0 + k];
+  return c->bases[s->rank * SPK_T_COUNT + s->t] + s->off + rel;
+}
+
+/* NaN wins in max/min, as in torch. */
+#define COMBINE(op, a, v)                                                    \
+  ((op) == SPK_RED_SUM ? (a) + (v)                                           \
+   : (op) == SPK_RED_MAX ? (((v) > (a) || (v) != (v)) ? (v) : (a))           \
+                         : (((v) < (a) || (v) != (v)) ? (v) : (a)))
+
+/* Accumulate RUN_BLOCK elements at a time in A (fp32 for 16-bit floats),
+ * reading each source once and writing dst once. */
+#define REDUCE_LOOP(T, A, LOAD, STORE)                                       \
+  do {                                                                       \
+    A acc[RUN_BLOCK];                                                        \
+    for (size_t b = 0; b < n; b += RUN_BLOCK) {                              \
+      size_t m = n - b < RUN_BLOCK ? n - b : RUN_BLOCK;                      \
+      const T *s0 = (const T *)rsrc_at(c, 0, rel) + b;                       \
+      for (size_t i = 0; i < m; i++)                                         \
+        acc[i] = LOAD(s0[i]);                                                \
+      for (uint32_t k = 1; k < c->r->nsrc; k++) {                            \
+        const T *sk = (const T *)rsrc_at(c, k, rel) + b;                     \
+        for (size_t i = 0; i < m; i++)                                       \
+          acc[i] = COMBINE(op, acc[i], LOAD(sk[i]));                         \
+      }                                                                      \
+      T *d = (T *)dst + b;                                                   \
+      for (size_t i = 0; i < m; i++)                                         \
+        d[i] = STORE(acc[i]);                                                \
+    }                                                                        \
+  } while (0)
+
+/* Integer sums wrap as torch's do; computed unsigned to stay defined. */
+#define REDUCE_INT(T, UT)                                                    \
+  do {                                                                       \
+    if (op == SPK_RED_SUM) {                                                 \
+      REDUCE_LOOP(T, UT, (UT), (T));                                         \
+    } else {                                                                 \
+      REDUCE_LOOP(T, T, ID, ID);                                             \
+    }                                                                        \
+  } while (0)
+
+static void reduce_run(const reduce_ctx *c, uint64_t rel, uint8_t *dst,
+                       size_t n) {
+  int op = c->plan->red_op;
+  switch (c->plan->dtype) {
+  case SPK_F32: REDUCE_LOOP(float, float, ID, ID); break;
+  case SPK_F64: REDUCE_LOOP(double, double, ID, ID); break;
+  case SPK_F16: REDUCE_LOOP(uint16_t, float, spk_f16_to_f32, spk_f32_to_f16);
+    break;
+  case SPK_BF16:
+    REDUCE_LOOP(uint16_t, float, spk_bf16_to_f32, spk_f32_to_bf16);
+    break;
+  case SPK_I8: REDUCE_INT(int8_t, uint8_t); break;
+  case SPK_U8: REDUCE_INT(uint8_t, uint8_t); break;
+  case SPK_I32: REDUCE_INT(int32_t, uint32_t); break;
+  case SPK_I64: REDUCE_INT(int64_t, uint64_t); break;
+  default: break;
+  }
+}
+
+static void reduce_rows(const reduce_ctx *c, int d, uint64_t rel,
+                        uint8_t *dst, uint64_t r0, uint64_t r1) {
+  const spk_move *g = &c->r->geo;
+  if (d == g->nd - 1) {
+    reduce_run(c, rel + r0, dst + r0, (r1 - r0) / c->esize);
+    return;
+  }
+  for (uint64_t r = r0; r < r1; r++)
+    reduce_rows(c, d + 1, rel + r * g->src_stride[d],
+                dst + r * g->dst_stride[d], 0, g->len[d + 1]);
+}
+
+void spk_reduce_exec(const spk_plan *plan, const spk_reduce *r,
+                     uint8_t *const *bases, uint64_t u0, uint64_t u1) {
+  reduce_ctx c = {plan, r, bases, spk_dtype_size(plan->dtype)};
+  uint8_t *dst = bases[r->geo.dst_rank * SPK_T_COUNT + r->geo.dst_t];
+  reduce_rows(&c, 0, 0, dst + r->geo.dst_off, u0, u1);
+}
+
+void spk_plan_exec(const spk_plan *plan, uint8_t *const *bases) {
+  for (size_t i = 0; i < plan->nreduces; i++)
+    spk_reduce_exec(plan, &plan->reduces[i], bases, 0,
+                    spk_move_units(&plan->reduces[i].geo));
+  for (size_t i = 0; i < plan->nmoves; i++)
+    spk_move_exec(plan, &plan->moves[i], bases, 0,
+                  spk_move_units(&plan->moves[i]));
+}
