@@ -266,7 +266,7 @@ START_TEST(test_mismatch) {
   expect_build(&c, SPK_EMISMATCH, "ndim", "rank 1");
   /* Scalar and flags take part in the agreement too. */
   mk(&c, 2, 2, S24, 0, G123, 0, SPK_F32);
-  c.args[1].flags = 3;
+  c.args[1].flags = SPK_SCALE_UP << SPK_FLAG_SCALE_SHIFT; /* valid, differs */
   expect_build(&c, SPK_EMISMATCH, "flags", "rank 1");
   mk(&c, 2, 2, S24, 0, G123, 0, SPK_F32);
   c.args[1].scalar = -1;
