@@ -74,3 +74,47 @@ int spc_group_rank(const spc_group *g) {
 int spc_group_size(const spc_group *g) {
   return g ? g->world : SPC_EINVAL;
 }
+
+int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
+  if (g == NULL || sub_p == NULL)
+    return SPC_EINVAL;
+  spc_client *c = g->client;
+  spc_group *sub = calloc(1, sizeof(*sub));
+  if (sub == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of a group failed");
+  int32_t dims[2] = {color, key};
+  Spcoll__OpRequest rq = SPCOLL__OP_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  rq.group_id = g->id;
+  rq.op = 100; /* the daemon's group split */
+  rq.n_dims = 2;
+  rq.dims = dims;
+  f.body_case = SPCOLL__FRAME__BODY_OP;
+  f.op = &rq;
+  Spcoll__Frame *reply;
+  int rc = spc__call(c, &f, -1, &reply);
+  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered group split with %s",
+                   spf_body_name(reply->body_case));
+    spcoll__frame__free_unpacked(reply, NULL);
+  }
+  if (rc < 0) {
+    free(sub);
+    return rc;
+  }
+  Spcoll__GroupJoined *j = reply->group_joined;
+  if (j->group_id == 0) { /* color < 0: in no group */
+    free(sub);
+    sub = NULL;
+  } else {
+    sub->client = c;
+    sub->id = j->group_id;
+    sub->rank = j->rank;
+    sub->world = j->world_size;
+    sub->next = c->groups;
+    c->groups = sub;
+  }
+  spcoll__frame__free_unpacked(reply, NULL);
+  *sub_p = sub;
+  return SPC_OK;
+}

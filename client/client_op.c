@@ -7,18 +7,6 @@
 
 #include "client_internal.h"
 
-typedef struct {
-  spk_op_kind op;
-  int ndims;
-  int dims[4];
-  const int64_t *sizes;
-  int nsizes;
-  const int64_t *sizes2;
-  int nsizes2;
-  int64_t scalar;
-  uint32_t flags;
-} op_params;
-
 static void tensor_msg(Spcoll__Tensor *m, const spc_tensor *t) {
   m->buffer_id = t->buf->id;
   m->offset = t->offset;
@@ -37,9 +25,42 @@ static int tensor_valid(spc_client *c, const spc_tensor *t, const char *what) {
   return SPC_OK;
 }
 
-static int op_submit(spc_group *g, const spc_tensor *in, const spc_tensor *out,
-                     const op_params *p, spc_request **req_p) {
-  if (g == NULL || req_p == NULL)
+/* Build and send the request. Tensors may be NULL only for ops that take
+ * none (group split). */
+static int op_send(spc_group *g, const spc_op *op, const spc_tensor *in,
+                   const spc_tensor *out, spc_request **req_p) {
+  spc_client *c = g->client;
+  Spcoll__Tensor tin = SPCOLL__TENSOR__INIT, tout = SPCOLL__TENSOR__INIT;
+  Spcoll__OpRequest rq = SPCOLL__OP_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  if (in != NULL) {
+    tensor_msg(&tin, in);
+    rq.input = &tin;
+  }
+  if (out != NULL) {
+    tensor_msg(&tout, out);
+    rq.output = &tout;
+  }
+  int32_t dims[2] = {op->dims[0], op->dims[1]};
+  rq.group_id = g->id;
+  rq.op = (uint32_t)op->kind;
+  rq.n_dims = (size_t)op->ndims;
+  rq.dims = dims;
+  rq.n_sizes = op->sizes ? (size_t)(op->nsizes ? op->nsizes : g->world) : 0;
+  rq.sizes = (int64_t *)op->sizes;
+  rq.n_sizes2 = op->sizes2 ? (size_t)(op->nsizes2 ? op->nsizes2 : g->world)
+                           : 0;
+  rq.sizes2 = (int64_t *)op->sizes2;
+  rq.scalar = op->scalar;
+  rq.flags = op->flags;
+  f.body_case = SPCOLL__FRAME__BODY_OP;
+  f.op = &rq;
+  return spc__send(c, &f, -1, req_p);
+}
+
+int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
+              const spc_tensor *out, spc_request **req_p) {
+  if (g == NULL || op == NULL || req_p == NULL)
     return SPC_EINVAL;
   spc_client *c = g->client;
   int rc = tensor_valid(c, in, "input");
@@ -47,44 +68,80 @@ static int op_submit(spc_group *g, const spc_tensor *in, const spc_tensor *out,
     rc = tensor_valid(c, out, "output");
   if (rc < 0)
     return rc;
-  Spcoll__Tensor tin = SPCOLL__TENSOR__INIT, tout = SPCOLL__TENSOR__INIT;
-  Spcoll__OpRequest rq = SPCOLL__OP_REQUEST__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  tensor_msg(&tin, in);
-  tensor_msg(&tout, out);
-  int32_t dims[4];
-  for (int i = 0; i < p->ndims; i++)
-    dims[i] = p->dims[i];
-  rq.group_id = g->id;
-  rq.op = (uint32_t)p->op;
-  rq.input = &tin;
-  rq.output = &tout;
-  rq.n_dims = (size_t)p->ndims;
-  rq.dims = dims;
-  rq.n_sizes = p->sizes ? (size_t)p->nsizes : 0;
-  rq.sizes = (int64_t *)p->sizes;
-  rq.n_sizes2 = p->sizes2 ? (size_t)p->nsizes2 : 0;
-  rq.sizes2 = (int64_t *)p->sizes2;
-  rq.scalar = p->scalar;
-  rq.flags = p->flags;
-  f.body_case = SPCOLL__FRAME__BODY_OP;
-  f.op = &rq;
-  return spc__send(c, &f, -1, req_p);
+  if (op->ndims < 0 || op->ndims > 2 || op->nsizes < 0 || op->nsizes2 < 0)
+    return spc__fail(c, SPC_EINVAL, "op descriptor is not one made by an "
+                     "spc_op_* constructor");
+  return op_send(g, op, in, out, req_p);
 }
 
-int spc_all_gather_async(spc_group *g, const spc_tensor *in,
-                         const spc_tensor *out, int dim, const int64_t *sizes,
-                         spc_request **req_p) {
-  op_params p = {.op = SPK_OP_ALL_GATHER, .ndims = 1, .dims = {dim},
-                 .sizes = sizes, .nsizes = g ? g->world : 0};
-  return op_submit(g, in, out, &p, req_p);
-}
-
-int spc_all_gather(spc_group *g, const spc_tensor *in, const spc_tensor *out,
-                   int dim, const int64_t *sizes) {
+int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
+            const spc_tensor *out) {
   spc_request *req;
-  int rc = spc_all_gather_async(g, in, out, dim, sizes, &req);
+  int rc = spc_start(g, op, in, out, &req);
   if (rc < 0)
     return rc;
   return spc_wait(&req);
+}
+
+/* ---- constructors ---- */
+
+static spc_op op_dim(spk_op_kind kind, int dim, const int64_t *sizes) {
+  spc_op op = {.kind = kind, .ndims = 1, .dims = {dim, 0}, .sizes = sizes};
+  return op;
+}
+
+spc_op spc_op_split(int dim, const int64_t *sizes) {
+  return op_dim(SPK_OP_SPLIT, dim, sizes);
+}
+
+spc_op spc_op_all_gather(int dim, const int64_t *sizes) {
+  return op_dim(SPK_OP_ALL_GATHER, dim, sizes);
+}
+
+spc_op spc_op_all_to_all(int scatter_dim, int gather_dim, int64_t gather_size) {
+  spc_op op = {.kind = SPK_OP_ALL_TO_ALL, .ndims = 2,
+               .dims = {scatter_dim, gather_dim}, .scalar = gather_size};
+  return op;
+}
+
+spc_op spc_op_all_to_all_v(const int64_t *in_splits,
+                           const int64_t *out_splits) {
+  spc_op op = {.kind = SPK_OP_ALL_TO_ALL_V, .sizes = in_splits,
+               .sizes2 = out_splits};
+  return op;
+}
+
+spc_op spc_op_all_reduce(spc_reduce_op red) {
+  spc_op op = {.kind = SPK_OP_ALL_REDUCE, .flags = (unsigned)red};
+  return op;
+}
+
+spc_op spc_op_reduce_scatter(int dim, const int64_t *sizes) {
+  return op_dim(SPK_OP_REDUCE_SCATTER, dim, sizes);
+}
+
+spc_op spc_op_zigzag_split(int dim) {
+  return op_dim(SPK_OP_ZIGZAG_SPLIT, dim, NULL);
+}
+
+spc_op spc_op_zigzag_gather(int dim) {
+  return op_dim(SPK_OP_ZIGZAG_GATHER, dim, NULL);
+}
+
+spc_op spc_op_packed_split(int dim, const int64_t *seq_lens, int nseq) {
+  spc_op op = op_dim(SPK_OP_PACKED_SPLIT, dim, seq_lens);
+  op.nsizes = nseq;
+  return op;
+}
+
+spc_op spc_op_packed_gather(int dim, const int64_t *seq_lens, int nseq) {
+  spc_op op = op_dim(SPK_OP_PACKED_GATHER, dim, seq_lens);
+  op.nsizes = nseq;
+  return op;
+}
+
+spc_op spc_op_scaled(spc_op op, spc_grad_scale scale) {
+  op.flags = (op.flags & ~(unsigned)SPK_FLAG_SCALE_MASK) |
+             ((unsigned)scale << SPK_FLAG_SCALE_SHIFT);
+  return op;
 }

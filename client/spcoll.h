@@ -134,20 +134,159 @@ int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
 /* Address of the tensor's first element in this process. */
 void *spc_tensor_data(const spc_tensor *t);
 
-/* All-gather: out = concatenation of every rank's `in` along `dim`, in rank
- * order. Ranks may hold different sizes along dim. `sizes` (world_size
- * entries, or NULL) states each rank's size along dim; when given, every
- * rank must pass the same list and it is checked against the inputs.
- * out must have in's shape with dim replaced by the sum of the sizes.
- * Blocks until the op is done on this rank. */
-int spc_all_gather(spc_group *group, const spc_tensor *in, const spc_tensor *out,
-                   int dim, const int64_t *sizes);
+/* ---- Ops ------------------------------------------------------------
+ * An op is described by a spc_op (made by the spc_op_* constructors below)
+ * and run on (in, out) tensors of one dtype: spc_start returns at once with
+ * a request (complete it with spc_wait or spc_test; do not touch out or
+ * change in meanwhile), spc_run blocks. The named functions after them are
+ * spc_run of the matching constructor.
+ *
+ * Split sizes: "rule" is the seeds' rule, n over w ranks gives n/w + 1 to
+ * the first n % w ranks and n/w to the rest. A size list (sizes, w
+ * entries, or NULL for the rule) must be the same on every rank.
+ * Argument errors (a bad dim, sizes that do not sum, a wrong output shape)
+ * fail the op on every rank with SPC_EINVAL, naming the rank and the value,
+ * and the group stays usable. */
 
-/* The same, returning at once with a request to complete with spc_wait or
- * spc_test. Do not touch out (or change in) until it completes. */
+typedef enum {
+  SPC_SCALE_NONE = 0,  /* gradients pass unchanged */
+  SPC_SCALE_UP = 1,    /* multiplied by the group size */
+  SPC_SCALE_DOWN = 2   /* divided by the group size (one IEEE division) */
+} spc_grad_scale;
+
+typedef enum { SPC_SUM = 0, SPC_MAX = 1, SPC_MIN = 2 } spc_reduce_op;
+
+typedef struct {
+  int kind;                   /* internal op number */
+  int ndims;
+  int dims[2];
+  const int64_t *sizes;       /* NULL, or nsizes entries */
+  int nsizes;                 /* 0 with sizes: the group size */
+  const int64_t *sizes2;
+  int nsizes2;
+  int64_t scalar;
+  unsigned flags;
+} spc_op;
+
+/* split: every rank passes the same full tensor x; out_r = piece r of x
+ * along dim (sizes or the rule). out: x's shape with dim -> piece r. */
+spc_op spc_op_split(int dim, const int64_t *sizes);
+/* all_gather: out = cat over ranks of in along dim, rank order; ranks may
+ * hold different sizes along dim (sizes optional, checked when given). */
+spc_op spc_op_all_gather(int dim, const int64_t *sizes);
+/* all_to_all: in is cut in w pieces along scatter_dim (rule), piece j goes
+ * to rank j; received pieces are concatenated along gather_dim in rank
+ * order. Every rank has the same size S on scatter_dim; rank j's size on
+ * gather_dim must be piece j of the total G, so pass gather_size = G when
+ * the ranks' sizes differ (0: local size * w). out: scatter_dim -> piece r
+ * of S, gather_dim -> G. Any dim pair, 2-D to 8-D. */
+spc_op spc_op_all_to_all(int scatter_dim, int gather_dim, int64_t gather_size);
+/* all_to_all_v along dim 0: rank i sends rows in_splits[j] to rank j and
+ * concatenates what it receives (out_splits[i] from rank i) in rank order.
+ * Lists are this rank's own (w entries each). */
+spc_op spc_op_all_to_all_v(const int64_t *in_splits, const int64_t *out_splits);
+/* all_reduce: out = op over ranks of in, elementwise. 16-bit floats
+ * accumulate in fp32. */
+spc_op spc_op_all_reduce(spc_reduce_op op);
+/* reduce_scatter: out_r = piece r (sizes or rule) along dim of the sum over
+ * ranks of in. */
+spc_op spc_op_reduce_scatter(int dim, const int64_t *sizes);
+/* zigzag (load-balanced ring attention) split: the full sequence along dim,
+ * length L divisible by 2w, is cut in 2w chunks; rank r keeps chunk r then
+ * chunk 2w-1-r. zigzag gather is the inverse (natural order restored). */
+spc_op spc_op_zigzag_split(int dim);
+spc_op spc_op_zigzag_gather(int dim);
+/* packed (varlen) split: nseq sequences of seq_lens packed along dim of
+ * the full tensor; rank r takes piece r (rule) of each, concatenated.
+ * packed gather rebuilds the original packing. */
+spc_op spc_op_packed_split(int dim, const int64_t *seq_lens, int nseq);
+spc_op spc_op_packed_gather(int dim, const int64_t *seq_lens, int nseq);
+/* Scale every copied element by the group size: the grad_scale of the
+ * seeds' backward ops. Returns op with the scale set. */
+spc_op spc_op_scaled(spc_op op, spc_grad_scale scale);
+
+int spc_start(spc_group *group, const spc_op *op, const spc_tensor *in,
+              const spc_tensor *out, spc_request **req_p);
+int spc_run(spc_group *group, const spc_op *op, const spc_tensor *in,
+            const spc_tensor *out);
+
+/* Forward ops, blocking. */
+int spc_split(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+              int dim, const int64_t *sizes);
+int spc_all_gather(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+                   int dim, const int64_t *sizes);
+int spc_all_to_all(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+                   int scatter_dim, int gather_dim, int64_t gather_size);
+int spc_all_to_all_v(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+                     const int64_t *in_splits, const int64_t *out_splits);
+/* Megatron sp2hp: in [..., H] viewed as [n, H] -> out [w*n, H/w]; hp2sp:
+ * in [N, h] -> out [N/w, w*h]. Both are all_to_all on 2-d views. */
+int spc_sp2hp(spc_group *g, const spc_tensor *in, const spc_tensor *out);
+int spc_hp2sp(spc_group *g, const spc_tensor *in, const spc_tensor *out);
+int spc_all_reduce(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+                   spc_reduce_op op);
+int spc_reduce_scatter(spc_group *g, const spc_tensor *in,
+                       const spc_tensor *out, int dim, const int64_t *sizes);
+int spc_zigzag_split(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+                     int dim);
+int spc_zigzag_gather(spc_group *g, const spc_tensor *in,
+                      const spc_tensor *out, int dim);
+int spc_packed_split(spc_group *g, const spc_tensor *in, const spc_tensor *out,
+                     int dim, const int64_t *seq_lens, int nseq);
+int spc_packed_gather(spc_group *g, const spc_tensor *in,
+                      const spc_tensor *out, int dim, const int64_t *seq_lens,
+                      int nseq);
+
+/* Backward ops: the gradient of each forward op, with the seeds'
+ * grad_scale. grad_out has the forward output's shape, grad_in the
+ * forward input's. */
+/* split backward: grad_in = cat over ranks of scale(grad_out) (default
+ * scale in the seeds: down). */
+int spc_split_backward(spc_group *g, const spc_tensor *grad_out,
+                       const spc_tensor *grad_in, int dim,
+                       const int64_t *sizes, spc_grad_scale scale);
+/* all_gather backward, two flavours, both needed:
+ * _own: grad_in = this rank's own piece of its own scale(grad_out) (the
+ *   seeds' gather_forward_split_backward, default scale up);
+ * _sum: grad_in = this rank's piece of the sum over ranks of grad_out (a
+ *   reduce_scatter: Megatron with tensor_parallel_output_grad). */
+int spc_all_gather_backward_own(spc_group *g, const spc_tensor *grad_out,
+                                const spc_tensor *grad_in, int dim,
+                                const int64_t *sizes, spc_grad_scale scale);
+int spc_all_gather_backward_sum(spc_group *g, const spc_tensor *grad_out,
+                                const spc_tensor *grad_in, int dim,
+                                const int64_t *sizes);
+/* all_to_all backward: all_to_all(grad, gather_dim, scatter_dim,
+ * gather_size = the forward input's size S on scatter_dim). */
+int spc_all_to_all_backward(spc_group *g, const spc_tensor *grad_out,
+                            const spc_tensor *grad_in, int scatter_dim,
+                            int gather_dim, int64_t scatter_size);
+/* zigzag split backward: gather, divide by w, natural order; zigzag gather
+ * backward: multiply by w, keep chunks r and 2w-1-r. */
+int spc_zigzag_split_backward(spc_group *g, const spc_tensor *grad_out,
+                              const spc_tensor *grad_in, int dim);
+int spc_zigzag_gather_backward(spc_group *g, const spc_tensor *grad_out,
+                               const spc_tensor *grad_in, int dim);
+/* packed split backward: the full gradient from every rank's pieces,
+ * divided by w; packed gather backward: own pieces multiplied by w. */
+int spc_packed_split_backward(spc_group *g, const spc_tensor *grad_out,
+                              const spc_tensor *grad_in, int dim,
+                              const int64_t *seq_lens, int nseq);
+int spc_packed_gather_backward(spc_group *g, const spc_tensor *grad_out,
+                               const spc_tensor *grad_in, int dim,
+                               const int64_t *seq_lens, int nseq);
+
+/* Kept from the first release: spc_start of spc_op_all_gather. */
 int spc_all_gather_async(spc_group *group, const spc_tensor *in,
                          const spc_tensor *out, int dim, const int64_t *sizes,
                          spc_request **req_p);
+
+/* Split a group into sub-groups, as ncclCommSplit / MPI_Comm_split: every
+ * rank of g calls it; ranks passing the same color form a new group, ranked
+ * by (key, rank in g). color < 0 joins no group (*sub_p = NULL). Used for
+ * hybrid context parallelism: with ring size R, ring groups are colors
+ * rank / R (consecutive ranks) and Ulysses groups colors rank % R. */
+int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p);
 
 /* Wait for the request, free it and set *req to NULL. Returns the op's
  * status. */

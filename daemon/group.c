@@ -14,7 +14,7 @@ static spd_group *group_find(spd_ctx *ctx, const char *name) {
   return NULL;
 }
 
-static spd_group *group_create(spd_ctx *ctx, const char *name, int world) {
+spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
   spd_group *g = calloc(1, sizeof(*g));
   if (g == NULL)
     return NULL;
@@ -78,6 +78,8 @@ static void group_announce_ready(spd_group *g) {
     Spcoll__GroupJoined joined = SPCOLL__GROUP_JOINED__INIT;
     Spcoll__Frame f = SPCOLL__FRAME__INIT;
     joined.group_id = slot->member->id;
+    joined.rank = r;
+    joined.world_size = g->world;
     f.id = slot->join_req;
     f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
     f.group_joined = &joined;
@@ -92,34 +94,38 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
   spd_group *g = rc < 0 ? NULL : group_find(ctx, j->name);
   if (rc == SPK_OK && g != NULL)
     rc = join_check(g, j, msg, sizeof(msg));
-  if (rc == SPK_OK && g == NULL && (g = group_create(ctx, j->name,
+  if (rc == SPK_OK && g == NULL && (g = spd_group_create(ctx, j->name,
                                                      j->world_size)) == NULL) {
     rc = SPK_ENO_MEMORY;
     snprintf(msg, sizeof(msg), "out of memory creating group '%s'", j->name);
   }
-  spd_member *m = rc < 0 ? NULL : calloc(1, sizeof(*m));
-  if (rc == SPK_OK && m == NULL) {
+  if (rc == SPK_OK && spd_group_add(g, s, j->rank, req) < 0) {
     rc = SPK_ENO_MEMORY;
     snprintf(msg, sizeof(msg), "out of memory joining group '%s'", j->name);
     spd_group_maybe_free(g);
   }
-  if (rc < 0) {
+  if (rc < 0)
     spd_session_send_error(s, req, rc, msg);
-    return;
-  }
-  m->id = spd_next_id(ctx);
+}
+
+int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req) {
+  spd_member *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return SPK_ENO_MEMORY;
+  m->id = spd_next_id(g->ctx);
   m->group = g;
-  m->rank = j->rank;
+  m->rank = rank;
   TAILQ_INSERT_TAIL(&s->members, m, link);
-  spd_rank_slot *slot = &g->ranks[j->rank];
+  spd_rank_slot *slot = &g->ranks[rank];
   slot->session = s, slot->member = m, slot->join_req = req;
   g->joined++;
-  SPD_DEBUG(&ctx->log, "client %llu joined '%s' as rank %d (%d/%d)",
-            (unsigned long long)s->id, g->name, j->rank, g->joined, g->world);
+  SPD_DEBUG(&g->ctx->log, "client %llu joined '%s' as rank %d (%d/%d)",
+            (unsigned long long)s->id, g->name, rank, g->joined, g->world);
   /* After ready, any departure breaks the group and joins are refused, so
    * a full house can only happen once. */
   if (g->joined == g->world)
     group_announce_ready(g);
+  return SPK_OK;
 }
 
 void spd_group_fail_pending(spd_group *g, int status, const char *msg) {

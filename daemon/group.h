@@ -39,6 +39,13 @@ typedef struct spd_group {
 void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
                     const Spcoll__GroupJoin *join);
 
+/* Create an empty group (NULL when out of memory). */
+spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world);
+
+/* Put session s in g as `rank`, to be answered on request `req` when the
+ * group is complete (GroupJoined to every rank at once). */
+int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req);
+
 /* Rank of member m leaves: explicitly (lost = 0) or because its client
  * went away (lost = 1). Pending ops fail naming the rank and a ready group
  * is marked broken; the last member out frees the group. */

@@ -10,8 +10,9 @@
 #define TASK_BYTES (1u << 20)
 
 typedef struct {
-  uint32_t m0, m1;   /* moves [m0, m1) whole, or units [u0, u1) of m0 */
+  uint32_t m0, m1;   /* steps [m0, m1) whole, or units [u0, u1) of m0 */
   uint64_t u0, u1;
+  int reduce;        /* steps are the plan's reduces, else its moves */
 } mover_task;
 
 typedef struct mover_job {
@@ -20,6 +21,7 @@ typedef struct mover_job {
   uint8_t *const *bases;
   mover_task *tasks;
   size_t ntasks, next, done;
+  size_t nphase0;    /* reduce tasks: all done before any move starts */
   spd_mover_done_cb cb;
   void *arg;
 } mover_job;
@@ -43,57 +45,85 @@ static uint64_t move_bytes(const spk_move *m) {
   return bytes;
 }
 
-/* Cut a plan into tasks. A task with u1 == 0 covers whole moves [m0, m1);
- * otherwise it covers units [u0, u1) of move m0. */
+typedef struct {
+  mover_task *tasks;
+  size_t n;
+  uint64_t batch;    /* weight in the open batch task */
+} task_list;
+
+/* Cut one step (a move, or a reduce step's geometry weighted by how many
+ * inputs it reads) into tasks. A task with u1 == 0 covers whole steps
+ * [m0, m1); otherwise units [u0, u1) of step m0. */
+static void tasks_add(task_list *tl, uint32_t i, const spk_move *m,
+                      uint64_t weight, int reduce) {
+  uint64_t bytes = move_bytes(m) * weight, units = spk_move_units(m);
+  if (bytes < TASK_BYTES) {
+    mover_task *last = tl->n ? &tl->tasks[tl->n - 1] : NULL;
+    if (last && last->reduce == reduce && last->u1 == 0 &&
+        last->m1 == i && tl->batch + bytes <= TASK_BYTES) {
+      last->m1 = i + 1;
+      tl->batch += bytes;
+    } else {
+      tl->tasks[tl->n++] = (mover_task){i, i + 1, 0, 0, reduce};
+      tl->batch = bytes;
+    }
+    return;
+  }
+  /* Unit counts of one-dim steps are bytes: cut at multiples of 64 so no
+   * element is split between tasks. */
+  uint64_t per = bytes / units, step = TASK_BYTES / (per ? per : 1);
+  if (m->nd == 1)
+    step = (step + 63) / 64 * 64;
+  step = step ? step : 1;
+  for (uint64_t u = 0; u < units; u += step)
+    tl->tasks[tl->n++] = (mover_task){i, i + 1, u,
+                                      u + step < units ? u + step : units,
+                                      reduce};
+  tl->batch = TASK_BYTES;
+}
+
 static int tasks_build(mover_job *job, spk_err *err) {
   const spk_plan *p = job->plan;
+  uint64_t weight = 0;
+  for (size_t i = 0; i < p->nreduces; i++)
+    weight += move_bytes(&p->reduces[i].geo) * p->reduces[i].nsrc;
   /* Cutting by whole units can at most double the count of full tasks. */
-  size_t cap = p->nmoves + 2 * (p->bytes / TASK_BYTES) + 1, n = 0;
-  job->tasks = malloc(cap * sizeof(*job->tasks));
-  if (job->tasks == NULL)
+  size_t cap = p->nmoves + p->nreduces + 2 * ((p->bytes + weight) / TASK_BYTES)
+               + 2;
+  task_list tl = {malloc(cap * sizeof(mover_task)), 0, TASK_BYTES};
+  if (tl.tasks == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu mover tasks failed",
                        cap);
-  uint64_t batch = TASK_BYTES;   /* bytes in the open batch task */
-  for (size_t i = 0; i < p->nmoves; i++) {
-    const spk_move *m = &p->moves[i];
-    uint64_t bytes = move_bytes(m), units = spk_move_units(m);
-    if (bytes < TASK_BYTES) {
-      if (batch + bytes <= TASK_BYTES) {
-        job->tasks[n - 1].m1 = (uint32_t)i + 1;
-        batch += bytes;
-      } else {
-        job->tasks[n++] = (mover_task){(uint32_t)i, (uint32_t)i + 1, 0, 0};
-        batch = bytes;
-      }
-      continue;
-    }
-    uint64_t step = TASK_BYTES / (bytes / units);
-    step = step ? step : 1;
-    for (uint64_t u = 0; u < units; u += step)
-      job->tasks[n++] = (mover_task){(uint32_t)i, (uint32_t)i + 1, u,
-                                     u + step < units ? u + step : units};
-    batch = TASK_BYTES;
-  }
-  job->ntasks = n;
+  for (size_t i = 0; i < p->nreduces; i++)
+    tasks_add(&tl, (uint32_t)i, &p->reduces[i].geo, p->reduces[i].nsrc, 1);
+  job->nphase0 = tl.n;
+  tl.batch = TASK_BYTES;
+  for (size_t i = 0; i < p->nmoves; i++)
+    tasks_add(&tl, (uint32_t)i, &p->moves[i], 1, 0);
+  job->tasks = tl.tasks;
+  job->ntasks = tl.n;
   return SPK_OK;
 }
 
 static void task_run(const mover_job *job, const mover_task *t) {
+  const spk_plan *p = job->plan;
   for (uint32_t i = t->m0; i < t->m1; i++) {
-    const spk_move *m = &job->plan->moves[i];
-    const uint8_t *src = job->bases[m->src_rank * SPK_T_COUNT + m->src_t];
-    uint8_t *dst = job->bases[m->dst_rank * SPK_T_COUNT + m->dst_t];
-    if (t->u1 == 0)
-      spk_move_run(m, src, dst, 0, spk_move_units(m));
+    const spk_move *g = t->reduce ? &p->reduces[i].geo : &p->moves[i];
+    uint64_t u0 = t->u1 ? t->u0 : 0, u1 = t->u1 ? t->u1 : spk_move_units(g);
+    if (t->reduce)
+      spk_reduce_exec(p, &p->reduces[i], job->bases, u0, u1);
     else
-      spk_move_run(m, src, dst, t->u0, t->u1);
+      spk_move_exec(p, g, job->bases, u0, u1);
   }
 }
 
+/* A job's moves may read what its reduce steps write: no move task is
+ * handed out before every reduce task is done. */
 static mover_job *job_claimable(spd_mover *mv) {
   mover_job *job;
   TAILQ_FOREACH(job, &mv->todo, link)
-    if (job->next < job->ntasks)
+    if (job->next < job->ntasks &&
+        (job->next < job->nphase0 || job->done >= job->nphase0))
       return job;
   return NULL;
 }
@@ -120,6 +150,8 @@ static void *worker_main(void *arg) {
     pthread_mutex_lock(&mv->lock);
     if (++job->done == job->ntasks)
       job_finish(mv, job);
+    else if (job->done == job->nphase0)
+      pthread_cond_broadcast(&mv->wake); /* the move phase can start */
   }
   pthread_mutex_unlock(&mv->lock);
   return NULL;

@@ -93,6 +93,11 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
   a->ndims = (int)rq->n_dims;
   for (size_t i = 0; i < rq->n_dims; i++)
     a->dims[i] = rq->dims[i];
+  if (rq->op == SPD_OP_GROUP_SPLIT)
+    return a->ndims == 2 ? SPK_OK
+                         : spk_err_set(err, SPK_EINVAL, "group split takes "
+                                       "color and key, got %d values",
+                                       a->ndims);
   int rc = copy_list(rq->sizes, rq->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
     rc = copy_list(rq->sizes2, rq->n_sizes2, &r->sizes2, "sizes2", err);
@@ -138,7 +143,7 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   spd_group_kick(g);
 }
 
-static void op_free(spd_op *op) {
+void spd_op_free(spd_op *op) {
   spd_ctx *ctx = op->group->ctx;
   TAILQ_REMOVE(&op->group->ops, op, link);
   for (int i = 0; i < op->group->world; i++) {
@@ -164,7 +169,7 @@ void spd_op_fail(spd_op *op, int status, const char *msg) {
       spd_session_send_error(r->session, r->req, status, msg);
   }
   ctx->stats.ops_failed++;
-  op_free(op);
+  spd_op_free(op);
 }
 
 void spd_op_forget_session(spd_op *op, int rank) {
@@ -185,7 +190,7 @@ static void op_done(void *arg) {
     if (r->session != NULL)
       spd_session_send_done(r->session, r->req);
   }
-  op_free(op);
+  spd_op_free(op);
   if (ctx->stopping) {
     spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
     if (ctx->running_ops == 0)
@@ -229,11 +234,33 @@ static int op_plan(spd_op *op, spk_err *err) {
   return rc;
 }
 
+/* 1 when every rank asked for a group split; a mix of a split and data
+ * ops is a disagreement reported through *rc_p. */
+static int op_is_group_split(spd_op *op, int *rc_p, spk_err *err) {
+  int n = 0, world = op->group->world, other = -1, split = -1;
+  for (int i = 0; i < world; i++) {
+    if (op->ranks[i].args.op == (spk_op_kind)SPD_OP_GROUP_SPLIT)
+      n++, split = i;
+    else
+      other = i;
+  }
+  if (n != 0 && n != world)
+    *rc_p = spk_err_set(err, SPK_EMISMATCH,
+                        "ranks disagree on op: rank %d has group_split, rank "
+                        "%d has %s", split, other,
+                        spk_op_name(op->ranks[other].args.op));
+  return n == world;
+}
+
 void spd_op_start(spd_op *op) {
   spd_group *g = op->group;
   spd_ctx *ctx = g->ctx;
   spk_err err;
   int rc = op_rank_error(op, &err);
+  if (rc == SPK_OK && op_is_group_split(op, &rc, &err)) {
+    spd_group_split_run(op);
+    return;
+  }
   if (rc == SPK_OK)
     rc = op_plan(op, &err);
   if (rc == SPK_OK)

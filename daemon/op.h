@@ -11,6 +11,10 @@
 #include "plan.h"
 #include "types.h"
 
+/* A control op matched like the others but run by the daemon itself:
+ * dims = {color, key}, no tensors. */
+#define SPD_OP_GROUP_SPLIT 100
+
 typedef struct {
   int arrived;
   uint64_t req;
@@ -45,6 +49,13 @@ void spd_op_start(spd_op *op);
 
 /* Reply `status` with msg to every rank still present and free the op. */
 void spd_op_fail(spd_op *op, int status, const char *msg);
+
+/* Run a group split whose ranks have all arrived (group_split.c); replies
+ * to every rank and frees the op. */
+void spd_group_split_run(spd_op *op);
+
+/* Free a finished or failed op: buffers released, removed from the group. */
+void spd_op_free(spd_op *op);
 
 /* The client of `rank` went away: forget its session pointer. */
 void spd_op_forget_session(spd_op *op, int rank);
