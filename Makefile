@@ -110,7 +110,7 @@ $(PCFILE): client/spcoll.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
 
-$(DEMO): $(BUILD)/demo/demo.o $(BUILD)/tests/integ/harness.o $(LIBA)
+$(DEMO): $(BUILD)/demo/demo.o $(BUILD)/demo/ulysses.o $(BUILD)/tests/integ/harness.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS) -lm
 
@@ -123,6 +123,11 @@ DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(GPU_LIBS) -lm
+
+# Unit suites of the client library link it whole.
+$(BUILD)/tests/unit_client_%: $(BUILD)/tests/unit/unit_client_%.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
