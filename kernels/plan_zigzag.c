@@ -1,24 +1,138 @@
-/* Placeholder until this planner lands: every call fails clearly. */
+/* Zigzag (load-balanced causal) sequence split and its inverse. The full
+ * sequence along d is cut into 2w chunks of c; rank r holds chunk r then
+ * chunk 2w-1-r, so every rank gets one early and one late chunk. Chunk
+ * positions are int64 and w is any world size. */
 #include "planner_internal.h"
 
-int spk_plan_zigzag_split(const spk_op_args *const *args, int world, spk_plan *plan,
-                spk_err *err) {
-  (void)args, (void)world, (void)plan;
-  return spk_err_set(err, SPK_EINVAL, "zigzag_split is not available yet");
+static int one_dim(const spk_op_args *a, int *d, spk_err *err) {
+  if (a->ndims != 1)
+    return spk_err_set(err, SPK_EINVAL, "%s takes 1 dim, got %d",
+                       spk_op_name(a->op), a->ndims);
+  return spk_dim_normalize(a->dims[0], a->in.ndim, "zigzag dim", d, err);
 }
 
-int spk_check_zigzag_split(const spk_op_args *a, int world, int rank, spk_err *err) {
-  (void)a, (void)world, (void)rank;
-  return spk_err_set(err, SPK_EINVAL, "zigzag_split is not available yet");
+/* The output is the input with dim d resized to `len`. */
+static int check_out(const spk_op_args *a, int rank, int d, int64_t len,
+                     spk_err *err) {
+  spk_shape want = a->in;
+  char b1[128], b2[128];
+  want.dim[d] = len;
+  if (spk_shape_equal(&a->out, &want))
+    return SPK_OK;
+  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
+                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
+                     spk_shape_str(&want, b2, sizeof(b2)));
 }
 
-int spk_plan_zigzag_gather(const spk_op_args *const *args, int world, spk_plan *plan,
-                spk_err *err) {
-  (void)args, (void)world, (void)plan;
-  return spk_err_set(err, SPK_EINVAL, "zigzag_gather is not available yet");
+/* Both ops take inputs of one shape on every rank. */
+static int same_input(const spk_op_args *const *args, int world, spk_err *err) {
+  char b1[128], b2[128];
+  for (int r = 1; r < world; r++)
+    if (!spk_shape_equal(&args[r]->in, &args[0]->in))
+      return spk_err_set(err, SPK_EMISMATCH,
+                         "ranks disagree on input shape: rank 0 has %s, "
+                         "rank %d has %s",
+                         spk_shape_str(&args[0]->in, b1, sizeof(b1)), r,
+                         spk_shape_str(&args[r]->in, b2, sizeof(b2)));
+  return SPK_OK;
 }
 
-int spk_check_zigzag_gather(const spk_op_args *a, int world, int rank, spk_err *err) {
-  (void)a, (void)world, (void)rank;
-  return spk_err_set(err, SPK_EINVAL, "zigzag_gather is not available yet");
+int spk_check_zigzag_split(const spk_op_args *a, int world, int rank,
+                           spk_err *err) {
+  int d;
+  int rc = one_dim(a, &d, err);
+  if (rc < 0)
+    return rc;
+  int64_t len = a->in.dim[d];
+  if (len % (2 * (int64_t)world) != 0)
+    return spk_err_set(err, SPK_EINVAL,
+                       "zigzag length %lld along dim %d is not divisible by "
+                       "2*cp = %lld",
+                       (long long)len, d, 2 * (long long)world);
+  return check_out(a, rank, d, len / world, err);
+}
+
+int spk_check_zigzag_gather(const spk_op_args *a, int world, int rank,
+                            spk_err *err) {
+  int d;
+  int rc = one_dim(a, &d, err);
+  if (rc < 0)
+    return rc;
+  int64_t len = a->in.dim[d];
+  if (len % 2 != 0)
+    return spk_err_set(err, SPK_EINVAL,
+                       "zigzag_gather input length %lld along dim %d is odd: "
+                       "it must hold two chunks",
+                       (long long)len, d);
+  if (len > INT64_MAX / world) /* so the output length below is exact */
+    return spk_err_set(err, SPK_EINVAL,
+                       "zigzag_gather output length %lld * %d overflows",
+                       (long long)len, world);
+  return check_out(a, rank, d, len * world, err);
+}
+
+/* What every chunk copy of one plan shares: chunks are c long along d. */
+typedef struct {
+  const spk_op_args *const *args;
+  int d;
+  int64_t c;
+  size_t esize;
+} zz_ctx;
+
+/* Copy chunk `from` of rank k's input to chunk `to` of rank r's output. */
+static int copy_chunk(const zz_ctx *z, int k, int64_t from, int r, int64_t to,
+                      spk_plan *plan, spk_err *err) {
+  const spk_op_args *ak = z->args[k], *ar = z->args[r];
+  int64_t so[SPK_MAX_DIMS] = {0}, dor[SPK_MAX_DIMS] = {0};
+  int64_t ext[SPK_MAX_DIMS];
+  for (int i = 0; i < ak->in.ndim; i++)
+    ext[i] = ak->in.dim[i];
+  so[z->d] = from * z->c, dor[z->d] = to * z->c, ext[z->d] = z->c;
+  spk_block_end src = {(uint32_t)k, SPK_T_IN, &ak->in, so};
+  spk_block_end dst = {(uint32_t)r, SPK_T_OUT, &ar->out, dor};
+  return spk_plan_add_block(plan, &src, &dst, ext, z->esize, err);
+}
+
+static int zz_begin(const spk_op_args *const *args, int world, zz_ctx *z,
+                    spk_err *err) {
+  int rc = spk__agree_dim(args, world, 0, "zigzag dim", &z->d, err);
+  if (rc == SPK_OK)
+    rc = same_input(args, world, err);
+  z->args = args;
+  z->esize = spk_dtype_size(args[0]->dtype);
+  return rc;
+}
+
+int spk_plan_zigzag_split(const spk_op_args *const *args, int world,
+                          spk_plan *plan, spk_err *err) {
+  zz_ctx z;
+  int rc = zz_begin(args, world, &z, err);
+  if (rc < 0)
+    return rc;
+  z.c = args[0]->in.dim[z.d] / (2 * (int64_t)world);
+  int64_t last = 2 * (int64_t)world - 1;
+  for (int r = 0; rc == SPK_OK && r < world; r++) {
+    rc = copy_chunk(&z, r, r, r, 0, plan, err);
+    if (rc == SPK_OK)
+      rc = copy_chunk(&z, r, last - r, r, 1, plan, err);
+  }
+  return rc;
+}
+
+/* Every rank's output gets every rank's two chunks. */
+int spk_plan_zigzag_gather(const spk_op_args *const *args, int world,
+                           spk_plan *plan, spk_err *err) {
+  zz_ctx z;
+  int rc = zz_begin(args, world, &z, err);
+  if (rc < 0)
+    return rc;
+  z.c = args[0]->in.dim[z.d] / 2;
+  int64_t last = 2 * (int64_t)world - 1;
+  for (int k = 0; rc == SPK_OK && k < world; k++)
+    for (int r = 0; rc == SPK_OK && r < world; r++) {
+      rc = copy_chunk(&z, k, 0, r, k, plan, err);
+      if (rc == SPK_OK)
+        rc = copy_chunk(&z, k, 1, r, last - k, plan, err);
+    }
+  return rc;
 }
