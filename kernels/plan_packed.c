@@ -32,19 +32,6 @@ static int64_t local_len(const spk_op_args *a, int world, int rank) {
   return sum;
 }
 
-/* The output is the input with dim d resized to `len`. */
-static int check_out(const spk_op_args *a, int rank, int d, int64_t len,
-                     spk_err *err) {
-  spk_shape want = a->in;
-  char b1[128], b2[128];
-  want.dim[d] = len;
-  if (spk_shape_equal(&a->out, &want))
-    return SPK_OK;
-  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
-                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
-                     spk_shape_str(&want, b2, sizeof(b2)));
-}
-
 /* Inputs agree on every dim but `skip` (-1: on every dim). */
 static int same_input(const spk_op_args *const *args, int world, int skip,
                       spk_err *err) {
@@ -72,7 +59,7 @@ int spk_check_packed_split(const spk_op_args *a, int world, int rank,
                        "packed sequence lengths sum to %lld but input dim %d "
                        "has size %lld",
                        (long long)total, d, (long long)a->in.dim[d]);
-  return check_out(a, rank, d, local_len(a, world, rank), err);
+  return spk__out_resized(a, rank, d, local_len(a, world, rank), err);
 }
 
 int spk_check_packed_gather(const spk_op_args *a, int world, int rank,
@@ -92,7 +79,7 @@ int spk_check_packed_gather(const spk_op_args *a, int world, int rank,
   int64_t len = total_len(a);
   if (a->out.ndim == a->in.ndim && a->out.dim[d] > len)
     len = a->out.dim[d];
-  return check_out(a, rank, d, len, err);
+  return spk__out_resized(a, rank, d, len, err);
 }
 
 typedef struct {

@@ -8,40 +8,17 @@
 #include "planner_internal.h"
 #include "split_rule.h"
 
-static int same_input_shapes(const spk_op_args *const *args, int world,
-                             spk_err *err) {
-  for (int r = 1; r < world; r++)
-    for (int i = 0; i < args[0]->in.ndim; i++)
-      if (args[r]->in.dim[i] != args[0]->in.dim[i])
-        return spk_err_set(err, SPK_EMISMATCH,
-                           "ranks disagree on input dim %d: rank 0 has %lld, "
-                           "rank %d has %lld",
-                           i, (long long)args[0]->in.dim[i], r,
-                           (long long)args[r]->in.dim[i]);
-  return SPK_OK;
-}
-
-static int out_must_be(const spk_op_args *a, int rank, const spk_shape *want,
-                       spk_err *err) {
-  char b1[128], b2[128];
-  if (spk_shape_equal(&a->out, want))
-    return SPK_OK;
-  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
-                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
-                     spk_shape_str(want, b2, sizeof(b2)));
-}
-
 int spk_check_all_reduce(const spk_op_args *a, int world, int rank,
                          spk_err *err) {
   (void)world;
   if (a->ndims != 0 || a->nsizes != 0 || a->nsizes2 != 0)
     return spk_err_set(err, SPK_EINVAL, "all_reduce takes no dims or sizes");
-  return out_must_be(a, rank, &a->in, err);
+  return spk__out_equals(a, rank, &a->in, err);
 }
 
 int spk_plan_all_reduce(const spk_op_args *const *args, int world,
                         spk_plan *plan, spk_err *err) {
-  int rc = same_input_shapes(args, world, err);
+  int rc = spk__same_in_shape(args, world, err);
   if (rc < 0)
     return rc;
   size_t esize = spk_dtype_size(args[0]->dtype);
@@ -106,7 +83,7 @@ int spk_check_reduce_scatter(const spk_op_args *a, int world, int rank,
   spk_shape want = a->in;
   want.dim[d] = a->nsizes ? a->sizes[rank]
                           : spk_split_size(a->in.dim[d], world, rank);
-  return out_must_be(a, rank, &want, err);
+  return spk__out_equals(a, rank, &want, err);
 }
 
 int spk_plan_reduce_scatter(const spk_op_args *const *args, int world,
@@ -114,7 +91,7 @@ int spk_plan_reduce_scatter(const spk_op_args *const *args, int world,
   int d;
   int rc = spk__agree_dim(args, world, 0, "reduce_scatter dim", &d, err);
   if (rc == SPK_OK)
-    rc = same_input_shapes(args, world, err);
+    rc = spk__same_in_shape(args, world, err);
   int64_t *sizes = malloc((size_t)world * sizeof(*sizes));
   spk_block_end *srcs = malloc((size_t)world * sizeof(*srcs));
   if (rc == SPK_OK && (sizes == NULL || srcs == NULL))

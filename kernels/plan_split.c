@@ -23,32 +23,6 @@ static int check_sizes(const spk_op_args *a, int world, int d, spk_err *err) {
   return SPK_OK;
 }
 
-/* The output is the input with dim d cut to `len`. */
-static int check_out(const spk_op_args *a, int rank, int d, int64_t len,
-                     spk_err *err) {
-  spk_shape want = a->in;
-  char b1[128], b2[128];
-  want.dim[d] = len;
-  if (spk_shape_equal(&a->out, &want))
-    return SPK_OK;
-  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
-                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
-                     spk_shape_str(&want, b2, sizeof(b2)));
-}
-
-/* Ranks pass tensors of one shape; their contents may differ. */
-static int same_input(const spk_op_args *const *args, int world, spk_err *err) {
-  char b1[128], b2[128];
-  for (int r = 1; r < world; r++)
-    if (!spk_shape_equal(&args[r]->in, &args[0]->in))
-      return spk_err_set(err, SPK_EMISMATCH,
-                         "ranks disagree on input shape: rank 0 has %s, "
-                         "rank %d has %s",
-                         spk_shape_str(&args[0]->in, b1, sizeof(b1)), r,
-                         spk_shape_str(&args[r]->in, b2, sizeof(b2)));
-  return SPK_OK;
-}
-
 static int64_t piece(const spk_op_args *a, int world, int d, int rank) {
   return a->nsizes ? a->sizes[rank] : spk_split_size(a->in.dim[d], world, rank);
 }
@@ -61,7 +35,7 @@ int spk_check_split(const spk_op_args *a, int world, int rank, spk_err *err) {
   if (rc == SPK_OK)
     rc = check_sizes(a, world, d, err);
   if (rc == SPK_OK)
-    rc = check_out(a, rank, d, piece(a, world, d, rank), err);
+    rc = spk__out_resized(a, rank, d, piece(a, world, d, rank), err);
   return rc;
 }
 
@@ -70,7 +44,7 @@ int spk_plan_split(const spk_op_args *const *args, int world, spk_plan *plan,
   int d;
   int rc = spk__agree_dim(args, world, 0, "split dim", &d, err);
   if (rc == SPK_OK)
-    rc = same_input(args, world, err);
+    rc = spk__same_in_shape(args, world, err);
   size_t esize = spk_dtype_size(args[0]->dtype);
   int64_t zero[SPK_MAX_DIMS] = {0}, at[SPK_MAX_DIMS] = {0};
   for (int r = 0; rc == SPK_OK && r < world; r++) {

@@ -11,32 +11,6 @@ static int one_dim(const spk_op_args *a, int *d, spk_err *err) {
   return spk_dim_normalize(a->dims[0], a->in.ndim, "zigzag dim", d, err);
 }
 
-/* The output is the input with dim d resized to `len`. */
-static int check_out(const spk_op_args *a, int rank, int d, int64_t len,
-                     spk_err *err) {
-  spk_shape want = a->in;
-  char b1[128], b2[128];
-  want.dim[d] = len;
-  if (spk_shape_equal(&a->out, &want))
-    return SPK_OK;
-  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
-                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
-                     spk_shape_str(&want, b2, sizeof(b2)));
-}
-
-/* Both ops take inputs of one shape on every rank. */
-static int same_input(const spk_op_args *const *args, int world, spk_err *err) {
-  char b1[128], b2[128];
-  for (int r = 1; r < world; r++)
-    if (!spk_shape_equal(&args[r]->in, &args[0]->in))
-      return spk_err_set(err, SPK_EMISMATCH,
-                         "ranks disagree on input shape: rank 0 has %s, "
-                         "rank %d has %s",
-                         spk_shape_str(&args[0]->in, b1, sizeof(b1)), r,
-                         spk_shape_str(&args[r]->in, b2, sizeof(b2)));
-  return SPK_OK;
-}
-
 int spk_check_zigzag_split(const spk_op_args *a, int world, int rank,
                            spk_err *err) {
   int d;
@@ -49,7 +23,7 @@ int spk_check_zigzag_split(const spk_op_args *a, int world, int rank,
                        "zigzag length %lld along dim %d is not divisible by "
                        "2*cp = %lld",
                        (long long)len, d, 2 * (long long)world);
-  return check_out(a, rank, d, len / world, err);
+  return spk__out_resized(a, rank, d, len / world, err);
 }
 
 int spk_check_zigzag_gather(const spk_op_args *a, int world, int rank,
@@ -68,7 +42,7 @@ int spk_check_zigzag_gather(const spk_op_args *a, int world, int rank,
     return spk_err_set(err, SPK_EINVAL,
                        "zigzag_gather output length %lld * %d overflows",
                        (long long)len, world);
-  return check_out(a, rank, d, len * world, err);
+  return spk__out_resized(a, rank, d, len * world, err);
 }
 
 /* What every chunk copy of one plan shares: chunks are c long along d. */
@@ -97,7 +71,7 @@ static int zz_begin(const spk_op_args *const *args, int world, zz_ctx *z,
                     spk_err *err) {
   int rc = spk__agree_dim(args, world, 0, "zigzag dim", &z->d, err);
   if (rc == SPK_OK)
-    rc = same_input(args, world, err);
+    rc = spk__same_in_shape(args, world, err);
   z->args = args;
   z->esize = spk_dtype_size(args[0]->dtype);
   return rc;
