@@ -71,6 +71,13 @@ int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
   if (op->ndims < 0 || op->ndims > 2 || op->nsizes < 0 || op->nsizes2 < 0)
     return spc__fail(c, SPC_EINVAL, "op descriptor is not one made by an "
                      "spc_op_* constructor");
+  /* For other ops nsizes 0 means "one entry per rank"; a packed op's list
+   * is the caller's sequences and must say how many there are. */
+  if ((op->kind == SPK_OP_PACKED_SPLIT || op->kind == SPK_OP_PACKED_GATHER) &&
+      (op->sizes == NULL || op->nsizes < 1))
+    return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
+                     "length: seq_lens %s, nseq %d",
+                     op->sizes ? "given" : "NULL", op->nsizes);
   return op_send(g, op, in, out, req_p);
 }
 

@@ -299,8 +299,8 @@ int spt_check_gather(const void *out, spc_dtype dt, int ndim,
   int64_t off[257] = {0};
   void *src[256];
   for (int k = 0; k < world; k++) {
-    int64_t ishape[SPC_MAX_DIMS];
-    memcpy(ishape, oshape, sizeof(ishape));
+    int64_t ishape[SPC_MAX_DIMS] = {0};
+    memcpy(ishape, oshape, (size_t)ndim * sizeof(ishape[0]));
     ishape[d] = sizes[k];
     size_t m = shape_numel(ishape, ndim);
     src[k] = malloc(m * es + 1);
