@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "planner.h"
 
 static void tensor_msg(Spcoll__Tensor *m, const spc_tensor *t) {
   m->buffer_id = t->buf->id;
@@ -151,4 +152,29 @@ spc_op spc_op_scaled(spc_op op, spc_grad_scale scale) {
   op.flags = (op.flags & ~(unsigned)SPK_FLAG_SCALE_MASK) |
              ((unsigned)scale << SPK_FLAG_SCALE_SHIFT);
   return op;
+}
+
+int spc_out_shape(const spc_group *g, const spc_op *op, const spc_tensor *in,
+                  int64_t *out_shape, int *ndim_p) {
+  if (g == NULL || op == NULL || in == NULL || out_shape == NULL ||
+      ndim_p == NULL)
+    return SPC_EINVAL;
+  spk_op_args a = {.op = (spk_op_kind)op->kind, .dtype = (spk_dtype)in->dtype,
+                   .ndims = op->ndims, .scalar = op->scalar,
+                   .flags = op->flags};
+  a.in.ndim = in->ndim;
+  memcpy(a.in.dim, in->shape, sizeof(in->shape));
+  a.dims[0] = op->dims[0], a.dims[1] = op->dims[1];
+  a.sizes = op->sizes;
+  a.nsizes = op->sizes ? (op->nsizes ? op->nsizes : g->world) : 0;
+  a.sizes2 = op->sizes2;
+  a.nsizes2 = op->sizes2 ? (op->nsizes2 ? op->nsizes2 : g->world) : 0;
+  spk_shape out;
+  spk_err err;
+  int rc = spk_out_shape(&a, g->world, g->rank, &out, &err);
+  if (rc < 0)
+    return spc__fail(g->client, rc, "%s", err.msg);
+  memcpy(out_shape, out.dim, (size_t)out.ndim * sizeof(int64_t));
+  *ndim_p = out.ndim;
+  return SPC_OK;
 }

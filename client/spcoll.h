@@ -205,6 +205,14 @@ spc_op spc_op_packed_gather(int dim, const int64_t *seq_lens, int nseq);
  * seeds' backward ops. Returns op with the scale set. */
 spc_op spc_op_scaled(spc_op op, spc_grad_scale scale);
 
+/* The shape this rank's output must have for op on `in`, from the same
+ * planners the daemon runs, and this rank's own argument checks (dims in
+ * range, size lists that sum, zigzag divisibility): a bad argument is found
+ * here before any rank waits. An all_gather without sizes assumes every
+ * rank holds in's size. out_shape has room for SPC_MAX_DIMS. */
+int spc_out_shape(const spc_group *group, const spc_op *op,
+                  const spc_tensor *in, int64_t *out_shape, int *ndim_p);
+
 int spc_start(spc_group *group, const spc_op *op, const spc_tensor *in,
               const spc_tensor *out, spc_request **req_p);
 int spc_run(spc_group *group, const spc_op *op, const spc_tensor *in,

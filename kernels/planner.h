@@ -18,6 +18,13 @@ int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
  * from this rank's arguments. */
 int spk_args_check(const spk_op_args *args, int world, int rank, spk_err *err);
 
+/* The output shape of this rank from its own arguments (args->out is
+ * ignored), checked with spk_args_check. Where the op needs other ranks'
+ * sizes and no list is given (an unequal all_gather), it assumes every rank
+ * holds what this one does. */
+int spk_out_shape(const spk_op_args *args, int world, int rank,
+                  spk_shape *out_p, spk_err *err);
+
 /* Fields every op's ranks must share (op, dtype, ndim, scalar, flags, and
  * the size lists when shared_sizes); SPK_EMISMATCH naming the first field
  * and the two ranks. */
