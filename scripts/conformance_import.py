@@ -3,31 +3,40 @@
 
 Reads the manifest of golden vectors (made by running the seed libraries'
 own code), copies the tensor files each case uses to
-tests/data/conformance/ws<W>/<case>/ and writes
-tests/data/conformance/ws<W>/cases.txt, which tests/integ/test_conformance.c
-runs against spcolld. The tests never read the source folder.
+tests/data/conformance/ws<W>/<case>/ and writes two case files there, read
+by the runner in tests/integ/conformance_cases.c:
+  cases.txt        the collectives (tests/integ/test_conformance.c);
+  batch_cases.txt  batch preparation around them: padding, slicing, position
+                   ids, logits_to_keep masks, unpadding
+                   (tests/integ/test_conformance_batch.c).
+The tests never read the source folder.
 
-cases.txt format (one record per case, "#" lines are comments):
+Case file format (one record per case, "#" lines are comments):
 
     case NAME
     op=SEED_OP                 informational
     world=W
-    dtype=float32|int64
+    dtype=float32|int64        of every tensor that names no dtype
     cp=U,R                     only for *_with_cp: make ring/uly subgroups
     expect=ok|einval           einval: the forward must fail with SPC_EINVAL
-    from.ROLE=TEXT             informational: where an expectation came from
-    t.RANK.ROLE=FILE SHAPE     FILE relative to the case folder, "-" for a
-                               scratch tensor; SHAPE "d0,d1,..."
+    from.KEY=TEXT              informational: where an expectation came from
+    t.RANK.KEY=FILE SHAPE [DTYPE]
+                               FILE relative to the case folder, "-" for a
+                               scratch tensor; SHAPE "d0,d1,..."; DTYPE
+                               float32, int64 or bool (one byte)
+    r.RANK.NAME=VALUE          an expected scalar result of fwd
     fwd=STEP;STEP...           run in order
     bwd=STEP;STEP...           absent: forward only
     end
     skip NAME REASON
 
-Roles: in and gradout are loaded; out and gradin are the expected results of
-fwd and bwd; mid/midb are scratch tensors between steps.
-STEP is "OP GROUP SRC>DST key=value...", GROUP one of world/ring/uly. A value
-is "-" (NULL), an integer or a comma list; "a/b/..." gives one value per
-global rank.
+A tensor KEY is ROLE or ROLE.NAME (the seeds' multi-tensor ops name their
+tensors: out.labels). Roles: in and gradout are loaded; out and gradin are
+the expected results of fwd and bwd; any other role (mid, midb) is scratch.
+STEP is "OP GROUP SRC>DST key=value...", GROUP one of world/ring/uly (local
+steps use world for the rank and the size); SRC or DST is a tensor KEY, may
+be empty, and DST "#NAME" is the result NAME. A value is "-" (NULL), an
+integer or a comma list; "a/b/..." gives one value per global rank.
 
 Usage: scripts/conformance_import.py [--src DIR] [--dst DIR]
 """
@@ -35,22 +44,17 @@ import argparse
 import json
 import os
 import shutil
+import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SRC = "/work/shared/conformance/ws2"
 DEFAULT_DST = os.path.join(HERE, "..", "tests", "data", "conformance", "ws2")
 
-# Client-side batch preparation cases: not collectives of the daemon.
-SKIP = {
-    "axo.apply_sequence_parallelism": "batch preparation API not built yet",
-    "lrft.sp_slice_and_pad_input": "batch preparation API not built yet",
-    "axo.gather_outputs_unpad": "batch preparation API not built yet",
-    "lrft.gather_forward_split_backward_and_unpad":
-        "batch preparation API not built yet",
-}
+# Ops not run, with the reason (none at present).
+SKIP = {}
 
-ELEM = {"float32": 4, "int64": 8}
+ELEM = {"float32": 4, "int64": 8, "bool": 1}
 
 
 def rule(n, w):
@@ -89,11 +93,15 @@ class Case:
         self.w = c["world_size"]
         self.src = os.path.join(src, c["name"])
         self.tensors = {}  # (rank, role) -> manifest tensor
+        self.named = {}    # (rank, role, name) -> manifest tensor
         for r in c["ranks"]:
             for t in r["tensors"]:
                 if t["name"] == "main":
                     self.tensors[(r["rank"], t["role"])] = t
-        self.lines = []        # t.* lines
+                else:
+                    self.named[(r["rank"], t["role"], t["name"])] = t
+        self.results = [r["results"] for r in c["ranks"]]
+        self.lines = []        # t.* and r.* lines
         self.copies = []       # file names to copy
         self.derived = {}      # file name -> bytes computed here
         self.fwd, self.bwd = [], []
@@ -115,12 +123,44 @@ class Case:
             self.lines.append("t.%d.%s=%s %s" % (r, as_role or role, t["file"],
                                                  lst(t["shape"])))
 
-    def scratch(self, role, shapes):
+    def scratch(self, role, shapes, dtype=None):
         for r in range(self.w):
-            self.lines.append("t.%d.%s=- %s" % (r, role, lst(shapes[r])))
+            self.lines.append("t.%d.%s=- %s%s" % (r, role, lst(shapes[r]),
+                                                  self.dt(dtype)))
 
-    def read(self, rank, role):
-        t = self.tensors[(rank, role)]
+    def dt(self, dtype):
+        """The DTYPE field of a t.* line: only where the case's differs."""
+        return "" if dtype in (None, self.c["dtype"]) else " " + dtype
+
+    def names(self, role):
+        """Names of the named tensors of role, in the manifest's order (the
+        same on every rank)."""
+        return [n for (r, ro, n) in self.named if r == 0 and ro == role]
+
+    def use_named(self, role, name, as_role=None, ranks=None):
+        """Reference the named tensor role.name of every rank (or of
+        `ranks`) as as_role.name."""
+        for r in range(self.w) if ranks is None else ranks:
+            t = self.named[(r, role, name)]
+            self.copies.append(t["file"])
+            self.lines.append("t.%d.%s.%s=%s %s%s" % (
+                r, as_role or role, name, t["file"], lst(t["shape"]),
+                self.dt(t["dtype"])))
+
+    def derive(self, rank, key, data, shape, dtype, note):
+        """An expectation computed here, where the seed gives none."""
+        name = "r%d.importer_%s.bin" % (rank, key)
+        self.derived[name] = data
+        self.lines.append("t.%d.%s=%s %s%s" % (rank, key, name, lst(shape),
+                                                self.dt(dtype)))
+        self.notes[key] = "importer: " + note
+
+    def result(self, rank, name, value):
+        self.lines.append("r.%d.%s=%d" % (rank, name, value))
+
+    def read(self, rank, role, name=None):
+        t = (self.tensors[(rank, role)] if name is None
+             else self.named[(rank, role, name)])
         with open(os.path.join(self.src, t["file"]), "rb") as f:
             return f.read()
 
@@ -390,6 +430,156 @@ def mg_all_to_all(k):
            {"ins": o, "outs": i})(k)
 
 
+# ---- batch preparation (batch_cases.txt) -------------------------------
+# Local steps around the collectives: see test_conformance_batch.c.
+
+def axo_sp(k):
+    """apply_sequence_parallelism: every [b, L, ...] tensor of the replicated
+    batch is right-padded along dim 1 to a multiple of w (labels with -100,
+    the rest with 0) and rank r keeps chunk r (spc_sp_slice). Missing
+    position_ids are arange(L) per row, padded and sliced the same way. An
+    int logits_to_keep becomes the rank's mask (spc_sp_keep_mask), compared
+    with ideal_out where the seed's quirk differs from it.
+    num_items_in_batch is the local label count times GAS. The seed's
+    original_seq_len result is L itself: nothing of ours computes it."""
+    p = k.p
+    L, keep = p["seq_len"], p["logits_to_keep"]
+    made = []
+    for name in k.names("in"):
+        sh = k.named[(0, "in", name)]["shape"]
+        if len(sh) < 2 or sh[1] != L:
+            raise SystemExit("%s: in.%s is not [b, L, ...]"
+                             % (k.c["name"], name))
+        k.use_named("in", name)
+        k.fwd.append(step("sp_slice", "world", "in." + name, "out." + name,
+                          dim=1, fill=-100 if name == "labels" else 0))
+        made.append(name)
+    if "position_ids" not in made:
+        bsz = k.named[(0, "in", "input_ids")]["shape"][0]
+        k.scratch("mid.position_ids", [[bsz, L]] * k.w, "int64")
+        k.fwd += [step("arange", "world", "", "mid.position_ids"),
+                  step("sp_slice", "world", "mid.position_ids",
+                       "out.position_ids", dim=1, fill=0)]
+        made.append("position_ids")
+    if keep is not None:
+        k.fwd.append(step("keep_mask", "world", "", "out.logits_to_keep",
+                          seq=L, keep=keep))
+        made.append("logits_to_keep")
+    if sorted(made) != sorted(k.names("out")):
+        raise SystemExit("%s: outputs %s, the seed has %s"
+                         % (k.c["name"], made, k.names("out")))
+    for name in made:
+        ideal = [r for r in range(k.w) if (r, "ideal_out", name) in k.named]
+        for r in range(k.w):
+            k.use_named("ideal_out" if r in ideal else "out", name, "out",
+                        [r])
+        if ideal:
+            k.notes["out." + name] = ("ideal_out on rank(s) %s (the seed's "
+                                      "mask quirk)" % lst(ideal))
+    k.fwd.append(step("pad_len", "world", "", "#pad_len", seq=L))
+    if "num_items_in_batch" in p["batch_keys"]:
+        k.fwd.append(step("count_ne", "world", "out.labels",
+                          "#num_items_in_batch", value=-100,
+                          times=p["gradient_accumulation_steps"]))
+    for r in range(k.w):
+        for name in ("pad_len", "num_items_in_batch"):
+            if name in k.results[r]:
+                k.result(r, name, k.results[r][name])
+
+
+def i64(data):
+    return list(struct.unpack("<%dq" % (len(data) // 8), data))
+
+
+def lrft_slice(k):
+    """sp_slice_and_pad_input: input_ids padded with 0 along the last dim,
+    rank r keeps chunk r; position_ids padded with 0, 1, ... (the pad
+    positions of spc_sp_positions) and not sliced."""
+    L, w = k.p["seq_len"], k.w
+    has_pos = (0, "in", "position_ids") in k.named
+    k.use_named("in", "input_ids")
+    k.fwd = [step("sp_slice", "world", "in.input_ids", "out.input_ids",
+                  dim=-1, fill=0)]
+    if has_pos:
+        k.use_named("in", "position_ids")
+        k.fwd.append(step("sp_positions", "world", "in.position_ids",
+                          "out.position_ids"))
+    k.fwd.append(step("pad_len", "world", "", "#pad_size", seq=L))
+    if k.c["status"] == "ok":
+        k.use_named("out", "input_ids")
+        if has_pos:
+            k.use_named("out", "position_ids")
+        for r in range(w):
+            k.result(r, "pad_size", k.results[r]["pad_size"])
+        return
+    # The seed asserts bsz == 1 when position_ids are given; every row is
+    # padded the same way, so the right result is computed here.
+    pad = (w - L % w) % w
+    c = (L + pad) // w
+    bsz = k.named[(0, "in", "input_ids")]["shape"][0]
+    for r in range(w):
+        ids, out, pos = i64(k.read(r, "in", "input_ids")), [], []
+        for b in range(bsz):
+            row = ids[b * L:(b + 1) * L] + [0] * pad
+            out += row[r * c:(r + 1) * c]
+        if has_pos:
+            given = i64(k.read(r, "in", "position_ids"))
+            for b in range(bsz):
+                pos += given[b * L:(b + 1) * L] + list(range(pad))
+        note = "the seed asserts bsz == 1 with position_ids; rows padded alike"
+        k.derive(r, "out.input_ids", struct.pack("<%dq" % len(out), *out),
+                 [bsz, c], "int64", note)
+        if has_pos:
+            k.derive(r, "out.position_ids",
+                     struct.pack("<%dq" % len(pos), *pos), [bsz, L + pad],
+                     "int64", note)
+        k.result(r, "pad_size", pad)
+        k.notes["pad_size"] = "importer: (w - L % w) % w"
+
+
+def gather_unpad(k, d, ud, pad):
+    """Equal all-gather along d, then drop the last `pad` positions along
+    ud (spc_sp_unpad). Backward: the cut part is zero-filled, then each
+    rank takes its own piece along d, unscaled."""
+    k.expected()
+    if pad == 0:
+        k.fwd = [step("all_gather", "world", "in", "out", dim=d, sizes="-")]
+        k.bwd = [step("ag_bwd_own", "world", "gradout", "gradin", dim=d,
+                      sizes="-", scale="none")]
+        return
+    full = list(k.shape(0, "in"))
+    d, ud = norm_dim(d, len(full)), norm_dim(ud, len(full))
+    full[d] *= k.w
+    want = full[:]
+    want[ud] -= pad
+    if any(k.shape(r, "out") != want for r in range(k.w)):
+        raise SystemExit("%s: out is not %s" % (k.c["name"], want))
+    k.scratch("mid", [full] * k.w)
+    if k.has("gradout"):
+        k.scratch("midb", [full] * k.w)
+    k.fwd = [step("all_gather", "world", "in", "mid", dim=d, sizes="-"),
+             step("sp_unpad", "world", "mid", "out", dim=ud, seq=want[ud])]
+    k.bwd = [step("zero_pad", "world", "gradout", "midb", dim=ud),
+             step("ag_bwd_own", "world", "midb", "gradin", dim=d, sizes="-",
+                  scale="none")]
+
+
+def axo_unpad(k):
+    gather_unpad(k, 1, 1, k.p["pad_len"])
+
+
+def lrft_unpad(k):
+    d, ud = k.p["dim"], k.p["unpad_dim"]
+    gather_unpad(k, d, d if ud is None else ud, k.p["padding_size"])
+
+
+BATCH_PROGRAMS = {
+    "axo.apply_sequence_parallelism": axo_sp,
+    "lrft.sp_slice_and_pad_input": lrft_slice,
+    "axo.gather_outputs_unpad": axo_unpad,
+    "lrft.gather_forward_split_backward_and_unpad": lrft_unpad,
+}
+
 PROGRAMS = {
     "ms.all_to_all": ms_all_to_all,
     "ms.split_forward_gather_backward": ms_split,
@@ -425,12 +615,15 @@ PROGRAMS = {
 
 
 def convert(c, src):
-    """The cases.txt record of one case and the files it needs."""
+    """The case file record of one case and the files it needs."""
     k = Case(c, src)
     if c["dtype"] not in ELEM:
         raise SystemExit("%s: dtype %s not handled" % (c["name"], c["dtype"]))
-    k.expected()
-    PROGRAMS[c["op"]](k)
+    if c["op"] in BATCH_PROGRAMS:
+        BATCH_PROGRAMS[c["op"]](k)  # it picks its tensors itself
+    else:
+        k.expected()
+        PROGRAMS[c["op"]](k)
     roles = {line.split("=")[0].split(".")[2] for line in k.lines}
     if "gradout" not in roles or "gradin" not in roles:
         k.bwd = []  # forward-only vector (no autograd, or no seed grads)
@@ -468,11 +661,14 @@ def main():
             raise SystemExit("%s exists and has no cases.txt: not ours" % dst)
         shutil.rmtree(dst)
     os.makedirs(dst)
-    out = ["# generated by scripts/conformance_import.py from the seed "
-           "conformance manifest (torch %s, %s); do not edit"
-           % (manifest.get("torch_version"), manifest.get("backend"))]
+    head = ("# generated by scripts/conformance_import.py from the seed "
+            "conformance manifest (torch %s, %s); do not edit"
+            % (manifest.get("torch_version"), manifest.get("backend")))
+    files = {"cases.txt": [head], "batch_cases.txt": [head]}
     nrun = nskip = 0
     for c in manifest["cases"]:
+        out = files["batch_cases.txt" if c["op"] in BATCH_PROGRAMS
+                    else "cases.txt"]
         if c["op"] in SKIP:
             out.append("skip %s %s" % (c["name"], SKIP[c["op"]]))
             nskip += 1
@@ -488,10 +684,13 @@ def main():
                 f.write(data)
         out += rec
         nrun += 1
-    with open(os.path.join(dst, "cases.txt"), "w") as f:
-        f.write("\n".join(out) + "\n")
-    print("conformance_import: %d cases, %d skipped -> %s"
-          % (nrun, nskip, dst))
+    for name, lines in files.items():
+        with open(os.path.join(dst, name), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    nbatch = sum(line.startswith("case ")
+                 for line in files["batch_cases.txt"])
+    print("conformance_import: %d cases (%d batch), %d skipped -> %s"
+          % (nrun, nbatch, nskip, dst))
 
 
 if __name__ == "__main__":
