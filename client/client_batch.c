@@ -6,7 +6,7 @@
 
 int64_t spc_sp_pad_len(int64_t seq_len, int world) {
   if (world < 1 || seq_len < 0)
-    return 0;
+    return SPC_EINVAL;
   return (world - seq_len % world) % world;
 }
 
@@ -71,7 +71,8 @@ int spc_sp_keep_mask(int64_t seq_len, int64_t keep, int world, int rank,
       rank >= world)
     return SPC_EINVAL;
   int64_t c = (seq_len + spc_sp_pad_len(seq_len, world)) / world;
-  int64_t first = seq_len > keep ? seq_len - keep : 0;
+  /* keep 0 keeps every token, as logits[:, -0:] does in transformers */
+  int64_t first = keep > 0 && seq_len > keep ? seq_len - keep : 0;
   for (int64_t j = 0; j < c; j++) {
     int64_t p = rank * c + j;
     mask[j] = p >= first && p < seq_len;

@@ -311,7 +311,7 @@ int spc_test(spc_request **req, int *done_p);
  * chunk r of length c = (L + pad) / w. These functions work on any host
  * memory, C-contiguous. They return SPC_OK or SPC_EINVAL. */
 
-/* (w - seq_len % w) % w. */
+/* (w - seq_len % w) % w; SPC_EINVAL for world < 1 or seq_len < 0. */
 int64_t spc_sp_pad_len(int64_t seq_len, int world);
 
 /* Copy rank's chunk of x (shape, ndim dims, padded along dim) into out
@@ -327,7 +327,8 @@ int spc_sp_positions(int64_t seq_len, int world, int rank, int64_t *out);
 
 /* An integer logits_to_keep as this rank's c-byte mask over its padded
  * chunk: 1 where the global position r*c + j is one of the last `keep`
- * real tokens, [max(0, L - keep), L); pad positions are never kept. */
+ * real tokens, [max(0, L - keep), L); pad positions are never kept.
+ * keep = 0 keeps every real token (transformers' logits[:, -0:]). */
 int spc_sp_keep_mask(int64_t seq_len, int64_t keep, int world, int rank,
                      uint8_t *mask);
 

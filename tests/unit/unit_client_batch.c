@@ -12,6 +12,8 @@ START_TEST(pad_len) {
   ck_assert_int_eq(spc_sp_pad_len(5, 3), 1);
   ck_assert_int_eq(spc_sp_pad_len(1, 4), 3);
   ck_assert_int_eq(spc_sp_pad_len(0, 4), 0);
+  ck_assert_int_eq(spc_sp_pad_len(5, 0), SPC_EINVAL);
+  ck_assert_int_eq(spc_sp_pad_len(-1, 2), SPC_EINVAL);
 }
 END_TEST
 
@@ -65,6 +67,8 @@ START_TEST(keep_mask_never_flags_a_pad_token) {
   ck_assert_int_eq(spc_sp_keep_mask(7, 100, 2, 0, m), 0); /* keep > L */
   uint8_t all[4] = {1, 1, 1, 1};
   ck_assert_mem_eq(m, all, 4);
+  ck_assert_int_eq(spc_sp_keep_mask(7, 0, 2, 1, m), 0); /* 0 keeps all */
+  ck_assert_mem_eq(m, r1 /* 4, 5, 6 real, 7 pad */, 4);
 }
 END_TEST
 
