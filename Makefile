@@ -40,7 +40,7 @@ KERNEL_SRC := $(wildcard kernels/*.c)
 PROTO_SRC  := proto/frame.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c))
-UNIT_SRC   := $(wildcard tests/unit/*.c)
+UNIT_SRC   := $(filter-out tests/unit/plan_testlib.c,$(wildcard tests/unit/*.c))
 INTEG_SRC  := $(wildcard tests/integ/test_*.c)
 HARNESS_SRC:= tests/integ/harness.c
 
@@ -129,7 +129,7 @@ $(BUILD)/tests/unit_client_%: $(BUILD)/tests/unit/unit_client_%.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(COMMON_OBJ)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/plan_testlib.o $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
@@ -141,9 +141,14 @@ $(BUILD)/tests/integ/%.o: tests/integ/%.c $(PB_H)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -MMD -MP -c $< -o $@
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harness.o $(LIBA)
+$(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harness.o \
+  $(BUILD)/tests/integ/ops_ref.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
+
+# Both conformance suites share the case runner.
+$(BUILD)/tests/test_conformance $(BUILD)/tests/test_conformance_batch: \
+  $(BUILD)/tests/integ/conformance_cases.o
 
 # Tests: unit suites, then integration suites against a real daemon.
 # `check` runs them plain, then under ASan+UBSan (build-asan/), then the

@@ -16,9 +16,6 @@
 #include "conformance_cases.h"
 #include "harness.h"
 
-/* The Makefile links test_<name>.o with harness.o only: the shared runner
- * is compiled in here. */
-#include "conformance_cases.c"
 
 static spt_daemon daemon_;
 

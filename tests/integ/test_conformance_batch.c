@@ -21,9 +21,7 @@
 #include "conformance_cases.h"
 #include "harness.h"
 
-/* The Makefile links test_<name>.o with harness.o only: the shared runner
- * is compiled in here. */
-#include "conformance_cases.c"
+#include "conformance_cases.h"
 
 static spt_daemon daemon_;
 

@@ -4,26 +4,13 @@
  * with naive references written with per-element index loops that share
  * no code with the planners; every plan must copy each output byte exactly
  * once, straight from an input. */
-#include <check.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "plan_testlib.h"
 
 #define MAXW 8
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int64_t rng_range(int64_t lo, int64_t hi) { /* inclusive */
-  return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1));
-}
 
 /* One all_to_all_v: m[i][j] rows go from rank i to rank j; each rank has
  * its own copies of its lists, as on the wire. */
@@ -59,13 +46,6 @@ static void mk(vcase *c, int world, int nd, const int64_t *rest,
   }
 }
 
-static size_t nbytes(const spk_shape *sh, size_t es) {
-  size_t n = es;
-  for (int i = 0; i < sh->ndim; i++)
-    n *= (size_t)sh->dim[i];
-  return n;
-}
-
 /* Output row q of rank j: find the source i whose block holds it, then the
  * row within i's input; a row is the same `row` bytes everywhere, copied
  * byte by byte. */
@@ -86,146 +66,42 @@ static void naive_v(const vcase *c, uint8_t *const *in, int j, uint8_t *out) {
   }
 }
 
-/* ---- shared executor: per-rank tensors, move checks, runs ------------ */
-
-typedef struct {
-  int world;
-  uint8_t *t[MAXW][SPK_T_COUNT];
-  size_t n[MAXW][SPK_T_COUNT];
-} bufs;
-
-static void bufs_alloc(bufs *b, const spk_op_args *const *argp, int world) {
-  b->world = world;
-  for (int r = 0; r < world; r++) {
-    size_t es = spk_dtype_size(argp[r]->dtype);
-    b->n[r][SPK_T_IN] = nbytes(&argp[r]->in, es);
-    b->n[r][SPK_T_OUT] = nbytes(&argp[r]->out, es);
-    for (int t = 0; t < SPK_T_COUNT; t++)
-      b->t[r][t] = malloc(b->n[r][t] + 1);
-    for (size_t k = 0; k < b->n[r][SPK_T_IN]; k++)
-      b->t[r][SPK_T_IN][k] = (uint8_t)rng_next();
-  }
-}
-static void bufs_free(bufs *b) {
-  for (int r = 0; r < b->world; r++)
-    free(b->t[r][SPK_T_IN]), free(b->t[r][SPK_T_OUT]);
-}
-
-static void touch(const spk_move *m, int d, uint64_t off, uint8_t *cnt) {
-  if (d == m->nd - 1) {
-    for (uint64_t k = 0; k < m->len[d]; k++)
-      cnt[off + k]++;
-    return;
-  }
-  for (uint64_t k = 0; k < m->len[d]; k++)
-    touch(m, d + 1, off + k * m->dst_stride[d], cnt);
-}
-static uint64_t move_end(const spk_move *m, int dst_side) {
-  uint64_t end = dst_side ? m->dst_off : m->src_off;
-  for (int i = 0; i < m->nd - 1; i++)
-    end += (m->len[i] - 1) * (dst_side ? m->dst_stride[i] : m->src_stride[i]);
-  return end + m->len[m->nd - 1];
-}
-
-/* One copy per byte: input -> output moves inside their tensors, and
- * every output byte written exactly once. */
-static void check_moves(const spk_plan *p, const bufs *b, const char *tag) {
-  uint64_t total = 0;
-  uint8_t *cnt[MAXW];
-  for (int r = 0; r < b->world; r++) {
-    total += b->n[r][SPK_T_OUT];
-    cnt[r] = calloc(b->n[r][SPK_T_OUT] + 1, 1);
-  }
-  ck_assert_msg(p->bytes == total, "%s: plan.bytes %llu, outputs hold %llu",
-                tag, (unsigned long long)p->bytes, (unsigned long long)total);
-  for (size_t i = 0; i < p->nmoves; i++) {
-    const spk_move *m = &p->moves[i];
-    ck_assert_msg(m->src_rank < (uint32_t)b->world &&
-                      m->dst_rank < (uint32_t)b->world &&
-                      m->src_t == SPK_T_IN && m->dst_t == SPK_T_OUT,
-                  "%s: move %zu is not input -> output", tag, i);
-    ck_assert_msg(move_end(m, 0) <= b->n[m->src_rank][SPK_T_IN] &&
-                      move_end(m, 1) <= b->n[m->dst_rank][SPK_T_OUT],
-                  "%s: move %zu leaves its tensors", tag, i);
-    touch(m, 0, m->dst_off, cnt[m->dst_rank]);
-  }
-  for (int r = 0; r < b->world; r++) {
-    size_t k = 0; /* one assertion per rank: check's are costly */
-    while (k < b->n[r][SPK_T_OUT] && cnt[r][k] == 1)
-      k++;
-    ck_assert_msg(k == b->n[r][SPK_T_OUT], "%s: rank %d output byte %zu "
-                  "written %d times", tag, r, k, cnt[r][k]);
-    free(cnt[r]);
-  }
-}
-
-/* Build, check the moves, run with outputs prefilled with two patterns
- * and compare every output byte with want[r]. */
-static void run_plan(const spk_op_args *const *argp, bufs *b,
-                     uint8_t *const *want, const char *tag) {
-  spk_plan plan;
-  spk_plan_init(&plan, b->world);
-  spk_err err = {{0}};
-  int rc = spk_plan_build(argp, b->world, &plan, &err);
-  ck_assert_msg(rc == SPK_OK, "%s: plan_build: %d %s", tag, rc, err.msg);
-  check_moves(&plan, b, tag);
-  uint8_t *bases[MAXW * SPK_T_COUNT];
-  for (int r = 0; r < b->world; r++)
-    for (int t = 0; t < SPK_T_COUNT; t++)
-      bases[r * SPK_T_COUNT + t] = b->t[r][t];
-  for (int fill = 0; fill < 2; fill++) {
-    for (int r = 0; r < b->world; r++)
-      for (size_t k = 0; k < b->n[r][SPK_T_OUT]; k++)
-        b->t[r][SPK_T_OUT][k] = fill ? (uint8_t)(k * 7 + 3) : 0xa5;
-    spk_plan_exec(&plan, bases);
-    for (int r = 0; r < b->world; r++)
-      ck_assert_msg(memcmp(b->t[r][SPK_T_OUT], want[r],
-                           b->n[r][SPK_T_OUT]) == 0,
-                    "%s: rank %d output differs (fill %d)", tag, r, fill);
-  }
-  spk_plan_free(&plan);
-}
-
 /* ---- all_to_all_v ------------------------------------------------------ */
 
 static void run_vcase(const vcase *c, const char *tag) {
-  bufs b;
-  bufs_alloc(&b, c->argp, c->world);
+  ptl_bufs b;
+  ptl_bufs_alloc(&b, c->argp, c->world, 1);
   uint8_t *in[MAXW], *want[MAXW];
   for (int r = 0; r < c->world; r++)
-    in[r] = b.t[r][SPK_T_IN];
+    in[r] = b.b[PTL_IN(r)];
   for (int r = 0; r < c->world; r++) {
-    want[r] = malloc(b.n[r][SPK_T_OUT] + 1);
+    want[r] = malloc(b.sz[PTL_OUT(r)] + 1);
     naive_v(c, in, r, want[r]);
   }
-  run_plan(c->argp, &b, want, tag);
+  ptl_run_plan(c->argp, &b, want, tag);
   for (int r = 0; r < c->world; r++)
     free(want[r]);
-  bufs_free(&b);
+  ptl_bufs_free(&b);
 }
-
-static const spk_dtype dts[] = {SPK_I8,  SPK_U8,  SPK_F16, SPK_BF16,
-                                SPK_F32, SPK_I32, SPK_F64, SPK_I64};
 
 START_TEST(test_random) {
   const uint64_t seed = 0xa2a7eedull;
-  rng_state = seed;
+  ptl_rng_seed(seed);
   for (int it = 0; it < 600; it++) {
-    int world = (int)rng_range(1, MAXW), nd = (int)rng_range(1, 5);
+    int world = (int)ptl_rng_range(1, MAXW), nd = (int)ptl_rng_range(1, 5);
     if (it % 20 == 19)
-      nd = (int)rng_range(6, 8);
+      nd = (int)ptl_rng_range(6, 8);
     int64_t rest[SPK_MAX_DIMS], m[MAXW][MAXW];
-    for (int i = 0; i < nd - 1; i++) /* now and then an empty row */
-      rest[i] = rng_range(0, 39) == 0 ? 0 : rng_range(1, nd > 5 ? 2 : 3);
+    /* now and then an empty row */
+    ptl_random_dims(rest, nd - 1, 40, nd > 5 ? 2 : 3);
     for (int i = 0; i < world; i++) /* many empty blocks */
-      for (int j = 0; j < world; j++)
-        m[i][j] = rng_range(0, 2) == 0 ? 0 : rng_range(1, 4);
+      ptl_random_dims(m[i], world, 3, 4);
     vcase c;
-    mk(&c, world, nd, rest, (const int64_t(*)[MAXW])m, dts[it % 8]);
-    int ndims = (int)rng_range(0, 1); /* the same on every rank */
+    mk(&c, world, nd, rest, (const int64_t(*)[MAXW])m, ptl_dtypes[it % 8]);
+    int ndims = (int)ptl_rng_range(0, 1); /* the same on every rank */
     for (int r = 0; r < world; r++) { /* dim 0 spelled from either end */
       c.args[r].ndims = ndims;
-      c.args[r].dims[0] = ndims && rng_range(0, 1) ? -nd : 0;
+      c.args[r].dims[0] = ndims && ptl_rng_range(0, 1) ? -nd : 0;
     }
     char tag[96];
     snprintf(tag, sizeof(tag), "seed %#llx case %d (w %d nd %d)",
@@ -241,17 +117,17 @@ START_TEST(test_by_hand) {
   static const int64_t m[MAXW][MAXW] = {{1, 2}, {3, 0}};
   vcase c;
   mk(&c, 2, 2, (const int64_t[]){2}, m, SPK_U8);
-  bufs b;
-  bufs_alloc(&b, c.argp, 2);
-  memcpy(b.t[0][SPK_T_IN], (const uint8_t[]){0, 1, 2, 3, 4, 5}, 6);
-  memcpy(b.t[1][SPK_T_IN], (const uint8_t[]){6, 7, 8, 9, 10, 11}, 6);
+  ptl_bufs b;
+  ptl_bufs_alloc(&b, c.argp, 2, 1);
+  memcpy(b.b[PTL_IN(0)], (const uint8_t[]){0, 1, 2, 3, 4, 5}, 6);
+  memcpy(b.b[PTL_IN(1)], (const uint8_t[]){6, 7, 8, 9, 10, 11}, 6);
   uint8_t w0[] = {0, 1, 6, 7, 8, 9, 10, 11}, w1[] = {2, 3, 4, 5};
   uint8_t *want[2] = {w0, w1}, got[8];
-  uint8_t *in[2] = {b.t[0][SPK_T_IN], b.t[1][SPK_T_IN]};
+  uint8_t *in[2] = {b.b[PTL_IN(0)], b.b[PTL_IN(1)]};
   naive_v(&c, in, 0, got);
   ck_assert(memcmp(got, w0, 8) == 0);
-  run_plan(c.argp, &b, want, "a2av by hand");
-  bufs_free(&b);
+  ptl_run_plan(c.argp, &b, want, "a2av by hand");
+  ptl_bufs_free(&b);
   /* Nothing moves at all. */
   static const int64_t z[MAXW][MAXW] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
   mk(&c, 3, 3, (const int64_t[]){2, 3}, z, SPK_F64);
@@ -259,17 +135,9 @@ START_TEST(test_by_hand) {
 }
 END_TEST
 
+/* spk_plan_build must give rc, with a message holding both needles. */
 static void expect_build(vcase *c, int rc, const char *n1, const char *n2) {
-  spk_plan plan;
-  spk_plan_init(&plan, c->world);
-  spk_err err = {{0}};
-  int got = spk_plan_build(c->argp, c->world, &plan, &err);
-  spk_plan_free(&plan);
-  ck_assert_msg(got == rc, "plan_build gave %d (%s), want %d", got, err.msg,
-                rc);
-  ck_assert_msg(strstr(err.msg, n1) != NULL, "'%s' lacks '%s'", err.msg, n1);
-  ck_assert_msg(n2 == NULL || strstr(err.msg, n2) != NULL, "'%s' lacks '%s'",
-                err.msg, n2);
+  ptl_expect_build(c->argp, c->world, rc, n1, n2);
 }
 
 static const int64_t M3[MAXW][MAXW] = {{1, 2, 0}, {0, 1, 3}, {2, 2, 2}};
@@ -374,28 +242,28 @@ static void megatron(int w, int sp2hp, int64_t n, int64_t h) {
   /* Sequence to heads scatters the hidden dim and gathers the sequence. */
   mk_a2a(a, argp, w, sp2hp ? 1 : 0, sp2hp ? 0 : 1, sp2hp ? sp : hp,
          sp2hp ? hp : sp);
-  bufs b;
-  bufs_alloc(&b, argp, w);
+  ptl_bufs b;
+  ptl_bufs_alloc(&b, argp, w, 1);
   uint8_t *want[MAXW];
   int64_t cols = a[0].out.dim[1];
   for (int r = 0; r < w; r++) {
-    want[r] = malloc(b.n[r][SPK_T_OUT] + 1);
+    want[r] = malloc(b.sz[PTL_OUT(r)] + 1);
     for (int64_t q = 0; q < a[0].out.dim[0]; q++)
       for (int64_t k = 0; k < cols; k++) {
         int j = (int)(sp2hp ? q / n : k / h);
         int64_t src = sp2hp ? (q % n) * w * h + r * h + k
                             : (r * n + q) * h + k % h;
-        memcpy(want[r] + 4 * (q * cols + k), b.t[j][SPK_T_IN] + 4 * src, 4);
+        memcpy(want[r] + 4 * (q * cols + k), b.b[PTL_IN(j)] + 4 * src, 4);
       }
   }
-  run_plan(argp, &b, want, sp2hp ? "sp2hp" : "hp2sp");
+  ptl_run_plan(argp, &b, want, sp2hp ? "sp2hp" : "hp2sp");
   for (int r = 0; r < w; r++)
     free(want[r]);
-  bufs_free(&b);
+  ptl_bufs_free(&b);
 }
 
 START_TEST(test_megatron) {
-  rng_state = 7;
+  ptl_rng_seed(7);
   for (int w = 1; w <= MAXW; w++)
     for (int64_t n = 1; n <= 3; n++)
       for (int64_t h = 1; h <= 3; h++) {
@@ -405,25 +273,9 @@ START_TEST(test_megatron) {
 }
 END_TEST
 
-static Suite *a2av_suite(void) {
-  Suite *s = suite_create("plan_alltoallv");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 600);
-  tcase_add_test(tc, test_random);
-  tcase_add_test(tc, test_by_hand);
-  tcase_add_test(tc, test_bad_dims);
-  tcase_add_test(tc, test_bad_lists);
-  tcase_add_test(tc, test_mismatch);
-  tcase_add_test(tc, test_bad_output);
-  tcase_add_test(tc, test_megatron);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
-  SRunner *sr = srunner_create(a2av_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  const TTest *tests[] = {test_random,    test_by_hand,  test_bad_dims,
+                          test_bad_lists, test_mismatch, test_bad_output,
+                          test_megatron};
+  return ptl_run_suite("plan_alltoallv", 600, tests, PTL_LEN(tests));
 }

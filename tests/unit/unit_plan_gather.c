@@ -4,26 +4,12 @@
  * input element it comes from. The reference shares no code with the
  * planner. Error cases check the status and that the message names the
  * field, rank or expected shape. */
-#include <check.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "plan_testlib.h"
 
 #define MAXW 8
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int64_t rng_range(int64_t lo, int64_t hi) { /* inclusive */
-  return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1));
-}
 
 /* One all-gather as every rank describes it. Each rank has its own copy of
  * the size list, as ranks do on the wire. */
@@ -57,69 +43,36 @@ static void mk(gcase *c, int world, int nd, const int64_t *shape, int d,
   }
 }
 
-static size_t nbytes(const spk_shape *s, size_t esize) {
-  size_t n = esize;
-  for (int i = 0; i < s->ndim; i++)
-    n *= (size_t)s->dim[i];
-  return n;
-}
-
 /* Reference: out element at index idx (C order) has idx[d] = j; the source
  * is the rank k whose slice [off_k, off_k + gsz[k]) holds j, at the same
  * index with idx[d] = j - off_k. */
 static void naive_gather(const gcase *c, uint8_t *const *in, uint8_t *out) {
   const spk_shape *os = &c->args[0].out;
   size_t es = spk_dtype_size(c->args[0].dtype);
-  size_t n = nbytes(os, 1);
+  size_t n = ptl_numel(os);
   for (size_t o = 0; o < n; o++) {
     int64_t idx[SPK_MAX_DIMS];
-    size_t rem = o;
-    for (int i = c->nd - 1; i >= 0; i--) {
-      idx[i] = (int64_t)(rem % (size_t)os->dim[i]);
-      rem /= (size_t)os->dim[i];
-    }
+    ptl_unravel(o, os, idx);
     int64_t j = idx[c->d], off = 0;
     int k = 0;
     while (j >= off + c->gsz[k])
       off += c->gsz[k++];
     idx[c->d] = j - off;
-    const spk_shape *is = &c->args[k].in;
-    size_t si = 0;
-    for (int i = 0; i < c->nd; i++)
-      si = si * (size_t)is->dim[i] + (size_t)idx[i];
-    memcpy(out + o * es, in[k] + si * es, es);
+    memcpy(out + o * es, in[k] + ptl_ravel(idx, &c->args[k].in) * es, es);
   }
 }
 
-/* Highest byte + 1 a move touches on one side. */
-static uint64_t move_end(const spk_move *m, int dst_side) {
-  uint64_t end = dst_side ? m->dst_off : m->src_off;
-  for (int i = 0; i < m->nd - 1; i++)
-    end += (m->len[i] - 1) * (dst_side ? m->dst_stride[i] : m->src_stride[i]);
-  return end + m->len[m->nd - 1];
-}
-
-/* Build the plan, execute it twice (outputs prefilled with 0x00, then 0xff,
- * so a byte the plan never writes shows up), and compare every rank's
- * output with the reference. */
+/* Build the plan, execute it move by move twice (outputs prefilled with
+ * 0x00, then 0xff, so a byte the plan never writes shows up), and compare
+ * every rank's output with the reference. */
 static void run_case(gcase *c, const char *tag) {
-  size_t es = spk_dtype_size(c->args[0].dtype);
-  uint8_t *base[MAXW][SPK_T_COUNT];
-  size_t size[MAXW][SPK_T_COUNT];
-  uint64_t out_total = 0;
-  for (int r = 0; r < c->world; r++) {
-    size[r][SPK_T_IN] = nbytes(&c->args[r].in, es);
-    size[r][SPK_T_OUT] = nbytes(&c->args[r].out, es);
-    out_total += size[r][SPK_T_OUT];
-    base[r][SPK_T_IN] = malloc(size[r][SPK_T_IN] + 1);
-    base[r][SPK_T_OUT] = malloc(size[r][SPK_T_OUT] + 1);
-    for (size_t i = 0; i < size[r][SPK_T_IN]; i++)
-      base[r][SPK_T_IN][i] = (uint8_t)rng_next();
-  }
+  ptl_bufs b;
+  ptl_bufs_alloc(&b, c->argp, c->world, 1);
   uint8_t *in[MAXW];
+  uint64_t out_total = 0;
   for (int r = 0; r < c->world; r++)
-    in[r] = base[r][SPK_T_IN];
-  uint8_t *want = malloc(size[0][SPK_T_OUT] + 1);
+    in[r] = b.b[PTL_IN(r)], out_total += b.sz[PTL_OUT(r)];
+  uint8_t *want = malloc(b.sz[PTL_OUT(0)] + 1);
   naive_gather(c, in, want);
 
   for (int r = 0; r < c->world; r++) {
@@ -137,52 +90,41 @@ static void run_case(gcase *c, const char *tag) {
                 (unsigned long long)out_total);
   for (int fill = 0; fill < 2; fill++) {
     for (int r = 0; r < c->world; r++)
-      memset(base[r][SPK_T_OUT], fill ? 0xff : 0x00, size[r][SPK_T_OUT]);
+      memset(b.b[PTL_OUT(r)], fill ? 0xff : 0x00, b.sz[PTL_OUT(r)]);
     for (size_t i = 0; i < plan.nmoves; i++) {
       const spk_move *m = &plan.moves[i];
-      ck_assert_msg(m->src_rank < (uint32_t)c->world &&
-                        m->dst_rank < (uint32_t)c->world &&
-                        m->src_t == SPK_T_IN && m->dst_t == SPK_T_OUT,
-                    "%s: move %zu has bad ends", tag, i);
-      ck_assert_msg(move_end(m, 0) <= size[m->src_rank][m->src_t] &&
-                        move_end(m, 1) <= size[m->dst_rank][m->dst_t],
-                    "%s: move %zu leaves its tensors", tag, i);
-      spk_move_run(m, base[m->src_rank][m->src_t],
-                   base[m->dst_rank][m->dst_t], 0, spk_move_units(m));
+      ptl_check_move(m, i, c->world, b.sz, 0, tag);
+      spk_move_run(m, b.b[m->src_rank * SPK_T_COUNT + m->src_t],
+                   b.b[m->dst_rank * SPK_T_COUNT + m->dst_t], 0,
+                   spk_move_units(m));
     }
     for (int r = 0; r < c->world; r++)
-      ck_assert_msg(memcmp(base[r][SPK_T_OUT], want, size[r][SPK_T_OUT]) == 0,
-                    "%s: rank %d output differs from reference (fill %d)",
-                    tag, r, fill);
+      ck_assert_msg(memcmp(b.b[PTL_OUT(r)], want, b.sz[PTL_OUT(r)]) == 0,
+                    "%s: rank %d output differs from reference (fill %d)", tag,
+                    r, fill);
   }
   spk_plan_free(&plan);
-  for (int r = 0; r < c->world; r++)
-    free(base[r][SPK_T_IN]), free(base[r][SPK_T_OUT]);
+  ptl_bufs_free(&b);
   free(want);
 }
 
 START_TEST(test_random) {
   const uint64_t seed = 0xa11ea7e5ull;
-  rng_state = seed;
-  static const spk_dtype dts[] = {SPK_I8,  SPK_U8,  SPK_F16, SPK_BF16,
-                                  SPK_F32, SPK_I32, SPK_F64, SPK_I64};
+  ptl_rng_seed(seed);
   for (int it = 0; it < 800; it++) {
-    int world = (int)rng_range(1, MAXW), nd = (int)rng_range(1, 5);
-    int d = (int)rng_range(0, nd - 1);
+    int world = (int)ptl_rng_range(1, MAXW), nd = (int)ptl_rng_range(1, 5);
+    int d = (int)ptl_rng_range(0, nd - 1);
     int64_t shape[SPK_MAX_DIMS], gsz[MAXW];
-    for (int i = 0; i < nd; i++) /* now and then an empty non-gather dim */
-      shape[i] = rng_range(0, 19) == 0 ? 0 : rng_range(1, nd > 3 ? 3 : 4);
-    for (int r = 0; r < world; r++)
-      gsz[r] = rng_range(0, 3) == 0 ? 0 : rng_range(1, 4);
+    /* now and then an empty non-gather dim */
+    ptl_random_dims(shape, nd, 20, nd > 3 ? 3 : 4);
+    ptl_random_dims(gsz, world, 4, 4);
     gcase c;
-    mk(&c, world, nd, shape, d, gsz, (int)rng_range(0, 1), dts[it % 8]);
+    mk(&c, world, nd, shape, d, gsz, (int)ptl_rng_range(0, 1),
+       ptl_dtypes[it % 8]);
     /* Ranks may spell the dim from either end: -1 is the last. */
-    for (int r = 0; r < world; r++)
-      if (rng_range(0, 1))
-        c.args[r].dims[0] = d - nd;
-    char tag[96];
-    snprintf(tag, sizeof(tag), "seed %#llx case %d (w %d nd %d d %d)",
-             (unsigned long long)seed, it, world, nd, d);
+    ptl_respell_dim(c.args, world, 0, d, nd);
+    char tag[PTL_TAG];
+    ptl_tag(tag, seed, it, NULL, world, nd, d);
     run_case(&c, tag);
   }
 }
@@ -207,16 +149,7 @@ END_TEST
 
 /* spk_plan_build must fail with `rc` and a message holding both needles. */
 static void expect_build(gcase *c, int rc, const char *n1, const char *n2) {
-  spk_plan plan;
-  spk_plan_init(&plan, c->world);
-  spk_err err = {{0}};
-  int got = spk_plan_build(c->argp, c->world, &plan, &err);
-  spk_plan_free(&plan);
-  ck_assert_msg(got == rc, "plan_build gave %d (%s), want %d", got, err.msg,
-                rc);
-  ck_assert_msg(strstr(err.msg, n1) != NULL, "'%s' lacks '%s'", err.msg, n1);
-  ck_assert_msg(n2 == NULL || strstr(err.msg, n2) != NULL, "'%s' lacks '%s'",
-                err.msg, n2);
+  ptl_expect_build(c->argp, c->world, rc, n1, n2);
 }
 
 static const int64_t S24[] = {2, 4}, G123[] = {1, 2, 3};
@@ -344,80 +277,52 @@ START_TEST(test_bad_shape) {
 END_TEST
 
 /* spk_args_check alone: what one rank can see before anything is sent. */
-static void expect_check(const spk_op_args *a, int world, int rank, int rc,
-                         const char *needle) {
-  spk_err err = {{0}};
-  int got = spk_args_check(a, world, rank, &err);
-  ck_assert_msg(got == rc, "args_check gave %d (%s), want %d", got, err.msg,
-                rc);
-  if (needle)
-    ck_assert_msg(strstr(err.msg, needle) != NULL, "'%s' lacks '%s'", err.msg,
-                  needle);
-}
-
 START_TEST(test_args_check) {
   gcase c;
   mk(&c, 3, 2, S24, 0, G123, 1, SPK_F32);
   spk_op_args a = c.args[1];
-  expect_check(&a, 3, 1, SPK_OK, NULL);
+  ptl_expect_check(&a, 3, 1, SPK_OK, NULL);
   gcase c1; /* gather dim 1 spelled -1 */
   mk(&c1, 3, 2, S24, 1, G123, 1, SPK_F32);
   c1.args[2].dims[0] = -1;
-  expect_check(&c1.args[2], 3, 2, SPK_OK, NULL);
+  ptl_expect_check(&c1.args[2], 3, 2, SPK_OK, NULL);
   a = c.args[1], a.dims[0] = 2;
-  expect_check(&a, 3, 1, SPK_EINVAL, "gather dim 2");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "gather dim 2");
   a = c.args[1], a.dims[0] = -3;
-  expect_check(&a, 3, 1, SPK_EINVAL, "gather dim -3");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "gather dim -3");
   a = c.args[1], a.nsizes = 4;
-  expect_check(&a, 3, 1, SPK_EINVAL, "4 entries");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "4 entries");
   a = c.args[1], a.in.dim[0] = 3;
-  expect_check(&a, 3, 1, SPK_EINVAL, "sizes[1]");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "sizes[1]");
   a = c.args[1], a.out.dim[0] = 5;
-  expect_check(&a, 3, 1, SPK_EINVAL, "[6, 4]");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "[6, 4]");
   /* No size list: the gather dim of the output is unknown, the rest not. */
   a = c.args[1], a.nsizes = 0, a.sizes = NULL, a.out.dim[0] = 99;
-  expect_check(&a, 3, 1, SPK_OK, NULL);
+  ptl_expect_check(&a, 3, 1, SPK_OK, NULL);
   a.out.dim[1] = 5;
-  expect_check(&a, 3, 1, SPK_EINVAL, "[99, 4]");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "[99, 4]");
   a = c.args[1], a.ndims = 0;
-  expect_check(&a, 3, 1, SPK_EINVAL, "1 dim");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "1 dim");
   a = c.args[1];
-  expect_check(&a, 3, 3, SPK_EINVAL, "rank 3");
-  expect_check(&a, 3, -1, SPK_EINVAL, "rank -1");
-  expect_check(&a, 0, 0, SPK_EINVAL, "world");
+  ptl_expect_check(&a, 3, 3, SPK_EINVAL, "rank 3");
+  ptl_expect_check(&a, 3, -1, SPK_EINVAL, "rank -1");
+  ptl_expect_check(&a, 0, 0, SPK_EINVAL, "world");
   a = c.args[1], a.op = (spk_op_kind)0;
-  expect_check(&a, 3, 1, SPK_EINVAL, "op");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "op");
   a = c.args[1], a.op = SPK_OP_COUNT;
-  expect_check(&a, 3, 1, SPK_EINVAL, "op");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "op");
   a = c.args[1], a.dtype = (spk_dtype)SPK_DTYPE_COUNT;
-  expect_check(&a, 3, 1, SPK_EINVAL, "dtype");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "dtype");
   a = c.args[1], a.in.ndim = 0;
-  expect_check(&a, 3, 1, SPK_EINVAL, "input ndim");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "input ndim");
   a = c.args[1], a.out.ndim = SPK_MAX_DIMS + 1;
-  expect_check(&a, 3, 1, SPK_EINVAL, "output ndim");
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "output ndim");
 }
 END_TEST
 
-static Suite *gather_suite(void) {
-  Suite *s = suite_create("plan_gather");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_random);
-  tcase_add_test(tc, test_edges);
-  tcase_add_test(tc, test_bad_dim);
-  tcase_add_test(tc, test_mismatch);
-  tcase_add_test(tc, test_bad_output);
-  tcase_add_test(tc, test_bad_sizes);
-  tcase_add_test(tc, test_bad_shape);
-  tcase_add_test(tc, test_args_check);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
-  SRunner *sr = srunner_create(gather_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  const TTest *tests[] = {test_random,    test_edges,      test_bad_dim,
+                          test_mismatch,  test_bad_output, test_bad_sizes,
+                          test_bad_shape, test_args_check};
+  return ptl_run_suite("plan_gather", 120, tests, PTL_LEN(tests));
 }

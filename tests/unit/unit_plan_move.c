@@ -1,35 +1,10 @@
 /* Block moves (kernels/plan.h): spk_plan_add_block turns an N-d block copy
  * into a coalesced strided move, spk_move_run executes unit ranges of it.
  * Results are compared with a naive per-element copy written here. */
-#include <check.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int64_t rng_range(int64_t lo, int64_t hi) { /* inclusive */
-  return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1));
-}
-static void fill_random(uint8_t *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    p[i] = (uint8_t)rng_next();
-}
-
-static size_t numel(const spk_shape *s) {
-  size_t n = 1;
-  for (int i = 0; i < s->ndim; i++)
-    n *= (size_t)s->dim[i];
-  return n;
-}
+#include "plan_testlib.h"
 
 /* Reference: visit every element of the block with a plain odometer and
  * copy it from its C-order position in src to its position in dst. */
@@ -57,15 +32,6 @@ static void naive_copy(const spk_shape *ss, const int64_t *so,
   }
 }
 
-/* Highest byte + 1 a move touches on one side, to check it stays inside
- * the tensor before it is run. */
-static uint64_t move_end(const spk_move *m, int dst_side) {
-  uint64_t end = dst_side ? m->dst_off : m->src_off;
-  for (int i = 0; i < m->nd - 1; i++)
-    end += (m->len[i] - 1) * (dst_side ? m->dst_stride[i] : m->src_stride[i]);
-  return end + m->len[m->nd - 1];
-}
-
 /* Descriptor invariants that hold whatever the coalescing chose. */
 static void check_move_shape(const spk_move *m, uint64_t bytes) {
   ck_assert_int_ge(m->nd, 1);
@@ -82,23 +48,23 @@ static void check_move_shape(const spk_move *m, uint64_t bytes) {
 /* A random block between random shapes, executed through the plan, with
  * the unit range cut into random pieces run in random order. */
 static void random_case(int it, uint64_t seed) {
-  int nd = (int)rng_range(1, SPK_MAX_DIMS);
-  size_t esize = (size_t)1 << rng_range(0, 3);
+  int nd = (int)ptl_rng_range(1, SPK_MAX_DIMS);
+  size_t esize = (size_t)1 << ptl_rng_range(0, 3);
   spk_shape ss = {.ndim = nd}, ds = {.ndim = nd};
   int64_t ext[SPK_MAX_DIMS], so[SPK_MAX_DIMS], dorg[SPK_MAX_DIMS];
   int64_t maxe = nd > 5 ? 2 : 4; /* keeps 8-d tensors small */
   for (int i = 0; i < nd; i++) {
-    ext[i] = rng_range(1, maxe);
-    ss.dim[i] = ext[i] + rng_range(0, 2);
-    ds.dim[i] = ext[i] + rng_range(0, 2);
-    so[i] = rng_range(0, ss.dim[i] - ext[i]);
-    dorg[i] = rng_range(0, ds.dim[i] - ext[i]);
+    ext[i] = ptl_rng_range(1, maxe);
+    ss.dim[i] = ext[i] + ptl_rng_range(0, 2);
+    ds.dim[i] = ext[i] + ptl_rng_range(0, 2);
+    so[i] = ptl_rng_range(0, ss.dim[i] - ext[i]);
+    dorg[i] = ptl_rng_range(0, ds.dim[i] - ext[i]);
   }
-  size_t sb = numel(&ss) * esize, db = numel(&ds) * esize;
+  size_t sb = ptl_numel(&ss) * esize, db = ptl_numel(&ds) * esize;
   uint8_t *src = malloc(sb), *got = malloc(db), *want = malloc(db);
   uint8_t *piece = malloc(db);
-  fill_random(src, sb);
-  fill_random(want, db);
+  ptl_fill_random(src, sb);
+  ptl_fill_random(want, db);
   memcpy(got, want, db);
   memcpy(piece, want, db);
   naive_copy(&ss, so, &ds, dorg, ext, esize, src, want);
@@ -121,7 +87,7 @@ static void random_case(int it, uint64_t seed) {
   ck_assert_uint_eq(m->src_t, SPK_T_IN);
   ck_assert_uint_eq(m->dst_t, SPK_T_OUT);
   check_move_shape(m, bytes);
-  ck_assert_msg(move_end(m, 0) <= sb && move_end(m, 1) <= db,
+  ck_assert_msg(ptl_move_end(m, 0) <= sb && ptl_move_end(m, 1) <= db,
                 "seed %#llx case %d: move leaves its tensors",
                 (unsigned long long)seed, it);
 
@@ -134,9 +100,9 @@ static void random_case(int it, uint64_t seed) {
   /* Cut [0, units) at up to 4 random points; run the pieces backwards so
    * no piece can rely on an earlier one. */
   uint64_t cut[6] = {0};
-  int nc = 1 + (int)rng_range(0, 4);
+  int nc = 1 + (int)ptl_rng_range(0, 4);
   for (int i = 1; i < nc; i++)
-    cut[i] = rng_next() % (units + 1);
+    cut[i] = ptl_rng_next() % (units + 1);
   cut[nc] = units;
   for (int i = 1; i < nc; i++) /* insertion sort of the inner cuts */
     for (int j = i; j > 1 && cut[j] < cut[j - 1]; j--) {
@@ -154,7 +120,7 @@ static void random_case(int it, uint64_t seed) {
 
 START_TEST(test_random_blocks) {
   const uint64_t seed = 0x600dcafeull;
-  rng_state = seed;
+  ptl_rng_seed(seed);
   for (int it = 0; it < 600; it++)
     random_case(it, seed);
 }
@@ -264,22 +230,24 @@ END_TEST
  * and earlier moves survive; running them in order matches the naive
  * copies in the same order (blocks may overlap in dst). */
 START_TEST(test_many_blocks) {
-  rng_state = 0xb10c5ull;
+  ptl_rng_seed(0xb10c5ull);
   spk_shape ss = {2, {9, 7}};
   spk_shape d2 = {2, {8, 10}};
   size_t sb = 63 * 4, db = 80 * 4;
   uint8_t src[63 * 4], got[80 * 4], want[80 * 4];
-  fill_random(src, sb);
-  fill_random(want, db);
+  ptl_fill_random(src, sb);
+  ptl_fill_random(want, db);
   memcpy(got, want, db);
   spk_plan plan;
   spk_plan_init(&plan, 1);
   spk_err err = {{0}};
   uint64_t bytes = 0;
   for (int i = 0; i < 100; i++) {
-    int64_t ext[2] = {rng_range(1, 8), rng_range(1, 7)};
-    int64_t so[2] = {rng_range(0, 9 - ext[0]), rng_range(0, 7 - ext[1])};
-    int64_t dorg[2] = {rng_range(0, 8 - ext[0]), rng_range(0, 10 - ext[1])};
+    int64_t ext[2] = {ptl_rng_range(1, 8), ptl_rng_range(1, 7)};
+    int64_t so[2] = {ptl_rng_range(0, 9 - ext[0]),
+                     ptl_rng_range(0, 7 - ext[1])};
+    int64_t dorg[2] = {ptl_rng_range(0, 8 - ext[0]),
+                       ptl_rng_range(0, 10 - ext[1])};
     spk_block_end s = {0, SPK_T_IN, &ss, so}, d = {0, SPK_T_OUT, &d2, dorg};
     ck_assert_int_eq(spk_plan_add_block(&plan, &s, &d, ext, 4, &err), SPK_OK);
     naive_copy(&ss, so, &d2, dorg, ext, 4, src, want);
@@ -318,23 +286,8 @@ START_TEST(test_empty_range) {
 }
 END_TEST
 
-static Suite *move_suite(void) {
-  Suite *s = suite_create("plan_move");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_random_blocks);
-  tcase_add_test(tc, test_coalesce);
-  tcase_add_test(tc, test_empty_extent);
-  tcase_add_test(tc, test_many_blocks);
-  tcase_add_test(tc, test_empty_range);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
-  SRunner *sr = srunner_create(move_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  const TTest *tests[] = {test_random_blocks, test_coalesce, test_empty_extent,
+                          test_many_blocks, test_empty_range};
+  return ptl_run_suite("plan_move", 60, tests, PTL_LEN(tests));
 }

@@ -5,39 +5,14 @@
  * split_rule). Also: the grad scale flag, gather after split is the
  * identity on the packed prefix, and bad arguments fail with the right
  * status and a message naming them. */
-#include <check.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner.h"
+#include "plan_testlib.h"
 
 #define MAXW 8
 #define MAXS 6
 #define MAXP (MAXS * 10) /* longest packing of the random cases */
-#define IN(r) ((r)*SPK_T_COUNT + SPK_T_IN)
-#define OUT(r) ((r)*SPK_T_COUNT + SPK_T_OUT)
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int64_t rng_range(int64_t lo, int64_t hi) { /* inclusive */
-  return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo + 1));
-}
-
-/* Elements i of [0, n) with i % w == r: the rule's piece r, found by
- * dealing the elements out one by one. */
-static int64_t dealt(int64_t n, int w, int r) {
-  int64_t k = 0;
-  for (int64_t i = 0; i < n; i++)
-    k += i % w == r;
-  return k;
-}
 
 /* One packed op as every rank describes it: sequences L[0..nseq) packed
  * along d (then `pad` ignored elements for a split); each rank owns a copy
@@ -68,7 +43,7 @@ static void mk(pcase *c, int gather, int world, int nd, const int64_t *shape,
       a->in.dim[i] = a->out.dim[i] = shape[i];
     int64_t local = 0;
     for (int i = 0; i < nseq; i++)
-      local += dealt(L[i], world, r);
+      local += ptl_dealt(L[i], world, r);
     a->in.dim[d] = gather ? local : c->total + pad;
     a->out.dim[d] = gather ? c->total : local;
     memcpy(c->sizes[r], L, sizeof(int64_t) * (size_t)nseq);
@@ -77,191 +52,68 @@ static void mk(pcase *c, int gather, int world, int nd, const int64_t *shape,
   }
 }
 
-static size_t numel(const spk_shape *s) {
-  size_t n = 1;
-  for (int i = 0; i < s->ndim; i++)
-    n *= (size_t)s->dim[i];
-  return n;
-}
-
 /* The packing, element by element: position p of the full sequence axis
- * is held by rank own[p] at position at[p] of its packed pieces. */
-static void pk_map(const pcase *c, int *own, int64_t *at) {
-  int64_t p = 0, next[MAXW] = {0};
-  for (int i = 0; i < c->nseq; i++)
-    for (int k = 0; k < c->world; k++)
-      for (int64_t e = 0; e < dealt(c->L[i], c->world, k); e++, p++)
-        own[p] = k, at[p] = next[k]++;
-}
-
-/* Copy one element, scaled as the plan's flags say (float32 only). */
-static void put(const pcase *c, uint8_t *dst, const uint8_t *src) {
-  uint32_t scale = c->args[0].flags >> SPK_FLAG_SCALE_SHIFT;
-  float x;
-  if (scale == SPK_SCALE_NONE)
-    return (void)memcpy(dst, src, spk_dtype_size(c->dt));
-  memcpy(&x, src, sizeof(x));
-  x = scale == SPK_SCALE_UP ? x * (float)c->world : x / (float)c->world;
-  memcpy(dst, &x, sizeof(x));
-}
-
-/* C-order index of element o of shape s, and back. */
-static void unravel(size_t o, const spk_shape *s, int64_t *idx) {
-  for (int i = s->ndim - 1; i >= 0; i--) {
-    idx[i] = (int64_t)(o % (size_t)s->dim[i]);
-    o /= (size_t)s->dim[i];
-  }
-}
-
-static size_t ravel(const int64_t *idx, const spk_shape *s) {
-  size_t at = 0;
-  for (int i = 0; i < s->ndim; i++)
-    at = at * (size_t)s->dim[i] + (size_t)idx[i];
-  return at;
-}
-
-/* Reference: every output element, found by its C-order index and the
- * packing's map (inverted for a split: rank r's j-th packed element). */
-static void naive(const pcase *c, uint8_t *const *in, uint8_t **want) {
-  size_t es = spk_dtype_size(c->dt);
+ * is held by rank own[p] at position at[p] of its packed pieces; rank r's
+ * j-th packed element is inv[r][j]. */
+typedef struct {
+  const pcase *c;
   int own[MAXP];
   int64_t at[MAXP], inv[MAXW][MAXP];
+} pmap;
+
+static void pk_map(const pcase *c, pmap *m) {
+  int64_t p = 0, next[MAXW] = {0};
   ck_assert(c->total <= MAXP);
-  pk_map(c, own, at);
-  for (int64_t p = 0; p < c->total; p++)
-    inv[own[p]][at[p]] = p;
-  for (int r = 0; r < c->world; r++) {
-    const spk_shape *os = &c->args[r].out;
-    for (size_t o = 0; o < numel(os); o++) {
-      int64_t idx[SPK_MAX_DIMS], j;
-      unravel(o, os, idx);
-      j = idx[c->d];
-      int k = c->gather ? own[j] : r;
-      idx[c->d] = c->gather ? at[j] : inv[r][j];
-      put(c, want[r] + o * es, in[k] + ravel(idx, &c->args[k].in) * es);
-    }
-  }
+  m->c = c;
+  for (int i = 0; i < c->nseq; i++)
+    for (int k = 0; k < c->world; k++)
+      for (int64_t e = 0; e < ptl_dealt(c->L[i], c->world, k); e++, p++) {
+        m->own[p] = k, m->at[p] = next[k]++;
+        m->inv[k][m->at[p]] = p;
+      }
 }
 
-/* Highest byte + 1 a move touches on one side. */
-static uint64_t move_end(const spk_move *m, int dst_side) {
-  uint64_t end = dst_side ? m->dst_off : m->src_off;
-  for (int i = 0; i < m->nd - 1; i++)
-    end += (m->len[i] - 1) * (dst_side ? m->dst_stride[i] : m->src_stride[i]);
-  return end + m->len[m->nd - 1];
+/* Reference: output element idx found through the packing's map (its
+ * inverse for a split). */
+static int source(const void *cv, int r, int64_t *idx) {
+  const pmap *m = cv;
+  int64_t j = idx[m->c->d];
+  idx[m->c->d] = m->c->gather ? m->at[j] : m->inv[r][j];
+  return m->c->gather ? m->own[j] : r;
 }
 
-/* Build the plan and run it on bases; every move must stay inside its
- * tensors (on its own rank for a split) and the plan must write exactly
- * the outputs' bytes. */
-static void exec(const spk_op_args *const *argp, int world, uint8_t **bases,
-                 const size_t *sz, const char *tag) {
-  spk_plan plan;
-  spk_plan_init(&plan, world);
-  spk_err err = {{0}};
-  int rc = spk_plan_build(argp, world, &plan, &err);
-  ck_assert_msg(rc == SPK_OK, "%s: plan_build: %d %s", tag, rc, err.msg);
-  uint64_t out_total = 0;
-  for (int r = 0; r < world; r++)
-    out_total += sz[OUT(r)];
-  ck_assert_msg(plan.bytes == out_total, "%s: plan.bytes %llu want %llu", tag,
-                (unsigned long long)plan.bytes, (unsigned long long)out_total);
-  for (size_t i = 0; i < plan.nmoves; i++) {
-    const spk_move *m = &plan.moves[i];
-    ck_assert_msg(
-        m->src_t == SPK_T_IN && m->dst_t == SPK_T_OUT &&
-            m->src_rank < (uint32_t)world && m->dst_rank < (uint32_t)world &&
-            (argp[0]->op == SPK_OP_PACKED_GATHER || m->src_rank == m->dst_rank),
-        "%s: move %zu has bad ends", tag, i);
-    ck_assert_msg(move_end(m, 0) <= sz[IN(m->src_rank)] &&
-                      move_end(m, 1) <= sz[OUT(m->dst_rank)],
-                  "%s: move %zu leaves its tensors", tag, i);
-  }
-  spk_plan_exec(&plan, bases);
-  spk_plan_free(&plan);
-}
-
-/* Per-rank buffers of a case; inputs random (finite floats if scaled). */
-typedef struct {
-  uint8_t *b[MAXW * SPK_T_COUNT];
-  size_t sz[MAXW * SPK_T_COUNT];
-} bufs;
-
-static void bufs_alloc(bufs *b, const pcase *c) {
-  size_t es = spk_dtype_size(c->dt);
-  for (int r = 0; r < c->world; r++) {
-    b->sz[IN(r)] = numel(&c->args[r].in) * es;
-    b->sz[OUT(r)] = numel(&c->args[r].out) * es;
-    b->b[IN(r)] = malloc(b->sz[IN(r)] + 1);
-    b->b[OUT(r)] = malloc(b->sz[OUT(r)] + 1);
-    for (size_t i = 0; i < b->sz[IN(r)]; i++) /* |float| < 2 if scaled */
-      b->b[IN(r)][i] =
-          (uint8_t)rng_next() & (c->args[0].flags && i % 4 == 3 ? 0xbf : 0xff);
-  }
-}
-
-static void bufs_free(bufs *b, int world) {
-  for (int i = 0; i < world * SPK_T_COUNT; i++)
-    free(b->b[i]);
-}
-
-/* Run the plan twice (outputs prefilled 0x00, then 0xff, so an unwritten
- * byte shows) and compare every output byte with the reference. */
+/* A split keeps every rank on its own input. */
 static void run_case(const pcase *c, const char *tag) {
-  uint8_t *in[MAXW], *want[MAXW];
-  bufs b;
-  bufs_alloc(&b, c);
-  for (int r = 0; r < c->world; r++)
-    in[r] = b.b[IN(r)], want[r] = malloc(b.sz[OUT(r)] + 1);
-  naive(c, in, want);
-  for (int fill = 0; fill < 2; fill++) {
-    for (int r = 0; r < c->world; r++)
-      memset(b.b[OUT(r)], fill ? 0xff : 0, b.sz[OUT(r)]);
-    exec(c->argp, c->world, b.b, b.sz, tag);
-    for (int r = 0; r < c->world; r++)
-      ck_assert_msg(memcmp(b.b[OUT(r)], want[r], b.sz[OUT(r)]) == 0,
-                    "%s: rank %d output differs from reference (fill %d)", tag,
-                    r, fill);
-  }
-  for (int r = 0; r < c->world; r++)
-    free(want[r]);
-  bufs_free(&b, c->world);
+  pmap m;
+  pk_map(c, &m);
+  ptl_run_case(c->argp, c->world, source, &m, !c->gather, tag);
 }
-
-static const spk_dtype dts[] = {SPK_I8,  SPK_U8,  SPK_F16, SPK_BF16,
-                                SPK_F32, SPK_I32, SPK_F64, SPK_I64};
 
 /* A random case: shape (now and then an empty dim), 1..MAXS sequences of
  * 0..10 (shorter than w now and then), padding, the dim spelled from
  * either end per rank. */
 static void random_case(pcase *c, int gather, uint32_t flags, spk_dtype dt) {
-  int world = (int)rng_range(1, MAXW), nd = (int)rng_range(1, 5);
-  int d = (int)rng_range(0, nd - 1), nseq = (int)rng_range(1, MAXS);
+  int world = (int)ptl_rng_range(1, MAXW), nd = (int)ptl_rng_range(1, 5);
+  int d = (int)ptl_rng_range(0, nd - 1), nseq = (int)ptl_rng_range(1, MAXS);
   int64_t shape[SPK_MAX_DIMS], L[MAXS];
-  for (int i = 0; i < nd; i++)
-    shape[i] = rng_range(0, 19) == 0 ? 0 : rng_range(1, nd > 3 ? 3 : 4);
+  ptl_random_dims(shape, nd, 20, nd > 3 ? 3 : 4);
   for (int i = 0; i < nseq; i++)
-    L[i] = rng_range(0, 3) == 0 ? rng_range(0, world) : rng_range(0, 10);
-  int64_t pad = rng_range(0, 1) ? 0 : rng_range(1, 3);
+    L[i] = ptl_rng_range(0, 3) == 0 ? ptl_rng_range(0, world)
+                                    : ptl_rng_range(0, 10);
+  int64_t pad = ptl_rng_range(0, 1) ? 0 : ptl_rng_range(1, 3);
   mk(c, gather, world, nd, shape, d, nseq, L, pad, dt, flags);
-  for (int r = 0; r < world; r++)
-    if (rng_range(0, 1))
-      c->args[r].dims[0] = d - nd;
+  ptl_respell_dim(c->args, world, 0, d, nd);
 }
 
 static void random_run(uint64_t seed, int n, int scaled) {
   pcase c;
-  rng_state = seed;
+  ptl_rng_seed(seed);
   for (int it = 0; it < n; it++) {
     int gather = it % 2;
-    uint32_t f = 0;
-    if (scaled) /* alternate down and up */
-      f = (it / 2 % 2 ? SPK_SCALE_UP : SPK_SCALE_DOWN) << SPK_FLAG_SCALE_SHIFT;
-    random_case(&c, gather, f, scaled ? SPK_F32 : dts[it / 2 % 8]);
-    char tag[128];
-    snprintf(tag, sizeof(tag), "seed %#llx case %d (%s w %d nd %d d %d)",
-             (unsigned long long)seed, it, gather ? "gather" : "split", c.world,
-             c.nd, c.d);
+    uint32_t f = scaled ? ptl_scale_flags(it / 2) : 0;
+    random_case(&c, gather, f, scaled ? SPK_F32 : ptl_dtypes[it / 2 % 8]);
+    char tag[PTL_TAG];
+    ptl_tag(tag, seed, it, gather ? "gather" : "split", c.world, c.nd, c.d);
     run_case(&c, tag);
   }
 }
@@ -283,12 +135,12 @@ START_TEST(test_example) {
   size_t ssz[6] = {8, 3, 8, 3, 8, 1}, gsz[6] = {3, 7, 3, 7, 1, 7};
   const int64_t L[2] = {5, 2};
   mk(&c, 0, 3, 1, (const int64_t[]){0}, 0, 2, L, 1, SPK_U8, 0);
-  exec(c.argp, 3, sb, ssz, "example split");
+  ptl_exec(c.argp, 3, sb, ssz, 1, "example split");
   ck_assert_mem_eq(o[0], ((const uint8_t[]){0, 1, 5}), 3);
   ck_assert_mem_eq(o[1], ((const uint8_t[]){2, 3, 6}), 3);
   ck_assert_mem_eq(o[2], ((const uint8_t[]){4}), 1);
   mk(&c, 1, 3, 1, (const int64_t[]){0}, 0, 2, L, 0, SPK_U8, 0);
-  exec(c.argp, 3, gb, gsz, "example gather");
+  ptl_exec(c.argp, 3, gb, gsz, 0, "example gather");
   for (int r = 0; r < 3; r++)
     ck_assert_mem_eq(back[r], x, 7);
 }
@@ -297,10 +149,10 @@ END_TEST
 /* Is out (the packed prefix) equal to x[..., :total, ...] along d? */
 static int prefix_equal(const spk_shape *os, const spk_shape *xs, size_t es,
                         const uint8_t *out, const uint8_t *x) {
-  for (size_t o = 0; o < numel(os); o++) {
+  for (size_t o = 0; o < ptl_numel(os); o++) {
     int64_t idx[SPK_MAX_DIMS];
-    unravel(o, os, idx);
-    if (memcmp(out + o * es, x + ravel(idx, xs) * es, es) != 0)
+    ptl_unravel(o, os, idx);
+    if (memcmp(out + o * es, x + ptl_ravel(idx, xs) * es, es) != 0)
       return 0;
   }
   return 1;
@@ -310,61 +162,33 @@ static int prefix_equal(const spk_shape *os, const spk_shape *xs, size_t es,
  * holds x: the gather's inputs are the split's outputs. */
 START_TEST(test_inverse) {
   const uint64_t seed = 0x1d3e7ull;
-  rng_state = seed;
+  ptl_rng_seed(seed);
   for (int it = 0; it < 300; it++) {
     pcase s, g;
-    bufs b;
-    uint8_t *gb[MAXW * SPK_T_COUNT];
-    size_t gsz[MAXW * SPK_T_COUNT];
-    random_case(&s, 0, 0, dts[it % 8]);
+    ptl_bufs b, gb;
+    random_case(&s, 0, 0, ptl_dtypes[it % 8]);
     mk(&g, 1, s.world, s.nd, s.args[0].in.dim, s.d, s.nseq, s.L, 0, s.dt, 0);
-    bufs_alloc(&b, &s);
-    for (int r = 1; r < s.world; r++)
-      memcpy(b.b[IN(r)], b.b[IN(0)], b.sz[IN(0)]);
-    char tag[96];
-    snprintf(tag, sizeof(tag), "seed %#llx case %d (w %d nd %d d %d)",
-             (unsigned long long)seed, it, s.world, s.nd, s.d);
-    exec(s.argp, s.world, b.b, b.sz, tag);
-    for (int r = 0; r < s.world; r++) {
-      gb[IN(r)] = b.b[OUT(r)], gsz[IN(r)] = b.sz[OUT(r)];
-      gsz[OUT(r)] = numel(&g.args[r].out) * spk_dtype_size(s.dt);
-      gb[OUT(r)] = malloc(gsz[OUT(r)] + 1);
-      memset(gb[OUT(r)], 0xa5, gsz[OUT(r)]);
-    }
-    exec(g.argp, s.world, gb, gsz, tag);
-    for (int r = 0; r < s.world; r++) {
+    ptl_bufs_alloc(&b, s.argp, s.world, 1);
+    ptl_bufs_replicate_in(&b);
+    char tag[PTL_TAG];
+    ptl_tag(tag, seed, it, NULL, s.world, s.nd, s.d);
+    ptl_exec(s.argp, s.world, b.b, b.sz, 1, tag);
+    ptl_bufs_chain(&gb, &b, g.argp);
+    ptl_exec(g.argp, s.world, gb.b, gb.sz, 0, tag);
+    for (int r = 0; r < s.world; r++)
       ck_assert_msg(prefix_equal(&g.args[r].out, &s.args[0].in,
-                                 spk_dtype_size(s.dt), gb[OUT(r)], b.b[IN(0)]),
+                                 spk_dtype_size(s.dt), gb.b[PTL_OUT(r)],
+                                 b.b[PTL_IN(0)]),
                     "%s: rank %d: gather(split(x)) != x", tag, r);
-      free(gb[OUT(r)]);
-    }
-    bufs_free(&b, s.world);
+    ptl_bufs_chain_free(&gb);
+    ptl_bufs_free(&b);
   }
 }
 END_TEST
 
-/* got must be rc, with a message holding both needles (NULL: any). */
-static void expect(int got, const char *msg, int rc, const char *n1,
-                   const char *n2) {
-  ck_assert_msg(got == rc, "gave %d (%s), want %d", got, msg, rc);
-  ck_assert_msg(n1 == NULL || strstr(msg, n1) != NULL, "'%s' lacks '%s'", msg,
-                n1);
-  ck_assert_msg(n2 == NULL || strstr(msg, n2) != NULL, "'%s' lacks '%s'", msg,
-                n2);
-}
-
+/* spk_plan_build must give rc, with a message holding both needles. */
 static void expect_build(pcase *c, int rc, const char *n1, const char *n2) {
-  spk_plan plan;
-  spk_err err = {{0}};
-  spk_plan_init(&plan, c->world);
-  expect(spk_plan_build(c->argp, c->world, &plan, &err), err.msg, rc, n1, n2);
-  spk_plan_free(&plan);
-}
-
-static void expect_check(const spk_op_args *a, int world, int rank, int rc,
-                         const char *needle) {
-  spk_err err = {{0}};
-  expect(spk_args_check(a, world, rank, &err), err.msg, rc, needle, NULL);
+  ptl_expect_build(c->argp, c->world, rc, n1, n2);
 }
 
 /* Sequences of 5 and 2 over 3 ranks (locals 3, 3, 1) in a [2, 7] tensor. */
@@ -436,37 +260,20 @@ START_TEST(test_args_check) {
   pcase c;
   mk(&c, 0, 3, 2, S27, 1, 2, L52, 4, SPK_F32, 0);
   spk_op_args a = c.args[2];
-  expect_check(&a, 3, 2, SPK_OK, NULL);
+  ptl_expect_check(&a, 3, 2, SPK_OK, NULL);
   a.dims[0] = -1;
-  expect_check(&a, 3, 2, SPK_OK, NULL);
-  expect_check(&a, 3, 1, SPK_EINVAL, "should be [2, 3]");
+  ptl_expect_check(&a, 3, 2, SPK_OK, NULL);
+  ptl_expect_check(&a, 3, 1, SPK_EINVAL, "should be [2, 3]");
   mk(&c, 1, 3, 2, S27, 1, 2, L52, 0, SPK_F32, 0);
   a = c.args[2];
-  expect_check(&a, 3, 2, SPK_OK, NULL);
-  expect_check(&a, 3, 0, SPK_EINVAL, "rank 0 holds 1");
+  ptl_expect_check(&a, 3, 2, SPK_OK, NULL);
+  ptl_expect_check(&a, 3, 0, SPK_EINVAL, "rank 0 holds 1");
 }
 END_TEST
 
-static Suite *packed_suite(void) {
-  Suite *s = suite_create("plan_packed");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_random);
-  tcase_add_test(tc, test_scale);
-  tcase_add_test(tc, test_example);
-  tcase_add_test(tc, test_inverse);
-  tcase_add_test(tc, test_bad_args);
-  tcase_add_test(tc, test_bad_output);
-  tcase_add_test(tc, test_mismatch);
-  tcase_add_test(tc, test_args_check);
-  suite_add_tcase(s, tc);
-  return s;
-}
-
 int main(void) {
-  SRunner *sr = srunner_create(packed_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  const TTest *tests[] = {test_random,   test_scale,     test_example,
+                          test_inverse,  test_bad_args,  test_bad_output,
+                          test_mismatch, test_args_check};
+  return ptl_run_suite("plan_packed", 120, tests, PTL_LEN(tests));
 }
