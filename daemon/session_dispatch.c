@@ -35,13 +35,21 @@ static void on_hello(spd_session *s, const Spcoll__Frame *f) {
   spd_session_send(s, &r);
 }
 
+/* A handle this client does not own: answer the request, keep the
+ * connection (the client may hold a stale handle after a failure). */
+static void reply_not_found(spd_session *s, uint64_t id, const char *what,
+                            uint64_t handle) {
+  char msg[112];
+  snprintf(msg, sizeof(msg), "%s %llu is not %s by this client", what,
+           (unsigned long long)handle,
+           what[0] == 'g' ? "joined" : "registered");
+  spd_session_send_error(s, id, SPK_ENOT_FOUND, msg);
+}
+
 static void on_leave(spd_session *s, const Spcoll__Frame *f) {
   spd_member *m = spd_session_member(s, f->group_leave->group_id);
   if (m == NULL) {
-    char msg[96];
-    snprintf(msg, sizeof(msg), "group handle %llu is not joined by this client",
-             (unsigned long long)f->group_leave->group_id);
-    spd_session_send_error(s, f->id, SPK_ENOT_FOUND, msg);
+    reply_not_found(s, f->id, "group handle", f->group_leave->group_id);
     return;
   }
   TAILQ_REMOVE(&s->members, m, link);
@@ -77,10 +85,7 @@ static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
 static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
   spd_buffer *buf = spd_session_buffer(s, f->buf_release->buffer_id);
   if (buf == NULL) {
-    char msg[96];
-    snprintf(msg, sizeof(msg), "buffer %llu is not registered by this client",
-             (unsigned long long)f->buf_release->buffer_id);
-    spd_session_send_error(s, f->id, SPK_ENOT_FOUND, msg);
+    reply_not_found(s, f->id, "buffer", f->buf_release->buffer_id);
     return;
   }
   TAILQ_REMOVE(&s->buffers, buf, link);
@@ -91,10 +96,7 @@ static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
 static void on_op(spd_session *s, const Spcoll__Frame *f) {
   spd_member *m = spd_session_member(s, f->op->group_id);
   if (m == NULL) {
-    char msg[96];
-    snprintf(msg, sizeof(msg), "group handle %llu is not joined by this client",
-             (unsigned long long)f->op->group_id);
-    spd_session_send_error(s, f->id, SPK_ENOT_FOUND, msg);
+    reply_not_found(s, f->id, "group handle", f->op->group_id);
     return;
   }
   if (!m->group->ready) {

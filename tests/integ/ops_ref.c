@@ -1,4 +1,5 @@
 /* What the op suites share: see ops_ref.h. */
+#include "check_run.h"
 #include "ops_ref.h"
 
 #include <math.h>
@@ -257,9 +258,5 @@ int opr_run_suite(const char *name, const TTest *const *tests, size_t n) {
   for (size_t i = 0; i < n; i++)
     tcase_add_test(tc, tests[i]);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "harness.h"
 
 static spt_daemon daemon_;
@@ -154,9 +155,5 @@ int main(void) {
   tcase_add_test(tc, large_last_dim);
   tcase_add_test(tc, world_of_one);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

@@ -13,6 +13,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "conformance_cases.h"
 #include "harness.h"
 
@@ -141,9 +142,5 @@ int main(void) {
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, seed_vectors_ws2);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

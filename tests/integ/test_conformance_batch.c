@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "conformance_cases.h"
 #include "harness.h"
 
@@ -256,9 +257,5 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, seed_batch_vectors_ws2);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

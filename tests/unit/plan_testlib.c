@@ -1,4 +1,5 @@
 /* Scaffolding shared by the planner suites: see plan_testlib.h. */
+#include "check_run.h"
 #include "plan_testlib.h"
 
 #include <stdio.h>
@@ -309,9 +310,5 @@ int ptl_run_suite(const char *name, double timeout, const TTest *const *tests,
   for (size_t i = 0; i < n; i++)
     tcase_add_test(tc, tests[i]);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return spt_run_suite(s);
 }

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "spcoll.h"
 
 START_TEST(pad_len) {
@@ -106,9 +107,5 @@ int main(void) {
   tcase_add_test(tc, unpad_drops_the_tail);
   tcase_add_test(tc, bad_arguments);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

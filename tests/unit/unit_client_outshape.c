@@ -3,6 +3,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "client_internal.h"
 
 static spc_client client;
@@ -67,9 +68,5 @@ int main(void) {
   tcase_add_test(tc, shapes_of_every_op);
   tcase_add_test(tc, bad_arguments_found_early);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

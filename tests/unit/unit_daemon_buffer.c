@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "buffer.h"
 
 static spd_ctx ctx;
@@ -72,9 +73,5 @@ int main(void) {
   tcase_add_test(tc, bounds);
   tcase_add_test(tc, map_checks_seal_and_size);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

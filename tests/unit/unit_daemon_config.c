@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "config.h"
 
 static int parse(spd_config *cfg, spk_err *err, int argc, char **argv) {
@@ -85,9 +86,5 @@ int main(void) {
   tcase_add_test(tc, every_flag);
   tcase_add_test(tc, bad_values_name_the_flag);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return spt_run_suite(s);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "frame.h"
 
 static uint64_t rng_state;
@@ -396,9 +397,5 @@ static Suite *frame_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(frame_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return spt_run_suite(frame_suite());
 }

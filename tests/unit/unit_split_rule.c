@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check_run.h"
 #include "split_rule.h"
 
 /* Fixed-seed generator so a failure reproduces; the seed is in messages. */
@@ -113,9 +114,5 @@ static Suite *split_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(split_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return spt_run_suite(split_suite());
 }

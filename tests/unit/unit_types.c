@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "status.h"
 #include "types.h"
 
@@ -240,9 +241,5 @@ static Suite *types_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(types_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return spt_run_suite(types_suite());
 }
