@@ -60,6 +60,7 @@ LIBSO      := $(BUILD)/lib/libspclient.so
 LIBA       := $(BUILD)/lib/libspclient.a
 PCFILE     := $(BUILD)/lib/spcoll.pc
 DEMO       := $(BUILD)/bin/spcoll-demo
+SPCOLLCTL  := $(BUILD)/bin/spcollctl
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 
@@ -68,7 +69,7 @@ INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 
 .PHONY: all deps test check check-asan check-asan-only check-valgrind \
   check-valgrind-only demo install clean config
-all: $(SPCOLLD) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
+all: $(SPCOLLD) $(SPCOLLCTL) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
 config:
 	@echo "cuda: $(if $(HAVE_CUDA),found under $(CUDA_HOME),not found)"
@@ -109,6 +110,10 @@ $(LIBA): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(PCFILE): client/spcoll.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+
+$(SPCOLLCTL): $(BUILD)/client/spcollctl.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
 
 $(DEMO): $(BUILD)/demo/demo.o $(BUILD)/demo/ulysses.o $(BUILD)/tests/integ/harness.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -185,6 +190,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/sbin
 	install -m 0755 $(SPCOLLD) $(DESTDIR)$(PREFIX)/sbin/spcolld
+	install -m 0755 $(SPCOLLCTL) $(DESTDIR)$(PREFIX)/bin/spcollctl
 	install -m 0755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libspclient.so.1
 	ln -sf libspclient.so.1 $(DESTDIR)$(PREFIX)/lib/libspclient.so
 	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libspclient.a

@@ -40,7 +40,9 @@ static void usage(FILE *out) {
           "  --socket PATH      control socket (default /run/spcolld/"
           "spcolld.sock,\n"
           "                     $XDG_RUNTIME_DIR/spcolld.sock when not root)\n"
-          "  --socket-mode MODE octal permissions of the socket (0660)\n"
+          "  --stats-socket PATH stats socket (default: spcolld.stats.sock\n"
+          "                     beside the control socket)\n"
+          "  --socket-mode MODE octal permissions of the sockets (0660)\n"
           "  --workers N        host mover threads (default: cores)\n"
           "  --log-level L      error, warn, info, debug (info)\n"
           "  --version, --help\n");
@@ -56,6 +58,14 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
                          "longer than %zu", strlen(arg),
                          sizeof(cfg->socket_path) - 1);
     snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", arg);
+    break;
+  case 'S':
+    if (strlen(arg) >= sizeof(cfg->stats_socket_path))
+      return spk_err_set(err, SPK_EINVAL, "--stats-socket: path of %zu bytes "
+                         "is longer than %zu", strlen(arg),
+                         sizeof(cfg->stats_socket_path) - 1);
+    snprintf(cfg->stats_socket_path, sizeof(cfg->stats_socket_path), "%s",
+             arg);
     break;
   case 'm':
     rc = parse_int("--socket-mode", arg, 0, 0777, 8, &v, err);
@@ -80,6 +90,7 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
                           spk_err *err) {
   static const struct option opts[] = {
       {"socket", required_argument, NULL, 's'},
+      {"stats-socket", required_argument, NULL, 'S'},
       {"socket-mode", required_argument, NULL, 'm'},
       {"workers", required_argument, NULL, 'w'},
       {"log-level", required_argument, NULL, 'l'},
@@ -109,11 +120,26 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
   if (optind < argc)
     return spk_err_set(err, SPK_EINVAL, "unexpected argument '%s'",
                        argv[optind]);
+  return spd_config_finish(cfg, err);
+}
+
+/* The stats socket lives beside the control socket unless set. */
+int spd_config_finish(spd_config *cfg, spk_err *err) {
+  if (cfg->stats_socket_path[0] != '\0')
+    return SPK_OK;
+  const char *slash = strrchr(cfg->socket_path, '/');
+  int dir = slash ? (int)(slash - cfg->socket_path) + 1 : 0;
+  int n = snprintf(cfg->stats_socket_path, sizeof(cfg->stats_socket_path),
+                   "%.*sspcolld.stats.sock", dir, cfg->socket_path);
+  if (n < 0 || (size_t)n >= sizeof(cfg->stats_socket_path))
+    return spk_err_set(err, SPK_EINVAL, "stats socket path beside %s is too "
+                       "long: set --stats-socket", cfg->socket_path);
   return SPK_OK;
 }
 
 void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "socket %s\n", cfg->socket_path);
+  fprintf(out, "stats_socket %s\n", cfg->stats_socket_path);
   fprintf(out, "socket_mode %04o\n", cfg->socket_mode);
   fprintf(out, "workers %d\n", cfg->workers);
   fprintf(out, "log_level %s\n", spd_log_level_name(cfg->log_level));

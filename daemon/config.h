@@ -10,6 +10,7 @@
 
 typedef struct {
   char socket_path[108];   /* sun_path holds 108 bytes */
+  char stats_socket_path[108]; /* "" until defaulted beside socket_path */
   unsigned socket_mode;    /* permission bits of the control socket */
   int workers;             /* host mover threads */
   spd_log_level log_level;
@@ -24,6 +25,9 @@ void spd_config_defaults(spd_config *cfg);
  * and value. */
 int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
                           spk_err *err);
+
+/* Fill the settings that default from others (the stats socket path). */
+int spd_config_finish(spd_config *cfg, spk_err *err);
 
 void spd_config_dump(const spd_config *cfg, FILE *out);
 

@@ -5,10 +5,12 @@
 
 #include <stdint.h>
 #include <sys/queue.h>
+#include <time.h>
 #include <uv.h>
 
 #include "config.h"
 #include "log.h"
+#include "op_stats.h"
 
 #define SPD_VERSION "0.1.0"
 
@@ -16,29 +18,48 @@ struct spd_session;
 struct spd_group;
 struct spd_mover;
 
-/* Counters, declared once. */
-#define SPD_COUNTERS(X)      \
-  X(clients_accepted)        \
-  X(clients_rejected)        \
-  X(protocol_errors)         \
-  X(ops_completed)           \
-  X(ops_failed)              \
-  X(bytes_moved)             \
-  X(buffers_registered)
+/* Counters, declared once: field, Prometheus metric, help text. */
+#define SPD_COUNTERS(X)                                                      \
+  X(clients_accepted, spcoll_clients_accepted_total,                         \
+    "Client connections accepted.")                                          \
+  X(clients_rejected, spcoll_clients_rejected_total,                         \
+    "Client connections refused at accept.")                                 \
+  X(protocol_errors, spcoll_protocol_errors_total,                           \
+    "Connections closed for a protocol error.")                              \
+  X(ops_completed, spcoll_daemon_ops_total,                                  \
+    "Ops completed since start, every group.")                               \
+  X(ops_failed, spcoll_daemon_op_errors_total,                               \
+    "Ops failed since start, every group.")                                  \
+  X(bytes_moved, spcoll_daemon_bytes_total,                                  \
+    "Bytes written by completed ops since start.")                           \
+  X(buffers_registered, spcoll_buffers_registered_total,                     \
+    "Buffers registered since start.")                                       \
+  X(mover_host_ops, spcoll_mover_host_ops_total,                             \
+    "Plans executed by the host mover.")                                     \
+  X(mover_host_bytes, spcoll_mover_host_bytes_total,                         \
+    "Bytes written by the host mover.")
 
 typedef struct {
-#define SPD_COUNTER_FIELD(name) uint64_t name;
+#define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;
   SPD_COUNTERS(SPD_COUNTER_FIELD)
 #undef SPD_COUNTER_FIELD
 } spd_counters;
+
+/* A listening Unix socket: the control socket or the stats socket. */
+typedef struct spd_listener {
+  uv_pipe_t pipe;
+  struct spd_ctx *ctx;
+  const char *path;
+  int listening;
+  int bound;                 /* we created the socket file */
+  int stats_only;            /* its clients may only ask for stats */
+} spd_listener;
 
 typedef struct spd_ctx {
   uv_loop_t *loop;
   spd_config cfg;
   spd_logger log;
-  uv_pipe_t listener;
-  int listening;
-  int bound;                 /* we created the socket file */
+  spd_listener control, stats_listener;
   uv_signal_t sig_term, sig_int;
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;
@@ -47,7 +68,15 @@ typedef struct spd_ctx {
   int running_ops;           /* ops handed to the mover, not yet done */
   int stopping;
   spd_counters stats;
+  spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
+  uint64_t started_ns;              /* for uptime */
 } spd_ctx;
+
+static inline uint64_t spd_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static inline uint64_t spd_next_id(spd_ctx *ctx) {
   return ++ctx->next_id;
@@ -59,6 +88,7 @@ void spd_shutdown(spd_ctx *ctx);
 /* Called when the last running op finished during a stop. */
 void spd_shutdown_continue(spd_ctx *ctx);
 
+/* Bind and listen on both sockets; close them (removing the files). */
 int spd_server_listen(spd_ctx *ctx, spk_err *err);
 void spd_server_close(spd_ctx *ctx);
 

@@ -58,6 +58,15 @@ static int join_args_check(const Spcoll__GroupJoin *j, char *msg, size_t len) {
     snprintf(msg, len, "group name must be 1..127 bytes");
     return SPK_EINVAL;
   }
+  /* Names appear in stats lines and metric labels: printable, no spaces,
+   * quotes or backslashes. */
+  for (const char *c = j->name; *c; c++)
+    if (*c <= ' ' || *c > '~' || *c == '"' || *c == '\\') {
+      snprintf(msg, len, "group name has character 0x%02x at offset %d: "
+               "use printable characters without spaces, quotes or "
+               "backslashes", (unsigned char)*c, (int)(c - j->name));
+      return SPK_EINVAL;
+    }
   if (j->world_size < 1 || j->world_size > 65536) {
     snprintf(msg, len, "world_size %d outside 1..65536", j->world_size);
     return SPK_EINVAL;

@@ -32,6 +32,7 @@ typedef struct spd_group {
   TAILQ_HEAD(, spd_op) ops;   /* ascending seq */
   int running;                /* an op of this group is in the mover */
   uint64_t ops_done;
+  spd_op_stats op_stats[SPD_OP_SLOTS]; /* this group's share */
 } spd_group;
 
 /* Join `name` as `rank`. Replies GroupJoined to every rank once all have

@@ -76,6 +76,10 @@ void spd_group_split_run(spd_op *op) {
   if (rc < 0)
     SPD_ERROR(&op->group->ctx->log, "group split of '%s': out of memory",
               op->group->name);
-  op->group->ctx->stats.ops_completed++;
+  spd_ctx *ctx = op->group->ctx;
+  uint64_t ns = spd_now_ns() - op->started_ns;
+  ctx->stats.ops_completed++;
+  spd_op_stats_done(&ctx->op_stats[SPD_OP_SLOT_GROUP_SPLIT], 0, ns);
+  spd_op_stats_done(&op->group->op_stats[SPD_OP_SLOT_GROUP_SPLIT], 0, ns);
   spd_op_free(op);
 }

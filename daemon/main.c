@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
   }
   ctx->log.level = ctx->cfg.log_level;
   ctx->loop = uv_default_loop();
+  ctx->started_ns = spd_now_ns();
   TAILQ_INIT(&ctx->sessions);
   TAILQ_INIT(&ctx->groups);
   if (ctx_start(ctx, &err) < 0) {

@@ -8,12 +8,6 @@
 #include "mover_host.h"
 #include "planner.h"
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static spd_op *op_find_or_create(spd_group *g, uint64_t seq) {
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
@@ -26,6 +20,7 @@ static spd_op *op_find_or_create(spd_group *g, uint64_t seq) {
     return NULL;
   op->group = g;
   op->seq = seq;
+  op->created_ns = spd_now_ns();
   spk_plan_init(&op->plan, g->world);
   TAILQ_INSERT_TAIL(&g->ops, op, link);
   return op;
@@ -139,7 +134,8 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   /* A rank's own error still counts as its arrival: the op then fails on
    * every rank together, so no rank waits for one that gave up. */
   r->status = rank_fill(r, s, rq, &r->err);
-  op->arrived++;
+  if (++op->arrived == g->world)
+    op->started_ns = spd_now_ns(); /* latency counts from the last arrival */
   spd_group_kick(g);
 }
 
@@ -169,6 +165,9 @@ void spd_op_fail(spd_op *op, int status, const char *msg) {
       spd_session_send_error(r->session, r->req, status, msg);
   }
   ctx->stats.ops_failed++;
+  int slot = spd_op_slot(op->ranks[0].args.op);
+  spd_op_stats_failed(&ctx->op_stats[slot]);
+  spd_op_stats_failed(&op->group->op_stats[slot]);
   spd_op_free(op);
 }
 
@@ -185,6 +184,12 @@ static void op_done(void *arg) {
   g->ops_done++;
   ctx->stats.ops_completed++;
   ctx->stats.bytes_moved += op->plan.bytes;
+  ctx->stats.mover_host_ops++;
+  ctx->stats.mover_host_bytes += op->plan.bytes;
+  int slot = spd_op_slot(op->ranks[0].args.op);
+  uint64_t ns = spd_now_ns() - op->started_ns;
+  spd_op_stats_done(&ctx->op_stats[slot], op->plan.bytes, ns);
+  spd_op_stats_done(&g->op_stats[slot], op->plan.bytes, ns);
   for (int i = 0; i < g->world; i++) {
     spd_op_rank *r = &op->ranks[i];
     if (r->session != NULL)
@@ -272,7 +277,6 @@ void spd_op_start(spd_op *op) {
     return;
   }
   op->running = 1;
-  op->started_ns = now_ns();
   g->running = 1;
   ctx->running_ops++;
 }

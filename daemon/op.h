@@ -35,7 +35,8 @@ typedef struct spd_op {
   int running;
   spk_plan plan;
   uint8_t **bases;            /* [world * SPK_T_COUNT] */
-  uint64_t started_ns;
+  uint64_t created_ns;        /* when the first rank arrived */
+  uint64_t started_ns;        /* when every rank had arrived */
   spd_op_rank ranks[];
 } spd_op;
 

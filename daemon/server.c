@@ -10,13 +10,13 @@
 #include "session.h"
 
 static void on_connection(uv_stream_t *server, int status) {
-  spd_ctx *ctx = server->data;
+  spd_listener *l = server->data;
   if (status < 0) {
-    SPD_ERROR(&ctx->log, "accept on %s failed: %s", ctx->cfg.socket_path,
+    SPD_ERROR(&l->ctx->log, "accept on %s failed: %s", l->path,
               uv_strerror(status));
     return;
   }
-  spd_session_accept(ctx, server);
+  spd_session_accept(l->ctx, server, l->stats_only);
 }
 
 /* A socket file left by a daemon that died is stale when nobody answers on
@@ -59,37 +59,53 @@ static int ensure_parent_dir(const char *path, spk_err *err) {
   return SPK_OK;
 }
 
-int spd_server_listen(spd_ctx *ctx, spk_err *err) {
-  const char *path = ctx->cfg.socket_path;
+static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
+                         int stats_only, spk_err *err) {
+  l->ctx = ctx;
+  l->path = path;
+  l->stats_only = stats_only;
   int rc = ensure_parent_dir(path, err);
   if (rc == SPK_OK)
     rc = clear_stale_socket(path, err);
   if (rc < 0)
     return rc;
-  if ((rc = uv_pipe_init(ctx->loop, &ctx->listener, 0)) < 0)
+  if ((rc = uv_pipe_init(ctx->loop, &l->pipe, 0)) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "uv_pipe_init: %s", uv_strerror(rc));
-  ctx->listener.data = ctx;
-  ctx->listening = 1;
-  if ((rc = uv_pipe_bind(&ctx->listener, path)) < 0)
+  l->pipe.data = l;
+  l->listening = 1;
+  if ((rc = uv_pipe_bind(&l->pipe, path)) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "bind(%s): %s", path,
                        uv_strerror(rc));
-  ctx->bound = 1; /* from here on the socket file is ours to remove */
+  l->bound = 1; /* from here on the socket file is ours to remove */
   if (chmod(path, ctx->cfg.socket_mode) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "chmod(%s, %04o): %s", path,
                        ctx->cfg.socket_mode, strerror(errno));
-  if ((rc = uv_listen((uv_stream_t *)&ctx->listener, 128, on_connection)) < 0)
+  if ((rc = uv_listen((uv_stream_t *)&l->pipe, 128, on_connection)) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "listen(%s): %s", path,
                        uv_strerror(rc));
-  SPD_INFO(&ctx->log, "listening on %s (mode %04o)", path,
-           ctx->cfg.socket_mode);
+  SPD_INFO(&ctx->log, "listening on %s (%s, mode %04o)", path,
+           stats_only ? "stats" : "control", ctx->cfg.socket_mode);
   return SPK_OK;
 }
 
-void spd_server_close(spd_ctx *ctx) {
-  if (!ctx->listening)
+int spd_server_listen(spd_ctx *ctx, spk_err *err) {
+  int rc = listener_open(ctx, &ctx->control, ctx->cfg.socket_path, 0, err);
+  if (rc == SPK_OK)
+    rc = listener_open(ctx, &ctx->stats_listener, ctx->cfg.stats_socket_path,
+                       1, err);
+  return rc;
+}
+
+static void listener_close(spd_listener *l) {
+  if (!l->listening)
     return;
-  ctx->listening = 0;
-  uv_close((uv_handle_t *)&ctx->listener, NULL);
-  if (ctx->bound && unlink(ctx->cfg.socket_path) < 0 && errno != ENOENT)
-    SPD_WARN(&ctx->log, "unlink(%s) failed: %m", ctx->cfg.socket_path);
+  l->listening = 0;
+  uv_close((uv_handle_t *)&l->pipe, NULL);
+  if (l->bound && unlink(l->path) < 0 && errno != ENOENT)
+    SPD_WARN(&l->ctx->log, "unlink(%s) failed: %m", l->path);
+}
+
+void spd_server_close(spd_ctx *ctx) {
+  listener_close(&ctx->control);
+  listener_close(&ctx->stats_listener);
 }

@@ -196,13 +196,14 @@ static int session_peercred(spd_session *s) {
   return 0;
 }
 
-void spd_session_accept(spd_ctx *ctx, uv_stream_t *server) {
+void spd_session_accept(spd_ctx *ctx, uv_stream_t *server, int stats_only) {
   spd_session *s = calloc(1, sizeof(*s));
   if (s == NULL) {
     SPD_ERROR(&ctx->log, "calloc of a session failed; connection refused");
     return;
   }
   s->ctx = ctx;
+  s->stats_only = stats_only;
   spf_reader_init(&s->reader);
   TAILQ_INIT(&s->buffers);
   TAILQ_INIT(&s->members);

@@ -31,6 +31,7 @@ typedef struct spd_session {
   gid_t gid;
   int hello_done;
   int closing;
+  int stats_only;             /* came in on the stats socket */
   char framework[32];
   spf_reader reader;
   TAILQ_HEAD(, spd_buffer) buffers;
@@ -38,7 +39,7 @@ typedef struct spd_session {
 } spd_session;
 
 /* Accept a connection from the listener and start reading. */
-void spd_session_accept(spd_ctx *ctx, uv_stream_t *server);
+void spd_session_accept(spd_ctx *ctx, uv_stream_t *server, int stats_only);
 
 /* Queue a frame to the client. Dropped silently once the session closes. */
 void spd_session_send(spd_session *s, const Spcoll__Frame *f);

@@ -24,6 +24,11 @@ static void on_hello(spd_session *s, const Spcoll__Frame *f) {
   s->hello_done = 1;
   snprintf(s->framework, sizeof(s->framework), "%s",
            h->framework ? h->framework : "");
+  /* A free-form tag from the client: keep it safe for every stats format. */
+  for (char *c = s->framework; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+          (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || *c == '_'))
+      *c = '_';
   Spcoll__Welcome w = SPCOLL__WELCOME__INIT;
   Spcoll__Frame r = SPCOLL__FRAME__INIT;
   w.protocol_version = SPF_PROTOCOL_VERSION;
@@ -108,7 +113,14 @@ static void on_op(spd_session *s, const Spcoll__Frame *f) {
 }
 
 static void on_stats(spd_session *s, const Spcoll__Frame *f) {
-  char *text = spd_stats_text(s->ctx);
+  char *text = spd_stats_render(s->ctx, f->stats_request->format);
+  if (text == NULL) {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "stats format '%.40s' is not text, json or "
+             "prometheus", f->stats_request->format);
+    spd_session_send_error(s, f->id, SPK_EINVAL, msg);
+    return;
+  }
   Spcoll__StatsReply rep = SPCOLL__STATS_REPLY__INIT;
   Spcoll__Frame r = SPCOLL__FRAME__INIT;
   rep.text = text ? text : "";
@@ -124,6 +136,13 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   if (!s->hello_done && f->body_case != SPCOLL__FRAME__BODY_HELLO) {
     snprintf(msg, sizeof(msg), "first frame must be hello, got %s",
              spf_body_name(f->body_case));
+    spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
+    return;
+  }
+  if (s->stats_only && f->body_case != SPCOLL__FRAME__BODY_HELLO &&
+      f->body_case != SPCOLL__FRAME__BODY_STATS_REQUEST) {
+    snprintf(msg, sizeof(msg), "the stats socket answers stats requests "
+             "only, got %s", spf_body_name(f->body_case));
     spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
     return;
   }

@@ -1,33 +1,124 @@
 #include "stats.h"
 
-#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "group.h"
+#include "op.h"
+#include "session.h"
 
-char *spd_stats_text(spd_ctx *ctx) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  if (out == NULL)
-    return NULL;
+char *spd_stats_render(spd_ctx *ctx, const char *format) {
+  static const struct {
+    const char *name;
+    void (*render)(spd_ctx *, FILE *);
+  } formats[] = {{"", spd_stats_text},
+                 {"text", spd_stats_text},
+                 {"json", spd_stats_json},
+                 {"prometheus", spd_stats_prometheus}};
+  for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
+    if (strcmp(format ? format : "", formats[i].name) != 0)
+      continue;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (out == NULL)
+      return NULL;
+    formats[i].render(ctx, out);
+    if (fclose(out) != 0) {
+      free(text);
+      return NULL;
+    }
+    return text;
+  }
+  return NULL;
+}
+
+void spd_stats_session_usage(const spd_session *s, int *groups, int *buffers,
+                             uint64_t *bytes) {
+  const spd_member *m;
+  const spd_buffer *b;
+  *groups = *buffers = 0;
+  *bytes = 0;
+  TAILQ_FOREACH(m, &s->members, link)
+    (*groups)++;
+  TAILQ_FOREACH(b, &s->buffers, link) {
+    (*buffers)++;
+    *bytes += b->size;
+  }
+}
+
+const char *spd_stats_group_state(const spd_group *g) {
+  return g->broken ? "broken" : g->ready ? "ready" : "joining";
+}
+
+const char *spd_stats_missing(const spd_op *op, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < op->group->world && used < len; r++)
+    if (!op->ranks[r].arrived) {
+      int n = snprintf(buf + used, len - used, "%s%d", used ? "," : "", r);
+      used += n > 0 ? (size_t)n : 0;
+    }
+  return buf;
+}
+
+static void text_ops(FILE *out, const char *prefix, const spd_op_stats *st) {
+  for (int i = 0; i < SPD_OP_SLOTS; i++) {
+    const spd_op_stats *o = &st[i];
+    if (o->count == 0 && o->errors == 0)
+      continue;
+    fprintf(out, "%s%s count=%llu errors=%llu bytes=%llu p50_s=%g p90_s=%g "
+            "p99_s=%g\n", prefix, spd_op_slot_name(i),
+            (unsigned long long)o->count, (unsigned long long)o->errors,
+            (unsigned long long)o->bytes, spd_op_stats_quantile(o, 0.5),
+            spd_op_stats_quantile(o, 0.9), spd_op_stats_quantile(o, 0.99));
+  }
+}
+
+static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
+  spd_group *g;
+  char miss[256];
+  fprintf(out, "# groups\n");
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    fprintf(out, "group %s world=%d joined=%d state=%s ops_done=%llu\n",
+            g->name, g->world, g->joined, spd_stats_group_state(g),
+            (unsigned long long)g->ops_done);
+    spd_op *op;
+    TAILQ_FOREACH(op, &g->ops, link)
+      fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=%d "
+              "waiting_for=%s\n", g->name, (unsigned long long)op->seq,
+              spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
+              (double)(now - op->created_ns) * 1e-9, op->running,
+              spd_stats_missing(op, miss, sizeof(miss)));
+    char prefix[160];
+    snprintf(prefix, sizeof(prefix), "group_op %s ", g->name);
+    text_ops(out, prefix, g->op_stats);
+  }
+}
+
+void spd_stats_text(spd_ctx *ctx, FILE *out) {
+  uint64_t now = spd_now_ns();
+  fprintf(out, "# server\nversion %s\nuptime_s %.3f\n", SPD_VERSION,
+          (double)(now - ctx->started_ns) * 1e-9);
+  fprintf(out, "# config\n");
+  spd_config_dump(&ctx->cfg, out);
   fprintf(out, "# counters\n");
-#define SPD_COUNTER_PRINT(name) \
+#define SPD_COUNTER_PRINT(name, metric, help) \
   fprintf(out, #name " %llu\n", (unsigned long long)ctx->stats.name);
   SPD_COUNTERS(SPD_COUNTER_PRINT)
 #undef SPD_COUNTER_PRINT
-  int clients = 0, groups = 0;
+  fprintf(out, "running_ops %d\n# clients\n", ctx->running_ops);
   spd_session *s;
-  TAILQ_FOREACH(s, &ctx->sessions, link)
-    clients++;
-  spd_group *g;
-  TAILQ_FOREACH(g, &ctx->groups, link)
-    groups++;
-  fprintf(out, "clients %d\ngroups %d\nrunning_ops %d\n", clients, groups,
-          ctx->running_ops);
-  if (fclose(out) != 0) {
-    free(text);
-    return NULL;
+  TAILQ_FOREACH(s, &ctx->sessions, link) {
+    int groups, buffers;
+    uint64_t bytes;
+    spd_stats_session_usage(s, &groups, &buffers, &bytes);
+    fprintf(out, "client %llu pid=%d uid=%d framework=%s groups=%d "
+            "buffers=%d registered_bytes=%llu\n", (unsigned long long)s->id,
+            (int)s->pid, (int)s->uid, s->framework[0] ? s->framework : "-",
+            groups, buffers, (unsigned long long)bytes);
   }
-  return text;
+  text_groups(ctx, out, now);
+  fprintf(out, "# ops\n");
+  text_ops(out, "op ", ctx->op_stats);
 }

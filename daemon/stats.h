@@ -1,10 +1,29 @@
-/* The daemon's counters as stable "name value" lines. */
+/* What the daemon reports about itself: counters, per-op latency, clients,
+ * groups and their pending ops, in three renderings of the same walk. */
 #ifndef SPD_STATS_H
 #define SPD_STATS_H
 
+#include <stdio.h>
+
 #include "daemon.h"
 
-/* malloc'd text; NULL when out of memory. */
-char *spd_stats_text(spd_ctx *ctx);
+/* Render in `format` ("text", "json", "prometheus"; NULL or "" is text).
+ * malloc'd; NULL for an unknown format or when out of memory. */
+char *spd_stats_render(spd_ctx *ctx, const char *format);
+
+void spd_stats_text(spd_ctx *ctx, FILE *out);
+void spd_stats_json(spd_ctx *ctx, FILE *out);
+void spd_stats_prometheus(spd_ctx *ctx, FILE *out);
+
+/* Helpers shared by the renderings. */
+struct spd_session;
+struct spd_group;
+struct spd_op;
+void spd_stats_session_usage(const struct spd_session *s, int *groups,
+                             int *buffers, uint64_t *bytes);
+/* "ready", "joining" or "broken". */
+const char *spd_stats_group_state(const struct spd_group *g);
+/* Ranks of a pending op that have not issued it, as "2,3" into buf. */
+const char *spd_stats_missing(const struct spd_op *op, char *buf, size_t len);
 
 #endif

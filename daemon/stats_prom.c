@@ -1,0 +1,102 @@
+/* The stats in the Prometheus text exposition format (version 0.0.4):
+ * each family once with HELP and TYPE, then its samples; base units
+ * (seconds, bytes); counters end in _total. */
+#include "group.h"
+#include "op.h"
+#include "session.h"
+#include "stats.h"
+
+static void family(FILE *out, const char *name, const char *type,
+                   const char *help) {
+  fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One sample per (live group, op) with ops; `field` picks the value. */
+static void per_group(spd_ctx *ctx, FILE *out, const char *name,
+                      uint64_t (*field)(const spd_op_stats *)) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    for (int i = 0; i < SPD_OP_SLOTS; i++) {
+      const spd_op_stats *o = &g->op_stats[i];
+      if (o->count || o->errors)
+        fprintf(out, "%s{op=\"%s\",group=\"%s\"} %llu\n", name,
+                spd_op_slot_name(i), g->name,
+                (unsigned long long)field(o));
+    }
+}
+
+static uint64_t f_count(const spd_op_stats *o) { return o->count; }
+static uint64_t f_errors(const spd_op_stats *o) { return o->errors; }
+static uint64_t f_bytes(const spd_op_stats *o) { return o->bytes; }
+
+static void histogram(spd_ctx *ctx, FILE *out) {
+  const char *n = "spcoll_op_duration_seconds";
+  family(out, n, "histogram",
+         "Time from the last rank's request to the op's completion.");
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    for (int i = 0; i < SPD_OP_SLOTS; i++) {
+      const spd_op_stats *o = &g->op_stats[i];
+      if (o->count == 0)
+        continue;
+      uint64_t cum = 0;
+      for (int b = 0; b < SPD_LAT_BUCKETS - 1; b++) {
+        cum += o->lat[b];
+        fprintf(out, "%s_bucket{op=\"%s\",group=\"%s\",le=\"%g\"} %llu\n", n,
+                spd_op_slot_name(i), g->name, spd_lat_bucket_le(b),
+                (unsigned long long)cum);
+      }
+      fprintf(out, "%s_bucket{op=\"%s\",group=\"%s\",le=\"+Inf\"} %llu\n", n,
+              spd_op_slot_name(i), g->name, (unsigned long long)o->count);
+      fprintf(out, "%s_sum{op=\"%s\",group=\"%s\"} %.9f\n", n,
+              spd_op_slot_name(i), g->name, o->seconds);
+      fprintf(out, "%s_count{op=\"%s\",group=\"%s\"} %llu\n", n,
+              spd_op_slot_name(i), g->name, (unsigned long long)o->count);
+    }
+}
+
+static void gauges(spd_ctx *ctx, FILE *out) {
+  int clients = 0, groups = 0, pending = 0;
+  spd_session *s;
+  spd_group *g;
+  spd_op *op;
+  TAILQ_FOREACH(s, &ctx->sessions, link)
+    clients++;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    groups++;
+    TAILQ_FOREACH(op, &g->ops, link)
+      pending += !op->running;
+  }
+  family(out, "spcoll_info", "gauge", "Daemon version (value is 1).");
+  fprintf(out, "spcoll_info{version=\"%s\"} 1\n", SPD_VERSION);
+  family(out, "spcoll_uptime_seconds", "gauge", "Seconds since start.");
+  fprintf(out, "spcoll_uptime_seconds %.3f\n",
+          (double)(spd_now_ns() - ctx->started_ns) * 1e-9);
+  family(out, "spcoll_clients", "gauge", "Connected clients.");
+  fprintf(out, "spcoll_clients %d\n", clients);
+  family(out, "spcoll_groups", "gauge", "Live groups.");
+  fprintf(out, "spcoll_groups %d\n", groups);
+  family(out, "spcoll_pending_ops", "gauge",
+         "Ops waiting for ranks or for the group's previous op.");
+  fprintf(out, "spcoll_pending_ops %d\n", pending);
+  family(out, "spcoll_running_ops", "gauge", "Ops in a mover.");
+  fprintf(out, "spcoll_running_ops %d\n", ctx->running_ops);
+}
+
+void spd_stats_prometheus(spd_ctx *ctx, FILE *out) {
+  gauges(ctx, out);
+#define SPD_COUNTER_PROM(name, metric, help)                              \
+  family(out, #metric, "counter", help);                                  \
+  fprintf(out, #metric " %llu\n", (unsigned long long)ctx->stats.name);
+  SPD_COUNTERS(SPD_COUNTER_PROM)
+#undef SPD_COUNTER_PROM
+  family(out, "spcoll_ops_total", "counter", "Ops completed, per live group.");
+  per_group(ctx, out, "spcoll_ops_total", f_count);
+  family(out, "spcoll_op_errors_total", "counter",
+         "Ops failed, per live group.");
+  per_group(ctx, out, "spcoll_op_errors_total", f_errors);
+  family(out, "spcoll_bytes_total", "counter",
+         "Bytes written by completed ops, per live group.");
+  per_group(ctx, out, "spcoll_bytes_total", f_bytes);
+  histogram(ctx, out);
+}
