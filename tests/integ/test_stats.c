@@ -1,0 +1,150 @@
+/* Stats after a scripted workload: exact op counts and bytes per group,
+ * a pending op naming the rank that has not issued it, the stats socket
+ * refusing anything but stats, and metrics that a Prometheus parser
+ * accepts (promtool when installed, else tests/prom_check.py). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "client_internal.h"
+#include "harness.h"
+
+static spt_daemon daemon_;
+static char stats_sock[160];
+
+static void setup(void) {
+  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+  snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
+           daemon_.dir);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+}
+
+/* The stats in `format`, malloc'd, through the stats socket. */
+static char *fetch(const char *format) {
+  spc_client *c = spt_connect(stats_sock);
+  if (c == NULL)
+    return NULL;
+  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  rq.format = (char *)format;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &rq;
+  char *text = NULL;
+  if (spc__call(c, &f, -1, &reply) == 0)
+    text = strdup(reply->stats_reply->text);
+  if (reply)
+    spcoll__frame__free_unpacked(reply, NULL);
+  spc_disconnect(c);
+  return text;
+}
+
+static int has(const char *text, const char *needle, int rank) {
+  if (text && strstr(text, needle))
+    return 1;
+  fprintf(stderr, "rank %d: stats lack '%s':\n%s\n", rank, needle,
+          text ? text : "(none)");
+  return 0;
+}
+
+static int metrics_valid(const char *text) {
+  char path[] = "/tmp/spcoll-metrics-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+    return 0;
+  close(fd);
+  char cmd[256];
+  if (system("command -v promtool >/dev/null 2>&1") == 0)
+    snprintf(cmd, sizeof(cmd), "promtool check metrics < %s", path);
+  else
+    snprintf(cmd, sizeof(cmd), "python3 tests/prom_check.py %s", path);
+  int rc = system(cmd);
+  unlink(path);
+  return rc == 0;
+}
+
+/* Rank 0 checks the stats while rank 1 waits in a last op (which is then
+ * the pending op, waiting for rank 0). */
+static int check_stats(int rank) {
+  char *text = fetch("text"), *prom = fetch("prometheus"),
+       *json = fetch("json");
+  int ok = has(text, "group_op stats all_gather count=3 errors=1 bytes=1536",
+               rank) &&
+           has(text, "group_op stats all_reduce count=2 errors=0 bytes=256",
+               rank) &&
+           has(text, "op all_gather count=3 errors=1 bytes=1536", rank) &&
+           has(text, "waiting_for=0", rank) &&
+           has(text, "framework=test", rank) &&
+           has(prom, "spcoll_ops_total{op=\"all_gather\",group=\"stats\"} 3",
+               rank) &&
+           has(prom, "spcoll_bytes_total{op=\"all_reduce\",group=\"stats\"} "
+               "256", rank) &&
+           has(json, "\"waiting_for\":[0]", rank) && metrics_valid(prom);
+  free(text), free(prom), free(json);
+  return ok;
+}
+
+static int workload_rank(int rank, int world, void *arg) {
+  (void)arg;
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *b;
+  spc_tensor in, out, bad, r_in, r_out;
+  int64_t s_in[2] = {4, 8}, s_out[2] = {8, 8}, s_r[1] = {16};
+  if (spc_group_join(c, "stats", world, rank, &g) < 0 ||
+      spc_buffer_alloc(c, 4096, &b) < 0)
+    return 1;
+  spc_tensor_init(&in, b, 0, SPC_FLOAT32, 2, s_in);
+  spc_tensor_init(&out, b, 512, SPC_FLOAT32, 2, s_out);
+  spc_tensor_init(&r_in, b, 1024, SPC_FLOAT32, 1, s_r);
+  spc_tensor_init(&r_out, b, 2048, SPC_FLOAT32, 1, s_r);
+  int ok = 1;
+  for (int i = 0; i < 3; i++) /* 2 ranks x 8x8 floats = 512 bytes each */
+    ok &= spc_all_gather(g, &in, &out, 0, NULL) == 0;
+  for (int i = 0; i < 2; i++) /* 2 ranks x 16 floats = 128 bytes each */
+    ok &= spc_all_reduce(g, &r_in, &r_out, SPC_SUM) == 0;
+  bad = in;
+  bad.offset = rank == 1 ? 4090 : 0; /* one failed all_gather */
+  ok &= spc_all_gather(g, &bad, &out, 0, NULL) == SPC_EINVAL;
+  if (ok && rank == 0) {
+    usleep(100000); /* rank 1's next op arrives first */
+    ok = check_stats(rank);
+  }
+  ok &= spc_all_gather(g, &in, &out, 0, NULL) == 0;
+  spc_disconnect(c);
+  return !ok;
+}
+
+START_TEST(workload_counts_and_metrics) {
+  ck_assert_int_eq(spt_run_ranks(2, workload_rank, NULL, 60), 0);
+}
+END_TEST
+
+START_TEST(stats_socket_answers_only_stats) {
+  spc_client *c = spt_connect(stats_sock);
+  ck_assert_ptr_nonnull(c);
+  spc_group *g;
+  ck_assert_int_eq(spc_group_join(c, "nope", 1, 0, &g), SPC_EPROTOCOL);
+  ck_assert_msg(strstr(spc_last_error(c), "stats requests only"), "%s",
+                spc_last_error(c));
+  spc_disconnect(c);
+  char *text = fetch("yaml");
+  ck_assert_ptr_null(text);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("stats");
+  TCase *tc = tcase_create("stats");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, workload_counts_and_metrics);
+  tcase_add_test(tc, stats_socket_answers_only_stats);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
