@@ -21,6 +21,7 @@ void spd_config_defaults(spd_config *cfg) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cfg->workers = cores > 0 ? (int)cores : 1;
   cfg->log_level = SPD_LOG_INFO;
+  cfg->stuck_seconds = 60;
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi,
@@ -44,6 +45,7 @@ static void usage(FILE *out) {
           "                     beside the control socket)\n"
           "  --socket-mode MODE octal permissions of the sockets (0660)\n"
           "  --workers N        host mover threads (default: cores)\n"
+          "  --stuck-seconds N  report ops pending longer than N s (60)\n"
           "  --log-level L      error, warn, info, debug (info)\n"
           "  --version, --help\n");
 }
@@ -75,6 +77,10 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
     rc = parse_int("--workers", arg, 1, 1024, 10, &v, err);
     cfg->workers = (int)v;
     break;
+  case 'k':
+    rc = parse_int("--stuck-seconds", arg, 1, 86400, 10, &v, err);
+    cfg->stuck_seconds = (int)v;
+    break;
   case 'l':
     v = spd_log_level_parse(arg);
     if (v < 0)
@@ -93,6 +99,7 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
       {"stats-socket", required_argument, NULL, 'S'},
       {"socket-mode", required_argument, NULL, 'm'},
       {"workers", required_argument, NULL, 'w'},
+      {"stuck-seconds", required_argument, NULL, 'k'},
       {"log-level", required_argument, NULL, 'l'},
       {"version", no_argument, NULL, 'V'},
       {"help", no_argument, NULL, 'h'},
@@ -142,5 +149,6 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "stats_socket %s\n", cfg->stats_socket_path);
   fprintf(out, "socket_mode %04o\n", cfg->socket_mode);
   fprintf(out, "workers %d\n", cfg->workers);
+  fprintf(out, "stuck_seconds %d\n", cfg->stuck_seconds);
   fprintf(out, "log_level %s\n", spd_log_level_name(cfg->log_level));
 }

@@ -13,6 +13,7 @@ typedef struct {
   char stats_socket_path[108]; /* "" until defaulted beside socket_path */
   unsigned socket_mode;    /* permission bits of the control socket */
   int workers;             /* host mover threads */
+  int stuck_seconds;       /* a pending op older than this is reported */
   spd_log_level log_level;
 } spd_config;
 

@@ -61,6 +61,7 @@ typedef struct spd_ctx {
   spd_logger log;
   spd_listener control, stats_listener;
   uv_signal_t sig_term, sig_int;
+  uv_timer_t watchdog;       /* looks for stuck ops once a second */
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;
   struct spd_mover *mover;
@@ -85,6 +86,10 @@ static inline uint64_t spd_next_id(spd_ctx *ctx) {
 /* Begin an orderly stop: no new clients, pending ops fail with "daemon
  * shutting down", running ops finish, then every handle closes. */
 void spd_shutdown(spd_ctx *ctx);
+/* Start/stop the stuck-op watchdog (watchdog.c). */
+int spd_watchdog_start(spd_ctx *ctx, spk_err *err);
+void spd_watchdog_stop(spd_ctx *ctx);
+
 /* Called when the last running op finished during a stop. */
 void spd_shutdown_continue(spd_ctx *ctx);
 

@@ -27,6 +27,8 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
   /* A client that vanishes mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
   rc = spd_mover_start(ctx->loop, ctx->cfg.workers, &ctx->mover, err);
+  if (rc == SPK_OK)
+    rc = spd_watchdog_start(ctx, err);
   if (rc < 0)
     return rc;
   return spd_server_listen(ctx, err);

@@ -33,6 +33,7 @@ typedef struct spd_op {
   uint64_t seq;
   int arrived;
   int running;
+  int stuck_reported;         /* logged once as stuck */
   spk_plan plan;
   uint8_t **bases;            /* [world * SPK_T_COUNT] */
   uint64_t created_ns;        /* when the first rank arrived */

@@ -27,6 +27,7 @@ void spd_shutdown_continue(spd_ctx *ctx) {
     spd_mover_stop(ctx->mover);
     ctx->mover = NULL;
   }
+  spd_watchdog_stop(ctx);
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
 }

@@ -86,10 +86,11 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
     spd_op *op;
     TAILQ_FOREACH(op, &g->ops, link)
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=%d "
-              "waiting_for=%s\n", g->name, (unsigned long long)op->seq,
+              "stuck=%d waiting_for=%s\n", g->name,
+              (unsigned long long)op->seq,
               spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
               (double)(now - op->created_ns) * 1e-9, op->running,
-              spd_stats_missing(op, miss, sizeof(miss)));
+              op->stuck_reported, spd_stats_missing(op, miss, sizeof(miss)));
     char prefix[160];
     snprintf(prefix, sizeof(prefix), "group_op %s ", g->name);
     text_ops(out, prefix, g->op_stats);

@@ -138,6 +138,53 @@ START_TEST(stats_socket_answers_only_stats) {
 }
 END_TEST
 
+static int log_has(const spt_daemon *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  char line[512];
+  int found = 0;
+  while (f && !found && fgets(line, sizeof(line), f))
+    found = strstr(line, needle) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* An op that rank 1 never issues is logged once as stuck, naming rank 1. */
+START_TEST(stuck_op_reported) {
+  spt_daemon d;
+  const char *extra[] = {"--stuck-seconds", "1", NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  spc_client *c0 = spt_connect(d.socket), *c1 = spt_connect(d.socket);
+  spc_group *g0;
+  spc_request *join1, *req;
+  /* c1 joins asynchronously through the raw transport: join blocks. */
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = "stuck", j.world_size = 2, j.rank = 1;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
+  ck_assert_int_eq(spc__send(c1, &f, -1, &join1), 0);
+  ck_assert_int_eq(spc_group_join(c0, "stuck", 2, 0, &g0), 0);
+  spc_buffer *b;
+  spc_tensor in, out;
+  int64_t s1[1] = {4}, s2[1] = {8};
+  ck_assert_int_eq(spc_buffer_alloc(c0, 64, &b), 0);
+  spc_tensor_init(&in, b, 0, SPC_FLOAT32, 1, s1);
+  spc_tensor_init(&out, b, 16, SPC_FLOAT32, 1, s2);
+  ck_assert_int_eq(spc_all_gather_async(g0, &in, &out, 0, NULL, &req), 0);
+  int stuck = 0;
+  for (int i = 0; i < 100 && !stuck; i++) { /* waits for the threshold */
+    usleep(50000);
+    stuck = log_has(&d, "stuck op: group 'stuck' op 0 (all_gather)");
+  }
+  ck_assert_msg(stuck, "no stuck-op report in %s", d.log);
+  ck_assert(log_has(&d, "waiting for rank(s) 1"));
+  spc_disconnect(c1); /* rank 1 goes: the op fails naming it */
+  ck_assert_int_eq(spc_wait(&req), SPC_EPEERLOST);
+  spc_disconnect(c0);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("stats");
   TCase *tc = tcase_create("stats");
@@ -145,6 +192,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, workload_counts_and_metrics);
   tcase_add_test(tc, stats_socket_answers_only_stats);
+  tcase_add_test(tc, stuck_op_reported);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
