@@ -21,15 +21,21 @@ static int64_t packed_local(const spk_op_args *a, int world, int rank) {
   return n;
 }
 
+/* n * world, or -1 when it does not fit (then the check below fails). */
+static int64_t times(int64_t n, int world) {
+  int64_t r;
+  return __builtin_mul_overflow(n, (int64_t)world, &r) ? -1 : r;
+}
+
 /* Size along the op's dim(s); every other dim keeps the input's. */
 static int64_t out_len(const spk_op_args *a, int world, int rank, int d) {
   switch (a->op) {
   case SPK_OP_SPLIT:
   case SPK_OP_REDUCE_SCATTER: return piece(a, world, rank, d);
   case SPK_OP_ALL_GATHER:
-    return a->nsizes ? sum(a->sizes, a->nsizes) : a->in.dim[d] * world;
+    return a->nsizes ? sum(a->sizes, a->nsizes) : times(a->in.dim[d], world);
   case SPK_OP_ZIGZAG_SPLIT: return a->in.dim[d] / world;
-  case SPK_OP_ZIGZAG_GATHER: return a->in.dim[d] * world;
+  case SPK_OP_ZIGZAG_GATHER: return times(a->in.dim[d], world);
   case SPK_OP_PACKED_SPLIT: return packed_local(a, world, rank);
   case SPK_OP_PACKED_GATHER: return sum(a->sizes, a->nsizes);
   case SPK_OP_ALL_TO_ALL_V: return sum(a->sizes2, a->nsizes2);
@@ -50,7 +56,7 @@ int spk_out_shape(const spk_op_args *a, int world, int rank, spk_shape *out_p,
     if (rc < 0)
       return rc;
     out.dim[d] = spk_split_size(a->in.dim[d], world, rank);
-    out.dim[g] = a->scalar ? a->scalar : a->in.dim[g] * world;
+    out.dim[g] = a->scalar ? a->scalar : times(a->in.dim[g], world);
   } else if (a->op != SPK_OP_ALL_REDUCE) {
     if (a->ndims >= 1 &&
         (rc = spk_dim_normalize(a->dims[0], a->in.ndim, "dim", &d, err)) < 0)

@@ -81,7 +81,12 @@ int spk_plan_all_gather(const spk_op_args *const *args, int world,
                            "rank %d has %lld",
                            i, (long long)args[0]->in.dim[i], r,
                            (long long)args[r]->in.dim[i]);
-    total += args[r]->in.dim[d];
+    /* An empty tensor may carry a huge dim: the sum must not wrap. */
+    if (__builtin_add_overflow(total, args[r]->in.dim[d], &total))
+      return spk_err_set(err, SPK_EINVAL,
+                         "gathered size along dim %d overflows int64 at "
+                         "rank %d (%lld)",
+                         d, r, (long long)args[r]->in.dim[d]);
   }
   for (int r = 0; r < world; r++) {
     rc = check_out(args[r], r, d, total, err);

@@ -387,6 +387,35 @@ START_TEST(reduce_unknown_dtype) {
 }
 END_TEST
 
+/* Empty tensors with huge dims: the gathered size would wrap int64. It is
+ * refused on every rank, and the daemon (also its UBSan build) lives. */
+static int huge_dim_rank(int rank, int world, void *arg) {
+  (void)arg;
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *b;
+  spc_tensor in, out;
+  int64_t s[2] = {0, 4};
+  if (spc_group_join(c, "huge", world, rank, &g) < 0 ||
+      spc_buffer_alloc(c, 64, &b) < 0 ||
+      spc_tensor_init(&in, b, 0, SPC_FLOAT32, 2, s) < 0 ||
+      spc_tensor_init(&out, b, 0, SPC_FLOAT32, 2, s) < 0)
+    return 1;
+  in.shape[1] = (int64_t)1 << 62; /* 0 elements: fits any buffer */
+  out.shape[1] = 5;
+  int rc = spc_all_gather(g, &in, &out, 1, NULL);
+  int ok = rc == SPC_EINVAL && strstr(spc_last_error(c), "overflows int64");
+  if (!ok)
+    fprintf(stderr, "rank %d: %d '%s'\n", rank, rc, spc_last_error(c));
+  spc_disconnect(c);
+  return !ok;
+}
+
+START_TEST(gather_size_overflow) {
+  ck_assert_int_eq(spt_run_ranks(2, huge_dim_rank, NULL, 60), 0);
+}
+END_TEST
+
 START_TEST(shutdown_fails_pending) {
   spt_daemon d;
   ck_assert_int_eq(spt_daemon_start(&d, NULL), 0);
@@ -433,6 +462,7 @@ int main(void) {
   tcase_add_test(tc, bad_buffer_fds);
   tcase_add_test(tc, client_lost_mid_op);
   tcase_add_test(tc, reduce_unknown_dtype);
+  tcase_add_test(tc, gather_size_overflow);
   suite_add_tcase(s, tc);
   TCase *down = tcase_create("shutdown");
   tcase_set_timeout(down, 120);
