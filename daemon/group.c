@@ -154,19 +154,29 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
            m->rank, g->name, lost ? "was lost: its client disconnected"
                                   : "left the group",
            (unsigned long long)s->id, (int)s->pid);
-  spd_op *op;
-  TAILQ_FOREACH(op, &g->ops, link)
-    spd_op_forget_session(op, m->rank);
-  slot->session = NULL;
-  slot->member = NULL;
-  g->joined--;
   if (g->ready && !g->broken) {
     g->broken = 1;
     g->broken_status = SPK_EPEER_LOST;
     snprintf(g->broken_reason, sizeof(g->broken_reason), "%s", msg);
     SPD_WARN(&g->ctx->log, "group '%s' broken: %s", g->name, msg);
   }
+  /* Pending ops fail on every rank, the departing one included (a client
+   * that merely left is still there to hear it; a lost one drops it). */
   spd_group_fail_pending(g, SPK_EPEER_LOST, msg);
+  /* An op already in the mover finishes for the others; the departing
+   * rank is answered now, since its session may not outlive the op. */
+  spd_op *op;
+  TAILQ_FOREACH(op, &g->ops, link) {
+    spd_op_rank *r = &op->ranks[m->rank];
+    if (r->arrived && r->session != NULL && !lost)
+      spd_session_send_error(r->session, r->req, SPK_EPEER_LOST,
+                             "this rank left the group while the op was "
+                             "running; its output is undefined");
+    spd_op_forget_session(op, m->rank);
+  }
+  slot->session = NULL;
+  slot->member = NULL;
+  g->joined--;
   spd_group_maybe_free(g);
 }
 

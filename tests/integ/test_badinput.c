@@ -416,6 +416,40 @@ START_TEST(gather_size_overflow) {
 }
 END_TEST
 
+/* A rank that leaves with its op still pending hears about it: the wait
+ * returns instead of blocking forever. */
+static int leave_pending_rank(int rank, int world, void *arg) {
+  (void)arg;
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  if (spc_group_join(c, "leaver", world, rank, &g) < 0)
+    return 1;
+  if (rank == 1) { /* never issues the op; stays until rank 0 is done */
+    usleep(500000);
+    spc_disconnect(c);
+    return 0;
+  }
+  spc_buffer *b;
+  spc_tensor in, out;
+  int64_t s1[1] = {4}, s2[1] = {8};
+  spc_buffer_alloc(c, 64, &b);
+  spc_tensor_init(&in, b, 0, SPC_FLOAT32, 1, s1);
+  spc_tensor_init(&out, b, 16, SPC_FLOAT32, 1, s2);
+  spc_request *req;
+  int ok = spc_all_gather_async(g, &in, &out, 0, NULL, &req) == 0 &&
+           spc_group_leave(g) == 0 && spc_wait(&req) == SPC_EPEERLOST &&
+           strstr(spc_last_error(c), "rank 0 of group 'leaver' left");
+  if (!ok)
+    fprintf(stderr, "rank 0: '%s'\n", spc_last_error(c));
+  spc_disconnect(c);
+  return !ok;
+}
+
+START_TEST(leave_with_pending_op) {
+  ck_assert_int_eq(spt_run_ranks(2, leave_pending_rank, NULL, 30), 0);
+}
+END_TEST
+
 START_TEST(shutdown_fails_pending) {
   spt_daemon d;
   ck_assert_int_eq(spt_daemon_start(&d, NULL), 0);
@@ -463,6 +497,7 @@ int main(void) {
   tcase_add_test(tc, client_lost_mid_op);
   tcase_add_test(tc, reduce_unknown_dtype);
   tcase_add_test(tc, gather_size_overflow);
+  tcase_add_test(tc, leave_with_pending_op);
   suite_add_tcase(s, tc);
   TCase *down = tcase_create("shutdown");
   tcase_set_timeout(down, 120);
