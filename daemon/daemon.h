@@ -62,6 +62,7 @@ typedef struct spd_ctx {
   spd_listener control, stats_listener;
   uv_signal_t sig_term, sig_int;
   uv_timer_t watchdog;       /* looks for stuck ops once a second */
+  uv_timer_t grace;          /* bounds the last flush at shutdown */
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;
   struct spd_mover *mover;

@@ -62,6 +62,10 @@ int main(int argc, char **argv) {
   SPD_INFO(&ctx->log, "spcolld %s ready: %d host mover threads; %s",
            SPD_VERSION, ctx->cfg.workers, gpu);
   uv_run(ctx->loop, UV_RUN_DEFAULT);
+  if (ctx->grace.data != NULL) { /* the unreferenced grace timer */
+    uv_close((uv_handle_t *)&ctx->grace, NULL);
+    uv_run(ctx->loop, UV_RUN_NOWAIT);
+  }
   rc = uv_loop_close(ctx->loop);
   if (rc < 0)
     SPD_WARN(&ctx->log, "uv_loop_close: %s", uv_strerror(rc));

@@ -198,6 +198,7 @@ static void op_done(void *arg) {
   spd_op_free(op);
   if (ctx->stopping) {
     spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
+    spd_group_maybe_free(g);
     if (ctx->running_ops == 0)
       spd_shutdown_continue(ctx);
     return;

@@ -12,6 +12,8 @@
 /* A client that sends more descriptors than it registers buffers is bad;
  * the cap bounds the fds libuv holds for it. */
 #define SESSION_MAX_PENDING_FDS 16
+/* Replies queued to a client that does not read, before it is dropped. */
+#define SESSION_MAX_QUEUED ((size_t)64 << 20)
 
 typedef struct {
   uv_write_t req;
@@ -74,6 +76,7 @@ static void on_written(uv_write_t *req, int status) {
   free(w);
 }
 
+
 void spd_session_send(spd_session *s, const Spcoll__Frame *f) {
   if (s->closing)
     return;
@@ -81,9 +84,13 @@ void spd_session_send(spd_session *s, const Spcoll__Frame *f) {
   session_write *w = calloc(1, sizeof(*w));
   size_t len;
   if (w == NULL || spf_encode(f, &w->buf, &len, &err) < 0) {
-    SPD_ERROR(&s->ctx->log, "cannot encode a reply to client %llu",
-              (unsigned long long)s->id);
+    SPD_ERROR(&s->ctx->log, "cannot encode a reply to client %llu: %s",
+              (unsigned long long)s->id, w ? err.msg : "out of memory");
     free(w);
+    /* The request must still be answered, or its caller waits forever. */
+    if (f->body_case != SPCOLL__FRAME__BODY_ERROR)
+      spd_session_send_error(s, f->id, SPK_ENO_MEMORY,
+                             "the reply does not fit in a frame (1 MiB)");
     return;
   }
   uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)len);
@@ -169,6 +176,17 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   spf_reader_commit(&s->reader, (size_t)nread);
+  /* A client that sends requests but does not read the replies would make
+   * them pile up without bound: it is dropped here, where closing it
+   * cannot pull a session out from under a reply loop. */
+  size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
+  if (queued > SESSION_MAX_QUEUED) {
+    SPD_WARN(&s->ctx->log, "client %llu (pid %d) does not read its replies "
+             "(%zu bytes queued); closing", (unsigned long long)s->id,
+             (int)s->pid, queued);
+    spd_session_close(s);
+    return;
+  }
   if (uv_pipe_pending_count(&s->pipe) > SESSION_MAX_PENDING_FDS) {
     spd_session_fail(s, 0, SPK_EPROTOCOL,
                      "more than 16 file descriptors sent ahead of their "

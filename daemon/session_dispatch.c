@@ -146,6 +146,13 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
     spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
     return;
   }
+  /* While stopping, nothing new starts: it could hold the exit up. */
+  if (s->ctx->stopping && (f->body_case == SPCOLL__FRAME__BODY_GROUP_JOIN ||
+                           f->body_case == SPCOLL__FRAME__BODY_OP ||
+                           f->body_case == SPCOLL__FRAME__BODY_BUF_REGISTER)) {
+    spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
+    return;
+  }
   switch (f->body_case) {
   case SPCOLL__FRAME__BODY_HELLO: on_hello(s, f); return;
   case SPCOLL__FRAME__BODY_GROUP_JOIN:

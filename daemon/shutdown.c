@@ -17,9 +17,23 @@ void spd_shutdown(spd_ctx *ctx) {
     spd_shutdown_continue(ctx);
 }
 
+static void on_grace(uv_timer_t *t) {
+  spd_ctx *ctx = t->data;
+  SPD_WARN(&ctx->log, "clients did not take their last replies in time; "
+           "exiting without them");
+  uv_stop(ctx->loop);
+}
+
 /* Every running op has finished: close the clients (their queued replies
- * are flushed first), the mover and the signal handles; the loop ends. */
+ * are flushed first), the mover and the signal handles; the loop ends.
+ * A client that does not read could hold the flush forever: a grace
+ * timer, which does not itself keep the loop alive, ends the wait. */
 void spd_shutdown_continue(spd_ctx *ctx) {
+  if (uv_timer_init(ctx->loop, &ctx->grace) == 0) {
+    ctx->grace.data = ctx;
+    uv_timer_start(&ctx->grace, on_grace, 2000, 0);
+    uv_unref((uv_handle_t *)&ctx->grace);
+  }
   spd_session *s;
   while ((s = TAILQ_FIRST(&ctx->sessions)) != NULL)
     spd_session_close(s);

@@ -478,6 +478,26 @@ START_TEST(shutdown_fails_pending) {
 }
 END_TEST
 
+/* A client that asks and never reads cannot hold the daemon's exit up. */
+START_TEST(shutdown_with_client_not_reading) {
+  spt_daemon d;
+  ck_assert_int_eq(spt_daemon_start(&d, NULL), 0);
+  int fd = spt_raw_connect(d.socket);
+  ck_assert_int_eq(spt_raw_hello(fd), 0);
+  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &sr;
+  for (int i = 0; i < 3000; i++) { /* ~3 MB of replies, never read */
+    f.id = (uint64_t)i + 2;
+    ck_assert_int_eq(spt_raw_send(fd, &f), 0);
+  }
+  usleep(200000);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0); /* exits 0, not killed */
+  close(fd);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("badinput");
   TCase *tc = tcase_create("badinput");
@@ -502,6 +522,7 @@ int main(void) {
   TCase *down = tcase_create("shutdown");
   tcase_set_timeout(down, 120);
   tcase_add_test(down, shutdown_fails_pending);
+  tcase_add_test(down, shutdown_with_client_not_reading);
   suite_add_tcase(s, down);
   return spt_run_suite(s);
 }
