@@ -145,6 +145,10 @@ static void *worker_main(void *arg) {
       continue;
     }
     mover_task *t = &job->tasks[job->next++];
+    /* Round-robin over jobs, so a small op of one group is not stuck
+     * behind every task of another group's large one. */
+    TAILQ_REMOVE(&mv->todo, job, link);
+    TAILQ_INSERT_TAIL(&mv->todo, job, link);
     pthread_mutex_unlock(&mv->lock);
     task_run(job, t);
     pthread_mutex_lock(&mv->lock);
