@@ -16,6 +16,10 @@ static void usage(FILE *out) {
           "  groups         groups, their state and pending ops\n"
           "  clients        connected clients\n"
           "  metrics        Prometheus text exposition format\n"
+          "  abort GROUP    fail the group's pending and future ops on every\n"
+          "                 rank with \"aborted by operator\"\n"
+          "  drain          no new groups or ops; the daemon exits once the\n"
+          "                 ops in flight are done\n"
           "The stats socket defaults to spcolld.stats.sock beside the control\n"
           "socket ($SPCOLL_SOCKET or the daemon's default).\n");
 }
@@ -65,6 +69,25 @@ static void print_section(const char *text, const char *name) {
   fwrite(p, 1, end ? (size_t)(end - p) + 1 : strlen(p), stdout);
 }
 
+static int send_control(const char *path, const char *cmd, const char *group) {
+  spc_client *c;
+  if (spc_connect(path, "spcollctl", &c) < 0) {
+    fprintf(stderr, "spcollctl: %s\n", spc_last_error(NULL));
+    return 1;
+  }
+  Spcoll__Control ctl = SPCOLL__CONTROL__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  ctl.command = (char *)cmd;
+  ctl.group = (char *)(group ? group : "");
+  f.body_case = SPCOLL__FRAME__BODY_CONTROL;
+  f.control = &ctl;
+  int rc = spc__call(c, &f, -1, NULL);
+  if (rc < 0)
+    fprintf(stderr, "spcollctl: %s: %s\n", cmd, spc_last_error(c));
+  spc_disconnect(c);
+  return rc < 0;
+}
+
 static int run(const char *path, const char *cmd, int json) {
   const char *format = json ? "json"
                        : strcmp(cmd, "metrics") == 0 ? "prometheus" : "text";
@@ -107,17 +130,20 @@ int main(int argc, char **argv) {
     }
   }
   static const char *const cmds[] = {"status", "stats", "groups", "clients",
-                                     "metrics"};
+                                     "metrics", "drain", "abort"};
   const char *cmd = optind < argc ? argv[optind] : "status";
-  int known = 0;
+  int known = 0, nargs = strcmp(cmd, "abort") == 0 ? 1 : 0;
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
     known |= strcmp(cmd, cmds[i]) == 0;
-  if (!known || optind + 1 < argc) {
-    fprintf(stderr, "spcollctl: unknown command '%s'\n", cmd);
+  if (!known || argc - optind - 1 != nargs) {
+    fprintf(stderr, "spcollctl: %s '%s'\n",
+            known ? "wrong number of arguments for" : "unknown command", cmd);
     usage(stderr);
     return 2;
   }
   if (path[0] == '\0')
     stats_path_beside(control, path, sizeof(path));
+  if (strcmp(cmd, "abort") == 0 || strcmp(cmd, "drain") == 0)
+    return send_control(path, cmd, nargs ? argv[optind + 1] : NULL);
   return run(path, cmd, json);
 }

@@ -69,6 +69,7 @@ typedef struct spd_ctx {
   uint64_t next_id;          /* clients, groups handles, buffers */
   int running_ops;           /* ops handed to the mover, not yet done */
   int stopping;
+  int draining;              /* no new groups or ops; exit when idle */
   spd_counters stats;
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
@@ -90,6 +91,12 @@ void spd_shutdown(spd_ctx *ctx);
 /* Start/stop the stuck-op watchdog (watchdog.c). */
 int spd_watchdog_start(spd_ctx *ctx, spk_err *err);
 void spd_watchdog_stop(spd_ctx *ctx);
+
+/* Operator commands (control.c). */
+int spd_abort_group(spd_ctx *ctx, const char *name, spk_err *err);
+void spd_drain(spd_ctx *ctx);
+/* While draining: stop once no group has an op left. */
+void spd_drain_check(spd_ctx *ctx);
 
 /* Called when the last running op finished during a stop. */
 void spd_shutdown_continue(spd_ctx *ctx);

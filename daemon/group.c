@@ -103,6 +103,10 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
   spd_group *g = rc < 0 ? NULL : group_find(ctx, j->name);
   if (rc == SPK_OK && g != NULL)
     rc = join_check(g, j, msg, sizeof(msg));
+  if (rc == SPK_OK && g == NULL && ctx->draining) {
+    rc = SPK_ESHUTDOWN;
+    snprintf(msg, sizeof(msg), "daemon draining: no new groups");
+  }
   if (rc == SPK_OK && g == NULL && (g = spd_group_create(ctx, j->name,
                                                      j->world_size)) == NULL) {
     rc = SPK_ENO_MEMORY;
@@ -177,7 +181,9 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
   slot->session = NULL;
   slot->member = NULL;
   g->joined--;
+  spd_ctx *ctx = g->ctx;
   spd_group_maybe_free(g);
+  spd_drain_check(ctx);
 }
 
 void spd_group_kick(spd_group *g) {

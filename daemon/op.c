@@ -8,11 +8,18 @@
 #include "mover_host.h"
 #include "planner.h"
 
-static spd_op *op_find_or_create(spd_group *g, uint64_t seq) {
+static spd_op *op_find(spd_group *g, uint64_t seq) {
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->seq == seq)
       return op;
+  return NULL;
+}
+
+static spd_op *op_find_or_create(spd_group *g, uint64_t seq) {
+  spd_op *op = op_find(g, seq);
+  if (op != NULL)
+    return op;
   /* A rank's sequence numbers only grow, and an op is freed only after
    * every rank reached it, so a new op is always the newest. */
   op = calloc(1, sizeof(*op) + (size_t)g->world * sizeof(op->ranks[0]));
@@ -121,6 +128,12 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
     return;
   }
   spd_rank_slot *slot = &g->ranks[rank];
+  /* Draining: ops other ranks already started may complete, no new one. */
+  if (g->ctx->draining && op_find(g, slot->next_seq) == NULL) {
+    spd_session_send_error(s, req, SPK_ESHUTDOWN,
+                           "daemon draining: no new ops");
+    return;
+  }
   spd_op *op = op_find_or_create(g, slot->next_seq);
   if (op == NULL) {
     spd_session_send_error(s, req, SPK_ENO_MEMORY, "out of memory for an op");
@@ -137,6 +150,7 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   if (++op->arrived == g->world)
     op->started_ns = spd_now_ns(); /* latency counts from the last arrival */
   spd_group_kick(g);
+  spd_drain_check(g->ctx);
 }
 
 void spd_op_free(spd_op *op) {
@@ -205,6 +219,7 @@ static void op_done(void *arg) {
   }
   spd_group_kick(g);
   spd_group_maybe_free(g);
+  spd_drain_check(ctx);
 }
 
 static int op_rank_error(spd_op *op, spk_err *err) {

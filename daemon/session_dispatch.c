@@ -131,6 +131,29 @@ static void on_stats(spd_session *s, const Spcoll__Frame *f) {
   free(text);
 }
 
+static void on_control(spd_session *s, const Spcoll__Frame *f) {
+  const Spcoll__Control *c = f->control;
+  spk_err err;
+  SPD_INFO(&s->ctx->log, "operator (pid %d uid %d): %s %s", (int)s->pid,
+           (int)s->uid, c->command, c->group);
+  if (strcmp(c->command, "abort") == 0) {
+    int rc = spd_abort_group(s->ctx, c->group, &err);
+    if (rc < 0)
+      spd_session_send_error(s, f->id, rc, err.msg);
+    else
+      spd_session_send_done(s, f->id);
+    spd_drain_check(s->ctx);
+  } else if (strcmp(c->command, "drain") == 0) {
+    spd_session_send_done(s, f->id); /* queued before the drain closes it */
+    spd_drain(s->ctx);
+  } else {
+    char msg[96];
+    snprintf(msg, sizeof(msg), "unknown command '%.40s': abort or drain",
+             c->command);
+    spd_session_send_error(s, f->id, SPK_EINVAL, msg);
+  }
+}
+
 void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   char msg[128];
   if (!s->hello_done && f->body_case != SPCOLL__FRAME__BODY_HELLO) {
@@ -139,10 +162,17 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
     spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
     return;
   }
-  if (s->stats_only && f->body_case != SPCOLL__FRAME__BODY_HELLO &&
+  int for_stats = f->body_case == SPCOLL__FRAME__BODY_HELLO ||
+                  f->body_case == SPCOLL__FRAME__BODY_STATS_REQUEST ||
+                  f->body_case == SPCOLL__FRAME__BODY_CONTROL;
+  if (s->stats_only != for_stats &&
+      f->body_case != SPCOLL__FRAME__BODY_HELLO &&
       f->body_case != SPCOLL__FRAME__BODY_STATS_REQUEST) {
-    snprintf(msg, sizeof(msg), "the stats socket answers stats requests "
-             "only, got %s", spf_body_name(f->body_case));
+    snprintf(msg, sizeof(msg), "%s",
+             s->stats_only ? "the stats socket answers stats requests and "
+                             "operator commands only"
+                           : "operator commands are taken on the stats "
+                             "socket only");
     spd_session_fail(s, f->id, SPK_EPROTOCOL, msg);
     return;
   }
@@ -163,6 +193,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;
   case SPCOLL__FRAME__BODY_OP: on_op(s, f); return;
   case SPCOLL__FRAME__BODY_STATS_REQUEST: on_stats(s, f); return;
+  case SPCOLL__FRAME__BODY_CONTROL: on_control(s, f); return;
   default: break;
   }
   snprintf(msg, sizeof(msg), "unknown or unexpected message type %d (%s)",

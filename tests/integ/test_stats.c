@@ -130,7 +130,7 @@ START_TEST(stats_socket_answers_only_stats) {
   ck_assert_ptr_nonnull(c);
   spc_group *g;
   ck_assert_int_eq(spc_group_join(c, "nope", 1, 0, &g), SPC_EPROTOCOL);
-  ck_assert_msg(strstr(spc_last_error(c), "stats requests only"), "%s",
+  ck_assert_msg(strstr(spc_last_error(c), "answers stats requests"), "%s",
                 spc_last_error(c));
   spc_disconnect(c);
   char *text = fetch("yaml");
