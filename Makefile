@@ -196,6 +196,8 @@ install: all
 	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libspclient.a
 	install -m 0644 client/spcoll.h $(DESTDIR)$(PREFIX)/include/spcoll.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' client/spcoll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/spcoll.pc
+	install -d $(DESTDIR)/etc/spcolld
+	install -m 0644 systemd/spcolld.conf.example $(DESTDIR)/etc/spcolld/spcolld.conf.example
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 0644 systemd/spcolld.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
 

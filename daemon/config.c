@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -38,6 +39,9 @@ static int parse_int(const char *flag, const char *s, long lo, long hi,
 static void usage(FILE *out) {
   fprintf(out,
           "usage: spcolld [options]\n"
+          "  --config PATH      settings file (default /etc/spcolld/"
+          "spcolld.conf\n"
+          "                     when it exists); flags override it\n"
           "  --socket PATH      control socket (default /run/spcolld/"
           "spcolld.sock,\n"
           "                     $XDG_RUNTIME_DIR/spcolld.sock when not root)\n"
@@ -50,10 +54,26 @@ static void usage(FILE *out) {
           "  --version, --help\n");
 }
 
+/* Every setting is a flag; the config file's keys are the same names with
+ * '_' for '-' (stats_socket = ...). */
+static const struct option opts[] = {
+    {"config", required_argument, NULL, 'c'},
+    {"socket", required_argument, NULL, 's'},
+    {"stats-socket", required_argument, NULL, 'S'},
+    {"socket-mode", required_argument, NULL, 'm'},
+    {"workers", required_argument, NULL, 'w'},
+    {"stuck-seconds", required_argument, NULL, 'k'},
+    {"log-level", required_argument, NULL, 'l'},
+    {"version", no_argument, NULL, 'V'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0}};
+
 static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   long v;
   int rc = SPK_OK;
   switch (opt) {
+  case 'c':
+    break; /* read before the other flags, in spd_config_parse_args */
   case 's':
     if (strlen(arg) >= sizeof(cfg->socket_path))
       return spk_err_set(err, SPK_EINVAL, "--socket: path of %zu bytes is "
@@ -92,18 +112,77 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   return rc;
 }
 
+/* One "key = value" line; blank lines and '#' comments are skipped. */
+static int config_line(spd_config *cfg, char *line, const char *path, int n,
+                       spk_err *err) {
+  char *p = line + strspn(line, " \t");
+  if (*p == '#' || *p == '\n' || *p == '\0')
+    return SPK_OK;
+  char *eq = strchr(p, '=');
+  if (eq == NULL)
+    return spk_err_set(err, SPK_EINVAL, "%s:%d: expected 'key = value'", path,
+                       n);
+  char *key = p, *val = eq + 1, *end = eq;
+  while (end > key && (end[-1] == ' ' || end[-1] == '\t'))
+    end--;
+  *end = '\0';
+  val += strspn(val, " \t");
+  val[strcspn(val, "\r\n")] = '\0';
+  for (char *v = val + strlen(val); v > val && (v[-1] == ' ' || v[-1] == '\t');)
+    *--v = '\0';
+  for (const struct option *o = opts; o->name; o++) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s", o->name);
+    for (char *c = name; *c; c++)
+      *c = *c == '-' ? '_' : *c;
+    if (o->has_arg != required_argument || o->val == 'c' ||
+        strcmp(name, key) != 0)
+      continue;
+    spk_err why;
+    if (apply_opt(cfg, o->val, val, &why) < 0)
+      return spk_err_set(err, SPK_EINVAL, "%s:%d: key %s: %s", path, n, key,
+                         why.msg);
+    return SPK_OK;
+  }
+  return spk_err_set(err, SPK_EINVAL, "%s:%d: unknown key '%s'", path, n, key);
+}
+
+int spd_config_load(spd_config *cfg, const char *path, int must_exist,
+                    spk_err *err) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return !must_exist && errno == ENOENT
+               ? SPK_OK
+               : spk_err_set(err, SPK_EINVAL, "cannot read config %s: %s",
+                             path, strerror(errno));
+  char line[512];
+  int n = 0, rc = SPK_OK;
+  while (rc == SPK_OK && fgets(line, sizeof(line), f) != NULL)
+    rc = config_line(cfg, line, path, ++n, err);
+  fclose(f);
+  return rc;
+}
+
+/* --config is read first wherever it stands, so every flag overrides the
+ * file. */
+static int config_from_args(spd_config *cfg, int argc, char **argv,
+                            spk_err *err) {
+  const char *path = SPD_DEFAULT_CONFIG;
+  int given = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+      path = argv[i + 1], given = 1;
+    else if (strncmp(argv[i], "--config=", 9) == 0)
+      path = argv[i] + 9, given = 1;
+  }
+  return spd_config_load(cfg, path, given, err);
+}
+
 int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
                           spk_err *err) {
-  static const struct option opts[] = {
-      {"socket", required_argument, NULL, 's'},
-      {"stats-socket", required_argument, NULL, 'S'},
-      {"socket-mode", required_argument, NULL, 'm'},
-      {"workers", required_argument, NULL, 'w'},
-      {"stuck-seconds", required_argument, NULL, 'k'},
-      {"log-level", required_argument, NULL, 'l'},
-      {"version", no_argument, NULL, 'V'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
+  int rc = config_from_args(cfg, argc, argv, err);
+  if (rc < 0)
+    return rc;
   int opt;
   optind = 1;
   opterr = 0;

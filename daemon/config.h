@@ -27,6 +27,14 @@ void spd_config_defaults(spd_config *cfg);
 int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
                           spk_err *err);
 
+#define SPD_DEFAULT_CONFIG "/etc/spcolld/spcolld.conf"
+
+/* Apply a settings file ("key = value" lines, keys named as the flags with
+ * '_' for '-'). A missing file is fine unless must_exist; an unknown key or
+ * a bad value is SPK_EINVAL naming the file, line and key. */
+int spd_config_load(spd_config *cfg, const char *path, int must_exist,
+                    spk_err *err);
+
 /* Fill the settings that default from others (the stats socket path). */
 int spd_config_finish(spd_config *cfg, spk_err *err);
 

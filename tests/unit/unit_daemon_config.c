@@ -78,6 +78,88 @@ START_TEST(bad_values_name_the_flag) {
 }
 END_TEST
 
+/* Write text to a temporary file; returns its path (static buffer). */
+static const char *conf_file(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof(path), "/tmp/spcolld-conf-XXXXXX");
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  return path;
+}
+
+START_TEST(config_file_then_flags) {
+  spd_config cfg;
+  spk_err err;
+  const char *path = conf_file("# comment\n\n  workers = 5 \n"
+                               "log_level=warn\nstuck_seconds = 9\n"
+                               "socket = /tmp/from-file.sock\n");
+  char *argv[] = {"spcolld", "--config", (char *)path, "--workers", "7",
+                  NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 5, argv), SPK_OK);
+  ck_assert_int_eq(cfg.workers, 7); /* the flag wins */
+  ck_assert_int_eq(cfg.log_level, SPD_LOG_WARN);
+  ck_assert_int_eq(cfg.stuck_seconds, 9);
+  ck_assert_str_eq(cfg.socket_path, "/tmp/from-file.sock");
+  ck_assert_str_eq(cfg.stats_socket_path, "/tmp/spcolld.stats.sock");
+  unlink(path);
+}
+END_TEST
+
+START_TEST(config_file_errors_name_the_key) {
+  spd_config cfg;
+  spk_err err;
+  const char *path = conf_file("workers = 2\nwrokers = 3\n");
+  char *argv[] = {"spcolld", "--config", (char *)path, NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 3, argv), SPK_EINVAL);
+  ck_assert_msg(strstr(err.msg, ":2: unknown key 'wrokers'"), "%s", err.msg);
+  unlink(path);
+  path = conf_file("workers = many\n");
+  argv[2] = (char *)path;
+  ck_assert_int_eq(parse(&cfg, &err, 3, argv), SPK_EINVAL);
+  ck_assert_msg(strstr(err.msg, ":1: key workers: --workers: 'many'"), "%s",
+                err.msg);
+  unlink(path);
+  path = conf_file("just words\n");
+  argv[2] = (char *)path;
+  ck_assert_int_eq(parse(&cfg, &err, 3, argv), SPK_EINVAL);
+  ck_assert_msg(strstr(err.msg, "expected 'key = value'"), "%s", err.msg);
+  unlink(path);
+  argv[2] = "/nonexistent/spcolld.conf"; /* named: must exist */
+  ck_assert_int_eq(parse(&cfg, &err, 3, argv), SPK_EINVAL);
+  ck_assert_msg(strstr(err.msg, "cannot read config"), "%s", err.msg);
+}
+END_TEST
+
+/* The shipped example documents every key with its default: with every
+ * "# key = value" line uncommented it must load, and keys it sets must be
+ * every key the daemon knows. */
+START_TEST(shipped_example_is_valid) {
+  FILE *in = fopen("systemd/spcolld.conf.example", "r");
+  ck_assert_ptr_nonnull(in);
+  char line[512], text[4096] = "";
+  int keys = 0;
+  while (fgets(line, sizeof(line), in))
+    if (strncmp(line, "# ", 2) == 0 && strstr(line, " = ") &&
+        strchr(line + 2, ' ') == strstr(line, " = ")) {
+      strncat(text, line + 2, sizeof(text) - strlen(text) - 1);
+      keys++;
+    }
+  fclose(in);
+  ck_assert_int_eq(keys, 6);
+  spd_config cfg;
+  spk_err err;
+  spd_config_defaults(&cfg);
+  const char *path = conf_file(text);
+  ck_assert_msg(spd_config_load(&cfg, path, 1, &err) == SPK_OK, "%s",
+                err.msg);
+  ck_assert_int_eq(cfg.socket_mode, 0660);
+  ck_assert_int_eq(cfg.stuck_seconds, 60);
+  unlink(path);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("daemon_config");
   TCase *tc = tcase_create("config");
@@ -85,6 +167,9 @@ int main(void) {
   tcase_add_test(tc, defaults_follow_xdg_for_non_root);
   tcase_add_test(tc, every_flag);
   tcase_add_test(tc, bad_values_name_the_flag);
+  tcase_add_test(tc, config_file_then_flags);
+  tcase_add_test(tc, config_file_errors_name_the_key);
+  tcase_add_test(tc, shipped_example_is_valid);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
