@@ -15,6 +15,7 @@ UV_CFLAGS   := $(shell $(PKG_CONFIG) --cflags libuv 2>/dev/null)
 UV_LIBS     := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
 PBC_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libprotobuf-c 2>/dev/null)
 PBC_LIBS    := $(shell $(PKG_CONFIG) --libs libprotobuf-c 2>/dev/null)
+SD_LIBS     := $(shell $(PKG_CONFIG) --libs libsystemd 2>/dev/null)
 CHECK_CFLAGS:= $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS  := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
@@ -92,7 +93,7 @@ $(BUILD)/%.o: %.c $(PB_H)
 
 $(SPCOLLD): $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(GPU_LIBS)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(GPU_LIBS)
 
 # GPU code compiles whenever CUDA is found; nothing else sees its headers.
 $(BUILD)/daemon/gpu_probe.o: daemon/gpu_probe.c $(PB_H)
@@ -127,7 +128,7 @@ $(BUILD)/demo/%.o: demo/%.c $(PB_H)
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(GPU_LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(GPU_LIBS) -lm
 
 # Unit suites of the client library link it whole.
 $(BUILD)/tests/unit_client_%: $(BUILD)/tests/unit/unit_client_%.o $(LIBA)
@@ -198,8 +199,13 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|g' client/spcoll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/spcoll.pc
 	install -d $(DESTDIR)/etc/spcolld
 	install -m 0644 systemd/spcolld.conf.example $(DESTDIR)/etc/spcolld/spcolld.conf.example
-	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
-	install -m 0644 systemd/spcolld.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+	  $(DESTDIR)$(PREFIX)/lib/tmpfiles.d
+	sed -e 's|/usr/local/sbin/|$(PREFIX)/sbin/|' systemd/spcolld.service \
+	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/spcolld.service
+	install -m 0644 systemd/spcolld.socket $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	install -m 0644 systemd/spcolld.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/spcolld.conf
+	install -m 0644 systemd/spcolld.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/spcolld.conf
 
 clean:
 	rm -rf build build-asan

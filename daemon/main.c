@@ -6,6 +6,7 @@
 #include "daemon.h"
 #include "gpu_probe.h"
 #include "mover_host.h"
+#include "sd.h"
 
 static void on_signal(uv_signal_t *h, int signum) {
   spd_ctx *ctx = h->data;
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
   spd_gpu_probe(gpu, sizeof(gpu));
   SPD_INFO(&ctx->log, "spcolld %s ready: %d host mover threads; %s",
            SPD_VERSION, ctx->cfg.workers, gpu);
+  spd_sd_ready(ctx);
   uv_run(ctx->loop, UV_RUN_DEFAULT);
   if (ctx->grace.data != NULL) { /* the unreferenced grace timer */
     uv_close((uv_handle_t *)&ctx->grace, NULL);

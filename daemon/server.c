@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "sd.h"
 #include "session.h"
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -59,12 +60,35 @@ static int ensure_parent_dir(const char *path, spk_err *err) {
   return SPK_OK;
 }
 
+/* A socket systemd created and passed: listen on it; the file is
+ * systemd's, so it is not removed at exit. */
+static int listener_adopt(spd_ctx *ctx, spd_listener *l, int fd,
+                          spk_err *err) {
+  int rc = uv_pipe_init(ctx->loop, &l->pipe, 0);
+  if (rc < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "uv_pipe_init: %s", uv_strerror(rc));
+  l->pipe.data = l;
+  l->listening = 1;
+  if ((rc = uv_pipe_open(&l->pipe, fd)) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "uv_pipe_open(fd %d): %s", fd,
+                       uv_strerror(rc));
+  if ((rc = uv_listen((uv_stream_t *)&l->pipe, 128, on_connection)) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "listen(fd %d): %s", fd,
+                       uv_strerror(rc));
+  return SPK_OK;
+}
+
 static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
                          int stats_only, spk_err *err) {
   l->ctx = ctx;
   l->path = path;
   l->stats_only = stats_only;
-  int rc = ensure_parent_dir(path, err);
+  int fd = -1, rc = stats_only ? SPK_OK : spd_sd_control_fd(ctx, &fd, err);
+  if (rc < 0)
+    return rc;
+  if (fd >= 0)
+    return listener_adopt(ctx, l, fd, err);
+  rc = ensure_parent_dir(path, err);
   if (rc == SPK_OK)
     rc = clear_stale_socket(path, err);
   if (rc < 0)

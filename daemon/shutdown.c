@@ -2,6 +2,7 @@
 #include "daemon.h"
 #include "group.h"
 #include "mover_host.h"
+#include "sd.h"
 #include "session.h"
 
 void spd_shutdown(spd_ctx *ctx) {
@@ -9,6 +10,7 @@ void spd_shutdown(spd_ctx *ctx) {
     return;
   ctx->stopping = 1;
   SPD_INFO(&ctx->log, "shutting down");
+  spd_sd_stopping(ctx);
   spd_server_close(ctx);
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)

@@ -1,0 +1,144 @@
+/* systemd: the units pass systemd-analyze verify without a word, and
+ * spcolld started by socket activation (systemd-socket-activate) serves a
+ * client and tells NOTIFY_SOCKET READY=1, then STOPPING=1 on SIGTERM. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "harness.h"
+
+static const char *daemon_bin(void) {
+  const char *bin = getenv("SPCOLLD");
+  return bin ? bin : "build/bin/spcolld";
+}
+
+/* Output of `cmd` (stderr included) into buf; returns its exit status. */
+static int run_capture(const char *cmd, char *buf, size_t len) {
+  FILE *p = popen(cmd, "r");
+  size_t n = p ? fread(buf, 1, len - 1, p) : 0;
+  buf[n] = '\0';
+  return p ? pclose(p) : -1;
+}
+
+/* Copies of the units whose ExecStart names the binary under test. */
+static void units_copy(const char *dir, const char *type_line) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd),
+           "mkdir -p %s && sed -e 's|/usr/local/sbin/spcolld|%s|' "
+           "-e 's|^Type=notify$|%s|' systemd/spcolld.service > "
+           "%s/spcolld.service && cp systemd/spcolld.socket %s/",
+           dir, realpath(daemon_bin(), NULL), type_line, dir, dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(units_verify_clean) {
+  char out[4096], cmd[512];
+  units_copy("/tmp/spcoll-units", "Type=notify");
+  snprintf(cmd, sizeof(cmd), "systemd-analyze verify "
+           "/tmp/spcoll-units/spcolld.service "
+           "/tmp/spcoll-units/spcolld.socket 2>&1");
+  ck_assert_int_eq(run_capture(cmd, out, sizeof(out)), 0);
+  ck_assert_msg(out[0] == '\0', "systemd-analyze verify said:\n%s", out);
+  /* The check can fail: a broken unit is reported. */
+  units_copy("/tmp/spcoll-units-bad", "Type=notifyy");
+  snprintf(cmd, sizeof(cmd), "systemd-analyze verify "
+           "/tmp/spcoll-units-bad/spcolld.service 2>&1");
+  run_capture(cmd, out, sizeof(out));
+  ck_assert_msg(strstr(out, "notifyy") != NULL, "not reported: %s", out);
+  ck_assert_int_eq(system("rm -rf /tmp/spcoll-units /tmp/spcoll-units-bad"),
+                   0);
+}
+END_TEST
+
+static int notify_listen(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+static int notified(int fd, const char *what) {
+  char msg[512];
+  for (int i = 0; i < 4; i++) {
+    ssize_t n = recv(fd, msg, sizeof(msg) - 1, 0);
+    if (n <= 0)
+      return 0;
+    msg[n] = '\0';
+    if (strstr(msg, what))
+      return 1;
+  }
+  return 0;
+}
+
+START_TEST(socket_activation_serves_a_client) {
+  char dir[] = "/tmp/spcoll-act-XXXXXX", sock[128], note[128];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
+  snprintf(note, sizeof(note), "%s/notify", dir);
+  int nfd = notify_listen(note);
+  char env[160];
+  snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
+  pid_t pid = fork();
+  if (pid == 0) { /* the activator passes on only the -E environment */
+    execlp("systemd-socket-activate", "systemd-socket-activate", "-l", sock,
+           "-E", env, daemon_bin(), "--socket", sock, "--workers", "1",
+           (char *)NULL);
+    _exit(127);
+  }
+  spc_client *c = NULL;
+  for (int i = 0; i < 500 && c == NULL; i++) { /* until it listens */
+    if (access(sock, F_OK) == 0)
+      spc_connect(sock, "test", &c);
+    if (c == NULL)
+      usleep(10000);
+  }
+  ck_assert_msg(c != NULL, "no daemon on %s", sock);
+  spc_group *g;
+  spc_buffer *b;
+  spc_tensor in, out;
+  int64_t s[1] = {4};
+  ck_assert_int_eq(spc_group_join(c, "activated", 1, 0, &g), 0);
+  ck_assert_int_eq(spc_buffer_alloc(c, 64, &b), 0);
+  spc_tensor_init(&in, b, 0, SPC_INT32, 1, s);
+  spc_tensor_init(&out, b, 16, SPC_INT32, 1, s);
+  ((int32_t *)spc_buffer_data(b))[2] = 42;
+  ck_assert_int_eq(spc_all_gather(g, &in, &out, 0, NULL), 0);
+  ck_assert_int_eq(((int32_t *)spc_buffer_data(b))[4 + 2], 42);
+  ck_assert(notified(nfd, "READY=1"));
+  spc_disconnect(c);
+  kill(pid, SIGTERM);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ck_assert(notified(nfd, "STOPPING=1"));
+  close(nfd);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+  if (system("command -v systemd-analyze >/dev/null && "
+             "command -v systemd-socket-activate >/dev/null") != 0) {
+    printf("skipped: systemd-analyze or systemd-socket-activate missing\n");
+    return 77;
+  }
+  Suite *s = suite_create("systemd");
+  TCase *tc = tcase_create("systemd");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, units_verify_clean);
+  tcase_add_test(tc, socket_activation_serves_a_client);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
