@@ -2,6 +2,7 @@
  * spcolld started by socket activation (systemd-socket-activate) serves a
  * client and tells NOTIFY_SOCKET READY=1, then STOPPING=1 on SIGTERM. */
 #include <check.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +30,13 @@ static int run_capture(const char *cmd, char *buf, size_t len) {
 
 /* Copies of the units whose ExecStart names the binary under test. */
 static void units_copy(const char *dir, const char *type_line) {
-  char cmd[1024];
+  char cmd[1024], bin[PATH_MAX];
+  ck_assert_ptr_nonnull(realpath(daemon_bin(), bin));
   snprintf(cmd, sizeof(cmd),
            "mkdir -p %s && sed -e 's|/usr/local/sbin/spcolld|%s|' "
            "-e 's|^Type=notify$|%s|' systemd/spcolld.service > "
            "%s/spcolld.service && cp systemd/spcolld.socket %s/",
-           dir, realpath(daemon_bin(), NULL), type_line, dir, dir);
+           dir, bin, type_line, dir, dir);
   ck_assert_int_eq(system(cmd), 0);
 }
 
