@@ -50,6 +50,7 @@ static void usage(FILE *out) {
           "  --socket-mode MODE octal permissions of the sockets (0660)\n"
           "  --workers N        host mover threads (default: cores)\n"
           "  --stuck-seconds N  report ops pending longer than N s (60)\n"
+          "  --metrics-port P   serve GET /metrics on 127.0.0.1:P (0: off)\n"
           "  --log-level L      error, warn, info, debug (info)\n"
           "  --version, --help\n");
 }
@@ -63,6 +64,7 @@ static const struct option opts[] = {
     {"socket-mode", required_argument, NULL, 'm'},
     {"workers", required_argument, NULL, 'w'},
     {"stuck-seconds", required_argument, NULL, 'k'},
+    {"metrics-port", required_argument, NULL, 'M'},
     {"log-level", required_argument, NULL, 'l'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -96,6 +98,10 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   case 'w':
     rc = parse_int("--workers", arg, 1, 1024, 10, &v, err);
     cfg->workers = (int)v;
+    break;
+  case 'M':
+    rc = parse_int("--metrics-port", arg, 0, 65535, 10, &v, err);
+    cfg->metrics_port = (int)v;
     break;
   case 'k':
     rc = parse_int("--stuck-seconds", arg, 1, 86400, 10, &v, err);
@@ -229,5 +235,6 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "socket_mode %04o\n", cfg->socket_mode);
   fprintf(out, "workers %d\n", cfg->workers);
   fprintf(out, "stuck_seconds %d\n", cfg->stuck_seconds);
+  fprintf(out, "metrics_port %d\n", cfg->metrics_port);
   fprintf(out, "log_level %s\n", spd_log_level_name(cfg->log_level));
 }

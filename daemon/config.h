@@ -14,6 +14,7 @@ typedef struct {
   unsigned socket_mode;    /* permission bits of the control socket */
   int workers;             /* host mover threads */
   int stuck_seconds;       /* a pending op older than this is reported */
+  int metrics_port;        /* HTTP /metrics on 127.0.0.1; 0: off */
   spd_log_level log_level;
 } spd_config;
 

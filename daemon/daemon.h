@@ -63,6 +63,7 @@ typedef struct spd_ctx {
   uv_signal_t sig_term, sig_int;
   uv_timer_t watchdog;       /* looks for stuck ops once a second */
   uv_timer_t grace;          /* bounds the last flush at shutdown */
+  uv_tcp_t metrics;          /* optional HTTP /metrics on 127.0.0.1 */
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;
   struct spd_mover *mover;
@@ -91,6 +92,10 @@ void spd_shutdown(spd_ctx *ctx);
 /* Start/stop the stuck-op watchdog (watchdog.c). */
 int spd_watchdog_start(spd_ctx *ctx, spk_err *err);
 void spd_watchdog_stop(spd_ctx *ctx);
+
+/* The optional HTTP /metrics listener (metrics_http.c). */
+int spd_metrics_http_start(spd_ctx *ctx, spk_err *err);
+void spd_metrics_http_stop(spd_ctx *ctx);
 
 /* Operator commands (control.c). */
 int spd_abort_group(spd_ctx *ctx, const char *name, spk_err *err);

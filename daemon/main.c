@@ -30,6 +30,8 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
   rc = spd_mover_start(ctx->loop, ctx->cfg.workers, &ctx->mover, err);
   if (rc == SPK_OK)
     rc = spd_watchdog_start(ctx, err);
+  if (rc == SPK_OK)
+    rc = spd_metrics_http_start(ctx, err);
   if (rc < 0)
     return rc;
   return spd_server_listen(ctx, err);

@@ -44,6 +44,7 @@ void spd_shutdown_continue(spd_ctx *ctx) {
     ctx->mover = NULL;
   }
   spd_watchdog_stop(ctx);
+  spd_metrics_http_stop(ctx);
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
 }

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "check_run.h"
 #include "client_internal.h"
@@ -185,6 +188,52 @@ START_TEST(stuck_op_reported) {
 }
 END_TEST
 
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t len = sizeof(a);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* One HTTP request to 127.0.0.1:port; the whole response into buf. */
+static void http_get(int port, const char *req, char *buf, size_t len) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+  size_t got = 0;
+  ssize_t n;
+  while (got < len - 1 && (n = read(fd, buf + got, len - 1 - got)) > 0)
+    got += (size_t)n;
+  buf[got] = '\0';
+  close(fd);
+}
+
+START_TEST(http_metrics_on_localhost) {
+  spt_daemon d;
+  char port[16], resp[65536];
+  int p = free_port();
+  snprintf(port, sizeof(port), "%d", p);
+  const char *extra[] = {"--metrics-port", port, NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  http_get(p, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n", resp,
+           sizeof(resp));
+  ck_assert_msg(strncmp(resp, "HTTP/1.1 200 OK", 15) == 0, "%s", resp);
+  char *body = strstr(resp, "\r\n\r\n");
+  ck_assert_ptr_nonnull(body);
+  ck_assert_ptr_nonnull(strstr(body, "spcoll_info{version="));
+  ck_assert(metrics_valid(body + 4));
+  http_get(p, "GET / HTTP/1.1\r\n\r\n", resp, sizeof(resp));
+  ck_assert_msg(strncmp(resp, "HTTP/1.1 404", 12) == 0, "%s", resp);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("stats");
   TCase *tc = tcase_create("stats");
@@ -193,6 +242,7 @@ int main(void) {
   tcase_add_test(tc, workload_counts_and_metrics);
   tcase_add_test(tc, stats_socket_answers_only_stats);
   tcase_add_test(tc, stuck_op_reported);
+  tcase_add_test(tc, http_metrics_on_localhost);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
