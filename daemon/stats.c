@@ -51,6 +51,19 @@ const char *spd_stats_group_state(const spd_group *g) {
   return g->broken ? "broken" : g->ready ? "ready" : "joining";
 }
 
+const char *spd_stats_members(const spd_group *g, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < g->world && used + 24 < len; r++) {
+    const spd_session *s = g->ranks[r].session;
+    int n = s ? snprintf(buf + used, len - used, "%s%llu", r ? "," : "",
+                         (unsigned long long)s->id)
+              : snprintf(buf + used, len - used, "%s-", r ? "," : "");
+    used += n > 0 ? (size_t)n : 0;
+  }
+  return buf;
+}
+
 const char *spd_stats_missing(const spd_op *op, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
@@ -80,9 +93,11 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
   char miss[256];
   fprintf(out, "# groups\n");
   TAILQ_FOREACH(g, &ctx->groups, link) {
-    fprintf(out, "group %s world=%d joined=%d state=%s ops_done=%llu\n",
-            g->name, g->world, g->joined, spd_stats_group_state(g),
-            (unsigned long long)g->ops_done);
+    char members[1024];
+    fprintf(out, "group %s world=%d joined=%d nodes=1 state=%s ops_done=%llu "
+            "members=%s\n", g->name, g->world, g->joined,
+            spd_stats_group_state(g), (unsigned long long)g->ops_done,
+            spd_stats_members(g, members, sizeof(members)));
     spd_op *op;
     TAILQ_FOREACH(op, &g->ops, link)
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=%d "

@@ -23,6 +23,10 @@ void spd_stats_session_usage(const struct spd_session *s, int *groups,
                              int *buffers, uint64_t *bytes);
 /* "ready", "joining" or "broken". */
 const char *spd_stats_group_state(const struct spd_group *g);
+/* Client ids of the group's ranks in rank order, "-" for an empty slot:
+ * "3,7,-,9" into buf. */
+const char *spd_stats_members(const struct spd_group *g, char *buf,
+                              size_t len);
 /* Ranks of a pending op that have not issued it, as "2,3" into buf. */
 const char *spd_stats_missing(const struct spd_op *op, char *buf, size_t len);
 

@@ -79,9 +79,15 @@ static void json_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
   TAILQ_FOREACH(g, &ctx->groups, link) {
     fprintf(out, "%s{\"name\":", g == TAILQ_FIRST(&ctx->groups) ? "" : ",");
     json_str(out, g->name);
-    fprintf(out, ",\"world\":%d,\"joined\":%d,\"state\":\"%s\","
-            "\"ops_done\":%llu", g->world, g->joined,
-            spd_stats_group_state(g), (unsigned long long)g->ops_done);
+    char members[1024];
+    spd_stats_members(g, members, sizeof(members));
+    for (char *c = members; *c; c++) /* JSON: client id 0 = empty slot */
+      if (*c == '-')
+        *c = '0';
+    fprintf(out, ",\"world\":%d,\"joined\":%d,\"nodes\":1,\"state\":\"%s\","
+            "\"ops_done\":%llu,\"members\":[%s]", g->world, g->joined,
+            spd_stats_group_state(g), (unsigned long long)g->ops_done,
+            members);
     json_pending(out, g, now);
     fprintf(out, ",\"ops\":");
     json_ops(out, g->op_stats);

@@ -83,6 +83,7 @@ static int check_stats(int rank) {
            has(text, "op all_gather count=3 errors=1 bytes=1536", rank) &&
            has(text, "waiting_for=0", rank) &&
            has(text, "framework=test", rank) &&
+           has(text, "group stats world=2 joined=2 nodes=1 state=ready", rank) &&
            has(prom, "spcoll_ops_total{op=\"all_gather\",group=\"stats\"} 3",
                rank) &&
            has(prom, "spcoll_bytes_total{op=\"all_reduce\",group=\"stats\"} "
