@@ -3,6 +3,10 @@
  * over a case file. See conformance_cases.h. */
 #include "conformance_cases.h"
 
+#include <check.h>
+
+#include "check_run.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -730,4 +734,43 @@ int conf_run_file(const char *socket, const char *set, const char *file,
   munmap(reports, CONF_MAX_WORLD * sizeof(*reports));
   conf_free_cases(cases, n);
   return failed;
+}
+
+/* conf_main's arguments, for its Check test (which takes none). */
+static struct {
+  const char *file, *label;
+  const conf_op *table;
+  size_t ntable;
+  spt_daemon daemon;
+} conf_main_args;
+
+static void conf_setup(void) {
+  ck_assert_int_eq(spt_daemon_start(&conf_main_args.daemon, NULL), 0);
+}
+
+static void conf_teardown(void) {
+  ck_assert_int_eq(spt_daemon_stop(&conf_main_args.daemon), 0);
+}
+
+START_TEST(conf_vectors) {
+  int failed = conf_run_file(conf_main_args.daemon.socket, "ws2", conf_main_args.file,
+                             conf_main_args.label, conf_main_args.table,
+                             conf_main_args.ntable);
+  ck_assert_msg(failed >= 0, "no %s cases (see stderr)", conf_main_args.label);
+  ck_assert_msg(failed == 0, "%d %s case(s) failed", failed,
+                conf_main_args.label);
+}
+END_TEST
+
+int conf_main(const char *suite, const char *file, const char *label,
+              const conf_op *table, size_t ntable, int timeout_s) {
+  conf_main_args.file = file, conf_main_args.label = label;
+  conf_main_args.table = table, conf_main_args.ntable = ntable;
+  Suite *s = suite_create(suite);
+  TCase *tc = tcase_create(suite);
+  tcase_add_checked_fixture(tc, conf_setup, conf_teardown);
+  tcase_set_timeout(tc, timeout_s);
+  tcase_add_test(tc, conf_vectors);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
 }

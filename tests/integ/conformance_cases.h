@@ -101,4 +101,9 @@ int conf_shape_is(conf_t *t, int ndim, const int64_t *shape);
 int conf_run_file(const char *socket, const char *set, const char *file,
                   const char *label, const conf_op *ops, size_t nops);
 
+/* The whole test program of a case file: a private daemon, one Check test
+ * running every case of `file`, the exit status. */
+int conf_main(const char *suite, const char *file, const char *label,
+              const conf_op *table, size_t ntable, int timeout_s);
+
 #endif

@@ -18,7 +18,6 @@
 #include "harness.h"
 
 
-static spt_daemon daemon_;
 
 /* The seeds' functions in our API, one entry per op of cases.txt. */
 static int op_copy(spc_group *g, conf_t *s, conf_t *d, const conf_args *a) {
@@ -118,29 +117,7 @@ static const conf_op op_table[] = {
     CONF_OP(pk_gather_bwd),
 };
 
-static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
-}
-
-static void teardown(void) {
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-}
-
-START_TEST(seed_vectors_ws2) {
-  int failed = conf_run_file(daemon_.socket, "ws2", "cases.txt",
-                             "conformance", op_table,
-                             sizeof(op_table) / sizeof(op_table[0]));
-  ck_assert_msg(failed >= 0, "no conformance cases (see stderr)");
-  ck_assert_msg(failed == 0, "%d conformance case(s) failed", failed);
-}
-END_TEST
-
 int main(void) {
-  Suite *s = suite_create("conformance");
-  TCase *tc = tcase_create("conformance");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 900);
-  tcase_add_test(tc, seed_vectors_ws2);
-  suite_add_tcase(s, tc);
-  return spt_run_suite(s);
+  return conf_main("conformance", "cases.txt", "conformance", op_table,
+                   sizeof(op_table) / sizeof(op_table[0]), 900);
 }

@@ -24,7 +24,6 @@
 
 #include "conformance_cases.h"
 
-static spt_daemon daemon_;
 
 /* Rows before dim and elements after it, of t with dim (may be negative)
  * normalised into *dim_p; -1 for a dim out of range. */
@@ -233,29 +232,7 @@ static const conf_op op_table[] = {
     CONF_OP(ag_bwd_own),
 };
 
-static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
-}
-
-static void teardown(void) {
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-}
-
-START_TEST(seed_batch_vectors_ws2) {
-  int failed = conf_run_file(daemon_.socket, "ws2", "batch_cases.txt",
-                             "conformance (batch)", op_table,
-                             sizeof(op_table) / sizeof(op_table[0]));
-  ck_assert_msg(failed >= 0, "no batch conformance cases (see stderr)");
-  ck_assert_msg(failed == 0, "%d batch conformance case(s) failed", failed);
-}
-END_TEST
-
 int main(void) {
-  Suite *s = suite_create("conformance_batch");
-  TCase *tc = tcase_create("conformance_batch");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, seed_batch_vectors_ws2);
-  suite_add_tcase(s, tc);
-  return spt_run_suite(s);
+  return conf_main("conformance_batch", "batch_cases.txt", "conformance (batch)", op_table,
+                   sizeof(op_table) / sizeof(op_table[0]), 300);
 }
