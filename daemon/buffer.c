@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 /* A client could truncate an unsealed file under our mapping and make the
@@ -19,6 +21,16 @@ static int buffer_check_fd(int fd, uint64_t size, spk_err *err) {
     return spk_err_set(err, SPK_EINVAL,
                        "buffer fd is not a memfd (file mode 0%o)",
                        (unsigned)st.st_mode);
+  /* Only plain shmem: a hugetlb memfd can lose pages under the mapping
+   * (hole punching with an empty huge page pool) and SIGBUS the daemon. */
+  struct statfs fs;
+  if (fstatfs(fd, &fs) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "fstatfs(fd %d) failed: %s", fd,
+                       strerror(errno));
+  if (fs.f_type != TMPFS_MAGIC)
+    return spk_err_set(err, SPK_EINVAL,
+                       "buffer fd is not a shmem memfd (filesystem 0x%lx)",
+                       (unsigned long)fs.f_type);
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0)
     return spk_err_set(err, SPK_EINVAL,

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -56,6 +58,21 @@ START_TEST(map_checks_seal_and_size) {
   ck_assert_int_eq(pipe(p), 0);
   ck_assert_int_eq(spd_buffer_map(&ctx, p[0], 64, &b, &err), SPK_EINVAL);
   close(p[1]);
+  /* A regular file elsewhere than shmem (here: the build directory's
+   * filesystem, when it is not tmpfs) is refused by its filesystem. */
+  char path[] = "spcoll-buffer-test-XXXXXX";
+  int f = mkstemp(path);
+  ck_assert_int_ge(f, 0);
+  unlink(path);
+  ck_assert_int_eq(ftruncate(f, 64), 0);
+  struct statfs fs;
+  ck_assert_int_eq(fstatfs(f, &fs), 0);
+  if (fs.f_type != TMPFS_MAGIC) {
+    ck_assert_int_eq(spd_buffer_map(&ctx, f, 64, &b, &err), SPK_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not a shmem memfd"));
+  } else {
+    close(f);
+  }
   ck_assert_int_eq(spd_buffer_map(&ctx, memfd_of(64, F_SEAL_SHRINK), 64, &b,
                                   &err), SPK_OK);
   ck_assert_int_eq(b->size, 64);
