@@ -2,6 +2,7 @@
  * tensor reference goes through. */
 #include <check.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <linux/magic.h>
