@@ -23,6 +23,13 @@ void spd_config_defaults(spd_config *cfg) {
   cfg->workers = cores > 0 ? (int)cores : 1;
   cfg->log_level = SPD_LOG_INFO;
   cfg->stuck_seconds = 60;
+  cfg->max_world = 1024;
+  cfg->client_max_groups = 1024;
+  cfg->client_max_buffers = 4096;
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  cfg->client_max_bytes =
+      pages > 0 && psize > 0 ? (long long)pages * psize : 1LL << 40;
+  cfg->client_max_pending = 4096;
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi,
@@ -51,6 +58,10 @@ static void usage(FILE *out) {
           "  --workers N        host mover threads (default: cores)\n"
           "  --stuck-seconds N  report ops pending longer than N s (60)\n"
           "  --metrics-port P   serve GET /metrics on 127.0.0.1:P (0: off)\n"
+          "  --max-world N      largest group size (1024)\n"
+          "  --client-max-groups N, --client-max-buffers N,\n"
+          "  --client-max-bytes N, --client-max-pending N\n"
+          "                     per-client limits (1024, 4096, RAM, 4096)\n"
           "  --log-level L      error, warn, info, debug (info)\n"
           "  --version, --help\n");
 }
@@ -65,6 +76,11 @@ static const struct option opts[] = {
     {"workers", required_argument, NULL, 'w'},
     {"stuck-seconds", required_argument, NULL, 'k'},
     {"metrics-port", required_argument, NULL, 'M'},
+    {"max-world", required_argument, NULL, 'W'},
+    {"client-max-groups", required_argument, NULL, 'G'},
+    {"client-max-buffers", required_argument, NULL, 'B'},
+    {"client-max-bytes", required_argument, NULL, 'Y'},
+    {"client-max-pending", required_argument, NULL, 'P'},
     {"log-level", required_argument, NULL, 'l'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -98,6 +114,26 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   case 'w':
     rc = parse_int("--workers", arg, 1, 1024, 10, &v, err);
     cfg->workers = (int)v;
+    break;
+  case 'W':
+    rc = parse_int("--max-world", arg, 1, 65536, 10, &v, err);
+    cfg->max_world = (int)v;
+    break;
+  case 'G':
+    rc = parse_int("--client-max-groups", arg, 1, 1 << 20, 10, &v, err);
+    cfg->client_max_groups = (int)v;
+    break;
+  case 'B':
+    rc = parse_int("--client-max-buffers", arg, 1, 1 << 20, 10, &v, err);
+    cfg->client_max_buffers = (int)v;
+    break;
+  case 'Y':
+    rc = parse_int("--client-max-bytes", arg, 1, LONG_MAX, 10, &v, err);
+    cfg->client_max_bytes = v;
+    break;
+  case 'P':
+    rc = parse_int("--client-max-pending", arg, 1, 1 << 20, 10, &v, err);
+    cfg->client_max_pending = (int)v;
     break;
   case 'M':
     rc = parse_int("--metrics-port", arg, 0, 65535, 10, &v, err);
@@ -236,5 +272,10 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "workers %d\n", cfg->workers);
   fprintf(out, "stuck_seconds %d\n", cfg->stuck_seconds);
   fprintf(out, "metrics_port %d\n", cfg->metrics_port);
+  fprintf(out, "max_world %d\n", cfg->max_world);
+  fprintf(out, "client_max_groups %d\n", cfg->client_max_groups);
+  fprintf(out, "client_max_buffers %d\n", cfg->client_max_buffers);
+  fprintf(out, "client_max_bytes %lld\n", cfg->client_max_bytes);
+  fprintf(out, "client_max_pending %d\n", cfg->client_max_pending);
   fprintf(out, "log_level %s\n", spd_log_level_name(cfg->log_level));
 }

@@ -15,6 +15,11 @@ typedef struct {
   int workers;             /* host mover threads */
   int stuck_seconds;       /* a pending op older than this is reported */
   int metrics_port;        /* HTTP /metrics on 127.0.0.1; 0: off */
+  int max_world;           /* largest group size accepted */
+  int client_max_groups;   /* per client: group memberships */
+  int client_max_buffers;  /* per client: registered buffers */
+  long long client_max_bytes; /* per client: registered bytes */
+  int client_max_pending;  /* per client: ops issued and not yet done */
   spd_log_level log_level;
 } spd_config;
 

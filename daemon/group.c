@@ -53,7 +53,19 @@ static int join_check(spd_group *g, const Spcoll__GroupJoin *j, char *msg,
   return SPK_OK;
 }
 
-static int join_args_check(const Spcoll__GroupJoin *j, char *msg, size_t len) {
+static int join_args_check(const spd_config *cfg, const spd_session *s,
+                           const Spcoll__GroupJoin *j, char *msg,
+                           size_t len) {
+  if (s->ngroups >= cfg->client_max_groups) {
+    snprintf(msg, len, "client limit: %d groups joined (client_max_groups)",
+             s->ngroups);
+    return SPK_ENO_MEMORY;
+  }
+  if (j->world_size > cfg->max_world) {
+    snprintf(msg, len, "world_size %d is above this daemon's max_world %d",
+             j->world_size, cfg->max_world);
+    return SPK_EINVAL;
+  }
   if (j->name == NULL || j->name[0] == '\0' || strlen(j->name) >= 128) {
     snprintf(msg, len, "group name must be 1..127 bytes");
     return SPK_EINVAL;
@@ -99,7 +111,7 @@ static void group_announce_ready(spd_group *g) {
 void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
                     const Spcoll__GroupJoin *j) {
   char msg[256];
-  int rc = join_args_check(j, msg, sizeof(msg));
+  int rc = join_args_check(&ctx->cfg, s, j, msg, sizeof(msg));
   spd_group *g = rc < 0 ? NULL : group_find(ctx, j->name);
   if (rc == SPK_OK && g != NULL)
     rc = join_check(g, j, msg, sizeof(msg));
@@ -129,6 +141,7 @@ int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req) {
   m->group = g;
   m->rank = rank;
   TAILQ_INSERT_TAIL(&s->members, m, link);
+  s->ngroups++;
   spd_rank_slot *slot = &g->ranks[rank];
   slot->session = s, slot->member = m, slot->join_req = req;
   g->joined++;
@@ -178,6 +191,7 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
                              "running; its output is undefined");
     spd_op_forget_session(op, m->rank);
   }
+  s->ngroups--;
   slot->session = NULL;
   slot->member = NULL;
   g->joined--;

@@ -128,6 +128,13 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
     return;
   }
   spd_rank_slot *slot = &g->ranks[rank];
+  if (s->pending >= g->ctx->cfg.client_max_pending) {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "client limit: %d ops pending "
+             "(client_max_pending)", s->pending);
+    spd_session_send_error(s, req, SPK_ENO_MEMORY, msg);
+    return;
+  }
   /* Draining: ops other ranks already started may complete, no new one. */
   if (g->ctx->draining && op_find(g, slot->next_seq) == NULL) {
     spd_session_send_error(s, req, SPK_ESHUTDOWN,
@@ -144,6 +151,7 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   r->arrived = 1;
   r->req = req;
   r->session = s;
+  s->pending++;
   /* A rank's own error still counts as its arrival: the op then fails on
    * every rank together, so no rank waits for one that gave up. */
   r->status = rank_fill(r, s, rq, &r->err);
@@ -158,6 +166,8 @@ void spd_op_free(spd_op *op) {
   TAILQ_REMOVE(&op->group->ops, op, link);
   for (int i = 0; i < op->group->world; i++) {
     spd_op_rank *r = &op->ranks[i];
+    if (r->session != NULL)
+      r->session->pending--;
     for (int t = 0; t < SPK_T_COUNT; t++)
       if (r->buf[t] != NULL)
         spd_buffer_unref(ctx, r->buf[t]);
@@ -186,7 +196,10 @@ void spd_op_fail(spd_op *op, int status, const char *msg) {
 }
 
 void spd_op_forget_session(spd_op *op, int rank) {
-  op->ranks[rank].session = NULL;
+  spd_op_rank *r = &op->ranks[rank];
+  if (r->session != NULL)
+    r->session->pending--;
+  r->session = NULL;
 }
 
 static void op_done(void *arg) {

@@ -32,6 +32,8 @@ typedef struct spd_session {
   int hello_done;
   int closing;
   int stats_only;             /* came in on the stats socket */
+  int ngroups, nbuffers, pending; /* counted against the client limits */
+  uint64_t registered_bytes;
   char framework[32];
   spf_reader reader;
   TAILQ_HEAD(, spd_buffer) buffers;

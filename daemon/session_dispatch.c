@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "group.h"
 #include "op.h"
@@ -71,13 +72,30 @@ static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
     spd_session_fail(s, f->id, rc, err.msg);
     return;
   }
+  const spd_config *cfg = &s->ctx->cfg;
+  uint64_t size = f->buf_register->size;
+  if (s->nbuffers >= cfg->client_max_buffers ||
+      size > (uint64_t)cfg->client_max_bytes - s->registered_bytes) {
+    char msg[192];
+    snprintf(msg, sizeof(msg), "client limit: %d buffers and %llu bytes "
+             "registered, %llu more asked; limits %d buffers "
+             "(client_max_buffers), %lld bytes (client_max_bytes)",
+             s->nbuffers, (unsigned long long)s->registered_bytes,
+             (unsigned long long)size, cfg->client_max_buffers,
+             cfg->client_max_bytes);
+    close(fd);
+    spd_session_send_error(s, f->id, SPK_ENO_MEMORY, msg);
+    return;
+  }
   spd_buffer *buf;
-  rc = spd_buffer_map(s->ctx, fd, f->buf_register->size, &buf, &err);
+  rc = spd_buffer_map(s->ctx, fd, size, &buf, &err);
   if (rc < 0) {
     spd_session_send_error(s, f->id, rc, err.msg);
     return;
   }
   TAILQ_INSERT_TAIL(&s->buffers, buf, link);
+  s->nbuffers++;
+  s->registered_bytes += buf->size;
   Spcoll__BufRegistered reg = SPCOLL__BUF_REGISTERED__INIT;
   Spcoll__Frame r = SPCOLL__FRAME__INIT;
   reg.buffer_id = buf->id;
@@ -94,6 +112,8 @@ static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
     return;
   }
   TAILQ_REMOVE(&s->buffers, buf, link);
+  s->nbuffers--;
+  s->registered_bytes -= buf->size;
   spd_buffer_unref(s->ctx, buf);
   spd_session_send_done(s, f->id);
 }

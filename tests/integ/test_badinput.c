@@ -498,6 +498,53 @@ START_TEST(shutdown_with_client_not_reading) {
 }
 END_TEST
 
+/* Per-client limits and the world cap give clear errors, and the client
+ * goes on within them. */
+START_TEST(client_limits) {
+  spt_daemon d;
+  const char *extra[] = {"--client-max-buffers", "2", "--client-max-bytes",
+                         "4096", "--client-max-groups", "2",
+                         "--client-max-pending", "2", "--max-world", "4",
+                         NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  spc_client *c = spt_connect(d.socket);
+  spc_buffer *b1, *b2, *b3;
+  ck_assert_int_eq(spc_buffer_alloc(c, 8192, &b1), SPC_ENOMEM);
+  ck_assert_msg(strstr(spc_last_error(c), "client_max_bytes"), "%s",
+                spc_last_error(c));
+  ck_assert_int_eq(spc_buffer_alloc(c, 1024, &b1), 0);
+  ck_assert_int_eq(spc_buffer_alloc(c, 1024, &b2), 0);
+  ck_assert_int_eq(spc_buffer_alloc(c, 1024, &b3), SPC_ENOMEM);
+  ck_assert_msg(strstr(spc_last_error(c), "client_max_buffers"), "%s",
+                spc_last_error(c));
+  spc_group *g, *solo;
+  ck_assert_int_eq(spc_group_join(c, "wide", 5, 0, &g), SPC_EINVAL);
+  ck_assert_msg(strstr(spc_last_error(c), "max_world 4"), "%s",
+                spc_last_error(c));
+  int fd = raw_join_pending(d.socket, "limits", 1); /* never issues ops */
+  ck_assert_int_eq(spc_group_join(c, "limits", 2, 0, &g), 0);
+  ck_assert_int_eq(spc_group_join(c, "solo", 1, 0, &solo), 0);
+  ck_assert_int_eq(spc_group_join(c, "third", 1, 0, &solo), SPC_ENOMEM);
+  ck_assert_msg(strstr(spc_last_error(c), "client_max_groups"), "%s",
+                spc_last_error(c));
+  spc_tensor in, out;
+  int64_t s1[1] = {4}, s2[1] = {8};
+  spc_tensor_init(&in, b1, 0, SPC_FLOAT32, 1, s1);
+  spc_tensor_init(&out, b2, 0, SPC_FLOAT32, 1, s2);
+  spc_request *r[3];
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(spc_all_gather_async(g, &in, &out, 0, NULL, &r[i]), 0);
+  ck_assert_int_eq(spc_wait(&r[2]), SPC_ENOMEM); /* the third is refused */
+  ck_assert_msg(strstr(spc_last_error(c), "client_max_pending"), "%s",
+                spc_last_error(c));
+  close(fd); /* rank 1 goes: the two pending ops fail, naming it */
+  ck_assert_int_eq(spc_wait(&r[0]), SPC_EPEERLOST);
+  ck_assert_int_eq(spc_wait(&r[1]), SPC_EPEERLOST);
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("badinput");
   TCase *tc = tcase_create("badinput");
@@ -523,6 +570,7 @@ int main(void) {
   tcase_set_timeout(down, 120);
   tcase_add_test(down, shutdown_fails_pending);
   tcase_add_test(down, shutdown_with_client_not_reading);
+  tcase_add_test(down, client_limits);
   suite_add_tcase(s, down);
   return spt_run_suite(s);
 }
