@@ -45,7 +45,8 @@ enum {
   SPC_ENOMEM = -9,
   SPC_ESYSTEM = -10,   /* a system call failed (the message says which) */
   SPC_EABORTED = -11,
-  SPC_ECONNECTION = -12 /* the connection to the daemon failed or closed */
+  SPC_ECONNECTION = -12, /* the connection to the daemon failed or closed */
+  SPC_EPERM = -13       /* the group belongs to another user */
 };
 
 typedef enum {

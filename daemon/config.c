@@ -59,6 +59,9 @@ static void usage(FILE *out) {
           "  --stuck-seconds N  report ops pending longer than N s (60)\n"
           "  --metrics-port P   serve GET /metrics on 127.0.0.1:P (0: off)\n"
           "  --max-world N      largest group size (1024)\n"
+          "  --socket-group G   group owning both sockets (default: ours)\n"
+          "  --allow-uid U      may join/abort any user's groups (repeat;\n"
+          "                     root always may)\n"
           "  --client-max-groups N, --client-max-buffers N,\n"
           "  --client-max-bytes N, --client-max-pending N\n"
           "                     per-client limits (1024, 4096, RAM, 4096)\n"
@@ -77,6 +80,8 @@ static const struct option opts[] = {
     {"stuck-seconds", required_argument, NULL, 'k'},
     {"metrics-port", required_argument, NULL, 'M'},
     {"max-world", required_argument, NULL, 'W'},
+    {"socket-group", required_argument, NULL, 'g'},
+    {"allow-uid", required_argument, NULL, 'u'},
     {"client-max-groups", required_argument, NULL, 'G'},
     {"client-max-buffers", required_argument, NULL, 'B'},
     {"client-max-bytes", required_argument, NULL, 'Y'},
@@ -114,6 +119,18 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   case 'w':
     rc = parse_int("--workers", arg, 1, 1024, 10, &v, err);
     cfg->workers = (int)v;
+    break;
+  case 'g':
+    if (strlen(arg) >= sizeof(cfg->socket_group))
+      return spk_err_set(err, SPK_EINVAL, "--socket-group: '%s' is too long",
+                         arg);
+    snprintf(cfg->socket_group, sizeof(cfg->socket_group), "%s", arg);
+    break;
+  case 'u':
+    if (cfg->nallow_uid == 16)
+      return spk_err_set(err, SPK_EINVAL, "--allow-uid: at most 16 uids");
+    rc = parse_int("--allow-uid", arg, 0, INT_MAX, 10, &v, err);
+    cfg->allow_uid[cfg->nallow_uid++] = (unsigned)v;
     break;
   case 'W':
     rc = parse_int("--max-world", arg, 1, 65536, 10, &v, err);
@@ -273,6 +290,10 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "stuck_seconds %d\n", cfg->stuck_seconds);
   fprintf(out, "metrics_port %d\n", cfg->metrics_port);
   fprintf(out, "max_world %d\n", cfg->max_world);
+  fprintf(out, "socket_group %s\n", cfg->socket_group[0] ? cfg->socket_group
+                                                         : "-");
+  for (int i = 0; i < cfg->nallow_uid; i++)
+    fprintf(out, "allow_uid %u\n", cfg->allow_uid[i]);
   fprintf(out, "client_max_groups %d\n", cfg->client_max_groups);
   fprintf(out, "client_max_buffers %d\n", cfg->client_max_buffers);
   fprintf(out, "client_max_bytes %lld\n", cfg->client_max_bytes);

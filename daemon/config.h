@@ -16,6 +16,9 @@ typedef struct {
   int stuck_seconds;       /* a pending op older than this is reported */
   int metrics_port;        /* HTTP /metrics on 127.0.0.1; 0: off */
   int max_world;           /* largest group size accepted */
+  char socket_group[64];   /* group owning the sockets; "" keeps ours */
+  unsigned allow_uid[16];  /* uids that may use any user's groups */
+  int nallow_uid;
   int client_max_groups;   /* per client: group memberships */
   int client_max_buffers;  /* per client: registered buffers */
   long long client_max_bytes; /* per client: registered bytes */

@@ -3,13 +3,16 @@
 
 #include "group.h"
 
-int spd_abort_group(spd_ctx *ctx, const char *name, spk_err *err) {
+int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
     if (strcmp(g->name, name) == 0)
       break;
   if (g == NULL)
     return spk_err_set(err, SPK_ENOT_FOUND, "no group named '%s'", name);
+  if (!spd_group_may_use(ctx, g, uid))
+    return spk_err_set(err, SPK_EPERM, "group '%s' belongs to uid %d; uid %d "
+                       "may not abort it", name, (int)g->owner, (int)uid);
   /* Broken with "aborted": pending ops fail now, later ones on arrival. */
   g->broken = 1;
   g->broken_status = SPK_EABORTED;

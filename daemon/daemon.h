@@ -98,7 +98,7 @@ int spd_metrics_http_start(spd_ctx *ctx, spk_err *err);
 void spd_metrics_http_stop(spd_ctx *ctx);
 
 /* Operator commands (control.c). */
-int spd_abort_group(spd_ctx *ctx, const char *name, spk_err *err);
+int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err);
 void spd_drain(spd_ctx *ctx);
 /* While draining: stop once no group has an op left. */
 void spd_drain_check(spd_ctx *ctx);

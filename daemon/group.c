@@ -31,8 +31,22 @@ spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
   return g;
 }
 
-static int join_check(spd_group *g, const Spcoll__GroupJoin *j, char *msg,
-                      size_t len) {
+int spd_group_may_use(const spd_ctx *ctx, const spd_group *g, uid_t uid) {
+  if (uid == 0 || uid == g->owner)
+    return 1;
+  for (int i = 0; i < ctx->cfg.nallow_uid; i++)
+    if (ctx->cfg.allow_uid[i] == uid)
+      return 1;
+  return 0;
+}
+
+static int join_check(spd_group *g, const spd_session *s,
+                      const Spcoll__GroupJoin *j, char *msg, size_t len) {
+  if (!spd_group_may_use(g->ctx, g, s->uid)) {
+    snprintf(msg, len, "group '%s' belongs to uid %d; uid %d may not join it",
+             g->name, (int)g->owner, (int)s->uid);
+    return SPK_EPERM;
+  }
   if (g->world != j->world_size) {
     snprintf(msg, len, "group '%s' has world size %d, not %d", g->name,
              g->world, j->world_size);
@@ -114,15 +128,20 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
   int rc = join_args_check(&ctx->cfg, s, j, msg, sizeof(msg));
   spd_group *g = rc < 0 ? NULL : group_find(ctx, j->name);
   if (rc == SPK_OK && g != NULL)
-    rc = join_check(g, j, msg, sizeof(msg));
+    rc = join_check(g, s, j, msg, sizeof(msg));
   if (rc == SPK_OK && g == NULL && ctx->draining) {
     rc = SPK_ESHUTDOWN;
     snprintf(msg, sizeof(msg), "daemon draining: no new groups");
   }
-  if (rc == SPK_OK && g == NULL && (g = spd_group_create(ctx, j->name,
-                                                     j->world_size)) == NULL) {
-    rc = SPK_ENO_MEMORY;
-    snprintf(msg, sizeof(msg), "out of memory creating group '%s'", j->name);
+  if (rc == SPK_OK && g == NULL) {
+    g = spd_group_create(ctx, j->name, j->world_size);
+    if (g == NULL) {
+      rc = SPK_ENO_MEMORY;
+      snprintf(msg, sizeof(msg), "out of memory creating group '%s'",
+               j->name);
+    } else {
+      g->owner = s->uid;
+    }
   }
   if (rc == SPK_OK && spd_group_add(g, s, j->rank, req) < 0) {
     rc = SPK_ENO_MEMORY;

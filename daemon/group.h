@@ -23,6 +23,7 @@ typedef struct spd_group {
   spd_ctx *ctx;
   char name[128];
   int world;
+  uid_t owner;                /* the uid that created it */
   int joined;                 /* ranks present */
   int ready;                  /* every rank joined once */
   int broken;                 /* a rank left or was lost after ready */
@@ -39,6 +40,10 @@ typedef struct spd_group {
  * joined; on a bad argument or conflict replies Error to this request. */
 void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
                     const Spcoll__GroupJoin *join);
+
+/* May a client of `uid` join or abort g? Its owner, root and the
+ * configured allow_uid may. */
+int spd_group_may_use(const spd_ctx *ctx, const spd_group *g, uid_t uid);
 
 /* Create an empty group (NULL when out of memory). */
 spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world);

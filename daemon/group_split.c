@@ -37,6 +37,7 @@ static int split_make(spd_op *op, const split_entry *e, int n, uint64_t tag) {
   spd_group *g = spd_group_create(parent->ctx, name, n);
   if (g == NULL)
     return SPK_ENO_MEMORY;
+  g->owner = parent->owner;
   for (int i = 0; i < n; i++) {
     spd_op_rank *r = &op->ranks[e[i].rank];
     if (spd_group_add(g, r->session, i, r->req) < 0)

@@ -1,5 +1,6 @@
 /* The control socket: bind (clearing a stale file), listen, accept. */
 #include <errno.h>
+#include <grp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -60,6 +61,23 @@ static int ensure_parent_dir(const char *path, spk_err *err) {
   return SPK_OK;
 }
 
+/* Hand the socket to the configured group, so its members may connect. */
+static int socket_chgrp(spd_ctx *ctx, const char *path, spk_err *err) {
+  const char *name = ctx->cfg.socket_group;
+  if (name[0] == '\0')
+    return SPK_OK;
+  struct group gr, *found = NULL;
+  char buf[4096];
+  int rc = getgrnam_r(name, &gr, buf, sizeof(buf), &found);
+  if (found == NULL)
+    return spk_err_set(err, SPK_EINVAL, "socket_group: no group '%s'%s%s",
+                       name, rc ? ": " : "", rc ? strerror(rc) : "");
+  if (chown(path, (uid_t)-1, gr.gr_gid) < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "chown(%s, group %s): %s", path,
+                       name, strerror(errno));
+  return SPK_OK;
+}
+
 /* A socket systemd created and passed: listen on it; the file is
  * systemd's, so it is not removed at exit. */
 static int listener_adopt(spd_ctx *ctx, spd_listener *l, int fd,
@@ -104,6 +122,8 @@ static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
   if (chmod(path, ctx->cfg.socket_mode) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "chmod(%s, %04o): %s", path,
                        ctx->cfg.socket_mode, strerror(errno));
+  if ((rc = socket_chgrp(ctx, path, err)) < 0)
+    return rc;
   if ((rc = uv_listen((uv_stream_t *)&l->pipe, 128, on_connection)) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "listen(%s): %s", path,
                        uv_strerror(rc));

@@ -157,7 +157,7 @@ static void on_control(spd_session *s, const Spcoll__Frame *f) {
   SPD_INFO(&s->ctx->log, "operator (pid %d uid %d): %s %s", (int)s->pid,
            (int)s->uid, c->command, c->group);
   if (strcmp(c->command, "abort") == 0) {
-    int rc = spd_abort_group(s->ctx, c->group, &err);
+    int rc = spd_abort_group(s->ctx, c->group, s->uid, &err);
     if (rc < 0)
       spd_session_send_error(s, f->id, rc, err.msg);
     else

@@ -16,7 +16,8 @@
   X(NO_MEMORY, 9, "out of memory")                                     \
   X(SYSTEM, 10, "system call failed")                                  \
   X(ABORTED, 11, "aborted")                                            \
-  X(CONNECTION, 12, "connection to the daemon failed")
+  X(CONNECTION, 12, "connection to the daemon failed")                  \
+  X(PERM, 13, "permission denied")
 
 enum {
   SPK_OK = 0,

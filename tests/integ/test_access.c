@@ -1,0 +1,110 @@
+/* Groups belong to the uid that made them: a client of another uid cannot
+ * join or abort them unless the daemon allows that uid. Run as root; a
+ * forked child drops to nobody (setuid) to be the other user. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "client_internal.h"
+#include "harness.h"
+
+#define NOBODY 65534
+
+/* Start a daemon whose sockets anyone may open. */
+static void start(spt_daemon *d, const char *allow) {
+  const char *extra[] = {"--socket-mode", "0666", allow ? "--allow-uid" : NULL,
+                         allow, NULL};
+  ck_assert_int_eq(spt_daemon_start(d, extra), 0);
+  ck_assert_int_eq(chmod(d->dir, 0755), 0);
+}
+
+/* In a child running as nobody: join rank 1 of `name`, expecting `want`;
+ * then ask the stats socket to abort it, expecting `want_abort`. */
+static int as_nobody(const spt_daemon *d, const char *name, int want,
+                     int want_abort) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+      _exit(10);
+    spc_client *c = spt_connect(d->socket);
+    spc_group *g;
+    int rc = c ? spc_group_join(c, name, 2, 1, &g) : -100;
+    if (rc != want) {
+      fprintf(stderr, "join as nobody: %d (%s), want %d\n", rc,
+              c ? spc_last_error(c) : "", want);
+      _exit(11);
+    }
+    if (want == SPC_EPERM && !strstr(spc_last_error(c), "uid 65534 may not"))
+      _exit(12);
+    spc_disconnect(c);
+    char stats[160];
+    snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", d->dir);
+    spc_client *s = spt_connect(stats);
+    Spcoll__Control ctl = SPCOLL__CONTROL__INIT;
+    Spcoll__Frame f = SPCOLL__FRAME__INIT;
+    ctl.command = "abort", ctl.group = (char *)name;
+    f.body_case = SPCOLL__FRAME__BODY_CONTROL, f.control = &ctl;
+    rc = s ? spc__call(s, &f, -1, NULL) : -100;
+    spc_disconnect(s);
+    _exit(rc == want_abort ? 0 : 13);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Root makes group `name` (world 2) and waits in its join. */
+static spc_client *root_group(const spt_daemon *d, const char *name,
+                              spc_request **req) {
+  spc_client *c = spt_connect(d->socket);
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = (char *)name, j.world_size = 2, j.rank = 0;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
+  ck_assert_int_eq(spc__send(c, &f, -1, req), 0);
+  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame q = SPCOLL__FRAME__INIT;
+  q.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST, q.stats_request = &sr;
+  ck_assert_int_eq(spc__call(c, &q, -1, NULL), 0); /* the join is in */
+  return c;
+}
+
+START_TEST(other_uid_refused) {
+  spt_daemon d;
+  start(&d, NULL);
+  spc_request *req;
+  spc_client *c = root_group(&d, "roots", &req);
+  ck_assert_int_eq(as_nobody(&d, "roots", SPC_EPERM, SPC_EPERM), 0);
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
+START_TEST(allowed_uid_may_join) {
+  spt_daemon d;
+  start(&d, "65534");
+  spc_request *req;
+  spc_client *c = root_group(&d, "shared", &req);
+  ck_assert_int_eq(as_nobody(&d, "shared", SPC_OK, SPC_OK), 0);
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
+int main(void) {
+  if (geteuid() != 0) {
+    printf("skipped: needs root (setuid to a second uid)\n");
+    return 77;
+  }
+  Suite *s = suite_create("access");
+  TCase *tc = tcase_create("access");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, other_uid_refused);
+  tcase_add_test(tc, allowed_uid_may_join);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
