@@ -68,7 +68,7 @@ INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 # Keep objects of pattern rules: they are not throw-away intermediates.
 .SECONDARY:
 
-.PHONY: all deps test check check-asan check-asan-only check-valgrind \
+.PHONY: fuzz fuzz-run all deps test check check-asan check-asan-only check-valgrind \
   check-valgrind-only demo install clean config
 all: $(SPCOLLD) $(SPCOLLCTL) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
@@ -167,6 +167,7 @@ check: deps
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory check-asan-only
 	$(Q)$(MAKE) --no-print-directory check-valgrind-only
+	$(Q)$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=10
 
 check-asan: deps
 	$(Q)$(MAKE) --no-print-directory check-asan-only
@@ -182,6 +183,32 @@ check-valgrind-only:
 	@echo "== valgrind: client library suites =="
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)SPC_VALGRIND=1 sh tests/run.sh $(BUILD) client
+
+# Fuzzing: libFuzzer targets built with clang, run FUZZ_SECONDS each on a
+# working corpus seeded from tests/fuzz/corpus/<target>. `check` runs a short
+# round; `make fuzz` a long one. A crash leaves crash-* in $(BUILD)/fuzz.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := frame planner
+FUZZ_FLAGS   := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=undefined -I$(BUILD)/proto -Iproto -Ikernels $(PBC_CFLAGS)
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(KERNEL_SRC) proto/frame.c $(PB_C)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(filter %.c,$^) $(PBC_LIBS)
+
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory fuzz-run
+
+fuzz-run: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+	$(Q)set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus-$$t; \
+	  echo "== fuzz $$t for $(FUZZ_SECONDS) s =="; \
+	  (cd $(BUILD)/fuzz && ./fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 corpus-$$t $(CURDIR)/tests/fuzz/corpus/$$t \
+	    > fuzz_$$t.log 2>&1) || { tail -n 40 $(BUILD)/fuzz/fuzz_$$t.log; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|Done" $(BUILD)/fuzz/fuzz_$$t.log | tail -n 2; \
+	done
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -3,10 +3,14 @@
 #include "planner_internal.h"
 #include "split_rule.h"
 
+/* The list's sum, or -1 when it overflows or holds a negative entry: the
+ * caller's list is not checked yet, and the check that follows rejects
+ * the -1 with a message naming the list. */
 static int64_t sum(const int64_t *l, int n) {
   int64_t s = 0;
   for (int i = 0; i < n; i++)
-    s += l[i];
+    if (l[i] < 0 || __builtin_add_overflow(s, l[i], &s))
+      return -1;
   return s;
 }
 
@@ -17,7 +21,9 @@ static int64_t piece(const spk_op_args *a, int world, int rank, int d) {
 static int64_t packed_local(const spk_op_args *a, int world, int rank) {
   int64_t n = 0;
   for (int i = 0; i < a->nsizes; i++)
-    n += spk_split_size(a->sizes[i], world, rank);
+    if (a->sizes[i] < 0 ||
+        __builtin_add_overflow(n, spk_split_size(a->sizes[i], world, rank), &n))
+      return -1;
   return n;
 }
 

@@ -4,7 +4,7 @@
 # when everything is there; needs root (or sudo) when something is not.
 set -eu
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler \
-check libsystemd-dev libucx-dev ucx-utils valgrind python3 systemd prometheus"
+check libsystemd-dev libucx-dev ucx-utils valgrind python3 systemd prometheus clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

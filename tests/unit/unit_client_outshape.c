@@ -59,6 +59,9 @@ START_TEST(bad_arguments_found_early) {
   int64_t huge[3] = {0, (int64_t)1 << 62, 8};
   op = spc_op_all_gather(1, NULL); /* 2^62 * 4 ranks wraps */
   ck_assert_int_eq(shape_of(&op, 3, huge, out, &nd), SPC_EINVAL);
+  int64_t wrap[4] = {INT64_MAX, 24, 0, 0}; /* found by fuzz_frame */
+  op = spc_op_all_gather(1, wrap);
+  ck_assert_int_eq(shape_of(&op, 3, x, out, &nd), SPC_EINVAL);
   op = spc_op_split(1, bad); /* sums to 4, not 10 */
   ck_assert_int_eq(shape_of(&op, 3, x, out, &nd), SPC_EINVAL);
   ck_assert_ptr_nonnull(strstr(spc_last_error(&client), "sum to 4"));
