@@ -68,7 +68,7 @@ INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 # Keep objects of pattern rules: they are not throw-away intermediates.
 .SECONDARY:
 
-.PHONY: fuzz fuzz-run all deps test check check-asan check-asan-only check-valgrind \
+.PHONY: soak fuzz fuzz-run all deps test check check-asan check-asan-only check-valgrind \
   check-valgrind-only demo install clean config
 all: $(SPCOLLD) $(SPCOLLCTL) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
@@ -209,6 +209,12 @@ fuzz-run: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 	    > fuzz_$$t.log 2>&1) || { tail -n 40 $(BUILD)/fuzz/fuzz_$$t.log; exit 1; }; \
 	  grep -E "stat::number_of_executed_units|Done" $(BUILD)/fuzz/fuzz_$$t.log | tail -n 2; \
 	done
+
+# The soak with faults; a short round runs in check (6 s).
+SOAK_SECONDS ?= 60
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)SPC_SOAK_SECONDS=$(SOAK_SECONDS) SPCOLLD=$(SPCOLLD) $(BUILD)/tests/test_soak
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
