@@ -174,7 +174,7 @@ check-asan: deps
 
 check-asan-only:
 	@echo "== ASan + UBSan build (build-asan/) =="
-	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 OPT=-O1 test
+	$(Q)SPC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 OPT=-O1 test
 
 check-valgrind: deps
 	$(Q)$(MAKE) --no-print-directory check-valgrind-only
