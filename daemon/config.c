@@ -30,6 +30,7 @@ void spd_config_defaults(spd_config *cfg) {
   cfg->client_max_bytes =
       pages > 0 && psize > 0 ? (long long)pages * psize : 1LL << 40;
   cfg->client_max_pending = 4096;
+  cfg->client_max_frame_rate = 100000;
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi,
@@ -60,6 +61,9 @@ static void usage(FILE *out) {
           "  --metrics-port P   serve GET /metrics on 127.0.0.1:P (0: off)\n"
           "  --max-world N      largest group size (1024)\n"
           "  --socket-group G   group owning both sockets (default: ours)\n"
+          "  --stats-socket-group G  group owning the stats socket\n"
+          "  --client-max-frame-rate N  frames per second per client "
+          "(100000)\n"
           "  --allow-uid U      may join/abort any user's groups (repeat;\n"
           "                     root always may)\n"
           "  --client-max-groups N, --client-max-buffers N,\n"
@@ -82,6 +86,8 @@ static const struct option opts[] = {
     {"max-world", required_argument, NULL, 'W'},
     {"socket-group", required_argument, NULL, 'g'},
     {"allow-uid", required_argument, NULL, 'u'},
+    {"stats-socket-group", required_argument, NULL, 'T'},
+    {"client-max-frame-rate", required_argument, NULL, 'R'},
     {"client-max-groups", required_argument, NULL, 'G'},
     {"client-max-buffers", required_argument, NULL, 'B'},
     {"client-max-bytes", required_argument, NULL, 'Y'},
@@ -125,6 +131,17 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
       return spk_err_set(err, SPK_EINVAL, "--socket-group: '%s' is too long",
                          arg);
     snprintf(cfg->socket_group, sizeof(cfg->socket_group), "%s", arg);
+    break;
+  case 'T':
+    if (strlen(arg) >= sizeof(cfg->stats_socket_group))
+      return spk_err_set(err, SPK_EINVAL, "--stats-socket-group: '%s' is too "
+                         "long", arg);
+    snprintf(cfg->stats_socket_group, sizeof(cfg->stats_socket_group), "%s",
+             arg);
+    break;
+  case 'R':
+    rc = parse_int("--client-max-frame-rate", arg, 1, 100000000, 10, &v, err);
+    cfg->client_max_frame_rate = (int)v;
     break;
   case 'u':
     if (cfg->nallow_uid == 16)
@@ -292,6 +309,9 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "max_world %d\n", cfg->max_world);
   fprintf(out, "socket_group %s\n", cfg->socket_group[0] ? cfg->socket_group
                                                          : "-");
+  fprintf(out, "stats_socket_group %s\n",
+          cfg->stats_socket_group[0] ? cfg->stats_socket_group : "-");
+  fprintf(out, "client_max_frame_rate %d\n", cfg->client_max_frame_rate);
   for (int i = 0; i < cfg->nallow_uid; i++)
     fprintf(out, "allow_uid %u\n", cfg->allow_uid[i]);
   fprintf(out, "client_max_groups %d\n", cfg->client_max_groups);

@@ -17,6 +17,8 @@ typedef struct {
   int metrics_port;        /* HTTP /metrics on 127.0.0.1; 0: off */
   int max_world;           /* largest group size accepted */
   char socket_group[64];   /* group owning the sockets; "" keeps ours */
+  char stats_socket_group[64]; /* for the stats socket; "": socket_group */
+  int client_max_frame_rate;   /* frames per second, 1 s of burst */
   unsigned allow_uid[16];  /* uids that may use any user's groups */
   int nallow_uid;
   int client_max_groups;   /* per client: group memberships */

@@ -74,6 +74,7 @@ typedef struct spd_ctx {
   spd_counters stats;
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
+  uid_t stats_viewer;               /* uid the stats are rendered for */
 } spd_ctx;
 
 static inline uint64_t spd_now_ns(void) {

@@ -80,7 +80,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
     respond(c, "404 Not Found", "only GET /metrics is served here\n");
     return;
   }
-  char *text = spd_stats_render(c->ctx, "prometheus");
+  /* Bound to 127.0.0.1 and off unless configured: the scraper sees all. */
+  char *text = spd_stats_render(c->ctx, "prometheus", 0);
   respond(c, text ? "200 OK" : "500 Internal Server Error",
           text ? text : "out of memory\n");
   free(text);

@@ -62,8 +62,11 @@ static int ensure_parent_dir(const char *path, spk_err *err) {
 }
 
 /* Hand the socket to the configured group, so its members may connect. */
-static int socket_chgrp(spd_ctx *ctx, const char *path, spk_err *err) {
-  const char *name = ctx->cfg.socket_group;
+static int socket_chgrp(spd_ctx *ctx, const char *path, int stats,
+                        spk_err *err) {
+  const char *name = stats && ctx->cfg.stats_socket_group[0]
+                         ? ctx->cfg.stats_socket_group
+                         : ctx->cfg.socket_group;
   if (name[0] == '\0')
     return SPK_OK;
   struct group gr, *found = NULL;
@@ -122,7 +125,7 @@ static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
   if (chmod(path, ctx->cfg.socket_mode) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "chmod(%s, %04o): %s", path,
                        ctx->cfg.socket_mode, strerror(errno));
-  if ((rc = socket_chgrp(ctx, path, err)) < 0)
+  if ((rc = socket_chgrp(ctx, path, stats_only, err)) < 0)
     return rc;
   if ((rc = uv_listen((uv_stream_t *)&l->pipe, 128, on_connection)) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "listen(%s): %s", path,

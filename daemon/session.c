@@ -147,6 +147,24 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   *b = uv_buf_init((char *)space, (unsigned)avail);
 }
 
+/* A token bucket of one second's worth of frames: a client over the rate
+ * is closed with an error naming the limit. */
+static int frame_allowed(spd_session *s) {
+  double rate = s->ctx->cfg.client_max_frame_rate;
+  uint64_t now = spd_now_ns();
+  if (s->frame_ns == 0)
+    s->frame_tokens = rate;
+  else
+    s->frame_tokens += (double)(now - s->frame_ns) * 1e-9 * rate;
+  if (s->frame_tokens > rate)
+    s->frame_tokens = rate;
+  s->frame_ns = now;
+  if (s->frame_tokens < 1)
+    return 0;
+  s->frame_tokens -= 1;
+  return 1;
+}
+
 static void session_drain(spd_session *s) {
   spk_err err;
   Spcoll__Frame *f;
@@ -154,6 +172,14 @@ static void session_drain(spd_session *s) {
   while (!s->closing && (rc = spf_reader_next(&s->reader, &f, &err)) != 0) {
     if (rc < 0) {
       spd_session_fail(s, 0, rc, err.msg);
+      return;
+    }
+    if (!frame_allowed(s)) {
+      char msg[128];
+      snprintf(msg, sizeof(msg), "client sent more than %d frames per second "
+               "(client_max_frame_rate)", s->ctx->cfg.client_max_frame_rate);
+      spcoll__frame__free_unpacked(f, NULL);
+      spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
       return;
     }
     spd_session_dispatch(s, f);

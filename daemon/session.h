@@ -34,6 +34,8 @@ typedef struct spd_session {
   int stats_only;             /* came in on the stats socket */
   int ngroups, nbuffers, pending; /* counted against the client limits */
   uint64_t registered_bytes;
+  double frame_tokens;        /* frame-rate bucket, refilled over time */
+  uint64_t frame_ns;
   char framework[32];
   spf_reader reader;
   TAILQ_HEAD(, spd_buffer) buffers;

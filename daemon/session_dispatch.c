@@ -133,7 +133,7 @@ static void on_op(spd_session *s, const Spcoll__Frame *f) {
 }
 
 static void on_stats(spd_session *s, const Spcoll__Frame *f) {
-  char *text = spd_stats_render(s->ctx, f->stats_request->format);
+  char *text = spd_stats_render(s->ctx, f->stats_request->format, s->uid);
   if (text == NULL) {
     char msg[96];
     snprintf(msg, sizeof(msg), "stats format '%.40s' is not text, json or "

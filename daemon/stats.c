@@ -7,7 +7,21 @@
 #include "op.h"
 #include "session.h"
 
-char *spd_stats_render(spd_ctx *ctx, const char *format) {
+int spd_stats_sees_group(const spd_ctx *ctx, const spd_group *g) {
+  return spd_group_may_use(ctx, g, ctx->stats_viewer);
+}
+
+int spd_stats_sees_client(const spd_ctx *ctx, const spd_session *s) {
+  if (ctx->stats_viewer == 0 || s->uid == ctx->stats_viewer)
+    return 1;
+  for (int i = 0; i < ctx->cfg.nallow_uid; i++)
+    if (ctx->cfg.allow_uid[i] == ctx->stats_viewer)
+      return 1;
+  return 0;
+}
+
+char *spd_stats_render(spd_ctx *ctx, const char *format, uid_t viewer) {
+  ctx->stats_viewer = viewer;
   static const struct {
     const char *name;
     void (*render)(spd_ctx *, FILE *);
@@ -93,6 +107,8 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
   char miss[256];
   fprintf(out, "# groups\n");
   TAILQ_FOREACH(g, &ctx->groups, link) {
+    if (!spd_stats_sees_group(ctx, g))
+      continue;
     char members[1024];
     fprintf(out, "group %s world=%d joined=%d nodes=1 state=%s ops_done=%llu "
             "members=%s\n", g->name, g->world, g->joined,
@@ -128,6 +144,8 @@ void spd_stats_text(spd_ctx *ctx, FILE *out) {
   TAILQ_FOREACH(s, &ctx->sessions, link) {
     int groups, buffers;
     uint64_t bytes;
+    if (!spd_stats_sees_client(ctx, s))
+      continue;
     spd_stats_session_usage(s, &groups, &buffers, &bytes);
     fprintf(out, "client %llu pid=%d uid=%d framework=%s groups=%d "
             "buffers=%d registered_bytes=%llu\n", (unsigned long long)s->id,

@@ -7,9 +7,15 @@
 
 #include "daemon.h"
 
-/* Render in `format` ("text", "json", "prometheus"; NULL or "" is text).
+/* Render in `format` ("text", "json", "prometheus"; NULL or "" is text)
+ * for a client of uid `viewer`.
  * malloc'd; NULL for an unknown format or when out of memory. */
-char *spd_stats_render(spd_ctx *ctx, const char *format);
+char *spd_stats_render(spd_ctx *ctx, const char *format, uid_t viewer);
+
+/* What the viewer may see: groups it may use (spd_group_may_use), clients
+ * of its own uid; root and allow_uid see everything. */
+int spd_stats_sees_group(const spd_ctx *ctx, const struct spd_group *g);
+int spd_stats_sees_client(const spd_ctx *ctx, const struct spd_session *s);
 
 void spd_stats_text(spd_ctx *ctx, FILE *out);
 void spd_stats_json(spd_ctx *ctx, FILE *out);

@@ -42,17 +42,21 @@ static void json_ops(FILE *out, const spd_op_stats *st) {
 
 static void json_clients(spd_ctx *ctx, FILE *out) {
   spd_session *s;
+  const char *sep = "";
   fprintf(out, "\"clients\":[");
   TAILQ_FOREACH(s, &ctx->sessions, link) {
     int groups, buffers;
     uint64_t bytes;
+    if (!spd_stats_sees_client(ctx, s))
+      continue;
     spd_stats_session_usage(s, &groups, &buffers, &bytes);
     fprintf(out, "%s{\"id\":%llu,\"pid\":%d,\"uid\":%d,\"framework\":",
-            s == TAILQ_FIRST(&ctx->sessions) ? "" : ",",
+            sep,
             (unsigned long long)s->id, (int)s->pid, (int)s->uid);
     json_str(out, s->framework);
     fprintf(out, ",\"groups\":%d,\"buffers\":%d,\"registered_bytes\":%llu}",
             groups, buffers, (unsigned long long)bytes);
+    sep = ",";
   }
   fprintf(out, "]");
 }
@@ -75,9 +79,13 @@ static void json_pending(FILE *out, const spd_group *g, uint64_t now) {
 
 static void json_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
   spd_group *g;
+  const char *sep = "";
   fprintf(out, "\"groups\":[");
   TAILQ_FOREACH(g, &ctx->groups, link) {
-    fprintf(out, "%s{\"name\":", g == TAILQ_FIRST(&ctx->groups) ? "" : ",");
+    if (!spd_stats_sees_group(ctx, g))
+      continue;
+    fprintf(out, "%s{\"name\":", sep);
+    sep = ",";
     json_str(out, g->name);
     char members[1024];
     spd_stats_members(g, members, sizeof(members));

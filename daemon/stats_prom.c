@@ -16,7 +16,7 @@ static void per_group(spd_ctx *ctx, FILE *out, const char *name,
                       uint64_t (*field)(const spd_op_stats *)) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
-    for (int i = 0; i < SPD_OP_SLOTS; i++) {
+    for (int i = 0; i < SPD_OP_SLOTS && spd_stats_sees_group(ctx, g); i++) {
       const spd_op_stats *o = &g->op_stats[i];
       if (o->count || o->errors)
         fprintf(out, "%s{op=\"%s\",group=\"%s\"} %llu\n", name,
@@ -35,7 +35,7 @@ static void histogram(spd_ctx *ctx, FILE *out) {
          "Time from the last rank's request to the op's completion.");
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
-    for (int i = 0; i < SPD_OP_SLOTS; i++) {
+    for (int i = 0; i < SPD_OP_SLOTS && spd_stats_sees_group(ctx, g); i++) {
       const spd_op_stats *o = &g->op_stats[i];
       if (o->count == 0)
         continue;

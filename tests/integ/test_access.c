@@ -49,8 +49,20 @@ static int as_nobody(const spt_daemon *d, const char *name, int want,
     ctl.command = "abort", ctl.group = (char *)name;
     f.body_case = SPCOLL__FRAME__BODY_CONTROL, f.control = &ctl;
     rc = s ? spc__call(s, &f, -1, NULL) : -100;
+    if (rc != want_abort)
+      _exit(13);
+    /* The stats show the group to its users only. */
+    Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+    Spcoll__Frame q = SPCOLL__FRAME__INIT, *reply = NULL;
+    q.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST, q.stats_request = &sr;
+    if (spc__call(s, &q, -1, &reply) < 0)
+      _exit(14);
+    char line[96];
+    snprintf(line, sizeof(line), "group %s ", name);
+    int seen = strstr(reply->stats_reply->text, line) != NULL;
+    spcoll__frame__free_unpacked(reply, NULL);
     spc_disconnect(s);
-    _exit(rc == want_abort ? 0 : 13);
+    _exit(seen == (want == SPC_OK) ? 0 : 15);
   }
   int st;
   waitpid(pid, &st, 0);

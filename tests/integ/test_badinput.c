@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -545,6 +546,48 @@ START_TEST(client_limits) {
 }
 END_TEST
 
+/* A client over the frame rate is disconnected with an error naming the
+ * limit; others are not affected. */
+START_TEST(frame_rate_limit) {
+  spt_daemon d;
+  const char *extra[] = {"--client-max-frame-rate", "50", "--socket-group",
+                         "root", "--stats-socket-group", "nogroup", NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  int fd = spt_raw_connect(d.socket);
+  ck_assert_int_eq(spt_raw_hello(fd), 0);
+  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST, f.stats_request = &sr;
+  for (int i = 0; i < 200; i++) { /* far over 50/s */
+    f.id = (uint64_t)i + 2;
+    spt_raw_send(fd, &f);
+  }
+  int limited = 0;
+  for (int i = 0; i < 300 && !limited; i++) {
+    Spcoll__Frame *r = spt_raw_recv(fd, 5);
+    if (r == NULL)
+      break;
+    limited = r->body_case == SPCOLL__FRAME__BODY_ERROR &&
+              strstr(r->error->message, "client_max_frame_rate") != NULL;
+    spcoll__frame__free_unpacked(r, NULL);
+  }
+  ck_assert(limited);
+  ck_assert(spt_raw_closed(fd, 10));
+  close(fd);
+  spc_client *c = spt_connect(d.socket); /* a new client is fine */
+  ck_assert_ptr_nonnull(c);
+  spc_disconnect(c);
+  char stats[160];
+  struct stat st;
+  snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", d.dir);
+  ck_assert_int_eq(stat(stats, &st), 0);
+  ck_assert_int_ne(st.st_gid, 0); /* nogroup, not the socket_group root */
+  ck_assert_int_eq(stat(d.socket, &st), 0);
+  ck_assert_int_eq(st.st_gid, 0);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("badinput");
   TCase *tc = tcase_create("badinput");
@@ -571,6 +614,7 @@ int main(void) {
   tcase_add_test(down, shutdown_fails_pending);
   tcase_add_test(down, shutdown_with_client_not_reading);
   tcase_add_test(down, client_limits);
+  tcase_add_test(down, frame_rate_limit);
   suite_add_tcase(s, down);
   return spt_run_suite(s);
 }
