@@ -132,19 +132,24 @@ static int epoch_run(int epoch, unsigned *seed) {
   soak_arg a = {epoch};
   pid_t pid[WORKERS];
   fflush(NULL);
+  int problems = 0;
   for (int w = 0; w < WORKERS; w++)
     if ((pid[w] = fork()) == 0) {
       alarm(60); /* a hung worker fails the soak */
       exit(worker(w, WORKERS, &a));
+    } else if (pid[w] < 0) {
+      perror("soak: fork");
+      problems++;
     }
   int victim = rand_r(seed) % 2 ? (int)(rand_r(seed) % WORKERS) : -1;
   usleep((useconds_t)(rand_r(seed) % 40000));
   chaos(daemon_.socket, seed);
-  if (victim >= 0)
+  if (victim >= 0 && pid[victim] > 0) /* never kill(-1) or kill(0) */
     kill(pid[victim], SIGKILL);
-  int problems = 0;
   for (int w = 0; w < WORKERS; w++) {
     int st;
+    if (pid[w] <= 0)
+      continue;
     waitpid(pid[w], &st, 0);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     int same_group = victim >= 0 && w / GROUP == victim / GROUP;
