@@ -62,15 +62,16 @@ LIBA       := $(BUILD)/lib/libspclient.a
 PCFILE     := $(BUILD)/lib/spcoll.pc
 DEMO       := $(BUILD)/bin/spcoll-demo
 SPCOLLCTL  := $(BUILD)/bin/spcollctl
+BENCH      := $(BUILD)/bin/spcoll-bench
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 
 # Keep objects of pattern rules: they are not throw-away intermediates.
 .SECONDARY:
 
-.PHONY: soak fuzz fuzz-run all deps test check check-asan check-asan-only check-valgrind \
+.PHONY: bench soak fuzz fuzz-run all deps test check check-asan check-asan-only check-valgrind \
   check-valgrind-only demo install clean config
-all: $(SPCOLLD) $(SPCOLLCTL) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
+all: $(SPCOLLD) $(SPCOLLCTL) $(BENCH) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
 config:
 	@echo "cuda: $(if $(HAVE_CUDA),found under $(CUDA_HOME),not found)"
@@ -111,6 +112,14 @@ $(LIBA): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(PCFILE): client/spcoll.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+
+$(BENCH): $(BUILD)/bench/spcoll_bench.o $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
+
+$(BUILD)/bench/%.o: bench/%.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests/integ -MMD -MP -c $< -o $@
 
 $(SPCOLLCTL): $(BUILD)/client/spcollctl.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -209,6 +218,16 @@ fuzz-run: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 	    > fuzz_$$t.log 2>&1) || { tail -n 40 $(BUILD)/fuzz/fuzz_$$t.log; exit 1; }; \
 	  grep -E "stat::number_of_executed_units|Done" $(BUILD)/fuzz/fuzz_$$t.log | tail -n 2; \
 	done
+
+# Benchmarks print numbers (and write CSV/JSON); they assert nothing.
+BENCH_RANKS ?= 2 4 8
+BENCH_MAX_BYTES ?= 67108864
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)mkdir -p $(BUILD)/bench
+	$(Q)for n in $(BENCH_RANKS); do $(BENCH) --spcolld $(SPCOLLD) --ranks $$n \
+	  --max-bytes $(BENCH_MAX_BYTES) --csv $(BUILD)/bench/ranks$$n.csv \
+	  --json $(BUILD)/bench/ranks$$n.json || exit 1; done
 
 # The soak with faults; a short round runs in check (6 s).
 SOAK_SECONDS ?= 60
