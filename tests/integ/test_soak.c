@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ static spt_daemon daemon_;
 
 typedef struct {
   int epoch;
+  int joined_fd;  /* a worker writes its number here once it has joined */
 } soak_arg;
 
 /* Rank r's input for op i of the epoch: the same on every rank's check. */
@@ -81,6 +83,9 @@ static int worker(int w, int world, void *arg) {
   int rc = spc_group_join(c, name, GROUP, rank, &g);
   if (rc == SPC_OK)
     rc = spc_buffer_alloc(c, N * 4 * (GROUP + 1), &b);
+  uint8_t me = (uint8_t)w;
+  if (rc == SPC_OK && write(a->joined_fd, &me, 1) != 1)
+    return WK_BAD;
   unsigned seed = (unsigned)(a->epoch * 2 + group);
   for (int i = 0; rc == SPC_OK && i < OPS; i++) {
     int kind = rand_r(&seed) % 3;
@@ -127,22 +132,44 @@ static long rss_kb(pid_t pid) {
   return kb;
 }
 
+/* Wait (up to 10 s) until worker `victim` has joined its group: killing a
+ * rank before its group is complete would leave the others waiting in
+ * their join, which has no deadline (as with NCCL's init). */
+static void wait_joined(int fd, int victim) {
+  uint8_t w;
+  struct timeval tv = {10, 0};
+  for (;;) {
+    fd_set set;
+    FD_ZERO(&set);
+    FD_SET(fd, &set);
+    if (select(fd + 1, &set, NULL, NULL, &tv) <= 0 || read(fd, &w, 1) != 1)
+      return;
+    if (w == victim)
+      return;
+  }
+}
+
 /* One epoch; returns the number of problems seen. */
 static int epoch_run(int epoch, unsigned *seed) {
-  soak_arg a = {epoch};
+  int joined[2];
+  ck_assert_int_eq(pipe(joined), 0);
+  soak_arg a = {epoch, joined[1]};
   pid_t pid[WORKERS];
   fflush(NULL);
   int problems = 0;
   for (int w = 0; w < WORKERS; w++)
     if ((pid[w] = fork()) == 0) {
-      alarm(60); /* a hung worker fails the soak */
+      alarm(30); /* a hung worker fails the soak */
       exit(worker(w, WORKERS, &a));
     } else if (pid[w] < 0) {
       perror("soak: fork");
       problems++;
     }
+  close(joined[1]);
   int victim = rand_r(seed) % 2 ? (int)(rand_r(seed) % WORKERS) : -1;
-  usleep((useconds_t)(rand_r(seed) % 40000));
+  if (victim >= 0)
+    wait_joined(joined[0], victim);
+  usleep((useconds_t)(rand_r(seed) % 20000));
   chaos(daemon_.socket, seed);
   if (victim >= 0 && pid[victim] > 0) /* never kill(-1) or kill(0) */
     kill(pid[victim], SIGKILL);
@@ -161,6 +188,7 @@ static int epoch_run(int epoch, unsigned *seed) {
             w, code, victim);
     problems++;
   }
+  close(joined[0]);
   return problems;
 }
 
