@@ -18,7 +18,8 @@ static __thread char connect_error[512];
 _Static_assert((int)SPC_EINVAL == (int)SPK_EINVAL &&
                    (int)SPC_EPEERLOST == (int)SPK_EPEER_LOST &&
                    (int)SPC_ECONNECTION == (int)SPK_ECONNECTION &&
-                   (int)SPC_EPERM == (int)SPK_EPERM,
+                   (int)SPC_EPERM == (int)SPK_EPERM &&
+                   (int)SPC_ETIMEDOUT == (int)SPK_ETIMEDOUT,
                "public and internal status codes must match");
 _Static_assert((int)SPC_INT64 == (int)SPK_I64 &&
                    (int)SPC_BFLOAT16 == (int)SPK_BF16,

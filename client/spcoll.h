@@ -46,7 +46,8 @@ enum {
   SPC_ESYSTEM = -10,   /* a system call failed (the message says which) */
   SPC_EABORTED = -11,
   SPC_ECONNECTION = -12, /* the connection to the daemon failed or closed */
-  SPC_EPERM = -13       /* the group belongs to another user */
+  SPC_EPERM = -13,      /* the group belongs to another user */
+  SPC_ETIMEDOUT = -14   /* the group did not complete in time */
 };
 
 typedef enum {
@@ -102,7 +103,10 @@ void spc_disconnect(spc_client *client);
 const char *spc_last_error(const spc_client *client);
 
 /* Join group `name` as `rank` of `world_size`. Blocks until every rank has
- * joined (like ncclCommInitRank). Fails with SPC_ECONFLICT when the rank is
+ * joined (like ncclCommInitRank), or fails with SPC_ETIMEDOUT when the
+ * group is not complete within the daemon's join_timeout (1800 s by
+ * default), naming the ranks that never came. Fails with SPC_ECONFLICT when
+ * the rank is
  * taken or the group exists with another world size, SPC_EINVAL for a rank
  * outside [0, world_size). */
 int spc_group_join(spc_client *client, const char *name, int world_size,

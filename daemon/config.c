@@ -23,6 +23,7 @@ void spd_config_defaults(spd_config *cfg) {
   cfg->workers = cores > 0 ? (int)cores : 1;
   cfg->log_level = SPD_LOG_INFO;
   cfg->stuck_seconds = 60;
+  cfg->join_timeout = 1800;
   cfg->max_world = 1024;
   cfg->client_max_groups = 1024;
   cfg->client_max_buffers = 4096;
@@ -58,6 +59,8 @@ static void usage(FILE *out) {
           "  --socket-mode MODE octal permissions of the sockets (0660)\n"
           "  --workers N        host mover threads (default: cores)\n"
           "  --stuck-seconds N  report ops pending longer than N s (60)\n"
+          "  --join-timeout N   a group incomplete after N s fails its joins "
+          "(1800)\n"
           "  --metrics-port P   serve GET /metrics on 127.0.0.1:P (0: off)\n"
           "  --max-world N      largest group size (1024)\n"
           "  --socket-group G   group owning both sockets (default: ours)\n"
@@ -82,6 +85,7 @@ static const struct option opts[] = {
     {"socket-mode", required_argument, NULL, 'm'},
     {"workers", required_argument, NULL, 'w'},
     {"stuck-seconds", required_argument, NULL, 'k'},
+    {"join-timeout", required_argument, NULL, 'J'},
     {"metrics-port", required_argument, NULL, 'M'},
     {"max-world", required_argument, NULL, 'W'},
     {"socket-group", required_argument, NULL, 'g'},
@@ -172,6 +176,10 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   case 'M':
     rc = parse_int("--metrics-port", arg, 0, 65535, 10, &v, err);
     cfg->metrics_port = (int)v;
+    break;
+  case 'J':
+    rc = parse_int("--join-timeout", arg, 1, 86400 * 7, 10, &v, err);
+    cfg->join_timeout = (int)v;
     break;
   case 'k':
     rc = parse_int("--stuck-seconds", arg, 1, 86400, 10, &v, err);
@@ -305,6 +313,7 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "socket_mode %04o\n", cfg->socket_mode);
   fprintf(out, "workers %d\n", cfg->workers);
   fprintf(out, "stuck_seconds %d\n", cfg->stuck_seconds);
+  fprintf(out, "join_timeout %d\n", cfg->join_timeout);
   fprintf(out, "metrics_port %d\n", cfg->metrics_port);
   fprintf(out, "max_world %d\n", cfg->max_world);
   fprintf(out, "socket_group %s\n", cfg->socket_group[0] ? cfg->socket_group

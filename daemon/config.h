@@ -14,6 +14,7 @@ typedef struct {
   unsigned socket_mode;    /* permission bits of the control socket */
   int workers;             /* host mover threads */
   int stuck_seconds;       /* a pending op older than this is reported */
+  int join_timeout;        /* seconds a group may wait for its ranks */
   int metrics_port;        /* HTTP /metrics on 127.0.0.1; 0: off */
   int max_world;           /* largest group size accepted */
   char socket_group[64];   /* group owning the sockets; "" keeps ours */

@@ -25,6 +25,7 @@ spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
   }
   g->ctx = ctx;
   g->world = world;
+  g->created_ns = spd_now_ns();
   snprintf(g->name, sizeof(g->name), "%s", name);
   TAILQ_INIT(&g->ops);
   TAILQ_INSERT_TAIL(&ctx->groups, g, link);
@@ -237,4 +238,31 @@ void spd_group_maybe_free(spd_group *g) {
   SPD_DEBUG(&g->ctx->log, "group '%s' freed", g->name);
   free(g->ranks);
   free(g);
+}
+
+void spd_group_expire(spd_group *g) {
+  char missing[200] = "", msg[320];
+  size_t used = 0;
+  for (int r = 0; r < g->world && used + 12 < sizeof(missing); r++)
+    if (g->ranks[r].session == NULL)
+      used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d",
+                               used ? "," : "", r);
+  snprintf(msg, sizeof(msg), "group '%s' was not complete after %d s: "
+           "rank(s) %s never joined", g->name, g->ctx->cfg.join_timeout,
+           missing);
+  SPD_WARN(&g->ctx->log, "%s", msg);
+  for (int r = 0; r < g->world; r++) {
+    spd_rank_slot *slot = &g->ranks[r];
+    spd_session *s = slot->session;
+    if (s == NULL)
+      continue;
+    spd_session_send_error(s, slot->join_req, SPK_ETIMEDOUT, msg);
+    TAILQ_REMOVE(&s->members, slot->member, link);
+    s->ngroups--;
+    free(slot->member);
+    slot->session = NULL;
+    slot->member = NULL;
+    g->joined--;
+  }
+  spd_group_maybe_free(g);
 }

@@ -24,6 +24,7 @@ typedef struct spd_group {
   char name[128];
   int world;
   uid_t owner;                /* the uid that created it */
+  uint64_t created_ns;        /* for the join deadline */
   int joined;                 /* ranks present */
   int ready;                  /* every rank joined once */
   int broken;                 /* a rank left or was lost after ready */
@@ -63,6 +64,10 @@ void spd_group_fail_pending(spd_group *g, int status, const char *msg);
 /* Start the group's oldest op if every rank has issued it and nothing of
  * the group is running. */
 void spd_group_kick(spd_group *g);
+
+/* The group is not complete by its deadline: every waiting join fails
+ * with SPK_ETIMEDOUT naming the missing ranks, and the group goes. */
+void spd_group_expire(spd_group *g);
 
 /* Free the group if no member and no running op remain. */
 void spd_group_maybe_free(spd_group *g);

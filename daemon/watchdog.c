@@ -1,6 +1,7 @@
 /* Stuck ops: an op still waiting for ranks past the configured age is
  * logged once, naming the ranks that have not issued it (stats show it
- * with its age all along). */
+ * with its age all along). Groups that never complete fail their joins at
+ * the join deadline. */
 #include "group.h"
 #include "op.h"
 #include "stats.h"
@@ -20,13 +21,20 @@ static void on_tick(uv_timer_t *t) {
   spd_ctx *ctx = t->data;
   uint64_t now = spd_now_ns();
   uint64_t limit = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
-  spd_group *g;
-  TAILQ_FOREACH(g, &ctx->groups, link) {
+  uint64_t join_limit = (uint64_t)ctx->cfg.join_timeout * 1000000000u;
+  spd_group *g, *next;
+  for (g = TAILQ_FIRST(&ctx->groups); g != NULL; g = next) {
+    next = TAILQ_NEXT(g, link);
+    if (!g->ready && now - g->created_ns > join_limit) {
+      spd_group_expire(g); /* frees g */
+      continue;
+    }
     spd_op *op;
     TAILQ_FOREACH(op, &g->ops, link)
       if (!op->running && !op->stuck_reported && now - op->created_ns > limit)
         report(ctx, op, now);
   }
+  spd_drain_check(ctx); /* an expired group may have been the last */
 }
 
 int spd_watchdog_start(spd_ctx *ctx, spk_err *err) {

@@ -17,7 +17,8 @@
   X(SYSTEM, 10, "system call failed")                                  \
   X(ABORTED, 11, "aborted")                                            \
   X(CONNECTION, 12, "connection to the daemon failed")                  \
-  X(PERM, 13, "permission denied")
+  X(PERM, 13, "permission denied")                                     \
+  X(TIMEDOUT, 14, "timed out")
 
 enum {
   SPK_OK = 0,

@@ -588,6 +588,23 @@ START_TEST(frame_rate_limit) {
 }
 END_TEST
 
+/* A group that never completes fails its joins at the deadline, naming
+ * the missing rank, and the name can be used again. */
+START_TEST(join_timeout) {
+  spt_daemon d;
+  const char *extra[] = {"--join-timeout", "1", NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  spc_client *c = spt_connect(d.socket);
+  spc_group *g;
+  ck_assert_int_eq(spc_group_join(c, "lonely", 2, 0, &g), SPC_ETIMEDOUT);
+  ck_assert_msg(strstr(spc_last_error(c), "rank(s) 1 never joined"), "%s",
+                spc_last_error(c));
+  ck_assert_int_eq(spc_group_join(c, "lonely", 1, 0, &g), 0);
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("badinput");
   TCase *tc = tcase_create("badinput");
@@ -615,6 +632,7 @@ int main(void) {
   tcase_add_test(down, shutdown_with_client_not_reading);
   tcase_add_test(down, client_limits);
   tcase_add_test(down, frame_rate_limit);
+  tcase_add_test(down, join_timeout);
   suite_add_tcase(s, down);
   return spt_run_suite(s);
 }

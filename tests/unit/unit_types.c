@@ -169,13 +169,14 @@ START_TEST(test_strerror) {
               {SPK_ESYSTEM, 10, "system call failed"},
               {SPK_EABORTED, 11, "aborted"},
               {SPK_ECONNECTION, 12, "connection to the daemon failed"},
-              {SPK_EPERM, 13, "permission denied"}};
+              {SPK_EPERM, 13, "permission denied"},
+              {SPK_ETIMEDOUT, 14, "timed out"}};
   ck_assert_str_eq(spk_strerror(SPK_OK), "success");
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     ck_assert_int_eq(want[i].st, -want[i].wire);
     ck_assert_str_eq(spk_strerror(want[i].st), want[i].msg);
   }
-  ck_assert_str_eq(spk_strerror(-14), "unknown status");
+  ck_assert_str_eq(spk_strerror(-15), "unknown status");
   ck_assert_str_eq(spk_strerror(1), "unknown status");
   ck_assert_str_eq(spk_strerror(-1000), "unknown status");
 }
