@@ -76,12 +76,7 @@ static int check_out(const spk_op_args *a, int world, int rank,
   spk_shape want = a->in;
   want.dim[ge->s] = spk_split_size(ge->S, world, rank);
   want.dim[ge->g] = ge->G;
-  if (spk_shape_equal(&a->out, &want))
-    return SPK_OK;
-  char b1[128], b2[128];
-  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
-                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
-                     spk_shape_str(&want, b2, sizeof(b2)));
+  return spk__out_equals(a, rank, &want, err);
 }
 
 int spk_check_all_to_all(const spk_op_args *a, int world, int rank,

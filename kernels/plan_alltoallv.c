@@ -50,12 +50,7 @@ static int check_list(const int64_t *l, int n, int world, int rank,
 static int check_out(const spk_op_args *a, int rank, spk_err *err) {
   spk_shape want = a->in;
   want.dim[0] = a->out.dim[0];
-  if (spk_shape_equal(&a->out, &want))
-    return SPK_OK;
-  char b1[128], b2[128];
-  return spk_err_set(err, SPK_EINVAL, "rank %d: output shape %s should be %s",
-                     rank, spk_shape_str(&a->out, b1, sizeof(b1)),
-                     spk_shape_str(&want, b2, sizeof(b2)));
+  return spk__out_equals(a, rank, &want, err);
 }
 
 int spk_check_all_to_all_v(const spk_op_args *a, int world, int rank,
