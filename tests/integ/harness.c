@@ -321,3 +321,24 @@ int spt_check_gather(const void *out, spc_dtype dt, int ndim,
     free(src[k]);
   return bad;
 }
+
+int spt_raw_join_pending(const char *socket, const char *name, int rank) {
+  int fd = spt_raw_connect(socket);
+  if (fd < 0 || spt_raw_hello(fd) < 0)
+    return -1;
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = (char *)name, j.world_size = 2, j.rank = rank;
+  f.id = 7, f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
+  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame q = SPCOLL__FRAME__INIT;
+  q.id = 8, q.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  q.stats_request = &sr;
+  if (spt_raw_send(fd, &f) < 0 || spt_raw_send(fd, &q) < 0)
+    return -1;
+  Spcoll__Frame *r = spt_raw_recv(fd, 10);
+  int ok = r && r->body_case == SPCOLL__FRAME__BODY_STATS_REPLY;
+  if (r)
+    spcoll__frame__free_unpacked(r, NULL);
+  return ok ? fd : -1;
+}

@@ -58,5 +58,9 @@ Spcoll__Frame *spt_raw_recv(int fd, int guard_s);
 /* 1 when the peer closed the connection (within guard seconds). */
 int spt_raw_closed(int fd, int guard_s);
 int spt_raw_hello(int fd);
+/* A raw client that asks to join `rank` of a world-2 group and does not
+ * wait; returns its fd once the daemon has processed the join (a stats
+ * round trip proves it), or -1. */
+int spt_raw_join_pending(const char *socket, const char *name, int rank);
 
 #endif
