@@ -135,19 +135,3 @@ int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
 uint64_t spk_move_units(const spk_move *m) {
   return m->len[0];
 }
-
-static void move_rows(const spk_move *m, int d, const uint8_t *src,
-                      uint8_t *dst, uint64_t r0, uint64_t r1) {
-  if (d == m->nd - 1) {
-    memcpy(dst + r0, src + r0, r1 - r0);
-    return;
-  }
-  for (uint64_t r = r0; r < r1; r++)
-    move_rows(m, d + 1, src + r * m->src_stride[d], dst + r * m->dst_stride[d],
-              0, m->len[d + 1]);
-}
-
-void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
-                  uint64_t u0, uint64_t u1) {
-  move_rows(m, 0, src + m->src_off, dst + m->dst_off, u0, u1);
-}

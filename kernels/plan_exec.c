@@ -54,9 +54,12 @@ static void scale_run(spk_dtype dt, int up, int world, const void *src,
   }
 }
 
+/* The one strided-copy walk: plain copies and scaled ones share it. */
 typedef struct {
-  const spk_plan *plan;
   const spk_move *m;
+  int scale;        /* SPK_SCALE_* */
+  spk_dtype dtype;  /* needed only to scale */
+  int world;
   size_t esize;
 } move_ctx;
 
@@ -64,11 +67,11 @@ static void move_rows(const move_ctx *c, int d, const uint8_t *src,
                       uint8_t *dst, uint64_t r0, uint64_t r1) {
   const spk_move *m = c->m;
   if (d == m->nd - 1) {
-    if (c->plan->scale == SPK_SCALE_NONE)
+    if (c->scale == SPK_SCALE_NONE)
       memcpy(dst + r0, src + r0, r1 - r0);
     else
-      scale_run(c->plan->dtype, c->plan->scale == SPK_SCALE_UP,
-                c->plan->world, src + r0, dst + r0, (r1 - r0) / c->esize);
+      scale_run(c->dtype, c->scale == SPK_SCALE_UP, c->world, src + r0,
+                dst + r0, (r1 - r0) / c->esize);
     return;
   }
   for (uint64_t r = r0; r < r1; r++)
@@ -76,9 +79,16 @@ static void move_rows(const move_ctx *c, int d, const uint8_t *src,
               0, m->len[d + 1]);
 }
 
+void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
+                  uint64_t u0, uint64_t u1) {
+  move_ctx c = {m, SPK_SCALE_NONE, SPK_U8, 1, 1};
+  move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);
+}
+
 void spk_move_exec(const spk_plan *plan, const spk_move *m,
                    uint8_t *const *bases, uint64_t u0, uint64_t u1) {
-  move_ctx c = {plan, m, spk_dtype_size(plan->dtype)};
+  move_ctx c = {m, plan->scale, plan->dtype, plan->world,
+                spk_dtype_size(plan->dtype)};
   const uint8_t *src = bases[m->src_rank * SPK_T_COUNT + m->src_t];
   uint8_t *dst = bases[m->dst_rank * SPK_T_COUNT + m->dst_t];
   move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);
