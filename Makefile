@@ -174,6 +174,7 @@ test:
 
 check: deps
 	$(Q)$(MAKE) --no-print-directory test
+	$(Q)$(MAKE) --no-print-directory $(CHECK_EXTRA)
 	$(Q)$(MAKE) --no-print-directory check-asan-only
 	$(Q)$(MAKE) --no-print-directory check-valgrind-only
 	$(Q)$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=10
@@ -261,5 +262,10 @@ install: all
 
 clean:
 	rm -rf build build-asan
+
+# Parts with their own rules (Python package, GPU, multi-node) live in
+# mk/*.mk; each may add targets to CHECK_EXTRA, run by check after test.
+CHECK_EXTRA ?=
+include $(sort $(wildcard mk/*.mk))
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -19,7 +19,10 @@ _Static_assert((int)SPC_EINVAL == (int)SPK_EINVAL &&
                    (int)SPC_EPEERLOST == (int)SPK_EPEER_LOST &&
                    (int)SPC_ECONNECTION == (int)SPK_ECONNECTION &&
                    (int)SPC_EPERM == (int)SPK_EPERM &&
-                   (int)SPC_ETIMEDOUT == (int)SPK_ETIMEDOUT,
+                   (int)SPC_ETIMEDOUT == (int)SPK_ETIMEDOUT &&
+                   (int)SPC_EUNSUPPORTED == (int)SPK_EUNSUPPORTED &&
+                   (int)SPC_EDEVICE == (int)SPK_EDEVICE &&
+                   (int)SPC_ENODELOST == (int)SPK_ENODE_LOST,
                "public and internal status codes must match");
 _Static_assert((int)SPC_INT64 == (int)SPK_I64 &&
                    (int)SPC_BFLOAT16 == (int)SPK_BF16,
@@ -217,6 +220,13 @@ static int request_complete(spc_client *c, spc_request *req,
   request_unlink(c, req);
   if (status < 0 && req->msg != NULL)
     spc__fail(c, status, "%s", req->msg);
+  if (status == SPC_OK && req->reply != NULL &&
+      req->reply->body_case == SPCOLL__FRAME__BODY_DONE &&
+      req->reply->done->daemon_ns != 0) {
+    const Spcoll__Done *d = req->reply->done;
+    c->last_timing = (spc_timing){d->daemon_ns, d->wait_ns, d->plan_ns,
+                                  d->move_ns};
+  }
   if (reply_p != NULL && status == SPC_OK)
     *reply_p = req->reply;
   else if (req->reply != NULL)
@@ -238,6 +248,13 @@ int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
   if (rc < 0)
     return rc;
   return spc__finish(c, req, reply_p);
+}
+
+int spc_last_timing(const spc_client *c, spc_timing *t) {
+  if (c == NULL || t == NULL)
+    return SPC_EINVAL;
+  *t = c->last_timing;
+  return SPC_OK;
 }
 
 int spc_wait(spc_request **reqp) {

@@ -43,6 +43,7 @@ struct spc_client {
   spc_group *groups;
   spc_buffer *buffers;
   char last_error[512];
+  spc_timing last_timing;     /* from the last Done of an op */
 };
 
 /* Record the message of a failure on c and return status. */

@@ -47,7 +47,12 @@ enum {
   SPC_EABORTED = -11,
   SPC_ECONNECTION = -12, /* the connection to the daemon failed or closed */
   SPC_EPERM = -13,      /* the group belongs to another user */
-  SPC_ETIMEDOUT = -14   /* the group did not complete in time */
+  SPC_ETIMEDOUT = -14,  /* the group did not complete in time */
+  SPC_EUNSUPPORTED = -15, /* the daemon lacks what the request needs (GPU,
+                           * a peer transport) */
+  SPC_EDEVICE = -16,    /* a CUDA or NCCL call failed (the message says which) */
+  SPC_ENODELOST = -17   /* a peer node's daemon died or became unreachable;
+                         * the message names the node; group broken */
 };
 
 typedef enum {
@@ -300,6 +305,16 @@ int spc_all_gather_async(spc_group *group, const spc_tensor *in,
  * hybrid context parallelism: with ring size R, ring groups are colors
  * rank / R (consecutive ranks) and Ulysses groups colors rank % R. */
 int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p);
+
+/* Where the daemon spent the last op this client completed (all 0 before
+ * the first): daemon_ns from reading the request to queueing the reply;
+ * of it, wait_ns waiting for the other ranks, plan_ns in stream order and
+ * planning, move_ns in the mover. The rest of a round trip is the socket
+ * and this library. */
+typedef struct {
+  uint64_t daemon_ns, wait_ns, plan_ns, move_ns;
+} spc_timing;
+int spc_last_timing(const spc_client *client, spc_timing *timing);
 
 /* Wait for the request, free it and set *req to NULL. Returns the op's
  * status. */

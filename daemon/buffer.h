@@ -17,6 +17,7 @@ typedef struct spd_buffer {
   uint8_t *base;
   size_t size;
   int refs;
+  void *peer_memh;                /* UCX registration, made on first send */
 } spd_buffer;
 
 /* Check that fd is a memfd sealed against shrinking whose size is exactly

@@ -37,7 +37,19 @@ struct spd_mover;
   X(mover_host_ops, spcoll_mover_host_ops_total,                             \
     "Plans executed by the host mover.")                                     \
   X(mover_host_bytes, spcoll_mover_host_bytes_total,                         \
-    "Bytes written by the host mover.")
+    "Bytes written by the host mover.")                                      \
+  X(mover_cuda_ops, spcoll_mover_cuda_ops_total,                             \
+    "Plans executed by the CUDA (same-GPU IPC) mover.")                      \
+  X(mover_cuda_bytes, spcoll_mover_cuda_bytes_total,                         \
+    "Bytes written by the CUDA mover.")                                      \
+  X(mover_nccl_ops, spcoll_mover_nccl_ops_total,                             \
+    "Plans executed by the NCCL mover.")                                     \
+  X(mover_nccl_bytes, spcoll_mover_nccl_bytes_total,                         \
+    "Bytes written by the NCCL mover.")                                      \
+  X(mover_ucx_ops, spcoll_mover_ucx_ops_total,                               \
+    "Ops whose cross-node part ran over UCX.")                               \
+  X(mover_ucx_bytes, spcoll_mover_ucx_bytes_total,                           \
+    "Bytes sent to peer daemons over UCX.")
 
 typedef struct {
 #define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "mover_host.h"
+#include "engine.h"
 #include "planner.h"
 
 static spd_op *op_find(spd_group *g, uint64_t seq) {
@@ -118,7 +118,7 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
                        "output dtype %s differs from input dtype %s",
                        spk_dtype_name((spk_dtype)rq->output->dtype),
                        spk_dtype_name(a->dtype));
-  return SPK_OK;
+  return spd_engine_gpu_rank_fill(r, rq, err);
 }
 
 void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
@@ -150,6 +150,7 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   spd_op_rank *r = &op->ranks[rank];
   r->arrived = 1;
   r->req = req;
+  r->arrived_ns = spd_now_ns();
   r->session = s;
   s->pending++;
   /* A rank's own error still counts as its arrival: the op then fails on
@@ -173,6 +174,7 @@ void spd_op_free(spd_op *op) {
         spd_buffer_unref(ctx, r->buf[t]);
     free(r->sizes);
     free(r->sizes2);
+    spd_engine_gpu_rank_free(r);
   }
   spk_plan_free(&op->plan);
   free(op->bases);
@@ -211,16 +213,22 @@ static void op_done(void *arg) {
   g->ops_done++;
   ctx->stats.ops_completed++;
   ctx->stats.bytes_moved += op->plan.bytes;
-  ctx->stats.mover_host_ops++;
-  ctx->stats.mover_host_bytes += op->plan.bytes;
+  spd_engine_account(op);
   int slot = spd_op_slot(op->ranks[0].args.op);
-  uint64_t ns = spd_now_ns() - op->started_ns;
+  uint64_t now = spd_now_ns(), ns = now - op->started_ns;
   spd_op_stats_done(&ctx->op_stats[slot], op->plan.bytes, ns);
   spd_op_stats_done(&g->op_stats[slot], op->plan.bytes, ns);
   for (int i = 0; i < g->world; i++) {
     spd_op_rank *r = &op->ranks[i];
-    if (r->session != NULL)
-      spd_session_send_done(r->session, r->req);
+    if (r->session == NULL)
+      continue;
+    Spcoll__Done t = SPCOLL__DONE__INIT;
+    t.daemon_ns = now - r->arrived_ns;
+    t.wait_ns = op->started_ns - r->arrived_ns;
+    t.plan_ns = op->submitted_ns - op->started_ns;
+    t.move_ns = now - op->submitted_ns;
+    spd_engine_gpu_done_fill(op, i, &t);
+    spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);
   if (ctx->stopping) {
@@ -299,8 +307,9 @@ void spd_op_start(spd_op *op) {
     rc = op_plan(op, &err);
   if (rc == SPK_OK)
     rc = op_bases(op, &err);
+  op->submitted_ns = spd_now_ns();
   if (rc == SPK_OK)
-    rc = spd_mover_submit(ctx->mover, &op->plan, op->bases, op_done, op, &err);
+    rc = spd_engine_submit(op, op_done, &err);
   if (rc < 0) {
     spd_op_fail(op, rc, err.msg);
     return;

@@ -18,6 +18,7 @@
 typedef struct {
   int arrived;
   uint64_t req;
+  uint64_t arrived_ns;
   spd_session *session;       /* NULL once the client went away */
   int status;                 /* a local error found at arrival */
   spk_err err;
@@ -25,6 +26,7 @@ typedef struct {
   int64_t *sizes, *sizes2;    /* owned copies behind args */
   spd_buffer *buf[SPK_T_COUNT];
   uint64_t off[SPK_T_COUNT];
+  void *gpu;                  /* the GPU engine's per-rank state (events) */
 } spd_op_rank;
 
 typedef struct spd_op {
@@ -34,10 +36,12 @@ typedef struct spd_op {
   int arrived;
   int running;
   int stuck_reported;         /* logged once as stuck */
+  int engine;                 /* spd_engine_kind that ran it */
   spk_plan plan;
   uint8_t **bases;            /* [world * SPK_T_COUNT] */
   uint64_t created_ns;        /* when the first rank arrived */
   uint64_t started_ns;        /* when every rank had arrived */
+  uint64_t submitted_ns;      /* when handed to a mover */
   spd_op_rank ranks[];
 } spd_op;
 

@@ -116,9 +116,12 @@ void spd_session_send_error(spd_session *s, uint64_t id, int status,
   spd_session_send(s, &f);
 }
 
-void spd_session_send_done(spd_session *s, uint64_t id) {
+void spd_session_send_done(spd_session *s, uint64_t id,
+                           const Spcoll__Done *timing) {
   Spcoll__Done d = SPCOLL__DONE__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  if (timing != NULL)
+    d = *timing;
   f.id = id;
   f.body_case = SPCOLL__FRAME__BODY_DONE;
   f.done = &d;

@@ -49,7 +49,9 @@ void spd_session_accept(spd_ctx *ctx, uv_stream_t *server, int stats_only);
 void spd_session_send(spd_session *s, const Spcoll__Frame *f);
 void spd_session_send_error(spd_session *s, uint64_t id, int status,
                             const char *msg);
-void spd_session_send_done(spd_session *s, uint64_t id);
+/* Done for request id; timing (may be NULL) says where an op's time went. */
+void spd_session_send_done(spd_session *s, uint64_t id,
+                           const Spcoll__Done *timing);
 
 /* Protocol error: reply with Error, count it, then close once the reply is
  * written. The daemon and every other client go on. */

@@ -61,7 +61,7 @@ static void on_leave(spd_session *s, const Spcoll__Frame *f) {
   TAILQ_REMOVE(&s->members, m, link);
   spd_group_depart(m->group, m, 0);
   free(m);
-  spd_session_send_done(s, f->id);
+  spd_session_send_done(s, f->id, NULL);
 }
 
 static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
@@ -115,7 +115,7 @@ static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
   s->nbuffers--;
   s->registered_bytes -= buf->size;
   spd_buffer_unref(s->ctx, buf);
-  spd_session_send_done(s, f->id);
+  spd_session_send_done(s, f->id, NULL);
 }
 
 static void on_op(spd_session *s, const Spcoll__Frame *f) {
@@ -161,10 +161,10 @@ static void on_control(spd_session *s, const Spcoll__Frame *f) {
     if (rc < 0)
       spd_session_send_error(s, f->id, rc, err.msg);
     else
-      spd_session_send_done(s, f->id);
+      spd_session_send_done(s, f->id, NULL);
     spd_drain_check(s->ctx);
   } else if (strcmp(c->command, "drain") == 0) {
-    spd_session_send_done(s, f->id); /* queued before the drain closes it */
+    spd_session_send_done(s, f->id, NULL); /* queued before the drain closes it */
     spd_drain(s->ctx);
   } else {
     char msg[96];

@@ -18,7 +18,10 @@
   X(ABORTED, 11, "aborted")                                            \
   X(CONNECTION, 12, "connection to the daemon failed")                  \
   X(PERM, 13, "permission denied")                                     \
-  X(TIMEDOUT, 14, "timed out")
+  X(TIMEDOUT, 14, "timed out")                                         \
+  X(UNSUPPORTED, 15, "not supported by this daemon")                   \
+  X(DEVICE, 16, "device (CUDA/NCCL) error")                            \
+  X(NODE_LOST, 17, "a peer node was lost")
 
 enum {
   SPK_OK = 0,
