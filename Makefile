@@ -16,6 +16,7 @@ UV_LIBS     := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null)
 PBC_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libprotobuf-c 2>/dev/null)
 PBC_LIBS    := $(shell $(PKG_CONFIG) --libs libprotobuf-c 2>/dev/null)
 SD_LIBS     := $(shell $(PKG_CONFIG) --libs libsystemd 2>/dev/null)
+UCX_LIBS    := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null || echo -lucp -lucs)
 CHECK_CFLAGS:= $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS  := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
@@ -45,9 +46,10 @@ UNIT_SRC   := $(filter-out tests/unit/plan_testlib.c,$(wildcard tests/unit/*.c))
 INTEG_SRC  := $(wildcard tests/integ/test_*.c)
 HARNESS_SRC:= tests/integ/harness.c
 
-PB_C := $(BUILD)/proto/spcoll.pb-c.c
-PB_H := $(BUILD)/proto/spcoll.pb-c.h
-PB_O := $(BUILD)/proto/spcoll.pb-c.o
+PROTOS := spcoll peer
+PB_C := $(patsubst %,$(BUILD)/proto/%.pb-c.c,$(PROTOS))
+PB_H := $(patsubst %,$(BUILD)/proto/%.pb-c.h,$(PROTOS))
+PB_O := $(patsubst %,$(BUILD)/proto/%.pb-c.o,$(PROTOS))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 KERNEL_OBJ := $(call obj,$(KERNEL_SRC))
@@ -80,12 +82,12 @@ config:
 deps:
 	$(Q)sh scripts/deps.sh
 
-$(PB_C) $(PB_H): proto/spcoll.proto
+$(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/proto
-	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/proto proto/spcoll.proto
+	$(Q)protoc-c --proto_path=proto --c_out=$(BUILD)/proto $<
 
 # Generated code gets our flags but not -Werror: we do not own its text.
-$(PB_O): $(PB_C)
+$(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.c $(PB_H)
@@ -94,7 +96,7 @@ $(BUILD)/%.o: %.c $(PB_H)
 
 $(SPCOLLD): $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(GPU_LIBS)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS)
 
 # GPU code compiles whenever CUDA is found; nothing else sees its headers.
 $(BUILD)/daemon/gpu_probe.o: daemon/gpu_probe.c $(PB_H)
@@ -137,7 +139,7 @@ $(BUILD)/demo/%.o: demo/%.c $(PB_H)
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(GPU_LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS) -lm
 
 # Unit suites of the client library link it whole.
 $(BUILD)/tests/unit_client_%: $(BUILD)/tests/unit/unit_client_%.o $(LIBA)

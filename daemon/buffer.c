@@ -83,6 +83,8 @@ void spd_buffer_ref(spd_buffer *buf) {
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
   if (--buf->refs > 0)
     return;
+  if (buf->peer_memh != NULL)
+    spd_peer_buffer_release(ctx, buf);
   if (munmap(buf->base, buf->size) < 0)
     SPD_ERROR(&ctx->log, "munmap(buffer %llu, %zu bytes) failed: %m",
               (unsigned long long)buf->id, buf->size);

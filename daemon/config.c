@@ -32,6 +32,7 @@ void spd_config_defaults(spd_config *cfg) {
       pages > 0 && psize > 0 ? (long long)pages * psize : 1LL << 40;
   cfg->client_max_pending = 4096;
   cfg->client_max_frame_rate = 100000;
+  cfg->peer_timeout = 30;
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi,
@@ -73,6 +74,12 @@ static void usage(FILE *out) {
           "  --client-max-bytes N, --client-max-pending N\n"
           "                     per-client limits (1024, 4096, RAM, 4096)\n"
           "  --log-level L      error, warn, info, debug (info)\n"
+          "  --peers H:P,...    every node's daemon (UCX), by node index;\n"
+          "                     unset: this node alone\n"
+          "  --node-index I     this node's entry in --peers (0)\n"
+          "  --ucx-listen A:P   UCX listen address (default: its --peers "
+          "entry)\n"
+          "  --peer-timeout N   a peer silent for N s is lost (30)\n"
           "  --version, --help\n");
 }
 
@@ -97,6 +104,10 @@ static const struct option opts[] = {
     {"client-max-bytes", required_argument, NULL, 'Y'},
     {"client-max-pending", required_argument, NULL, 'P'},
     {"log-level", required_argument, NULL, 'l'},
+    {"peers", required_argument, NULL, 'p'},
+    {"node-index", required_argument, NULL, 'n'},
+    {"ucx-listen", required_argument, NULL, 'x'},
+    {"peer-timeout", required_argument, NULL, 't'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -184,6 +195,20 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   case 'k':
     rc = parse_int("--stuck-seconds", arg, 1, 86400, 10, &v, err);
     cfg->stuck_seconds = (int)v;
+    break;
+  case 'p':
+    rc = spd_parse_peers(cfg, arg, err);
+    break;
+  case 'n':
+    rc = parse_int("--node-index", arg, 0, SPD_MAX_NODES - 1, 10, &v, err);
+    cfg->node_index = (int)v;
+    break;
+  case 'x':
+    rc = spd_parse_hostport("--ucx-listen", arg, &cfg->ucx_listen, err);
+    break;
+  case 't':
+    rc = parse_int("--peer-timeout", arg, 1, 86400, 10, &v, err);
+    cfg->peer_timeout = (int)v;
     break;
   case 'l':
     v = spd_log_level_parse(arg);
@@ -293,8 +318,15 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
   return spd_config_finish(cfg, err);
 }
 
-/* The stats socket lives beside the control socket unless set. */
+/* The stats socket lives beside the control socket unless set; the UCX
+ * listen address defaults to this node's --peers entry. */
 int spd_config_finish(spd_config *cfg, spk_err *err) {
+  if (cfg->npeers > 0 && cfg->node_index >= cfg->npeers)
+    return spk_err_set(err, SPK_EINVAL, "--node-index %d is not an entry of "
+                       "--peers, which lists %d nodes", cfg->node_index,
+                       cfg->npeers);
+  if (cfg->npeers > 0 && cfg->ucx_listen.port == 0)
+    cfg->ucx_listen = cfg->peers[cfg->node_index];
   if (cfg->stats_socket_path[0] != '\0')
     return SPK_OK;
   const char *slash = strrchr(cfg->socket_path, '/');
@@ -328,4 +360,14 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "client_max_bytes %lld\n", cfg->client_max_bytes);
   fprintf(out, "client_max_pending %d\n", cfg->client_max_pending);
   fprintf(out, "log_level %s\n", spd_log_level_name(cfg->log_level));
+  fprintf(out, "peers ");
+  for (int i = 0; i < cfg->npeers; i++)
+    fprintf(out, "%s%s:%d", i ? "," : "", cfg->peers[i].host,
+            cfg->peers[i].port);
+  fprintf(out, "%s\n", cfg->npeers ? "" : "-");
+  fprintf(out, "node_index %d\n", cfg->node_index);
+  if (cfg->npeers > 0)
+    fprintf(out, "ucx_listen %s:%d\n", cfg->ucx_listen.host,
+            cfg->ucx_listen.port);
+  fprintf(out, "peer_timeout %d\n", cfg->peer_timeout);
 }

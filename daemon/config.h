@@ -8,6 +8,14 @@
 #include "log.h"
 #include "status.h"
 
+#define SPD_MAX_NODES 64
+
+/* A peer daemon's UCX address. */
+typedef struct {
+  char host[64];
+  int port;
+} spd_hostport;
+
 typedef struct {
   char socket_path[108];   /* sun_path holds 108 bytes */
   char stats_socket_path[108]; /* "" until defaulted beside socket_path */
@@ -27,7 +35,18 @@ typedef struct {
   long long client_max_bytes; /* per client: registered bytes */
   int client_max_pending;  /* per client: ops issued and not yet done */
   spd_log_level log_level;
+  spd_hostport peers[SPD_MAX_NODES]; /* every node's daemon, by node index */
+  int npeers;              /* 0: this daemon serves one node alone */
+  int node_index;          /* this node's entry in peers */
+  spd_hostport ucx_listen; /* where to listen; port 0: peers[node_index] */
+  int peer_timeout;        /* seconds of silence before a peer is lost */
 } spd_config;
+
+/* "host:port" into hp; SPK_EINVAL naming flag and value. */
+int spd_parse_hostport(const char *flag, const char *s, spd_hostport *hp,
+                       spk_err *err);
+/* A comma-separated "host:port" list into cfg->peers. */
+int spd_parse_peers(spd_config *cfg, const char *s, spk_err *err);
 
 /* Every default: socket under /run/spcolld for root, else under
  * $XDG_RUNTIME_DIR; one mover thread per online core. */
