@@ -1,6 +1,7 @@
 """Single-process behaviour (run in one forked process): memory pool reuse
 and growth, client lifetime, threads sharing a client, two clients of one
 process in one group, error reporting. Returns {name: [failures]}."""
+import os
 import threading
 import traceback
 
@@ -154,10 +155,45 @@ def _errors(sock, fails):
             fails.append("missing group error: %s" % e)
 
 
+def _forked_child(sock, fails):
+    """A forked child cannot use its parent's client (it would write into
+    the parent's socket) but can connect its own."""
+    c = spcoll.connect(sock)
+    g = c.join("solo-fork", 1, 0)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            try:
+                ops.all_gather(torch.ones(2), g, 0)
+                code = 1
+            except RuntimeError as e:
+                code = 0 if "forked process must connect" in str(e) else 2
+            if code == 0:
+                g2 = spcoll.connect(sock).join("solo-fork-child", 1, 0)
+                ok = torch.equal(ops.all_gather(torch.ones(2), g2, 0), torch.ones(2))
+                code = 0 if ok else 3
+        except BaseException:
+            code = 4
+        os.write(w, bytes([code]))
+        os._exit(0)
+    os.close(w)
+    code = os.read(r, 1)
+    os.waitpid(pid, 0)
+    if code != b"\x00":
+        fails.append("forked child: code %r (1: used the parent's client, 2: wrong "
+                     "message, 3/4: its own client failed)" % code)
+    # the parent's client is untouched
+    if not torch.equal(ops.all_gather(torch.ones(2), g, 0), torch.ones(2)):
+        fails.append("the parent's client broke after the fork")
+
+
 def run(rank, world, sock):
     torch.set_num_threads(1)
     out = {}
-    for name, fn in (("pool_reuse_and_growth", _pool_reuse), ("client_lifetime", _lifetime),
+    for name, fn in (("forked_child_connects_its_own", _forked_child),
+                     ("pool_reuse_and_growth", _pool_reuse), ("client_lifetime", _lifetime),
                      ("threads_share_a_client", _threads_one_client),
                      ("two_clients_one_group", _two_clients_one_group),
                      ("argument_errors", _errors)):
@@ -170,5 +206,5 @@ def run(rank, world, sock):
     return out
 
 
-NAMES = ["pool_reuse_and_growth", "client_lifetime", "threads_share_a_client",
+NAMES = ["forked_child_connects_its_own", "pool_reuse_and_growth", "client_lifetime", "threads_share_a_client",
          "two_clients_one_group", "argument_errors"]

@@ -6,6 +6,7 @@ one after another). A blocking op releases the GIL while it waits (ctypes
 does that for every foreign call), so other Python threads keep running.
 """
 import ctypes
+import os
 import threading
 
 from . import _lib
@@ -40,6 +41,7 @@ class Client:
         if rc < 0:
             raise_status(rc, lib.spc_last_error(None).decode(), "connect")
         self._h = h.value
+        self._pid = os.getpid()
         self.socket = socket or default_socket()
         self.framework = framework
         self.pool = Pool(self, arena_bytes)
@@ -48,6 +50,12 @@ class Client:
     def _handle(self):
         if self._h is None:
             raise RuntimeError("spcoll: this client is closed")
+        if self._pid != os.getpid():
+            # A forked child shares the parent's socket: one frame from it
+            # would garble the parent's conversation with the daemon.
+            raise RuntimeError("spcoll: this client belongs to process %d; a "
+                               "forked process must connect its own "
+                               "(spcoll.connect)" % self._pid)
         return self._h
 
     def _raise(self, rc, call):
@@ -222,7 +230,8 @@ def default_client(socket=None):
     """The process's shared client, connected on first use."""
     global _default_client
     with _default_lock:
-        if _default_client is None or _default_client._h is None:
+        if (_default_client is None or _default_client._h is None or
+                _default_client._pid != os.getpid()):
             _default_client = Client(socket)
         return _default_client
 
