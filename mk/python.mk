@@ -5,7 +5,7 @@
 PYTHON  ?= /usr/bin/python3
 PY_PKG  := client/python/spcoll
 CPEER   := $(BUILD)/python/spcoll_cpeer
-PY_VER  := $(or $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null),3)
+PY_VER   = $(or $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null),3)
 # Where $(PYTHON) looks under PREFIX: Debian's dist-packages for /usr and
 # /usr/local, site-packages anywhere else (then add it to PYTHONPATH).
 PY_SITE ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(if \

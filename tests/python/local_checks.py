@@ -24,11 +24,17 @@ def _pool_reuse(sock, fails):
     if len(c.pool._arenas) != n + 1:
         fails.append("a tensor larger than an arena got no arena of its own")
     big.fill_(3)
-    del big
+    g = c.join("solo-pool", 1, 0)
+    out = ops.all_gather(big, g, 0)     # staged? no: big is in spcoll memory
+    if not (torch.equal(out, big) and c.staging_stats()[0] == 0):
+        fails.append("an op on an oversized-arena tensor went wrong")
+    del big, out
     c.empty([1])                        # the next allocation returns it
     if len(c.pool._arenas) != n:
-        fails.append("an empty oversized arena was kept")
+        fails.append("an empty oversized arena was kept (%d arenas, want %d)"
+                     % (len(c.pool._arenas), n))
     del b
+    g.leave()
     c.trim()
     if c.pool._arenas:
         fails.append("trim() kept %d unused arena(s)" % len(c.pool._arenas))
