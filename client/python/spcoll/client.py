@@ -147,7 +147,10 @@ class Client:
         h = getattr(self, "_h", None)
         if h is not None:
             self._h = None
-            lib.spc_disconnect(h)
+            try:
+                lib.spc_disconnect(h)
+            except Exception:      # interpreter shutdown: the module is gone
+                pass
 
     def __repr__(self):
         return "<spcoll.Client %s%s>" % (self.socket,

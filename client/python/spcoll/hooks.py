@@ -79,8 +79,11 @@ class SequenceParallelContextManager:
         for h in self.hook_handles:
             h.remove()
         self.hook_handles = []
-        for m in self._wrapped:
-            del m.forward      # the instance attribute; the class's returns
+        for m, had in self._wrapped:
+            if had is None:
+                del m.forward  # the instance attribute; the class's returns
+            else:
+                m.forward = had
         self._wrapped = []
 
     # -- pre-forward --
@@ -103,13 +106,14 @@ class SequenceParallelContextManager:
                 model.register_forward_pre_hook(pre, with_kwargs=True))
         else:
             inner = model.forward
+            had = model.__dict__.get("forward")   # an instance attribute
 
             @functools.wraps(inner)
             def forward(*args, **kwargs):
                 args, kwargs = self._prepare(model, args, kwargs)
                 return inner(*args, **kwargs)
             model.forward = forward
-            self._wrapped.append(model)
+            self._wrapped.append((model, had))
         if self.gather_outputs:
             self.hook_handles.append(model.register_forward_hook(
                 lambda mod, inp, out: self._gather(out)))
