@@ -44,7 +44,7 @@ DAEMON_SRC := $(wildcard daemon/*.c)
 CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c))
 UNIT_SRC   := $(filter-out tests/unit/plan_testlib.c,$(wildcard tests/unit/*.c))
 INTEG_SRC  := $(wildcard tests/integ/test_*.c)
-HARNESS_SRC:= tests/integ/harness.c
+HARNESS_SRC:= tests/integ/harness.c tests/integ/harness_nodes.c
 
 PROTOS := spcoll peer
 PB_C := $(patsubst %,$(BUILD)/proto/%.pb-c.c,$(PROTOS))
@@ -115,10 +115,6 @@ $(PCFILE): client/spcoll.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
 
-$(BENCH): $(BUILD)/bench/spcoll_bench.o $(BUILD)/tests/integ/harness.o $(LIBA)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
-
 $(BUILD)/bench/%.o: bench/%.c $(PB_H)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) -Itests/integ -MMD -MP -c $< -o $@
@@ -159,7 +155,7 @@ $(BUILD)/tests/integ/%.o: tests/integ/%.c $(PB_H)
 	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -MMD -MP -c $< -o $@
 
 $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harness.o \
-  $(BUILD)/tests/integ/ops_ref.o $(LIBA)
+  $(BUILD)/tests/integ/harness_nodes.o $(BUILD)/tests/integ/ops_ref.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
@@ -222,15 +218,7 @@ fuzz-run: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 	  grep -E "stat::number_of_executed_units|Done" $(BUILD)/fuzz/fuzz_$$t.log | tail -n 2; \
 	done
 
-# Benchmarks print numbers (and write CSV/JSON); they assert nothing.
-BENCH_RANKS ?= 2 4 8
-BENCH_MAX_BYTES ?= 67108864
-bench: deps
-	$(Q)$(MAKE) --no-print-directory all
-	$(Q)mkdir -p $(BUILD)/bench
-	$(Q)for n in $(BENCH_RANKS); do $(BENCH) --spcolld $(SPCOLLD) --ranks $$n \
-	  --max-bytes $(BENCH_MAX_BYTES) --csv $(BUILD)/bench/ranks$$n.csv \
-	  --json $(BUILD)/bench/ranks$$n.json || exit 1; done
+# Benchmarks (make bench): mk/bench.mk.
 
 # The soak with faults; a short round runs in check (6 s).
 SOAK_SECONDS ?= 60

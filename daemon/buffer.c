@@ -10,6 +10,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "gpu_ipc.h"
+
 /* A client could truncate an unsealed file under our mapping and make the
  * daemon fault (SIGBUS); the shrink seal rules that out. */
 static int buffer_check_fd(int fd, uint64_t size, spk_err *err) {
@@ -65,6 +67,8 @@ int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
     goto out_close;
   }
   buf->id = spd_next_id(ctx);
+  buf->kind = SPD_BUF_HOST;
+  buf->device = -1;
   buf->base = base;
   buf->size = size;
   buf->refs = 1;
@@ -74,6 +78,27 @@ out_close:
   if (close(fd) < 0)
     SPD_WARN(&ctx->log, "close(buffer fd %d) failed: %m", fd);
   return rc;
+}
+
+int spd_buffer_open_device(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
+                           const uint8_t *uuid, size_t ulen, uint64_t offset,
+                           uint64_t size, spd_buffer **buf_p, spk_err *err) {
+  spd_buffer *buf = calloc(1, sizeof(*buf));
+  if (buf == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a buffer record failed");
+  int rc = spd_gpu_ipc_open(ctx, handle, hlen, uuid, ulen, offset, size,
+                            &buf->gpu_mem, &buf->base, &buf->device, err);
+  if (rc < 0) {
+    free(buf);
+    return rc;
+  }
+  buf->kind = SPD_BUF_DEVICE;
+  buf->id = spd_next_id(ctx);
+  buf->size = size;
+  buf->refs = 1;
+  ctx->stats.buffers_registered++;
+  *buf_p = buf;
+  return SPK_OK;
 }
 
 void spd_buffer_ref(spd_buffer *buf) {

@@ -1,6 +1,7 @@
-/* Host buffers shared by a client: a sealed memfd mapped once. A buffer is
- * referenced by its owning session and by every op that uses it, so the
- * mapping outlives a client that goes away mid-op. Loop thread only. */
+/* Buffers shared by a client: host memory (a sealed memfd mapped once) or
+ * device memory (a CUDA IPC mapping, gpu_ipc.c). A buffer is referenced by
+ * its owning session and by every op that uses it, so the mapping outlives
+ * a client that goes away mid-op. Loop thread only. */
 #ifndef SPD_BUFFER_H
 #define SPD_BUFFER_H
 
@@ -11,13 +12,20 @@
 #include "daemon.h"
 #include "status.h"
 
+typedef enum { SPD_BUF_HOST = 0, SPD_BUF_DEVICE = 1 } spd_buffer_kind;
+
 typedef struct spd_buffer {
   TAILQ_ENTRY(spd_buffer) link;   /* in the owner's list */
   uint64_t id;
-  uint8_t *base;
+  uint8_t *base;                  /* device buffers: the daemon's device
+                                   * address of the first byte */
   size_t size;
   int refs;
   void *peer_memh;                /* UCX registration, made on first send */
+  spd_buffer_kind kind;
+  int device;                     /* device buffers: the daemon's CUDA
+                                   * ordinal of their GPU */
+  void *gpu_mem;                  /* device buffers: the IPC mapping */
 } spd_buffer;
 
 /* Check that fd is a memfd sealed against shrinking whose size is exactly
@@ -25,8 +33,17 @@ typedef struct spd_buffer {
 int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
                    spk_err *err);
 
+/* Map [offset, offset + size) of a client's device allocation, named by
+ * its CUDA IPC handle and its GPU's UUID (gpu_ipc.c: opened once per
+ * allocation). SPK_EUNSUPPORTED when the daemon has no CUDA or no such
+ * GPU. */
+int spd_buffer_open_device(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
+                           const uint8_t *uuid, size_t ulen, uint64_t offset,
+                           uint64_t size, spd_buffer **buf_p, spk_err *err);
+
 void spd_buffer_ref(spd_buffer *buf);
-/* Drop a reference; the last one unmaps and frees. */
+/* Drop a reference; the last one unmaps (or closes the IPC mapping) and
+ * frees. */
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf);
 
 /* Drop the buffer's UCX registration (peer.c), before it is unmapped. */

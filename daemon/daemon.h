@@ -17,6 +17,8 @@
 struct spd_session;
 struct spd_group;
 struct spd_mover;
+struct spd_gpu;
+struct spd_peers;
 
 /* Counters, declared once: field, Prometheus metric, help text. */
 #define SPD_COUNTERS(X)                                                      \
@@ -79,6 +81,8 @@ typedef struct spd_ctx {
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;
   struct spd_mover *mover;
+  struct spd_gpu *gpu;       /* GPU movers (gpu.h); NULL until a device buffer */
+  struct spd_peers *peers;   /* peer daemons over UCX; NULL: one node */
   uint64_t next_id;          /* clients, groups handles, buffers */
   int running_ops;           /* ops handed to the mover, not yet done */
   int stopping;

@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include "daemon.h"
+#include "engine_ucx.h"
 
 const char *spd_engine_name(spd_engine_kind kind) {
   switch (kind) {
@@ -15,6 +16,8 @@ const char *spd_engine_name(spd_engine_kind kind) {
 }
 
 int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
+  if (op->group->multinode)
+    return spd_engine_ucx_submit(op, done, err);
   if (spd_engine_gpu_wants(op))
     return spd_engine_gpu_submit(op, done, err);
   op->engine = SPD_ENGINE_HOST;
@@ -29,6 +32,6 @@ void spd_engine_account(spd_op *op) {
   case SPD_ENGINE_HOST: c->mover_host_ops++, c->mover_host_bytes += bytes; break;
   case SPD_ENGINE_CUDA: c->mover_cuda_ops++, c->mover_cuda_bytes += bytes; break;
   case SPD_ENGINE_NCCL: c->mover_nccl_ops++, c->mover_nccl_bytes += bytes; break;
-  case SPD_ENGINE_UCX: c->mover_ucx_ops++, c->mover_ucx_bytes += bytes; break;
+  case SPD_ENGINE_UCX: c->mover_ucx_ops++; break; /* bytes: as sent */
   }
 }

@@ -1,14 +1,177 @@
-/* GPU engines: not built yet; no tensor is in device memory. */
+/* The GPU engines: ops on device tensors go to the CUDA mover (a group's
+ * tensors on one GPU) or the NCCL mover (across GPUs), as SPCOLL_GPU_MOVER
+ * says (gpu.h). Also each rank's stream events: opened when the rank's
+ * request arrives, waited on and recorded by the movers, and reported in
+ * its Done. */
 #include "engine.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+#ifdef SPC_HAVE_CUDA
+#include "gpu.h"
+#include "mover_cuda.h"
+#include "mover_nccl.h"
+#endif
+
 int spd_engine_gpu_wants(const spd_op *op) {
-  (void)op;
+  for (int i = 0; i < op->group->world; i++)
+    for (int t = 0; t < SPK_T_COUNT; t++)
+      if (op->ranks[i].buf[t] != NULL &&
+          op->ranks[i].buf[t]->kind == SPD_BUF_DEVICE)
+        return 1;
   return 0;
 }
 
+#ifdef SPC_HAVE_CUDA
+
 int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
                              spk_err *err) {
-  (void)r, (void)rq, (void)err;
+  size_t nr = rq->ready_event.len, nd = rq->done_event.len;
+  if (nr == 0 && nd == 0)
+    return SPK_OK;
+  if ((nr != 0 && nr != SPD_GPU_HANDLE) || (nd != 0 && nd != SPD_GPU_HANDLE))
+    return spk_err_set(err, SPK_EINVAL, "stream events of %zu and %zu bytes: "
+                       "a CUDA IPC event handle has %d", nr, nd,
+                       SPD_GPU_HANDLE);
+  spd_buffer *b = r->buf[SPK_T_IN];
+  if (b == NULL || b->kind != SPD_BUF_DEVICE)
+    return spk_err_set(err, SPK_EINVAL, "stream events came with an input "
+                       "tensor in host memory");
+  spd_ctx *ctx = r->session->ctx;
+  spd_gpu_rank *g = calloc(1, sizeof(*g));
+  if (g == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a rank's GPU state "
+                       "failed");
+  r->gpu = g; /* freed with the op, also on failure below */
+  g->dev = b->device;
+  int rc = SPK_OK;
+  if (nr)
+    rc = spd_gpu_event_open(ctx->gpu, r->session->id, rq->ready_event.data,
+                            g->dev, &g->ready, err);
+  if (rc == SPK_OK && nd)
+    rc = spd_gpu_event_open(ctx->gpu, r->session->id, rq->done_event.data,
+                            g->dev, &g->done, err);
+  return rc;
+}
+
+void spd_engine_gpu_rank_free(spd_op_rank *r) {
+  spd_gpu_rank *g = r->gpu;
+  if (g == NULL)
+    return;
+  if (g->ready)
+    spd_gpu_event_put(g->ready);
+  if (g->done)
+    spd_gpu_event_put(g->done);
+  free(g);
+  r->gpu = NULL;
+}
+
+void spd_engine_gpu_done_fill(const spd_op *op, int rank, Spcoll__Done *done) {
+  const spd_gpu_rank *g = op->ranks[rank].gpu;
+  done->done_event_recorded = g != NULL && g->recorded;
+}
+
+static const char *where(int t) {
+  return t == SPK_T_IN ? "input" : "output";
+}
+
+/* Every tensor on a GPU, each rank's two on the same one, aligned to the
+ * element size (the kernels load elements as their type). Fills dev[r]. */
+static int tensors_check(spd_op *op, int *dev, spk_err *err) {
+  size_t esize = spk_dtype_size(op->plan.dtype);
+  int world = op->group->world, host = -1, device = -1;
+  for (int i = 0; i < world; i++)
+    for (int t = 0; t < SPK_T_COUNT; t++) {
+      spd_buffer *b = op->ranks[i].buf[t];
+      if (b->kind == SPD_BUF_DEVICE)
+        device = i * SPK_T_COUNT + t;
+      else
+        host = i * SPK_T_COUNT + t;
+    }
+  if (host >= 0)
+    return spk_err_set(err, SPK_EINVAL, "rank %d's %s tensor is in host "
+                       "memory but rank %d's %s is on a GPU: an op's tensors "
+                       "must all be host or all device memory",
+                       host / SPK_T_COUNT, where(host % SPK_T_COUNT),
+                       device / SPK_T_COUNT, where(device % SPK_T_COUNT));
+  for (int i = 0; i < world; i++) {
+    spd_buffer *in = op->ranks[i].buf[SPK_T_IN];
+    spd_buffer *out = op->ranks[i].buf[SPK_T_OUT];
+    if (in->device != out->device)
+      return spk_err_set(err, SPK_EINVAL, "rank %d's input is on GPU %d and "
+                         "its output on GPU %d: a rank's tensors must share "
+                         "a GPU", i, in->device, out->device);
+    dev[i] = in->device;
+    for (int t = 0; t < SPK_T_COUNT; t++) {
+      uintptr_t a = (uintptr_t)op->bases[i * SPK_T_COUNT + t];
+      if (a % esize != 0)
+        return spk_err_set(err, SPK_EINVAL, "rank %d's %s tensor is not "
+                           "aligned to its %zu-byte elements (offset %llu in "
+                           "its buffer): device tensors must be", i, where(t),
+                           esize, (unsigned long long)op->ranks[i].off[t]);
+    }
+  }
+  return SPK_OK;
+}
+
+int spd_engine_gpu_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
+  spd_ctx *ctx = op->group->ctx;
+  int world = op->group->world;
+  int *dev = malloc((size_t)world * sizeof(int));
+  if (dev == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %d device numbers "
+                       "failed", world);
+  int rc = tensors_check(op, dev, err);
+  spd_gpu *gpu = NULL;
+  if (rc == SPK_OK)
+    rc = spd_gpu_get(ctx, &gpu, err);
+  if (rc < 0) {
+    free(dev);
+    return rc;
+  }
+  int one = 1, first = dev[0];
+  for (int i = 1; i < world; i++)
+    one = one && dev[i] == first;
+  int nccl = gpu->mover == SPD_GPU_MOVER_NCCL ||
+             (gpu->mover == SPD_GPU_MOVER_AUTO && !one);
+#ifndef SPC_HAVE_NCCL
+  if (nccl && gpu->mover == SPD_GPU_MOVER_NCCL) {
+    free(dev);
+    return spk_err_set(err, SPK_EUNSUPPORTED, "SPCOLL_GPU_MOVER=nccl, but "
+                       "spcolld was built without NCCL");
+  }
+  nccl = 0; /* across GPUs without NCCL: the CUDA mover with peer access */
+#endif
+  if (nccl) {
+    op->engine = SPD_ENGINE_NCCL;
+#ifdef SPC_HAVE_NCCL
+    rc = spd_mover_nccl_submit(gpu, op, dev, done, err);
+#endif
+  } else {
+    op->engine = SPD_ENGINE_CUDA;
+    /* Across GPUs, the kernels run on the lowest one and reach the others
+     * through peer access. */
+    int at = first;
+    for (int i = 1; i < world; i++)
+      at = dev[i] < at ? dev[i] : at;
+    rc = spd_mover_cuda_submit(gpu, op, at, done, err);
+  }
+  free(dev);
+  return rc;
+}
+
+#else /* !SPC_HAVE_CUDA */
+
+int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
+                             spk_err *err) {
+  (void)r;
+  if (rq->ready_event.len != 0 || rq->done_event.len != 0)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "stream events, but spcolld was "
+                       "built without CUDA");
   return SPK_OK;
 }
 
@@ -22,5 +185,8 @@ void spd_engine_gpu_done_fill(const spd_op *op, int rank, Spcoll__Done *done) {
 
 int spd_engine_gpu_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
   (void)op, (void)done;
-  return spk_err_set(err, SPK_EUNSUPPORTED, "no GPU engine in this build");
+  return spk_err_set(err, SPK_EUNSUPPORTED, "an op on device tensors, but "
+                     "spcolld was built without CUDA");
 }
+
+#endif

@@ -6,12 +6,19 @@
 
 #include "op.h"
 
+/* The record a local join goes to: one still gathering ranks first, else
+ * a complete one (whose checks then refuse the join). Detached records,
+ * left by every local rank, are never joined again. */
 static spd_group *group_find(spd_ctx *ctx, const char *name) {
-  spd_group *g;
-  TAILQ_FOREACH(g, &ctx->groups, link)
-    if (strcmp(g->name, name) == 0)
+  spd_group *g, *found = NULL;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    if (g->detached || strcmp(g->name, name) != 0)
+      continue;
+    if (!g->ready && !g->broken)
       return g;
-  return NULL;
+    found = g;
+  }
+  return found;
 }
 
 spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
@@ -25,6 +32,7 @@ spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
   }
   g->ctx = ctx;
   g->world = world;
+  g->rec = spd_next_id(ctx);
   g->created_ns = spd_now_ns();
   snprintf(g->name, sizeof(g->name), "%s", name);
   TAILQ_INIT(&g->ops);
@@ -59,6 +67,11 @@ static int join_check(spd_group *g, const spd_session *s,
     return SPK_ECONFLICT;
   }
   spd_rank_slot *slot = &g->ranks[j->rank];
+  if (slot->remote) {
+    snprintf(msg, len, "rank %d of group '%s' is already joined on node %d",
+             j->rank, g->name, slot->node);
+    return SPK_ECONFLICT;
+  }
   if (slot->session != NULL) {
     snprintf(msg, len, "rank %d of group '%s' is already joined by client "
              "%llu (pid %d)", j->rank, g->name,
@@ -106,11 +119,16 @@ static int join_args_check(const spd_config *cfg, const spd_session *s,
   return SPK_OK;
 }
 
-static void group_announce_ready(spd_group *g) {
+void spd_group_announce_ready(spd_group *g) {
   g->ready = 1;
-  SPD_INFO(&g->ctx->log, "group '%s' ready: %d ranks", g->name, g->world);
+  SPD_INFO(&g->ctx->log, "group '%s' ready: %d ranks (%d here)", g->name,
+           g->world, g->nlocal);
+  if (g->nlocal == 0)
+    g->detached = 1; /* none of it is ours: kept only to hear it leave */
   for (int r = 0; r < g->world; r++) {
     spd_rank_slot *slot = &g->ranks[r];
+    if (slot->session == NULL)
+      continue; /* on another node: its daemon answers it */
     Spcoll__GroupJoined joined = SPCOLL__GROUP_JOINED__INIT;
     Spcoll__Frame f = SPCOLL__FRAME__INIT;
     joined.group_id = slot->member->id;
@@ -121,6 +139,7 @@ static void group_announce_ready(spd_group *g) {
     f.group_joined = &joined;
     spd_session_send(slot->session, &f);
   }
+  spd_group_kick(g); /* ops of other nodes' ranks may be waiting */
 }
 
 void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
@@ -164,13 +183,16 @@ int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req) {
   s->ngroups++;
   spd_rank_slot *slot = &g->ranks[rank];
   slot->session = s, slot->member = m, slot->join_req = req;
+  slot->node = g->ctx->cfg.node_index;
   g->joined++;
+  g->nlocal++;
+  spd_group_peer_joined(g, rank, s->uid);
   SPD_DEBUG(&g->ctx->log, "client %llu joined '%s' as rank %d (%d/%d)",
             (unsigned long long)s->id, g->name, rank, g->joined, g->world);
   /* After ready, any departure breaks the group and joins are refused, so
    * a full house can only happen once. */
   if (g->joined == g->world)
-    group_announce_ready(g);
+    spd_group_announce_ready(g);
   return SPK_OK;
 }
 
@@ -183,20 +205,25 @@ void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
   }
 }
 
+void spd_group_break(spd_group *g, int status, const char *reason) {
+  if (!g->ready || g->broken)
+    return;
+  g->broken = 1;
+  g->broken_status = status;
+  snprintf(g->broken_reason, sizeof(g->broken_reason), "%s", reason);
+  SPD_WARN(&g->ctx->log, "group '%s' broken: %s", g->name, reason);
+}
+
 void spd_group_depart(spd_group *g, spd_member *m, int lost) {
   spd_rank_slot *slot = &g->ranks[m->rank];
   spd_session *s = slot->session;
   char msg[256];
-  snprintf(msg, sizeof(msg), "rank %d of group '%s' %s (client %llu, pid %d)",
-           m->rank, g->name, lost ? "was lost: its client disconnected"
-                                  : "left the group",
-           (unsigned long long)s->id, (int)s->pid);
-  if (g->ready && !g->broken) {
-    g->broken = 1;
-    g->broken_status = SPK_EPEER_LOST;
-    snprintf(g->broken_reason, sizeof(g->broken_reason), "%s", msg);
-    SPD_WARN(&g->ctx->log, "group '%s' broken: %s", g->name, msg);
-  }
+  snprintf(msg, sizeof(msg), "rank %d of group '%s' %s (client %llu, pid %d, "
+           "node %d)", m->rank, g->name,
+           lost ? "was lost: its client disconnected" : "left the group",
+           (unsigned long long)s->id, (int)s->pid, g->ctx->cfg.node_index);
+  spd_group_break(g, SPK_EPEER_LOST, msg);
+  spd_group_peer_left(g, m->rank, lost, msg);
   /* Pending ops fail on every rank, the departing one included (a client
    * that merely left is still there to hear it; a lost one drops it). */
   spd_group_fail_pending(g, SPK_EPEER_LOST, msg);
@@ -215,12 +242,16 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
   slot->session = NULL;
   slot->member = NULL;
   g->joined--;
+  if (--g->nlocal == 0 && (g->ready || g->broken))
+    g->detached = 1;
   spd_ctx *ctx = g->ctx;
   spd_group_maybe_free(g);
   spd_drain_check(ctx);
 }
 
 void spd_group_kick(spd_group *g) {
+  if (!g->ready)
+    return; /* a remote rank's first op may come before its Join is done */
   /* An op that fails at start is freed at once, so look again. */
   while (!g->running) {
     spd_op *op = TAILQ_FIRST(&g->ops);
@@ -244,7 +275,7 @@ void spd_group_expire(spd_group *g) {
   char missing[200] = "", msg[320];
   size_t used = 0;
   for (int r = 0; r < g->world && used + 12 < sizeof(missing); r++)
-    if (g->ranks[r].session == NULL)
+    if (!spd_group_has_rank(g, r))
       used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d",
                                used ? "," : "", r);
   snprintf(msg, sizeof(msg), "group '%s' was not complete after %d s: "
@@ -263,6 +294,8 @@ void spd_group_expire(spd_group *g) {
     slot->session = NULL;
     slot->member = NULL;
     g->joined--;
+    g->nlocal--;
+    spd_group_peer_left(g, r, 1, msg);
   }
   spd_group_maybe_free(g);
 }

@@ -12,7 +12,9 @@
 struct spd_op;
 
 typedef struct {
-  spd_session *session;       /* NULL: rank not (or no longer) present */
+  spd_session *session;       /* NULL: rank not (or no longer) here */
+  int remote;                 /* joined on node `node` (another daemon) */
+  int node;
   spd_member *member;
   uint64_t join_req;          /* join request to answer when ready */
   uint64_t next_seq;          /* sequence number of this rank's next op */
@@ -31,6 +33,14 @@ typedef struct spd_group {
   int broken_status;
   char broken_reason[256];
   spd_rank_slot *ranks;
+  /* Across nodes (group_peer.c): each node names a group by its own
+   * record id; peer_rec[n] is node n's id for this one. */
+  uint64_t rec;
+  uint64_t peer_rec[SPD_MAX_NODES];
+  int nlocal;                 /* ranks joined here */
+  int multinode;              /* a rank of it lives on another node */
+  int detached;               /* no local rank left: not joinable, kept
+                               * until the remote ranks have left */
   TAILQ_HEAD(, spd_op) ops;   /* ascending seq */
   int running;                /* an op of this group is in the mover */
   uint64_t ops_done;
@@ -68,6 +78,24 @@ void spd_group_kick(spd_group *g);
 /* The group is not complete by its deadline: every waiting join fails
  * with SPK_ETIMEDOUT naming the missing ranks, and the group goes. */
 void spd_group_expire(spd_group *g);
+
+/* Is rank joined (here or on another node)? */
+static inline int spd_group_has_rank(const spd_group *g, int rank) {
+  return g->ranks[rank].session != NULL || g->ranks[rank].remote;
+}
+
+/* Every rank joined: answer the local ones. */
+void spd_group_announce_ready(spd_group *g);
+
+/* Across nodes (group_peer.c): tell the other daemons that a local rank
+ * joined or left; " (node N)"-style text for messages. */
+void spd_group_peer_joined(spd_group *g, int rank, uid_t uid);
+void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why);
+/* The record whose id on node is rec (NULL: none). */
+spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec);
+
+/* Mark a ready group broken (once) with status and reason. */
+void spd_group_break(spd_group *g, int status, const char *reason);
 
 /* Free the group if no member and no running op remain. */
 void spd_group_maybe_free(spd_group *g);

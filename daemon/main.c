@@ -6,6 +6,7 @@
 #include "daemon.h"
 #include "gpu_probe.h"
 #include "mover_host.h"
+#include "peer.h"
 #include "sd.h"
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -32,6 +33,8 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
     rc = spd_watchdog_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_metrics_http_start(ctx, err);
+  if (rc == SPK_OK)
+    rc = spd_peers_start(ctx, err);
   if (rc < 0)
     return rc;
   return spd_server_listen(ctx, err);

@@ -16,7 +16,7 @@ static spd_op *op_find(spd_group *g, uint64_t seq) {
   return NULL;
 }
 
-static spd_op *op_find_or_create(spd_group *g, uint64_t seq) {
+spd_op *spd_op_get(spd_group *g, uint64_t seq) {
   spd_op *op = op_find(g, seq);
   if (op != NULL)
     return op;
@@ -66,7 +66,7 @@ static int tensor_resolve(spd_session *s, const Spcoll__Tensor *t,
   return SPK_OK;
 }
 
-static int copy_list(const int64_t *src, size_t n, int64_t **dst_p,
+int spd_op_copy_list(const int64_t *src, size_t n, int64_t **dst_p,
                      const char *what, spk_err *err) {
   if (n > 65536)
     return spk_err_set(err, SPK_EINVAL, "%s has %zu entries, more than 65536",
@@ -100,9 +100,9 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
                          : spk_err_set(err, SPK_EINVAL, "group split takes "
                                        "color and key, got %d values",
                                        a->ndims);
-  int rc = copy_list(rq->sizes, rq->n_sizes, &r->sizes, "sizes", err);
+  int rc = spd_op_copy_list(rq->sizes, rq->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
-    rc = copy_list(rq->sizes2, rq->n_sizes2, &r->sizes2, "sizes2", err);
+    rc = spd_op_copy_list(rq->sizes2, rq->n_sizes2, &r->sizes2, "sizes2", err);
   if (rc < 0)
     return rc;
   a->sizes = r->sizes, a->nsizes = (int)rq->n_sizes;
@@ -141,7 +141,7 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                            "daemon draining: no new ops");
     return;
   }
-  spd_op *op = op_find_or_create(g, slot->next_seq);
+  spd_op *op = spd_op_get(g, slot->next_seq);
   if (op == NULL) {
     spd_session_send_error(s, req, SPK_ENO_MEMORY, "out of memory for an op");
     return;
@@ -156,6 +156,13 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   /* A rank's own error still counts as its arrival: the op then fails on
    * every rank together, so no rank waits for one that gave up. */
   r->status = rank_fill(r, s, rq, &r->err);
+  if (g->multinode)
+    spd_op_peer_send_args(op, rank);
+  spd_op_rank_arrived(op);
+}
+
+void spd_op_rank_arrived(spd_op *op) {
+  spd_group *g = op->group;
   if (++op->arrived == g->world)
     op->started_ns = spd_now_ns(); /* latency counts from the last arrival */
   spd_group_kick(g);
@@ -204,12 +211,33 @@ void spd_op_forget_session(spd_op *op, int rank) {
   r->session = NULL;
 }
 
+/* After a running op is gone: the group's next op, or the stop. */
+static void op_after(spd_group *g) {
+  spd_ctx *ctx = g->ctx;
+  if (ctx->stopping) {
+    spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
+    spd_group_maybe_free(g);
+    if (ctx->running_ops == 0)
+      spd_shutdown_continue(ctx);
+    return;
+  }
+  spd_group_kick(g);
+  spd_group_maybe_free(g);
+  spd_drain_check(ctx);
+}
+
 static void op_done(void *arg) {
   spd_op *op = arg;
   spd_group *g = op->group;
   spd_ctx *ctx = g->ctx;
   g->running = 0;
   ctx->running_ops--;
+  if (op->fail_status < 0) {
+    /* The engine failed: every local rank hears why. */
+    spd_op_fail(op, op->fail_status, op->fail_msg);
+    op_after(g);
+    return;
+  }
   g->ops_done++;
   ctx->stats.ops_completed++;
   ctx->stats.bytes_moved += op->plan.bytes;
@@ -231,16 +259,7 @@ static void op_done(void *arg) {
     spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);
-  if (ctx->stopping) {
-    spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
-    spd_group_maybe_free(g);
-    if (ctx->running_ops == 0)
-      spd_shutdown_continue(ctx);
-    return;
-  }
-  spd_group_kick(g);
-  spd_group_maybe_free(g);
-  spd_drain_check(ctx);
+  op_after(g);
 }
 
 static int op_rank_error(spd_op *op, spk_err *err) {
@@ -258,8 +277,9 @@ static int op_bases(spd_op *op, spk_err *err) {
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of op bases failed");
   for (int i = 0; i < world; i++)
     for (int t = 0; t < SPK_T_COUNT; t++)
-      op->bases[i * SPK_T_COUNT + t] =
-          op->ranks[i].buf[t]->base + op->ranks[i].off[t];
+      if (op->ranks[i].buf[t] != NULL)
+        op->bases[i * SPK_T_COUNT + t] =
+            op->ranks[i].buf[t]->base + op->ranks[i].off[t];
   return SPK_OK;
 }
 
@@ -300,8 +320,12 @@ void spd_op_start(spd_op *op) {
   spk_err err;
   int rc = op_rank_error(op, &err);
   if (rc == SPK_OK && op_is_group_split(op, &rc, &err)) {
-    spd_group_split_run(op);
-    return;
+    if (!g->multinode) {
+      spd_group_split_run(op);
+      return;
+    }
+    rc = spk_err_set(&err, SPK_EUNSUPPORTED, "group split of group '%s', "
+                     "which spans nodes, is not supported", g->name);
   }
   if (rc == SPK_OK)
     rc = op_plan(op, &err);

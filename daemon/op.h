@@ -10,6 +10,7 @@
 #include "group.h"
 #include "plan.h"
 #include "types.h"
+#include "peer.pb-c.h"
 
 /* A control op matched like the others but run by the daemon itself:
  * dims = {color, key}, no tensors. */
@@ -27,6 +28,7 @@ typedef struct {
   spd_buffer *buf[SPK_T_COUNT];
   uint64_t off[SPK_T_COUNT];
   void *gpu;                  /* the GPU engine's per-rank state (events) */
+  int remote;                 /* arrived on another node (its Args) */
 } spd_op_rank;
 
 typedef struct spd_op {
@@ -38,7 +40,10 @@ typedef struct spd_op {
   int stuck_reported;         /* logged once as stuck */
   int engine;                 /* spd_engine_kind that ran it */
   spk_plan plan;
-  uint8_t **bases;            /* [world * SPK_T_COUNT] */
+  uint8_t **bases;            /* [world * SPK_T_COUNT]; NULL off-node */
+  int fail_status;            /* set by an engine whose run failed */
+  char fail_msg[256];
+  struct spd_xop *xop;        /* the cross-node run (engine_ucx.c) */
   uint64_t created_ns;        /* when the first rank arrived */
   uint64_t started_ns;        /* when every rank had arrived */
   uint64_t submitted_ns;      /* when handed to a mover */
@@ -59,6 +64,23 @@ void spd_op_fail(spd_op *op, int status, const char *msg);
 /* Run a group split whose ranks have all arrived (group_split.c); replies
  * to every rank and frees the op. */
 void spd_group_split_run(spd_op *op);
+
+/* The op of g with sequence number seq, made when new (NULL: no memory). */
+spd_op *spd_op_get(spd_group *g, uint64_t seq);
+
+/* An owned copy of a size list (at most 65536 entries). */
+int spd_op_copy_list(const int64_t *src, size_t n, int64_t **dst_p,
+                     const char *what, spk_err *err);
+
+/* A rank arrived: count it, start the op when it was the last. */
+void spd_op_rank_arrived(spd_op *op);
+
+/* Across nodes (op_peer.c): tell the other nodes of the group a local
+ * rank's arrival; take another node's; fail on its word; a lost node. */
+void spd_op_peer_send_args(spd_op *op, int rank);
+void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a);
+void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f);
+void spd_op_peer_node_lost(spd_group *g, int node, const char *msg);
 
 /* Free a finished or failed op: buffers released, removed from the group. */
 void spd_op_free(spd_op *op);

@@ -1,7 +1,570 @@
-/* Peer daemons over UCX (being built). */
-#include "buffer.h"
+/* Peer daemons: UCX set-up, endpoints, Hello, heartbeats, loss. */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
 
-void spd_peer_buffer_release(spd_ctx *ctx, spd_buffer *buf) {
-  (void)ctx;
-  buf->peer_memh = NULL;
+#include "peer_internal.h"
+
+typedef struct {
+  uint32_t node;              /* the sender's node index */
+} am_header;
+
+int spd_peers_enabled(const spd_ctx *ctx) {
+  return ctx->peers != NULL;
+}
+
+int spd_peer_self(const spd_ctx *ctx) {
+  return ctx->cfg.node_index;
+}
+
+int spd_peer_count(const spd_ctx *ctx) {
+  return ctx->cfg.npeers;
+}
+
+int spd_peer_is_up(const spd_ctx *ctx, int node) {
+  if (ctx->peers == NULL || node < 0 || node >= ctx->cfg.npeers)
+    return 0;
+  return node == ctx->cfg.node_index || ctx->peers->peer[node].up;
+}
+
+void spd_peer_event_push(spd_peers *P, spd_peer_event *ev) {
+  TAILQ_INSERT_TAIL(&P->events, ev, link);
+}
+
+static spd_peer_event *event_new(int kind, int node) {
+  spd_peer_event *ev = calloc(1, sizeof(*ev));
+  if (ev != NULL)
+    ev->kind = kind, ev->node = node;
+  return ev;
+}
+
+void spd_peer_ep_close(spd_peers *P, ucp_ep_h ep) {
+  ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+  void *req = ucp_ep_close_nbx(ep, &prm);
+  if (UCS_PTR_IS_ERR(req))
+    SPD_DEBUG(&P->ctx->log, "ucp_ep_close_nbx: %s",
+              ucs_status_string(UCS_PTR_STATUS(req)));
+  else if (req != NULL)
+    ucp_request_free(req);
+}
+
+/* ---- endpoint errors ---------------------------------------------------- */
+
+static void on_out_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  spd_peer *p = arg;
+  spd_peer_event *ev = event_new(EV_EP_ERROR, p->node);
+  if (ev == NULL)
+    return; /* the silence check finds the node later */
+  ev->ep = ep;
+  snprintf(ev->why, sizeof(ev->why), "endpoint to node %d failed: %s",
+           p->node, ucs_status_string(status));
+  spd_peer_event_push(p->peers, ev);
+}
+
+/* The argument is the peer state, not the spd_in_ep, which may be gone
+ * by the time UCX reports: the event finds it by ep. */
+static void on_in_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  spd_peers *P = arg;
+  spd_peer_event *ev = event_new(EV_EP_ERROR, -1);
+  if (ev == NULL)
+    return;
+  ev->ep = ep;
+  snprintf(ev->why, sizeof(ev->why), "endpoint from it failed: %s",
+           ucs_status_string(status));
+  spd_peer_event_push(P, ev);
+}
+
+/* ---- loss and connection ------------------------------------------------ */
+
+static void in_eps_close(spd_peers *P, int node) {
+  spd_in_ep *in = TAILQ_FIRST(&P->in_eps), *next;
+  for (; in != NULL; in = next) {
+    next = TAILQ_NEXT(in, link);
+    if (node >= 0 && in->node != node)
+      continue;
+    TAILQ_REMOVE(&P->in_eps, in, link);
+    spd_peer_ep_close(P, in->ep);
+    free(in);
+  }
+}
+
+static void peer_lost(spd_peers *P, int node, const char *why) {
+  spd_peer *p = &P->peer[node];
+  int was_up = p->up;
+  if (p->ep != NULL)
+    spd_peer_ep_close(P, p->ep);
+  p->ep = NULL;
+  p->up = 0;
+  in_eps_close(P, node);
+  spd_peer_xfers_cancel(P, node);
+  if (!was_up) {
+    SPD_DEBUG(&P->ctx->log, "node %d not reached yet: %s", node, why);
+    return;
+  }
+  SPD_WARN(&P->ctx->log, "node %d lost: %s", node, why);
+  spd_peers_on_lost(P->ctx, node, why);
+}
+
+static void send_hello(spd_peers *P, int node);
+
+static int resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
+                   socklen_t *len, char *why, size_t wlen) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res;
+  char port[8];
+  snprintf(port, sizeof(port), "%d", hp->port);
+  int rc = getaddrinfo(hp->host, port, &hints, &res);
+  if (rc != 0) {
+    snprintf(why, wlen, "getaddrinfo(%s): %s", hp->host, gai_strerror(rc));
+    return -1;
+  }
+  memcpy(ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+static void peer_connect(spd_peers *P, int node) {
+  spd_peer *p = &P->peer[node];
+  const spd_hostport *hp = &P->ctx->cfg.peers[node];
+  struct sockaddr_storage ss;
+  socklen_t slen;
+  char why[160];
+  if (resolve(hp, &ss, &slen, why, sizeof(why)) < 0) {
+    SPD_WARN(&P->ctx->log, "node %d: %s", node, why);
+    return;
+  }
+  ucp_ep_params_t ep = {
+      .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
+      .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = slen},
+      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+      .err_handler = {.cb = on_out_ep_error, .arg = p}};
+  ucs_status_t st = ucp_ep_create(P->worker, &ep, &p->ep);
+  if (st != UCS_OK) {
+    SPD_DEBUG(&P->ctx->log, "ucp_ep_create to node %d (%s:%d): %s", node,
+              hp->host, hp->port, ucs_status_string(st));
+    p->ep = NULL;
+    return;
+  }
+  p->connect_ns = spd_now_ns();
+  send_hello(P, node);
+}
+
+static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
+                       ucp_ep_h reply_ep) {
+  spd_peer *p = &P->peer[node];
+  if (h->protocol_version != SPD_PEER_PROTOCOL ||
+      (int)h->nnodes != P->ctx->cfg.npeers) {
+    SPD_ERROR(&P->ctx->log, "node %d speaks peer protocol %u with %u nodes; "
+              "we speak %d with %d: ignored", node, h->protocol_version,
+              h->nnodes, SPD_PEER_PROTOCOL, P->ctx->cfg.npeers);
+    return;
+  }
+  if (p->up && p->incarnation != h->incarnation)
+    peer_lost(P, node, "its daemon restarted");
+  spd_in_ep *in;
+  TAILQ_FOREACH(in, &P->in_eps, link)
+    if (in->ep == reply_ep)
+      in->node = node;
+  p->incarnation = h->incarnation;
+  p->heard_ns = spd_now_ns();
+  if (p->ep == NULL)
+    peer_connect(P, node);
+  if (p->ep == NULL || p->up)
+    return;
+  p->up = 1;
+  SPD_INFO(&P->ctx->log, "node %d up (%s:%d)", node,
+           P->ctx->cfg.peers[node].host, P->ctx->cfg.peers[node].port);
+  spd_peers_on_up(P->ctx, node);
+}
+
+/* ---- control messages --------------------------------------------------- */
+
+static void on_am_sent(void *req, ucs_status_t status, void *user_data) {
+  (void)status; /* a failed send shows as an endpoint error */
+  free(user_data);
+  ucp_request_free(req);
+}
+
+/* Header and packed message live in one allocation until UCX says they
+ * went (UCX 1.13 may read the header after the call), so a slow peer
+ * never blocks the loop. */
+static void am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
+                    int reply) {
+  spd_peer *p = &P->peer[node];
+  size_t len = spcoll__peer__msg__get_packed_size(m);
+  uint8_t *buf = malloc(sizeof(am_header) + len);
+  if (buf == NULL) {
+    SPD_ERROR(&P->ctx->log, "malloc of a %zu-byte peer message failed", len);
+    return;
+  }
+  am_header *hdr = (am_header *)buf;
+  hdr->node = (uint32_t)P->ctx->cfg.node_index;
+  spcoll__peer__msg__pack(m, buf + sizeof(*hdr));
+  ucp_request_param_t prm = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA,
+      .flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0),
+      .cb = {.send = on_am_sent}, .user_data = buf};
+  void *req = ucp_am_send_nbx(p->ep, SPD_PEER_AM_ID, hdr, sizeof(*hdr),
+                              buf + sizeof(*hdr), len, &prm);
+  if (UCS_PTR_IS_ERR(req))
+    SPD_WARN(&P->ctx->log, "ucp_am_send_nbx to node %d (%zu bytes): %s", node,
+             len, ucs_status_string(UCS_PTR_STATUS(req)));
+  if (req == NULL || UCS_PTR_IS_ERR(req))
+    free(buf);
+}
+
+static void send_hello(spd_peers *P, int node) {
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Hello h = SPCOLL__PEER__HELLO__INIT;
+  h.protocol_version = SPD_PEER_PROTOCOL;
+  h.node = (uint32_t)P->ctx->cfg.node_index;
+  h.incarnation = P->incarnation;
+  h.nnodes = (uint32_t)P->ctx->cfg.npeers;
+  m.body_case = SPCOLL__PEER__MSG__BODY_HELLO;
+  m.hello = &h;
+  am_send(P, node, &m, 1);
+}
+
+void spd_peer_send(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
+  spd_peers *P = ctx->peers;
+  if (P == NULL || node == ctx->cfg.node_index || !P->peer[node].up ||
+      P->peer[node].ep == NULL)
+    return;
+  am_send(P, node, m, 0);
+}
+
+static ucs_status_t on_am(void *arg, const void *header, size_t hlen,
+                          void *data, size_t len,
+                          const ucp_am_recv_param_t *param) {
+  spd_peers *P = arg;
+  am_header hdr;
+  if (hlen != sizeof(hdr) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+    return UCS_OK; /* not ours: we send eager with this header only */
+  memcpy(&hdr, header, sizeof(hdr));
+  if ((int)hdr.node >= P->ctx->cfg.npeers ||
+      (int)hdr.node == P->ctx->cfg.node_index)
+    return UCS_OK;
+  spd_peer_event *ev = event_new(EV_MSG, (int)hdr.node);
+  if (ev == NULL)
+    return UCS_OK;
+  ev->msg = spcoll__peer__msg__unpack(NULL, len, data);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+    ev->reply_ep = param->reply_ep;
+  if (ev->msg == NULL) {
+    SPD_WARN(&P->ctx->log, "undecodable %zu-byte message from node %u", len,
+             hdr.node);
+    free(ev);
+    return UCS_OK;
+  }
+  spd_peer_event_push(P, ev);
+  return UCS_OK;
+}
+
+static void on_conn_request(ucp_conn_request_h conn, void *arg) {
+  spd_peers *P = arg;
+  spd_in_ep *in = calloc(1, sizeof(*in));
+  if (in == NULL) {
+    ucp_listener_reject(P->listener, conn);
+    return;
+  }
+  in->peers = P, in->node = -1;
+  ucp_ep_params_t ep = {
+      .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
+      .conn_request = conn,
+      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+      .err_handler = {.cb = on_in_ep_error, .arg = P}};
+  ucs_status_t st = ucp_ep_create(P->worker, &ep, &in->ep);
+  if (st != UCS_OK) {
+    SPD_WARN(&P->ctx->log, "accepting a peer connection: ucp_ep_create: %s",
+             ucs_status_string(st));
+    free(in);
+    return;
+  }
+  TAILQ_INSERT_TAIL(&P->in_eps, in, link);
+}
+
+/* ---- events and progress ------------------------------------------------ */
+
+/* Errors of endpoints already closed (a node lost, then reconnected) are
+ * stale: only the current endpoints count. */
+static void ep_error(spd_peers *P, spd_peer_event *ev) {
+  if (ev->node >= 0) {
+    if (P->peer[ev->node].ep == ev->ep)
+      peer_lost(P, ev->node, ev->why);
+    return;
+  }
+  spd_in_ep *in;
+  TAILQ_FOREACH(in, &P->in_eps, link)
+    if (in->ep == ev->ep)
+      break;
+  if (in == NULL)
+    return;
+  if (in->node >= 0) {
+    char why[200];
+    snprintf(why, sizeof(why), "node %d: %s", in->node, ev->why);
+    peer_lost(P, in->node, why);
+    return;
+  }
+  TAILQ_REMOVE(&P->in_eps, in, link);
+  spd_peer_ep_close(P, in->ep);
+  free(in);
+}
+
+static void event_handle(spd_peers *P, spd_peer_event *ev) {
+  switch (ev->kind) {
+  case EV_MSG:
+    if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO)
+      peer_hello(P, ev->node, ev->msg->hello, ev->reply_ep);
+    else if (P->peer[ev->node].up) {
+      P->peer[ev->node].heard_ns = spd_now_ns();
+      if (ev->msg->body_case != SPCOLL__PEER__MSG__BODY_HEARTBEAT)
+        spd_peers_on_msg(P->ctx, ev->node, ev->msg);
+    }
+    spcoll__peer__msg__free_unpacked(ev->msg, NULL);
+    break;
+  case EV_EP_ERROR:
+    if (!P->stopping)
+      ep_error(P, ev);
+    break;
+  case EV_XFER:
+    spd_peer_xfer_finish(P, ev->xfer); /* ev lives in the stream */
+    return;
+  }
+  free(ev);
+}
+
+void spd_peers_progress(spd_peers *P) {
+  if (P->progressing)
+    return; /* an upcall sent something: the outer loop carries on */
+  P->progressing = 1;
+  for (;;) {
+    while (ucp_worker_progress(P->worker) != 0)
+      ;
+    spd_peer_event *ev = TAILQ_FIRST(&P->events);
+    if (ev != NULL) {
+      TAILQ_REMOVE(&P->events, ev, link);
+      event_handle(P, ev);
+      continue;
+    }
+    if (P->stopping || ucp_worker_arm(P->worker) != UCS_ERR_BUSY)
+      break;
+  }
+  P->progressing = 0;
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  (void)status, (void)events;
+  spd_peers_progress(h->data);
+}
+
+static void on_tick(uv_timer_t *t) {
+  spd_peers *P = t->data;
+  uint64_t now = spd_now_ns();
+  uint64_t limit = (uint64_t)P->ctx->cfg.peer_timeout * 1000000000u;
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Heartbeat hb = SPCOLL__PEER__HEARTBEAT__INIT;
+  m.body_case = SPCOLL__PEER__MSG__BODY_HEARTBEAT;
+  m.heartbeat = &hb;
+  for (int n = 0; n < P->ctx->cfg.npeers; n++) {
+    spd_peer *p = &P->peer[n];
+    if (n == P->ctx->cfg.node_index)
+      continue;
+    if (p->up && now - p->heard_ns > limit) {
+      char why[96];
+      snprintf(why, sizeof(why), "no word from it for %d s (peer_timeout)",
+               P->ctx->cfg.peer_timeout);
+      peer_lost(P, n, why);
+    } else if (p->up) {
+      am_send(P, n, &m, 0);
+    } else if (p->ep != NULL && now - p->connect_ns > limit) {
+      peer_lost(P, n, "no Hello in time");
+    } else if (p->ep == NULL) {
+      peer_connect(P, n);
+    }
+  }
+  spd_peers_progress(P);
+}
+
+/* ---- start and stop ----------------------------------------------------- */
+
+static int ucx_init(spd_peers *P, spk_err *err) {
+  /* A restarted daemon binds its port again at once. */
+  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+  ucp_config_t *config;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_config_read: %s",
+                       ucs_status_string(st));
+  ucp_params_t params = {
+      .field_mask = UCP_PARAM_FIELD_FEATURES,
+      .features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP};
+  st = ucp_init(&params, config, &P->ucp);
+  ucp_config_release(config);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_init: %s",
+                       ucs_status_string(st));
+  ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                            .thread_mode = UCS_THREAD_MODE_SINGLE};
+  st = ucp_worker_create(P->ucp, &wp, &P->worker);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_create: %s",
+                       ucs_status_string(st));
+  ucp_am_handler_param_t am = {
+      .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG,
+      .id = SPD_PEER_AM_ID, .cb = on_am, .arg = P};
+  st = ucp_worker_set_am_recv_handler(P->worker, &am);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_set_am_recv_handler: %s",
+                       ucs_status_string(st));
+  return SPK_OK;
+}
+
+static int listen_start(spd_peers *P, spk_err *err) {
+  const spd_hostport *hp = &P->ctx->cfg.ucx_listen;
+  struct sockaddr_storage ss;
+  socklen_t slen;
+  char why[160];
+  if (resolve(hp, &ss, &slen, why, sizeof(why)) < 0)
+    return spk_err_set(err, SPK_EINVAL, "ucx_listen: %s", why);
+  ucp_listener_params_t lp = {
+      .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = slen},
+      .conn_handler = {.cb = on_conn_request, .arg = P}};
+  ucs_status_t st = ucp_listener_create(P->worker, &lp, &P->listener);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_listener_create on %s:%d: %s",
+                       hp->host, hp->port, ucs_status_string(st));
+  return SPK_OK;
+}
+
+/* Handles are set up in this order and closed in it: the first
+ * P->handles of them exist. */
+static uv_handle_t *loop_handle(spd_peers *P, int i) {
+  return i == 0 ? (uv_handle_t *)&P->poll
+                : i == 1 ? (uv_handle_t *)&P->tick : (uv_handle_t *)&P->kick;
+}
+
+static int loop_attach(spd_peers *P, spk_err *err) {
+  int efd;
+  ucs_status_t st = ucp_worker_get_efd(P->worker, &efd);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_get_efd: %s",
+                       ucs_status_string(st));
+  int rc = uv_poll_init(P->ctx->loop, &P->poll, efd);
+  if (rc == 0)
+    P->handles++, rc = uv_timer_init(P->ctx->loop, &P->tick);
+  if (rc == 0)
+    P->handles++, rc = uv_timer_init(P->ctx->loop, &P->kick);
+  if (rc == 0) {
+    P->handles++;
+    P->poll.data = P->tick.data = P->kick.data = P;
+    rc = uv_poll_start(&P->poll, UV_READABLE, on_poll);
+  }
+  if (rc == 0)
+    rc = uv_timer_start(&P->tick, on_tick, 0, 1000);
+  if (rc < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "libuv set-up of the UCX worker fd "
+                       "%d: %s", efd, uv_strerror(rc));
+  return SPK_OK;
+}
+
+int spd_peers_start(spd_ctx *ctx, spk_err *err) {
+  if (ctx->cfg.npeers == 0)
+    return SPK_OK;
+  spd_peers *P = calloc(1, sizeof(*P));
+  if (P == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the peer state failed");
+  P->ctx = ctx;
+  TAILQ_INIT(&P->in_eps);
+  TAILQ_INIT(&P->xfers);
+  TAILQ_INIT(&P->events);
+  for (int n = 0; n < SPD_MAX_NODES; n++)
+    P->peer[n].peers = P, P->peer[n].node = n;
+  if (getrandom(&P->incarnation, sizeof(P->incarnation), 0) < 0)
+    P->incarnation = spd_now_ns();
+  ctx->peers = P;
+  int rc = ucx_init(P, err);
+  if (rc == SPK_OK)
+    rc = listen_start(P, err);
+  if (rc == SPK_OK)
+    rc = loop_attach(P, err);
+  if (rc == SPK_OK)
+    SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d",
+             ctx->cfg.node_index, ctx->cfg.npeers, ctx->cfg.ucx_listen.host,
+             ctx->cfg.ucx_listen.port);
+  return rc;
+}
+
+static void peers_free(spd_peers *P) {
+  if (P->worker != NULL)
+    ucp_worker_destroy(P->worker);
+  if (P->ucp != NULL)
+    ucp_cleanup(P->ucp);
+  free(P);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  spd_peers *P = h->data;
+  if (--P->handles == 0)
+    peers_free(P);
+}
+
+void spd_peers_stop(spd_ctx *ctx) {
+  spd_peers *P = ctx->peers;
+  if (P == NULL)
+    return;
+  ctx->peers = NULL;
+  P->stopping = 1;
+  for (int n = 0; n < ctx->cfg.npeers; n++)
+    if (P->peer[n].ep != NULL) {
+      spd_peer_ep_close(P, P->peer[n].ep);
+      P->peer[n].ep = NULL;
+      spd_peer_xfers_cancel(P, n);
+    }
+  in_eps_close(P, -1);
+  if (P->listener != NULL)
+    ucp_listener_destroy(P->listener);
+  if (P->worker != NULL)
+    while (ucp_worker_progress(P->worker) != 0)
+      ;
+  spd_peer_event *ev;
+  while ((ev = TAILQ_FIRST(&P->events)) != NULL) {
+    TAILQ_REMOVE(&P->events, ev, link);
+    if (ev->kind == EV_XFER) {
+      spd_peer_xfer_finish(P, ev->xfer); /* frees ev with the stream */
+      continue;
+    }
+    if (ev->msg != NULL)
+      spcoll__peer__msg__free_unpacked(ev->msg, NULL);
+    free(ev);
+  }
+  spd_xfer *x;
+  while ((x = TAILQ_FIRST(&P->xfers)) != NULL) {
+    TAILQ_REMOVE(&P->xfers, x, link); /* no op waits on it any more */
+    if (x->req != NULL)
+      ucp_request_free(x->req);
+    free(x);
+  }
+  spd_peer_unmap_all(P);
+  if (P->handles == 0) {
+    peers_free(P);
+    return;
+  }
+  for (int i = 0; i < P->handles; i++) {
+    loop_handle(P, i)->data = P;
+    uv_close(loop_handle(P, i), on_handle_closed);
+  }
 }

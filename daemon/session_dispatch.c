@@ -64,18 +64,24 @@ static void on_leave(spd_session *s, const Spcoll__Frame *f) {
   spd_session_send_done(s, f->id, NULL);
 }
 
+/* A registration is host memory (a memfd sent with the frame) or, when it
+ * carries a CUDA IPC handle, a client's device allocation. */
 static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
+  const Spcoll__BufRegister *reg = f->buf_register;
+  int device = reg->ipc_handle.len != 0;
   spk_err err;
-  int fd;
-  int rc = spd_session_take_fd(s, &fd, &err);
-  if (rc < 0) {
+  int fd = -1, rc;
+  if (!device && (rc = spd_session_take_fd(s, &fd, &err)) < 0) {
     spd_session_fail(s, f->id, rc, err.msg);
     return;
   }
   const spd_config *cfg = &s->ctx->cfg;
-  uint64_t size = f->buf_register->size;
+  uint64_t size = reg->size;
+  /* Device memory costs the daemon no RAM: only the buffer count limits
+   * it, not client_max_bytes. */
   if (s->nbuffers >= cfg->client_max_buffers ||
-      size > (uint64_t)cfg->client_max_bytes - s->registered_bytes) {
+      (!device &&
+       size > (uint64_t)cfg->client_max_bytes - s->registered_bytes)) {
     char msg[192];
     snprintf(msg, sizeof(msg), "client limit: %d buffers and %llu bytes "
              "registered, %llu more asked; limits %d buffers "
@@ -83,25 +89,33 @@ static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
              s->nbuffers, (unsigned long long)s->registered_bytes,
              (unsigned long long)size, cfg->client_max_buffers,
              cfg->client_max_bytes);
-    close(fd);
+    if (fd >= 0)
+      close(fd);
     spd_session_send_error(s, f->id, SPK_ENO_MEMORY, msg);
     return;
   }
   spd_buffer *buf;
-  rc = spd_buffer_map(s->ctx, fd, size, &buf, &err);
+  if (device)
+    rc = spd_buffer_open_device(s->ctx, reg->ipc_handle.data,
+                                reg->ipc_handle.len, reg->device_uuid.data,
+                                reg->device_uuid.len, reg->alloc_offset, size,
+                                &buf, &err);
+  else
+    rc = spd_buffer_map(s->ctx, fd, size, &buf, &err);
   if (rc < 0) {
     spd_session_send_error(s, f->id, rc, err.msg);
     return;
   }
   TAILQ_INSERT_TAIL(&s->buffers, buf, link);
   s->nbuffers++;
-  s->registered_bytes += buf->size;
-  Spcoll__BufRegistered reg = SPCOLL__BUF_REGISTERED__INIT;
+  if (!device)
+    s->registered_bytes += buf->size;
+  Spcoll__BufRegistered out = SPCOLL__BUF_REGISTERED__INIT;
   Spcoll__Frame r = SPCOLL__FRAME__INIT;
-  reg.buffer_id = buf->id;
+  out.buffer_id = buf->id;
   r.id = f->id;
   r.body_case = SPCOLL__FRAME__BODY_BUF_REGISTERED;
-  r.buf_registered = &reg;
+  r.buf_registered = &out;
   spd_session_send(s, &r);
 }
 
@@ -113,7 +127,8 @@ static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
   }
   TAILQ_REMOVE(&s->buffers, buf, link);
   s->nbuffers--;
-  s->registered_bytes -= buf->size;
+  if (buf->kind == SPD_BUF_HOST)
+    s->registered_bytes -= buf->size;
   spd_buffer_unref(s->ctx, buf);
   spd_session_send_done(s, f->id, NULL);
 }

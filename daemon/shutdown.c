@@ -2,6 +2,7 @@
 #include "daemon.h"
 #include "group.h"
 #include "mover_host.h"
+#include "peer.h"
 #include "sd.h"
 #include "session.h"
 
@@ -44,6 +45,7 @@ void spd_shutdown_continue(spd_ctx *ctx) {
     ctx->mover = NULL;
   }
   spd_watchdog_stop(ctx);
+  spd_peers_stop(ctx);
   spd_metrics_http_stop(ctx);
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);

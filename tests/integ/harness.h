@@ -28,6 +28,20 @@ int spt_daemon_fds(const spt_daemon *d);
 /* Print the daemon log to stderr (for failing tests). */
 void spt_daemon_dump_log(const spt_daemon *d);
 
+/* Daemons peering over UCX on loopback tcp (UCX_TLS=tcp unless already
+ * set), one per node, each on its own socket and a free port. */
+#define SPT_MAX_NODES 4
+typedef struct {
+  int n;
+  spt_daemon d[SPT_MAX_NODES];
+  char peers[256];                /* the --peers list they share */
+  const char *extra[16];          /* more flags for every node */
+} spt_nodes;
+int spt_nodes_start(spt_nodes *N, int n, const char *const *extra);
+/* (Re)start node i with the same peers and port. */
+int spt_node_start(spt_nodes *N, int i);
+int spt_nodes_stop(spt_nodes *N);
+
 typedef int (*spt_rank_fn)(int rank, int world, void *arg);
 /* Fork `world` processes running fn(rank); a rank that does not finish in
  * `guard_s` seconds is killed (a hang guard, not a timing check). Returns

@@ -8,6 +8,7 @@
 #include <string.h>
 
 spt_daemon opr_daemon;
+spt_nodes opr_nodes;
 char opr_gname[64];
 
 /* ---- references: sizes, 16-bit floats, row copies ------------------- */
@@ -190,7 +191,9 @@ int opr_expect_same(int rank, const char *what, spc_dtype dt, const void *got,
 int opr_rk_open(opr_rk *k, int rank, int world) {
   memset(k, 0, sizeof(*k));
   k->rank = rank, k->world = world;
-  k->c = spt_connect(opr_daemon.socket);
+  /* Across nodes, ranks go round the nodes: a map no plan expects. */
+  k->c = spt_connect(opr_nodes.n ? opr_nodes.d[rank % opr_nodes.n].socket
+                                 : opr_daemon.socket);
   if (k->c == NULL)
     return -1;
   if (spc_group_join(k->c, opr_gname, world, rank, &k->g) < 0 ||
@@ -230,7 +233,8 @@ int opr_op_failed(opr_rk *k, const char *op, int rc) {
 
 int opr_run_worlds(const char *name, spt_rank_fn fn, void *arg) {
   int failed = 0;
-  for (int w = 2; w <= 4; w++) {
+  int n = opr_nodes.n, lo = n ? n : 2, hi = n ? 2 * n : 4, step = n ? n : 1;
+  for (int w = lo; w <= hi; w += step) {
     snprintf(opr_gname, sizeof(opr_gname), "%s-w%d", name, w);
     if (spt_run_ranks(w, fn, arg, 60) != 0) {
       fprintf(stderr, "FAILED: %s\n", opr_gname);
@@ -243,14 +247,24 @@ int opr_run_worlds(const char *name, spt_rank_fn fn, void *arg) {
 int opr_norm(int d, int nd) { return d < 0 ? d + nd : d; }
 
 static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&opr_daemon, NULL), 0);
+  if (opr_nodes.n == 0)
+    ck_assert_int_eq(spt_daemon_start(&opr_daemon, NULL), 0);
+  else
+    ck_assert_int_eq(spt_nodes_start(&opr_nodes, opr_nodes.n, NULL), 0);
 }
 
 static void teardown(void) {
-  ck_assert_int_eq(spt_daemon_stop(&opr_daemon), 0);
+  if (opr_nodes.n == 0)
+    ck_assert_int_eq(spt_daemon_stop(&opr_daemon), 0);
+  else
+    ck_assert_int_eq(spt_nodes_stop(&opr_nodes), 0);
 }
 
 int opr_run_suite(const char *name, const TTest *const *tests, size_t n) {
+  const char *nodes = getenv("SPT_NODES");
+  opr_nodes.n = nodes ? atoi(nodes) : 0;
+  if (opr_nodes.n < 0 || opr_nodes.n > SPT_MAX_NODES)
+    opr_nodes.n = 0;
   Suite *s = suite_create(name);
   TCase *tc = tcase_create(name);
   tcase_add_checked_fixture(tc, setup, teardown);

@@ -17,6 +17,9 @@ enum { OPR_SEED = 42, OPR_SEED_GRAD = 77, OPR_SEED_GRAD2 = 91 };
 /* The daemon, started around every test, and the group name of the run
  * in progress (case + world). */
 extern spt_daemon opr_daemon;
+/* Set (SPT_NODES=n in the environment): the suite runs across n daemons
+ * peering over UCX, rank r on node r % n, worlds n and 2n. */
+extern spt_nodes opr_nodes;
 extern char opr_gname[64];
 
 /* ---- references: sizes, 16-bit floats, row copies ------------------- */

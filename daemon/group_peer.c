@@ -1,0 +1,259 @@
+/* Group membership across nodes: every daemon tells every other which
+ * ranks joined and left locally; each keeps its own record of the group,
+ * ready once every rank joined on some node. Records are matched by name
+ * only at Join; after that each side names a group by the other's record
+ * id, so a name reused for a new group never mixes with the old one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+#include "op.h"
+#include "peer.h"
+
+static void send_all(spd_ctx *ctx, const Spcoll__Peer__Msg *m) {
+  for (int n = 0; n < spd_peer_count(ctx); n++)
+    if (n != spd_peer_self(ctx))
+      spd_peer_send(ctx, n, m);
+}
+
+static void send_join(spd_group *g, int rank, uid_t uid, int node) {
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Join j = SPCOLL__PEER__JOIN__INIT;
+  j.name = g->name;
+  j.world = g->world;
+  j.rank = rank;
+  j.rec = g->rec;
+  j.uid = (uint32_t)uid;
+  m.body_case = SPCOLL__PEER__MSG__BODY_JOIN;
+  m.join = &j;
+  if (node < 0)
+    send_all(g->ctx, &m);
+  else
+    spd_peer_send(g->ctx, node, &m);
+}
+
+void spd_group_peer_joined(spd_group *g, int rank, uid_t uid) {
+  if (spd_peers_enabled(g->ctx))
+    send_join(g, rank, uid, -1);
+}
+
+void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why) {
+  if (!spd_peers_enabled(g->ctx))
+    return;
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Leave l = SPCOLL__PEER__LEAVE__INIT;
+  l.rec = g->rec;
+  l.rank = rank;
+  l.lost = lost;
+  l.reason = (char *)why;
+  m.body_case = SPCOLL__PEER__MSG__BODY_LEAVE;
+  m.leave = &l;
+  send_all(g->ctx, &m);
+}
+
+spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    if (g->peer_rec[node] == rec)
+      return g;
+  return NULL;
+}
+
+static void send_reject(spd_ctx *ctx, int node, const Spcoll__Peer__Join *j,
+                        int status, const char *why) {
+  SPD_WARN(&ctx->log, "join of rank %d of group '%s' from node %d refused: %s",
+           j->rank, j->name, node, why);
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Reject r = SPCOLL__PEER__REJECT__INIT;
+  r.rec = j->rec;
+  r.rank = j->rank;
+  r.status = status;
+  r.reason = (char *)why;
+  m.body_case = SPCOLL__PEER__MSG__BODY_REJECT;
+  m.reject = &r;
+  spd_peer_send(ctx, node, &m);
+}
+
+static int node_has_ranks(const spd_group *g, int node) {
+  for (int r = 0; r < g->world; r++)
+    if (g->ranks[r].remote && g->ranks[r].node == node)
+      return 1;
+  return 0;
+}
+
+/* A record still gathering ranks that node's record rec may join: the
+ * same one it joined before, or one where node has no rank yet. */
+static spd_group *joinable(spd_ctx *ctx, int node,
+                           const Spcoll__Peer__Join *j) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    if (g->detached || g->ready || g->broken || strcmp(g->name, j->name) != 0)
+      continue;
+    if (g->peer_rec[node] == 0 || g->peer_rec[node] == j->rec ||
+        !node_has_ranks(g, node))
+      return g;
+  }
+  return NULL;
+}
+
+static int join_valid(const spd_ctx *ctx, const Spcoll__Peer__Join *j,
+                      char *why, size_t len) {
+  if (j->name == NULL || j->name[0] == '\0' || strlen(j->name) >= 128)
+    snprintf(why, len, "bad group name");
+  else if (j->world < 1 || j->world > ctx->cfg.max_world)
+    snprintf(why, len, "world size %d outside 1..%d (max_world here)",
+             j->world, ctx->cfg.max_world);
+  else if (j->rank < 0 || j->rank >= j->world)
+    snprintf(why, len, "rank %d outside 0..%d", j->rank, j->world - 1);
+  else
+    return SPK_OK;
+  return SPK_EINVAL;
+}
+
+static void remote_join(spd_ctx *ctx, int node, const Spcoll__Peer__Join *j) {
+  char why[256];
+  if (join_valid(ctx, j, why, sizeof(why)) < 0) {
+    send_reject(ctx, node, j, SPK_EINVAL, why);
+    return;
+  }
+  spd_group *g = joinable(ctx, node, j);
+  if (g == NULL) {
+    g = spd_group_create(ctx, j->name, j->world);
+    if (g == NULL) {
+      send_reject(ctx, node, j, SPK_ENO_MEMORY, "out of memory for a group");
+      return;
+    }
+    g->owner = j->uid;
+  }
+  int status = SPK_OK;
+  if (g->world != j->world)
+    status = SPK_ECONFLICT, snprintf(why, sizeof(why), "group '%s' has world "
+                                     "size %d on node %d, not %d", g->name,
+                                     g->world, spd_peer_self(ctx), j->world);
+  else if (!spd_group_may_use(ctx, g, j->uid))
+    status = SPK_EPERM, snprintf(why, sizeof(why), "group '%s' belongs to uid "
+                                 "%d; uid %u may not join it", g->name,
+                                 (int)g->owner, j->uid);
+  else if (spd_group_has_rank(g, j->rank))
+    status = SPK_ECONFLICT, snprintf(why, sizeof(why), "rank %d of group '%s' "
+                                     "is already joined on node %d", j->rank,
+                                     g->name, g->ranks[j->rank].node);
+  if (status < 0) {
+    send_reject(ctx, node, j, status, why);
+    spd_group_maybe_free(g);
+    return;
+  }
+  spd_rank_slot *slot = &g->ranks[j->rank];
+  slot->remote = 1, slot->node = node;
+  g->peer_rec[node] = j->rec;
+  g->multinode = 1;
+  g->joined++;
+  SPD_DEBUG(&ctx->log, "rank %d of '%s' joined on node %d (%d/%d)", j->rank,
+            g->name, node, g->joined, g->world);
+  if (g->joined == g->world)
+    spd_group_announce_ready(g);
+}
+
+/* Our Join was refused there: the local rank's join fails with its reason
+ * and the rank leaves (telling the others). */
+static void remote_reject(spd_ctx *ctx, int node,
+                          const Spcoll__Peer__Reject *r) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    if (g->rec == r->rec)
+      break;
+  if (g == NULL || r->rank < 0 || r->rank >= g->world || g->ready)
+    return;
+  spd_rank_slot *slot = &g->ranks[r->rank];
+  if (slot->session == NULL)
+    return;
+  char msg[320];
+  snprintf(msg, sizeof(msg), "node %d refused the join: %s", node,
+           r->reason ? r->reason : "");
+  spd_session_send_error(slot->session, slot->join_req,
+                         r->status < 0 ? r->status : SPK_ECONFLICT, msg);
+  spd_member *m = slot->member;
+  spd_session *s = slot->session;
+  TAILQ_REMOVE(&s->members, m, link);
+  spd_group_depart(g, m, 1);
+  free(m);
+}
+
+static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
+  spd_group *g = spd_group_by_peer_rec(ctx, node, l->rec);
+  if (g == NULL || l->rank < 0 || l->rank >= g->world)
+    return;
+  spd_rank_slot *slot = &g->ranks[l->rank];
+  if (!slot->remote || slot->node != node)
+    return;
+  slot->remote = 0;
+  g->joined--;
+  char msg[320];
+  snprintf(msg, sizeof(msg), "%s", l->reason && l->reason[0] ? l->reason
+                                                             : "a rank left");
+  spd_group_break(g, SPK_EPEER_LOST, msg);
+  spd_group_fail_pending(g, SPK_EPEER_LOST, msg);
+  spd_group_maybe_free(g);
+}
+
+void spd_peers_on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
+  spd_group *g;
+  switch (m->body_case) {
+  case SPCOLL__PEER__MSG__BODY_JOIN:
+    remote_join(ctx, node, m->join);
+    break;
+  case SPCOLL__PEER__MSG__BODY_REJECT:
+    remote_reject(ctx, node, m->reject);
+    break;
+  case SPCOLL__PEER__MSG__BODY_LEAVE:
+    remote_leave(ctx, node, m->leave);
+    break;
+  case SPCOLL__PEER__MSG__BODY_ARGS:
+    if ((g = spd_group_by_peer_rec(ctx, node, m->args->rec)) != NULL)
+      spd_op_peer_args(g, node, m->args);
+    break;
+  case SPCOLL__PEER__MSG__BODY_OP_FAIL:
+    if ((g = spd_group_by_peer_rec(ctx, node, m->op_fail->rec)) != NULL)
+      spd_op_peer_fail(g, node, m->op_fail);
+    break;
+  default:
+    SPD_DEBUG(&ctx->log, "node %d sent message %d: ignored", node,
+              (int)m->body_case);
+  }
+}
+
+/* A node came (back): tell it every rank joined here of groups still
+ * gathering ranks. */
+void spd_peers_on_up(spd_ctx *ctx, int node) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    if (g->detached || g->ready || g->broken)
+      continue;
+    for (int r = 0; r < g->world; r++)
+      if (g->ranks[r].session != NULL)
+        send_join(g, r, g->ranks[r].session->uid, node);
+  }
+}
+
+/* A node is gone: its ranks leave every group; a group that was ready is
+ * broken and its ops fail, naming the node. */
+void spd_peers_on_lost(spd_ctx *ctx, int node, const char *reason) {
+  spd_group *g = TAILQ_FIRST(&ctx->groups), *next;
+  for (; g != NULL; g = next) {
+    next = TAILQ_NEXT(g, link);
+    if (!node_has_ranks(g, node))
+      continue;
+    char msg[400];
+    snprintf(msg, sizeof(msg), "node %d (%s:%d) was lost: %s", node,
+             ctx->cfg.peers[node].host, ctx->cfg.peers[node].port, reason);
+    for (int r = 0; r < g->world; r++)
+      if (g->ranks[r].remote && g->ranks[r].node == node)
+        g->ranks[r].remote = 0, g->joined--;
+    g->peer_rec[node] = 0;
+    spd_group_break(g, SPK_ENODE_LOST, msg);
+    spd_group_fail_pending(g, SPK_ENODE_LOST, msg);
+    spd_op_peer_node_lost(g, node, msg);
+    spd_group_maybe_free(g);
+  }
+}

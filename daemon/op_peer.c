@@ -1,0 +1,152 @@
+/* Ops across nodes: each daemon sends every other node of the group its
+ * local ranks' arguments (Args), so every node holds all of them and
+ * builds the same plan. A rank's own error travels with its Args and
+ * fails the op on every node at once. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_ucx.h"
+#include "op.h"
+#include "peer.h"
+
+/* Nodes other than this one holding a rank of g. */
+static int other_nodes(const spd_group *g, int *nodes) {
+  int n = 0;
+  uint64_t seen = 0;
+  for (int r = 0; r < g->world; r++) {
+    const spd_rank_slot *s = &g->ranks[r];
+    if (s->remote && !(seen & (1ull << s->node))) {
+      seen |= 1ull << s->node;
+      nodes[n++] = s->node;
+    }
+  }
+  return n;
+}
+
+static void tensor_out(const spk_shape *sh, spk_dtype dt, Spcoll__Peer__Tensor *t) {
+  t->dtype = (uint32_t)dt;
+  t->n_shape = (size_t)sh->ndim;
+  t->shape = (int64_t *)sh->dim;
+}
+
+void spd_op_peer_send_args(spd_op *op, int rank) {
+  spd_group *g = op->group;
+  spd_op_rank *r = &op->ranks[rank];
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Args a = SPCOLL__PEER__ARGS__INIT;
+  Spcoll__Peer__Tensor in = SPCOLL__PEER__TENSOR__INIT;
+  Spcoll__Peer__Tensor out = SPCOLL__PEER__TENSOR__INIT;
+  int32_t dims[4];
+  a.rec = g->rec;
+  a.seq = op->seq;
+  a.rank = rank;
+  a.status = r->status;
+  a.error = r->status < 0 ? r->err.msg : "";
+  a.op = (uint32_t)r->args.op;
+  a.scalar = r->args.scalar;
+  a.flags = r->args.flags;
+  for (int i = 0; i < r->args.ndims; i++)
+    dims[i] = r->args.dims[i];
+  a.n_dims = (size_t)r->args.ndims, a.dims = dims;
+  a.n_sizes = (size_t)r->args.nsizes, a.sizes = r->sizes;
+  a.n_sizes2 = (size_t)r->args.nsizes2, a.sizes2 = r->sizes2;
+  tensor_out(&r->args.in, r->args.dtype, &in);
+  tensor_out(&r->args.out, r->args.dtype, &out);
+  a.input = &in, a.output = &out;
+  m.body_case = SPCOLL__PEER__MSG__BODY_ARGS;
+  m.args = &a;
+  int nodes[SPD_MAX_NODES], n = other_nodes(g, nodes);
+  for (int i = 0; i < n; i++)
+    spd_peer_send(g->ctx, nodes[i], &m);
+}
+
+static int shape_in(const Spcoll__Peer__Tensor *t, const char *what,
+                    spk_shape *sh, spk_err *err) {
+  if (t == NULL || t->n_shape < 1 || t->n_shape > SPK_MAX_DIMS)
+    return spk_err_set(err, SPK_EPROTOCOL, "%s tensor with %zu dims", what,
+                       t ? t->n_shape : 0);
+  sh->ndim = (int)t->n_shape;
+  memcpy(sh->dim, t->shape, t->n_shape * sizeof(int64_t));
+  return SPK_OK;
+}
+
+/* Planner arguments from another node's Args; shapes are checked again by
+ * the planner, as for a local rank. */
+static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
+                       spk_err *err) {
+  if (a->status < 0)
+    return spk_err_set(err, a->status, "%s", a->error ? a->error : "");
+  spk_op_args *x = &r->args;
+  x->op = (spk_op_kind)a->op;
+  x->scalar = a->scalar;
+  x->flags = a->flags;
+  if (a->n_dims > 4)
+    return spk_err_set(err, SPK_EPROTOCOL, "Args with %zu dims", a->n_dims);
+  x->ndims = (int)a->n_dims;
+  for (size_t i = 0; i < a->n_dims; i++)
+    x->dims[i] = a->dims[i];
+  int rc = spd_op_copy_list(a->sizes, a->n_sizes, &r->sizes, "sizes", err);
+  if (rc == SPK_OK)
+    rc = spd_op_copy_list(a->sizes2, a->n_sizes2, &r->sizes2, "sizes2", err);
+  if (rc == SPK_OK)
+    rc = shape_in(a->input, "input", &x->in, err);
+  if (rc == SPK_OK)
+    rc = shape_in(a->output, "output", &x->out, err);
+  if (rc < 0)
+    return rc;
+  x->sizes = r->sizes, x->nsizes = (int)a->n_sizes;
+  x->sizes2 = r->sizes2, x->nsizes2 = (int)a->n_sizes2;
+  x->dtype = (spk_dtype)a->input->dtype;
+  if (spk_dtype_size(x->dtype) == 0)
+    return spk_err_set(err, SPK_EPROTOCOL, "Args with dtype %u",
+                       a->input->dtype);
+  return SPK_OK;
+}
+
+void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a) {
+  if (a->rank < 0 || a->rank >= g->world || !g->ranks[a->rank].remote ||
+      g->ranks[a->rank].node != node) {
+    SPD_WARN(&g->ctx->log, "node %d sent an op of rank %d, which is not its "
+             "rank of group '%s': ignored", node, a->rank, g->name);
+    return;
+  }
+  spd_op *op = spd_op_get(g, a->seq);
+  if (op == NULL) {
+    SPD_ERROR(&g->ctx->log, "out of memory for an op of group '%s'", g->name);
+    return;
+  }
+  spd_op_rank *r = &op->ranks[a->rank];
+  if (r->arrived)
+    return;
+  r->arrived = 1;
+  r->remote = 1;
+  r->arrived_ns = spd_now_ns();
+  r->status = remote_fill(r, a, &r->err);
+  spd_op_rank_arrived(op);
+}
+
+void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
+  spd_op *op;
+  TAILQ_FOREACH(op, &g->ops, link)
+    if (op->seq == f->seq)
+      break;
+  if (op == NULL)
+    return;
+  char msg[320];
+  snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
+  int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
+  spd_group_break(g, status, msg);
+  if (op->running)
+    spd_engine_ucx_abort(op, status, msg, node);
+  else
+    spd_op_fail(op, status, msg);
+}
+
+void spd_op_peer_node_lost(spd_group *g, int node, const char *msg) {
+  (void)node;
+  spd_op *op;
+  TAILQ_FOREACH(op, &g->ops, link)
+    if (op->running)
+      spd_engine_ucx_abort(op, SPK_ENODE_LOST, msg, -1);
+}

@@ -1,0 +1,83 @@
+/* State of the peer transport, shared by peer.c (endpoints, control
+ * messages) and peer_xfer.c (op data streams). Not seen elsewhere. */
+#ifndef SPD_PEER_INTERNAL_H
+#define SPD_PEER_INTERNAL_H
+
+#include <sys/queue.h>
+
+#include "peer.h"
+
+#define SPD_PEER_PROTOCOL 1
+#define SPD_PEER_AM_ID 7
+
+/* Something a UCX callback saw, handled after progress returns so that
+ * no callback sends, closes or frees from inside the worker. */
+typedef struct spd_peer_event {
+  TAILQ_ENTRY(spd_peer_event) link;
+  enum { EV_MSG, EV_EP_ERROR, EV_XFER } kind;
+  int node;
+  Spcoll__Peer__Msg *msg;
+  ucp_ep_h ep, reply_ep;
+  int status;
+  char why[160];
+  struct spd_xfer *xfer;
+} spd_peer_event;
+
+typedef struct spd_xfer {
+  TAILQ_ENTRY(spd_xfer) link;
+  struct spd_peers *peers;
+  int node, recv, done;
+  uint64_t bytes;
+  void *req;
+  spd_xfer_cb cb;
+  void *arg;
+  spd_peer_event ev;          /* its completion, queued without allocating */
+} spd_xfer;
+
+/* An endpoint a peer made to us, known by node once its Hello came. */
+typedef struct spd_in_ep {
+  TAILQ_ENTRY(spd_in_ep) link;
+  struct spd_peers *peers;
+  ucp_ep_h ep;
+  int node;
+} spd_in_ep;
+
+typedef struct {
+  struct spd_peers *peers;
+  int node;
+  ucp_ep_h ep;                /* ours, outgoing; NULL while down */
+  int up;                     /* Hello heard and ep made */
+  uint64_t incarnation;       /* theirs */
+  uint64_t heard_ns, connect_ns;
+} spd_peer;
+
+typedef struct spd_peers {
+  spd_ctx *ctx;
+  ucp_context_h ucp;
+  ucp_worker_h worker;
+  ucp_listener_h listener;
+  uv_poll_t poll;
+  uv_timer_t tick;            /* heartbeats, silence, reconnects: 1 s */
+  uv_timer_t kick;            /* progress while streams are in flight */
+  int handles;                /* libuv handles not yet closed */
+  uint64_t incarnation;
+  int stopping, progressing;
+  spd_peer peer[SPD_MAX_NODES];
+  TAILQ_HEAD(, spd_in_ep) in_eps;
+  TAILQ_HEAD(, spd_xfer) xfers;
+  TAILQ_HEAD(, spd_peer_event) events;
+  spd_buffer **mapped;        /* buffers holding a memh */
+  size_t nmapped, mapped_cap;
+} spd_peers;
+
+/* Run the worker until idle, handle what it reported, re-arm its fd. */
+void spd_peers_progress(spd_peers *P);
+void spd_peer_event_push(spd_peers *P, spd_peer_event *ev);
+/* Close an endpoint without waiting for what it still had to send. */
+void spd_peer_ep_close(spd_peers *P, ucp_ep_h ep);
+/* Cancel the streams of node; their callbacks report status. */
+void spd_peer_xfers_cancel(spd_peers *P, int node);
+void spd_peer_xfer_finish(spd_peers *P, spd_xfer *x);
+void spd_peer_unmap_all(spd_peers *P);
+
+#endif

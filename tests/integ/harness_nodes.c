@@ -1,0 +1,77 @@
+/* Several daemons that peer over UCX on loopback: one "node" each, with its
+ * own socket and UCX port. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* A port the kernel just handed out, so parallel runs do not collide. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    perror("socket");
+    return -1;
+  }
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  else
+    perror("bind/getsockname of a probe socket");
+  close(fd);
+  return port;
+}
+
+int spt_node_start(spt_nodes *N, int i) {
+  char index[16];
+  snprintf(index, sizeof(index), "%d", i);
+  const char *argv[24] = {"--peers", N->peers, "--node-index", index};
+  int n = 4;
+  for (int k = 0; N->extra[k] != NULL && n < 23; k++)
+    argv[n++] = N->extra[k];
+  argv[n] = NULL;
+  return spt_daemon_start(&N->d[i], argv);
+}
+
+int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
+  memset(N->d, 0, sizeof(N->d));
+  N->n = n;
+  memset(N->extra, 0, sizeof(N->extra));
+  for (int k = 0; extra != NULL && extra[k] != NULL && k < 15; k++)
+    N->extra[k] = extra[k];
+  /* Loopback tcp unless the caller's environment says otherwise. */
+  setenv("UCX_TLS", "tcp", 0);
+  size_t used = 0;
+  N->peers[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    int port = free_port();
+    if (port < 0)
+      return -1;
+    used += (size_t)snprintf(N->peers + used, sizeof(N->peers) - used,
+                             "%s127.0.0.1:%d", i ? "," : "", port);
+  }
+  for (int i = 0; i < n; i++)
+    if (spt_node_start(N, i) < 0) {
+      fprintf(stderr, "node %d did not start\n", i);
+      return -1;
+    }
+  return 0;
+}
+
+int spt_nodes_stop(spt_nodes *N) {
+  int bad = 0;
+  for (int i = 0; i < N->n; i++)
+    if (N->d[i].pid > 0 && spt_daemon_stop(&N->d[i]) != 0) {
+      fprintf(stderr, "node %d did not stop cleanly\n", i);
+      bad = -1;
+    }
+  return bad;
+}
