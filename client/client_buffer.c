@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client_gpu.h"
 
 size_t spc_dtype_size(spc_dtype dtype) {
   return spk_dtype_size((spk_dtype)dtype);
@@ -83,6 +83,8 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
 int spc_buffer_free(spc_buffer *b) {
   if (b == NULL)
     return SPC_EINVAL;
+  if (b->gpu != NULL)
+    return spc__gpu_buffer_free(b);
   spc_client *c = b->client;
   Spcoll__BufRelease rel = SPCOLL__BUF_RELEASE__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;

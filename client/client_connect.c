@@ -9,7 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client_gpu.h"
 
 static int socket_open(spc_client *c, const char *path) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -64,9 +64,13 @@ static void client_free(spc_client *c) {
   while (c->buffers != NULL) {
     spc_buffer *b = c->buffers;
     c->buffers = b->next;
-    munmap(b->data, b->size);
+    if (b->gpu != NULL)
+      spc__gpu_buffer_forget(b);
+    else
+      munmap(b->data, b->size);
     free(b);
   }
+  spc__gpu_client_free(c);
   if (c->fd >= 0)
     close(c->fd);
   spf_reader_free(&c->reader);

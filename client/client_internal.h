@@ -31,6 +31,7 @@ struct spc_buffer {
   uint64_t id;
   void *data;
   size_t size;
+  void *gpu;                  /* device memory: client_gpu.c's record */
 };
 
 struct spc_client {
@@ -44,6 +45,7 @@ struct spc_client {
   spc_buffer *buffers;
   char last_error[512];
   spc_timing last_timing;     /* from the last Done of an op */
+  void *gpu;                  /* client_gpu.c's state, made on first use */
 };
 
 /* Record the message of a failure on c and return status. */

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "client_gpu.h"
 #include "planner.h"
 
 static void tensor_msg(Spcoll__Tensor *m, const spc_tensor *t) {
   m->buffer_id = t->buf->id;
-  m->offset = t->offset;
+  m->offset = spc__gpu_wire_offset(t->buf, t->offset);
   m->dtype = (uint32_t)t->dtype;
   m->n_shape = (size_t)t->ndim;
   m->shape = (int64_t *)t->shape;
@@ -27,9 +27,10 @@ static int tensor_valid(spc_client *c, const spc_tensor *t, const char *what) {
 }
 
 /* Build and send the request. Tensors may be NULL only for ops that take
- * none (group split). */
+ * none (group split). Device tensors carry stream events (ordered on
+ * stream). */
 static int op_send(spc_group *g, const spc_op *op, const spc_tensor *in,
-                   const spc_tensor *out, spc_request **req_p) {
+                   const spc_tensor *out, void *stream, spc_request **req_p) {
   spc_client *c = g->client;
   Spcoll__Tensor tin = SPCOLL__TENSOR__INIT, tout = SPCOLL__TENSOR__INIT;
   Spcoll__OpRequest rq = SPCOLL__OP_REQUEST__INIT;
@@ -56,11 +57,22 @@ static int op_send(spc_group *g, const spc_op *op, const spc_tensor *in,
   rq.flags = op->flags;
   f.body_case = SPCOLL__FRAME__BODY_OP;
   f.op = &rq;
-  return spc__send(c, &f, -1, req_p);
+  spc__gpu_opev ev;
+  int rc = spc__gpu_op_events(c, in, stream, &rq, &ev);
+  if (rc == SPC_OK)
+    rc = spc__send(c, &f, -1, req_p);
+  if (rc == SPC_OK)
+    spc__gpu_op_sent(&ev, *req_p);
+  return rc;
 }
 
 int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
               const spc_tensor *out, spc_request **req_p) {
+  return spc__start(g, op, in, out, NULL, req_p);
+}
+
+int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
+               const spc_tensor *out, void *stream, spc_request **req_p) {
   if (g == NULL || op == NULL || req_p == NULL)
     return SPC_EINVAL;
   spc_client *c = g->client;
@@ -79,7 +91,7 @@ int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
     return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
-  return op_send(g, op, in, out, req_p);
+  return op_send(g, op, in, out, stream, req_p);
 }
 
 int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,

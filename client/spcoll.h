@@ -325,6 +325,74 @@ int spc_wait(spc_request **req);
  * status is returned. */
 int spc_test(spc_request **req, int *done_p);
 
+/* ---- GPU: tensors in CUDA device memory -----------------------------
+ * Buffers may be CUDA device memory; the daemon then moves their tensors on
+ * the GPU: one batched copy kernel when a group's tensors share a GPU, NCCL
+ * communicators it owns across GPUs. libspclient has no link-time CUDA
+ * dependency: it loads the driver (libcuda.so.1, or $SPCOLL_LIBCUDA) on the
+ * first device call, and these calls fail with SPC_EUNSUPPORTED, saying
+ * why, when it cannot, or when the daemon has no GPU or no CUDA.
+ *
+ * Memory must come from cudaMalloc / cuMemAlloc: CUDA IPC does not cover
+ * stream-ordered pools (cudaMallocAsync), managed or VMM (cuMemCreate)
+ * memory. An op's tensors must be all host or all device memory, each
+ * rank's two on one GPU, aligned to their element size.
+ *
+ * Stream order: spc_start_on_stream records an event on the caller's
+ * stream and the daemon's work waits for it, so the caller need not
+ * synchronize first. spc_wait_on_stream blocks the host only until the
+ * daemon answers, then makes the stream (not the host, not the device)
+ * wait for the daemon's work on this rank's tensors. spc_start / spc_run
+ * on device tensors order on the legacy default stream: work issued
+ * before them on blocking streams is waited for, work on non-blocking
+ * streams (cudaStreamNonBlocking, such as PyTorch's) is not: use the
+ * _on_stream forms there. spc_wait returns once the daemon's work is done.
+ *
+ * CUDA is not fork-safe: do not fork after the first device call and use
+ * CUDA in the child. */
+
+/* A cudaStream_t (CUstream) of the calling process; NULL: the legacy
+ * default stream of the tensors' GPU. */
+typedef void *spc_stream;
+
+/* The number of CUDA devices this process sees (initializes the driver).
+ * SPC_EUNSUPPORTED when it cannot be loaded or finds none; the message is
+ * in spc_last_error(NULL). */
+int spc_gpu_probe(int *ndev_p);
+
+/* Register [ptr, ptr + size) of device memory as a buffer. The allocation
+ * holding it (cuMemGetAddressRange) is registered with the daemon once
+ * (cudaIpcGetMemHandle of its base) and shared by every buffer inside it
+ * until the last is freed. spc_buffer_data gives ptr back (a device
+ * address). Free the buffers of an allocation before the memory itself. */
+int spc_buffer_register_device(spc_client *client, void *ptr, size_t size,
+                               spc_buffer **buf_p);
+
+/* Allocate `size` bytes on `device` (a CUDA ordinal of this process),
+ * zero-filled, and register them. spc_buffer_free frees the memory too,
+ * and fails with SPC_EINVAL while other buffers are registered inside it. */
+int spc_buffer_alloc_device(spc_client *client, int device, size_t size,
+                            spc_buffer **buf_p);
+
+/* The CUDA ordinal of a device buffer's GPU; -1 for host memory. */
+int spc_buffer_device(const spc_buffer *buf);
+
+/* spc_start ordered on `stream`: the daemon reads in and writes out only
+ * after the work queued on stream before this call. For host tensors the
+ * stream is ignored. */
+int spc_start_on_stream(spc_group *group, const spc_op *op,
+                        const spc_tensor *in, const spc_tensor *out,
+                        spc_stream stream, spc_request **req_p);
+
+/* Wait for the daemon's answer, free the request and set *req to NULL;
+ * then work queued on stream after this call runs after the daemon's
+ * accesses to this rank's tensors. Returns the op's status. */
+int spc_wait_on_stream(spc_request **req, spc_stream stream);
+
+/* spc_start_on_stream, then spc_wait_on_stream. */
+int spc_run_on_stream(spc_group *group, const spc_op *op, const spc_tensor *in,
+                      const spc_tensor *out, spc_stream stream);
+
 /* ---- Batch preparation (local: no daemon, no communication) ----------
  * A [b, L, ...] batch is padded along `dim` (1 for [b, s] batches) so L
  * divides by the group size w: pad = (w - L % w) % w; each rank keeps

@@ -1,0 +1,452 @@
+/* Device buffers: the CUDA driver loaded at run time (no link-time CUDA
+ * dependency), device memory registered with the daemon through CUDA IPC,
+ * once per allocation, and the client's per-device state. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_gpu.h"
+
+/* ---- the driver --------------------------------------------------------- */
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static spc__cu_api cu_api;
+static const spc__cu_api *cu_loaded;
+static char cu_why[256];
+
+static void cu_load(void) {
+  const char *path = getenv("SPCOLL_LIBCUDA");
+  if (path == NULL || path[0] == '\0')
+    path = "libcuda.so.1";
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    snprintf(cu_why, sizeof(cu_why), "no CUDA driver: dlopen(%s): %s", path,
+             dlerror());
+    return;
+  }
+#define SPC__CU_LOAD(name, sym, args)                                        \
+  *(void **)&cu_api.name = dlsym(lib, sym);                                  \
+  if (cu_api.name == NULL) {                                                 \
+    snprintf(cu_why, sizeof(cu_why), "the CUDA driver %s lacks %s", path,    \
+             sym);                                                           \
+    return;                                                                  \
+  }
+  SPC__CU_FUNCS(SPC__CU_LOAD)
+#undef SPC__CU_LOAD
+  spc__CUresult r = cu_api.Init(0);
+  if (r != SPC__CUDA_SUCCESS) {
+    /* The library stays loaded: its handle is the process's either way. */
+    snprintf(cu_why, sizeof(cu_why), "cuInit failed: %s",
+             spc__cu_str(&cu_api, r));
+    return;
+  }
+  cu_loaded = &cu_api;
+}
+
+const char *spc__cu_str(const spc__cu_api *cu, spc__CUresult r) {
+  static __thread char buf[64];
+  const char *s = NULL;
+  if (cu != NULL && cu->GetErrorString != NULL &&
+      cu->GetErrorString(r, &s) == SPC__CUDA_SUCCESS && s != NULL)
+    return s;
+  snprintf(buf, sizeof(buf), "CUDA driver error %d", r);
+  return buf;
+}
+
+const spc__cu_api *spc__cu(spc_client *c) {
+  pthread_once(&cu_once, cu_load);
+  if (cu_loaded == NULL) {
+    if (c != NULL)
+      spc__fail(c, SPC_EUNSUPPORTED, "%s", cu_why);
+    else
+      snprintf(spc__connect_error(), 512, "%s", cu_why);
+  }
+  return cu_loaded;
+}
+
+int spc_gpu_probe(int *ndev_p) {
+  if (ndev_p == NULL)
+    return SPC_EINVAL;
+  const spc__cu_api *cu = spc__cu(NULL);
+  if (cu == NULL)
+    return SPC_EUNSUPPORTED;
+  int n = 0;
+  spc__CUresult r = cu->DeviceGetCount(&n);
+  if (r != SPC__CUDA_SUCCESS || n == 0) {
+    snprintf(spc__connect_error(), 512, "no CUDA device: cuDeviceGetCount: "
+             "%s, %d devices", spc__cu_str(cu, r), n);
+    return SPC_EUNSUPPORTED;
+  }
+  *ndev_p = n;
+  return SPC_OK;
+}
+
+int spc__gpu_push(spc_client *c, const spc__cu_api *cu, spc__CUcontext ctx) {
+  spc__CUresult r = cu->CtxPushCurrent(ctx);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuCtxPushCurrent: %s",
+                     spc__cu_str(cu, r));
+  return SPC_OK;
+}
+
+void spc__gpu_pop(const spc__cu_api *cu) {
+  spc__CUcontext ignored;
+  cu->CtxPopCurrent(&ignored);
+}
+
+/* ---- per-client state --------------------------------------------------- */
+
+static spc__gpu_client *gpu_client(spc_client *c) {
+  if (c->gpu == NULL) {
+    c->gpu = calloc(1, sizeof(spc__gpu_client));
+    if (c->gpu == NULL)
+      spc__fail(c, SPC_ENOMEM, "calloc of the client's GPU state failed");
+  }
+  return c->gpu;
+}
+
+int spc__gpu_dev_get(spc_client *c, int device, spc__gpu_dev **d_p) {
+  const spc__cu_api *cu = spc__cu(c);
+  spc__gpu_client *g = gpu_client(c);
+  if (cu == NULL)
+    return SPC_EUNSUPPORTED;
+  if (g == NULL)
+    return SPC_ENOMEM;
+  for (int i = 0; i < g->ndevs; i++)
+    if (g->devs[i].device == device) {
+      *d_p = &g->devs[i];
+      return SPC_OK;
+    }
+  spc__gpu_dev *p = realloc(g->devs, (size_t)(g->ndevs + 1) * sizeof(*p));
+  if (p == NULL)
+    return spc__fail(c, SPC_ENOMEM, "realloc of device states failed");
+  g->devs = p;
+  spc__gpu_dev *d = &g->devs[g->ndevs];
+  memset(d, 0, sizeof(*d));
+  d->device = device;
+  spc__CUresult r = cu->DeviceGet(&d->cudev, device);
+  if (r == SPC__CUDA_SUCCESS)
+    r = cu->DevicePrimaryCtxRetain(&d->ctx, d->cudev);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "CUDA device %d: cuDeviceGet / "
+                     "cuDevicePrimaryCtxRetain: %s", device,
+                     spc__cu_str(cu, r));
+  g->ndevs++;
+  *d_p = d;
+  return SPC_OK;
+}
+
+void spc__gpu_client_free(spc_client *c) {
+  spc__gpu_client *g = c->gpu;
+  if (g == NULL)
+    return;
+  const spc__cu_api *cu = cu_loaded;
+  for (int i = 0; cu != NULL && i < g->ndevs; i++) {
+    spc__gpu_dev *d = &g->devs[i];
+    for (int k = 0; k < d->nev; k++) {
+      cu->EventDestroy(d->ready[k]);
+      cu->EventDestroy(d->done[k]);
+    }
+    cu->DevicePrimaryCtxRelease(d->cudev);
+  }
+  while (g->allocs != NULL) {
+    spc__gpu_alloc *a = g->allocs;
+    g->allocs = a->next;
+    free(a);
+  }
+  free(g->devs);
+  free(g);
+  c->gpu = NULL;
+}
+
+/* ---- registration ------------------------------------------------------- */
+
+/* What the driver says of ptr: the allocation holding it and its GPU. */
+typedef struct {
+  int device;
+  spc__CUcontext ctx;         /* the allocation's context */
+  spc__CUdeviceptr base;
+  size_t size;
+  unsigned long long alloc_id;
+} ptr_info;
+
+static int ptr_query(spc_client *c, const spc__cu_api *cu, void *ptr,
+                     size_t size, ptr_info *pi) {
+  spc__CUdeviceptr p = (spc__CUdeviceptr)(uintptr_t)ptr;
+  unsigned type = 0, managed = 0;
+  spc__CUresult r = cu->PointerGetAttribute(
+      &type, SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+  if (r != SPC__CUDA_SUCCESS || type != SPC__CU_MEMORYTYPE_DEVICE)
+    return spc__fail(c, SPC_EINVAL, "%p is not CUDA device memory "
+                     "(cuPointerGetAttribute: %s, memory type %u)", ptr,
+                     spc__cu_str(cu, r), type);
+  r = cu->PointerGetAttribute(&managed, SPC__CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                              p);
+  if (r == SPC__CUDA_SUCCESS && managed)
+    return spc__fail(c, SPC_EINVAL, "%p is managed memory, which CUDA IPC "
+                     "cannot share: use cudaMalloc", ptr);
+  r = cu->PointerGetAttribute(&pi->device,
+                              SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+  if (r == SPC__CUDA_SUCCESS)
+    r = cu->PointerGetAttribute(&pi->ctx, SPC__CU_POINTER_ATTRIBUTE_CONTEXT,
+                                p);
+  if (r == SPC__CUDA_SUCCESS)
+    r = cu->PointerGetAttribute(&pi->alloc_id,
+                                SPC__CU_POINTER_ATTRIBUTE_BUFFER_ID, p);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuPointerGetAttribute(%p): %s", ptr,
+                     spc__cu_str(cu, r));
+  int rc = spc__gpu_push(c, cu, pi->ctx);
+  if (rc < 0)
+    return rc;
+  r = cu->MemGetAddressRange(&pi->base, &pi->size, p);
+  spc__gpu_pop(cu);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuMemGetAddressRange(%p): %s", ptr,
+                     spc__cu_str(cu, r));
+  if (size > pi->size - (size_t)(p - pi->base))
+    return spc__fail(c, SPC_EINVAL, "%zu bytes at %p reach past the end of "
+                     "their allocation (%zu bytes at 0x%llx)", size, ptr,
+                     pi->size, (unsigned long long)pi->base);
+  return SPC_OK;
+}
+
+/* Register the whole allocation with the daemon. */
+static int alloc_register(spc_client *c, const spc__cu_api *cu,
+                          const ptr_info *pi, spc__gpu_alloc **a_p) {
+  spc__gpu_dev *d;
+  int rc = spc__gpu_dev_get(c, pi->device, &d);
+  if (rc < 0)
+    return rc;
+  spc__CUipcMemHandle h;
+  spc__CUuuid uuid;
+  rc = spc__gpu_push(c, cu, pi->ctx);
+  if (rc < 0)
+    return rc;
+  spc__CUresult r = cu->IpcGetMemHandle(&h, pi->base);
+  spc__gpu_pop(cu);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuIpcGetMemHandle(0x%llx): %s (memory "
+                     "from cudaMallocAsync pools or cuMemCreate cannot be "
+                     "shared this way)", (unsigned long long)pi->base,
+                     spc__cu_str(cu, r));
+  r = cu->DeviceGetUuid(&uuid, d->cudev);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuDeviceGetUuid(%d): %s", pi->device,
+                     spc__cu_str(cu, r));
+  spc__gpu_alloc *a = calloc(1, sizeof(*a));
+  if (a == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of an allocation record failed");
+  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  reg.size = pi->size;
+  reg.ipc_handle.len = sizeof(h);
+  reg.ipc_handle.data = (uint8_t *)&h;
+  reg.alloc_offset = 0;
+  reg.device_uuid.len = sizeof(uuid);
+  reg.device_uuid.data = (uint8_t *)&uuid;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
+  f.buf_register = &reg;
+  rc = spc__call(c, &f, -1, &reply);
+  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
+                   spf_body_name(reply->body_case));
+  if (rc < 0) {
+    if (reply)
+      spcoll__frame__free_unpacked(reply, NULL);
+    free(a);
+    return rc;
+  }
+  a->daemon_id = reply->buf_registered->buffer_id;
+  spcoll__frame__free_unpacked(reply, NULL);
+  a->base = pi->base;
+  a->size = pi->size;
+  a->alloc_id = pi->alloc_id;
+  a->device = pi->device;
+  *a_p = a;
+  return SPC_OK;
+}
+
+static int register_device(spc_client *c, void *ptr, size_t size, int owned,
+                           spc_buffer **buf_p) {
+  if (size == 0)
+    return spc__fail(c, SPC_EINVAL, "device buffer of 0 bytes");
+  const spc__cu_api *cu = spc__cu(c);
+  spc__gpu_client *g = gpu_client(c);
+  if (cu == NULL)
+    return SPC_EUNSUPPORTED;
+  if (g == NULL)
+    return SPC_ENOMEM;
+  ptr_info pi;
+  int rc = ptr_query(c, cu, ptr, size, &pi);
+  if (rc < 0)
+    return rc;
+  /* A freed allocation's address may come back for a new one: the buffer
+   * id tells them apart. */
+  spc__gpu_alloc *a = g->allocs;
+  while (a != NULL && !(a->base == pi.base && a->alloc_id == pi.alloc_id))
+    a = a->next;
+  spc_buffer *b = calloc(1, sizeof(*b));
+  spc__gpu_buf *gb = calloc(1, sizeof(*gb));
+  if (b == NULL || gb == NULL) {
+    free(b);
+    free(gb);
+    return spc__fail(c, SPC_ENOMEM, "calloc of a buffer failed");
+  }
+  if (a == NULL) {
+    rc = alloc_register(c, cu, &pi, &a);
+    if (rc < 0) {
+      free(b);
+      free(gb);
+      return rc;
+    }
+    a->next = g->allocs;
+    g->allocs = a;
+  }
+  a->refs++;
+  gb->alloc = a;
+  gb->off = (uint64_t)(uintptr_t)ptr - a->base;
+  gb->owned = owned;
+  b->client = c;
+  b->id = a->daemon_id;
+  b->data = ptr;
+  b->size = size;
+  b->gpu = gb;
+  b->next = c->buffers;
+  c->buffers = b;
+  *buf_p = b;
+  return SPC_OK;
+}
+
+int spc_buffer_register_device(spc_client *c, void *ptr, size_t size,
+                               spc_buffer **buf_p) {
+  if (c == NULL || ptr == NULL || buf_p == NULL)
+    return SPC_EINVAL;
+  return register_device(c, ptr, size, 0, buf_p);
+}
+
+int spc_buffer_alloc_device(spc_client *c, int device, size_t size,
+                            spc_buffer **buf_p) {
+  if (c == NULL || buf_p == NULL)
+    return SPC_EINVAL;
+  if (size == 0)
+    return spc__fail(c, SPC_EINVAL, "buffer size 0: must be at least 1 byte");
+  spc__gpu_dev *d;
+  int rc = spc__gpu_dev_get(c, device, &d);
+  if (rc < 0)
+    return rc;
+  const spc__cu_api *cu = spc__cu(c);
+  rc = spc__gpu_push(c, cu, d->ctx);
+  if (rc < 0)
+    return rc;
+  spc__CUdeviceptr p = 0;
+  spc__CUresult r = cu->MemAlloc(&p, size);
+  if (r == SPC__CUDA_SUCCESS) {
+    r = cu->MemsetD8(p, 0, size);
+    if (r == SPC__CUDA_SUCCESS)
+      r = cu->CtxSynchronize(); /* zeroed before anyone reads it */
+    if (r != SPC__CUDA_SUCCESS)
+      cu->MemFree(p);
+  }
+  spc__gpu_pop(cu);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuMemAlloc of %zu bytes on CUDA device "
+                     "%d: %s", size, device, spc__cu_str(cu, r));
+  rc = register_device(c, (void *)(uintptr_t)p, size, 1, buf_p);
+  if (rc < 0 && spc__gpu_push(c, cu, d->ctx) == SPC_OK) {
+    cu->MemFree(p);
+    spc__gpu_pop(cu);
+  }
+  return rc;
+}
+
+int spc_buffer_device(const spc_buffer *b) {
+  if (b == NULL || b->gpu == NULL)
+    return -1;
+  return ((const spc__gpu_buf *)b->gpu)->alloc->device;
+}
+
+uint64_t spc__gpu_wire_offset(const spc_buffer *b, uint64_t offset) {
+  const spc__gpu_buf *gb = b->gpu;
+  return gb == NULL ? offset : gb->off + offset;
+}
+
+static void alloc_unlink(spc__gpu_client *g, spc__gpu_alloc *a);
+
+static void buffer_unlink(spc_buffer *b) {
+  for (spc_buffer **p = &b->client->buffers; *p != NULL; p = &(*p)->next)
+    if (*p == b) {
+      *p = b->next;
+      return;
+    }
+}
+
+static void alloc_unlink(spc__gpu_client *g, spc__gpu_alloc *a) {
+  for (spc__gpu_alloc **p = &g->allocs; *p != NULL; p = &(*p)->next)
+    if (*p == a) {
+      *p = a->next;
+      return;
+    }
+}
+
+/* cuMemFree of memory spc_buffer_alloc_device made on device. */
+static int owned_free(spc_client *c, int device, uint64_t mem) {
+  const spc__cu_api *cu = cu_loaded;
+  spc__gpu_dev *d;
+  int rc = spc__gpu_dev_get(c, device, &d);
+  if (rc == SPC_OK)
+    rc = spc__gpu_push(c, cu, d->ctx);
+  if (rc < 0)
+    return rc;
+  spc__CUresult r = cu->MemFree((spc__CUdeviceptr)mem);
+  spc__gpu_pop(cu);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuMemFree(0x%llx): %s",
+                     (unsigned long long)mem, spc__cu_str(cu, r));
+  return SPC_OK;
+}
+
+/* The allocation's last buffer went: the daemon closes its mapping, and
+ * only then may memory the library made be freed (freeing exported memory
+ * an importer still maps is undefined). */
+static int alloc_release(spc_client *c, spc__gpu_alloc *a) {
+  Spcoll__BufRelease rel = SPCOLL__BUF_RELEASE__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  rel.buffer_id = a->daemon_id;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_RELEASE;
+  f.buf_release = &rel;
+  int rc = spc__call(c, &f, -1, NULL);
+  if (a->free_mem) {
+    int frc = owned_free(c, a->device, a->base);
+    rc = rc == SPC_OK ? frc : rc;
+  }
+  alloc_unlink(c->gpu, a);
+  free(a);
+  return rc;
+}
+
+int spc__gpu_buffer_free(spc_buffer *b) {
+  spc_client *c = b->client;
+  spc__gpu_buf *gb = b->gpu;
+  spc__gpu_alloc *a = gb->alloc;
+  if (gb->owned && a->refs > 1)
+    return spc__fail(c, SPC_EINVAL, "%d other buffer(s) are registered inside "
+                     "this device allocation: free them first", a->refs - 1);
+  a->free_mem |= gb->owned;
+  int rc = --a->refs == 0 ? alloc_release(c, a) : SPC_OK;
+  buffer_unlink(b);
+  free(gb);
+  free(b);
+  return rc;
+}
+
+void spc__gpu_buffer_forget(spc_buffer *b) {
+  spc__gpu_buf *gb = b->gpu;
+  spc__gpu_alloc *a = gb->alloc;
+  a->free_mem |= gb->owned;
+  if (--a->refs == 0)
+    alloc_release(b->client, a);
+  free(gb);
+}

@@ -1,0 +1,92 @@
+/* libspclient's GPU internals (client_gpu.c, client_gpu_op.c) and the hooks
+ * the host code calls. Not installed. */
+#ifndef SPC_CLIENT_GPU_H
+#define SPC_CLIENT_GPU_H
+
+#include <stdint.h>
+
+#include "client_gpu_cu.h"
+#include "client_internal.h"
+
+/* The CUDA driver, loaded once per process: NULL (with why in the
+ * client's or this thread's error) when libcuda.so.1 cannot be loaded or
+ * initialized. */
+const spc__cu_api *spc__cu(spc_client *c);
+/* Name a driver result for messages. */
+const char *spc__cu_str(const spc__cu_api *cu, spc__CUresult r);
+
+/* A device allocation registered with the daemon (whole, once), shared by
+ * every spc_buffer inside it. */
+typedef struct spc__gpu_alloc {
+  struct spc__gpu_alloc *next;
+  uint64_t base, size;
+  uint64_t alloc_id;          /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  uint64_t daemon_id;         /* the daemon's buffer */
+  int device, refs;
+  int free_mem;               /* at disconnect: cuMemFree once released */
+} spc__gpu_alloc;
+
+/* spc_buffer->gpu of a device buffer. */
+typedef struct {
+  spc__gpu_alloc *alloc;
+  uint64_t off;               /* of the buffer's first byte in the alloc */
+  int owned;                  /* made by spc_buffer_alloc_device: freed */
+} spc__gpu_buf;
+
+/* A device's stream events: a pool of interprocess event pairs, each
+ * pair's handles sent with an op and reused round-robin. */
+#define SPC__GPU_EVENTS 32
+typedef struct {
+  int device;
+  spc__CUdevice cudev;
+  spc__CUcontext ctx;         /* the primary context, retained */
+  int nev;                    /* pairs made so far */
+  int next;
+  spc__CUevent ready[SPC__GPU_EVENTS], done[SPC__GPU_EVENTS];
+  spc__CUipcEventHandle ready_h[SPC__GPU_EVENTS], done_h[SPC__GPU_EVENTS];
+  uint64_t req[SPC__GPU_EVENTS]; /* request that last used the pair */
+} spc__gpu_dev;
+
+/* spc_client->gpu. */
+typedef struct {
+  spc__gpu_alloc *allocs;
+  spc__gpu_dev *devs;
+  int ndevs;
+} spc__gpu_client;
+
+/* The client's state for device `device` (made on first use). */
+int spc__gpu_dev_get(spc_client *c, int device, spc__gpu_dev **d_p);
+/* Push / pop a device's primary context around driver calls. */
+int spc__gpu_push(spc_client *c, const spc__cu_api *cu, spc__CUcontext ctx);
+void spc__gpu_pop(const spc__cu_api *cu);
+
+/* ---- hooks of the host code ------------------------------------------- */
+
+/* The offset the daemon knows for byte `offset` of buffer b. */
+uint64_t spc__gpu_wire_offset(const spc_buffer *b, uint64_t offset);
+/* Free a device buffer (spc_buffer_free). */
+int spc__gpu_buffer_free(spc_buffer *b);
+/* At disconnect: forget device buffer b; the last of an allocation releases
+ * it with the daemon (while the connection works) and then frees memory
+ * the library allocated. The caller frees b. */
+void spc__gpu_buffer_forget(spc_buffer *b);
+/* At disconnect, after the buffers: events, contexts. */
+void spc__gpu_client_free(spc_client *c);
+
+/* An op on device tensors: the ready event recorded on stream (NULL: the
+ * legacy default stream) and both handles put in rq. ev->dev is -1 for
+ * host tensors (nothing done). */
+typedef struct {
+  spc__gpu_dev *dev;
+  int slot;
+} spc__gpu_opev;
+int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
+                       Spcoll__OpRequest *rq, spc__gpu_opev *ev);
+/* The request the events went with. */
+void spc__gpu_op_sent(const spc__gpu_opev *ev, const spc_request *req);
+
+/* spc_start with an explicit stream (client_op.c). */
+int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
+               const spc_tensor *out, void *stream, spc_request **req_p);
+
+#endif

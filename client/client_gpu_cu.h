@@ -1,0 +1,72 @@
+/* The few CUDA driver API types, constants and entry points libspclient
+ * uses, declared here (with the values of CUDA's cuda.h, checked against
+ * it by tests/unit/unit_client_cuda_abi.c) so the library builds without
+ * CUDA and loads libcuda.so.1 only when a device call needs it. */
+#ifndef SPC_CLIENT_GPU_CU_H
+#define SPC_CLIENT_GPU_CU_H
+
+#include <stddef.h>
+
+typedef int spc__CUresult;
+typedef int spc__CUdevice;
+typedef unsigned long long spc__CUdeviceptr;
+typedef struct spc__CUctx_st *spc__CUcontext;
+typedef struct spc__CUstream_st *spc__CUstream;
+typedef struct spc__CUevent_st *spc__CUevent;
+typedef struct { char reserved[64]; } spc__CUipcMemHandle;
+typedef struct { char reserved[64]; } spc__CUipcEventHandle;
+typedef struct { char bytes[16]; } spc__CUuuid;
+
+enum {
+  SPC__CUDA_SUCCESS = 0,
+  SPC__CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+  SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+  SPC__CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
+  SPC__CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+  SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+  SPC__CU_MEMORYTYPE_DEVICE = 2,
+  SPC__CU_EVENT_DISABLE_TIMING = 2,
+  SPC__CU_EVENT_INTERPROCESS = 4
+};
+
+/* Entry points, loaded with dlsym under the versioned names cuda.h maps
+ * the plain ones to. */
+#define SPC__CU_FUNCS(X)                                                     \
+  X(Init, "cuInit", (unsigned flags))                                        \
+  X(GetErrorString, "cuGetErrorString", (spc__CUresult r, const char **s))  \
+  X(DeviceGet, "cuDeviceGet", (spc__CUdevice * d, int ordinal))              \
+  X(DeviceGetCount, "cuDeviceGetCount", (int *n))                            \
+  X(DeviceGetUuid, "cuDeviceGetUuid_v2", (spc__CUuuid * u, spc__CUdevice d)) \
+  X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain",                      \
+    (spc__CUcontext * c, spc__CUdevice d))                                   \
+  X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2",                 \
+    (spc__CUdevice d))                                                       \
+  X(CtxPushCurrent, "cuCtxPushCurrent_v2", (spc__CUcontext c))               \
+  X(CtxPopCurrent, "cuCtxPopCurrent_v2", (spc__CUcontext * c))               \
+  X(CtxSynchronize, "cuCtxSynchronize", (void))                              \
+  X(PointerGetAttribute, "cuPointerGetAttribute",                            \
+    (void *data, int attr, spc__CUdeviceptr p))                              \
+  X(MemGetAddressRange, "cuMemGetAddressRange_v2",                           \
+    (spc__CUdeviceptr * base, size_t *size, spc__CUdeviceptr p))             \
+  X(IpcGetMemHandle, "cuIpcGetMemHandle",                                    \
+    (spc__CUipcMemHandle * h, spc__CUdeviceptr p))                           \
+  X(MemAlloc, "cuMemAlloc_v2", (spc__CUdeviceptr * p, size_t size))          \
+  X(MemFree, "cuMemFree_v2", (spc__CUdeviceptr p))                           \
+  X(MemsetD8, "cuMemsetD8_v2",                                               \
+    (spc__CUdeviceptr p, unsigned char v, size_t n))                         \
+  X(EventCreate, "cuEventCreate", (spc__CUevent * e, unsigned flags))        \
+  X(EventDestroy, "cuEventDestroy_v2", (spc__CUevent e))                     \
+  X(EventRecord, "cuEventRecord", (spc__CUevent e, spc__CUstream s))         \
+  X(EventSynchronize, "cuEventSynchronize", (spc__CUevent e))                \
+  X(IpcGetEventHandle, "cuIpcGetEventHandle",                                \
+    (spc__CUipcEventHandle * h, spc__CUevent e))                             \
+  X(StreamWaitEvent, "cuStreamWaitEvent",                                    \
+    (spc__CUstream s, spc__CUevent e, unsigned flags))
+
+typedef struct {
+#define SPC__CU_FIELD(name, sym, args) spc__CUresult (*name) args;
+  SPC__CU_FUNCS(SPC__CU_FIELD)
+#undef SPC__CU_FIELD
+} spc__cu_api;
+
+#endif

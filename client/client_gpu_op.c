@@ -1,0 +1,150 @@
+/* Stream order for ops on device tensors: an interprocess event recorded
+ * on the caller's stream goes with the op (the daemon's stream waits on
+ * it), and a second one the daemon records after its work is what
+ * spc_wait_on_stream makes the caller's stream wait on. Events are made by
+ * this library, so they live as long as the client: the daemon never hands
+ * out an event it would have to keep alive for a client it cannot see. */
+#include <string.h>
+
+#include "client_gpu.h"
+
+/* The next event pair of d, made on first use. */
+static int event_slot(spc_client *c, const spc__cu_api *cu, spc__gpu_dev *d,
+                      int *slot_p) {
+  int slot = d->next;
+  d->next = (d->next + 1) % SPC__GPU_EVENTS;
+  if (slot < d->nev) {
+    *slot_p = slot;
+    return SPC_OK;
+  }
+  /* Interprocess events must not time (CUDA requires DisableTiming). */
+  unsigned flags = SPC__CU_EVENT_INTERPROCESS | SPC__CU_EVENT_DISABLE_TIMING;
+  spc__CUresult r = cu->EventCreate(&d->ready[slot], flags);
+  if (r == SPC__CUDA_SUCCESS) {
+    r = cu->EventCreate(&d->done[slot], flags);
+    if (r != SPC__CUDA_SUCCESS)
+      cu->EventDestroy(d->ready[slot]);
+  }
+  if (r == SPC__CUDA_SUCCESS) {
+    r = cu->IpcGetEventHandle(&d->ready_h[slot], d->ready[slot]);
+    if (r == SPC__CUDA_SUCCESS)
+      r = cu->IpcGetEventHandle(&d->done_h[slot], d->done[slot]);
+    if (r != SPC__CUDA_SUCCESS) {
+      cu->EventDestroy(d->ready[slot]);
+      cu->EventDestroy(d->done[slot]);
+    }
+  }
+  if (r != SPC__CUDA_SUCCESS) {
+    d->next = slot;
+    return spc__fail(c, SPC_EDEVICE, "an interprocess event pair on CUDA "
+                     "device %d (cuEventCreate / cuIpcGetEventHandle): %s",
+                     d->device, spc__cu_str(cu, r));
+  }
+  d->nev = slot + 1;
+  *slot_p = slot;
+  return SPC_OK;
+}
+
+int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
+                       Spcoll__OpRequest *rq, spc__gpu_opev *ev) {
+  ev->dev = NULL;
+  if (in == NULL || in->buf == NULL || in->buf->gpu == NULL)
+    return SPC_OK;
+  const spc__cu_api *cu = spc__cu(c);
+  if (cu == NULL)
+    return SPC_EUNSUPPORTED;
+  spc__gpu_dev *d;
+  int slot = 0;
+  int rc = spc__gpu_dev_get(c, spc_buffer_device(in->buf), &d);
+  /* The stream's context, so the NULL stream means this GPU's. */
+  if (rc == SPC_OK)
+    rc = spc__gpu_push(c, cu, d->ctx);
+  if (rc < 0)
+    return rc;
+  rc = event_slot(c, cu, d, &slot);
+  if (rc == SPC_OK) {
+    spc__CUresult r = cu->EventRecord(d->ready[slot], (spc__CUstream)stream);
+    if (r != SPC__CUDA_SUCCESS)
+      rc = spc__fail(c, SPC_EDEVICE, "cuEventRecord on stream %p of CUDA "
+                     "device %d: %s", stream, d->device, spc__cu_str(cu, r));
+  }
+  spc__gpu_pop(cu);
+  if (rc < 0)
+    return rc;
+  rq->ready_event.len = sizeof(d->ready_h[slot]);
+  rq->ready_event.data = (uint8_t *)&d->ready_h[slot];
+  rq->done_event.len = sizeof(d->done_h[slot]);
+  rq->done_event.data = (uint8_t *)&d->done_h[slot];
+  ev->dev = d;
+  ev->slot = slot;
+  return SPC_OK;
+}
+
+void spc__gpu_op_sent(const spc__gpu_opev *ev, const spc_request *req) {
+  if (ev->dev != NULL)
+    ev->dev->req[ev->slot] = req->id;
+}
+
+int spc_start_on_stream(spc_group *g, const spc_op *op, const spc_tensor *in,
+                        const spc_tensor *out, spc_stream stream,
+                        spc_request **req_p) {
+  return spc__start(g, op, in, out, stream, req_p);
+}
+
+/* The event pair an outstanding request went with, if it still has it
+ * (a pair is reused after SPC__GPU_EVENTS later ops). */
+static spc__gpu_dev *request_pair(spc_client *c, uint64_t id, int *slot_p) {
+  spc__gpu_client *g = c->gpu;
+  for (int i = 0; g != NULL && i < g->ndevs; i++)
+    for (int k = 0; k < g->devs[i].nev; k++)
+      if (g->devs[i].req[k] == id) {
+        *slot_p = k;
+        return &g->devs[i];
+      }
+  return NULL;
+}
+
+int spc_wait_on_stream(spc_request **reqp, spc_stream stream) {
+  if (reqp == NULL || *reqp == NULL)
+    return SPC_EINVAL;
+  spc_request *req = *reqp;
+  spc_client *c = req->client;
+  int slot = 0;
+  spc__gpu_dev *d = request_pair(c, req->id, &slot);
+  *reqp = NULL;
+  Spcoll__Frame *reply = NULL;
+  int rc = spc__finish(c, req, &reply);
+  int recorded = rc == SPC_OK && reply != NULL &&
+                 reply->body_case == SPCOLL__FRAME__BODY_DONE &&
+                 reply->done->done_event_recorded;
+  if (reply != NULL)
+    spcoll__frame__free_unpacked(reply, NULL);
+  /* A pair already reused by a later op cannot be waited on; the daemon
+   * answers only once its work is complete, so nothing is lost then. */
+  if (d == NULL || !recorded)
+    return rc;
+  d->req[slot] = 0;
+  const spc__cu_api *cu = spc__cu(c);
+  if (cu == NULL)
+    return SPC_EUNSUPPORTED;
+  int prc = spc__gpu_push(c, cu, d->ctx);
+  if (prc < 0)
+    return prc;
+  spc__CUresult r = cu->StreamWaitEvent((spc__CUstream)stream, d->done[slot],
+                                        0);
+  spc__gpu_pop(cu);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuStreamWaitEvent on stream %p of "
+                     "CUDA device %d: %s", stream, d->device,
+                     spc__cu_str(cu, r));
+  return rc;
+}
+
+int spc_run_on_stream(spc_group *g, const spc_op *op, const spc_tensor *in,
+                      const spc_tensor *out, spc_stream stream) {
+  spc_request *req;
+  int rc = spc__start(g, op, in, out, stream, &req);
+  if (rc < 0)
+    return rc;
+  return spc_wait_on_stream(&req, stream);
+}

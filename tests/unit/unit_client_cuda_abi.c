@@ -1,0 +1,79 @@
+/* libspclient declares the few CUDA driver types, constants and entry
+ * points it uses itself (client/client_gpu_cu.h), so it builds and runs
+ * without CUDA. Where CUDA is found at build time this suite holds them
+ * against cuda.h and the driver library's exported names. */
+#include <check.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "client_gpu_cu.h"
+#include "spcoll.h"
+
+#ifdef SPC_HAVE_CUDA
+#include <cuda.h>
+
+_Static_assert((int)SPC__CUDA_SUCCESS == (int)CUDA_SUCCESS &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_CONTEXT ==
+                       (int)CU_POINTER_ATTRIBUTE_CONTEXT &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE ==
+                       (int)CU_POINTER_ATTRIBUTE_MEMORY_TYPE &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_BUFFER_ID ==
+                       (int)CU_POINTER_ATTRIBUTE_BUFFER_ID &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_IS_MANAGED ==
+                       (int)CU_POINTER_ATTRIBUTE_IS_MANAGED &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL ==
+                       (int)CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+                   (int)SPC__CU_MEMORYTYPE_DEVICE ==
+                       (int)CU_MEMORYTYPE_DEVICE &&
+                   (int)SPC__CU_EVENT_DISABLE_TIMING ==
+                       (int)CU_EVENT_DISABLE_TIMING &&
+                   (int)SPC__CU_EVENT_INTERPROCESS ==
+                       (int)CU_EVENT_INTERPROCESS,
+               "client_gpu_cu.h constants differ from cuda.h");
+_Static_assert(sizeof(spc__CUipcMemHandle) == sizeof(CUipcMemHandle) &&
+                   sizeof(spc__CUipcEventHandle) == sizeof(CUipcEventHandle) &&
+                   sizeof(spc__CUuuid) == sizeof(CUuuid) &&
+                   sizeof(spc__CUdeviceptr) == sizeof(CUdeviceptr) &&
+                   sizeof(spc__CUdevice) == sizeof(CUdevice) &&
+                   sizeof(spc__CUresult) == sizeof(CUresult),
+               "client_gpu_cu.h types differ from cuda.h");
+#endif
+
+/* Every entry point is exported by the driver under the name loaded. */
+START_TEST(entry_points_exist) {
+#if defined(SPC_HAVE_CUDA) && defined(SPC_CUDA_STUB)
+  void *lib = dlopen(SPC_CUDA_STUB, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(lib != NULL, "dlopen(%s): %s", SPC_CUDA_STUB, dlerror());
+#define CHECK_SYM(name, sym, args)                                           \
+  ck_assert_msg(dlsym(lib, sym) != NULL, "%s lacks %s", SPC_CUDA_STUB, sym);
+  SPC__CU_FUNCS(CHECK_SYM)
+#undef CHECK_SYM
+  dlclose(lib);
+#else
+  fprintf(stderr, "built without CUDA: no cuda.h or driver to hold the "
+          "declarations against\n");
+#endif
+}
+END_TEST
+
+/* Host buffers are not device memory; NULL arguments are refused. */
+START_TEST(public_checks) {
+  ck_assert_int_eq(spc_buffer_device(NULL), -1);
+  ck_assert_int_eq(spc_gpu_probe(NULL), SPC_EINVAL);
+  ck_assert_int_eq(spc_buffer_register_device(NULL, NULL, 0, NULL),
+                   SPC_EINVAL);
+  ck_assert_int_eq(spc_buffer_alloc_device(NULL, 0, 1, NULL), SPC_EINVAL);
+  ck_assert_int_eq(spc_wait_on_stream(NULL, NULL), SPC_EINVAL);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("client_cuda_abi");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, entry_points_exist);
+  tcase_add_test(tc, public_checks);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
