@@ -1,0 +1,156 @@
+/* The daemon's GPU state (ctx->gpu), made on the first device
+ * registration: the devices it sees, CUDA IPC mappings and events opened
+ * once and cached, stream pools, and the jobs the GPU movers hand to CUDA
+ * streams with their completion delivered on the loop thread. Loop thread
+ * only, but for the stream callbacks of gpu_job.c. Only files built with
+ * GPU_CFLAGS include this (it needs cuda_runtime.h). */
+#ifndef SPD_GPU_H
+#define SPD_GPU_H
+
+#ifdef SPC_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "engine.h"
+#include "gpu_desc.h"
+#include "op.h"
+
+#define SPD_GPU_MAX_DEV 64
+#define SPD_GPU_HANDLE 64 /* bytes of a CUDA IPC memory or event handle */
+
+/* Which mover runs device ops (SPCOLL_GPU_MOVER in spcolld's environment):
+ * auto: CUDA when a group's tensors share one GPU, NCCL across GPUs;
+ * cuda: always the CUDA mover (across GPUs through peer access);
+ * nccl: always NCCL, even within one GPU (send/recv to itself): the way
+ * to exercise the NCCL mover on a one-GPU machine. */
+enum { SPD_GPU_MOVER_AUTO, SPD_GPU_MOVER_CUDA, SPD_GPU_MOVER_NCCL };
+
+typedef struct {
+  uint8_t uuid[16];
+  int sms;                     /* multiprocessors: sizes kernel launches */
+  cudaStream_t *streams;       /* free streams of the pool */
+  int nstreams, cap;
+} spd_gpu_dev;
+
+/* An allocation of a client, opened with cudaIpcOpenMemHandle. */
+typedef struct spd_gpu_mem {
+  struct spd_gpu_mem *next;
+  uint8_t handle[SPD_GPU_HANDLE];
+  int dev;
+  uint8_t *base;
+  uint64_t size;               /* 0: cuMemGetAddressRange could not tell */
+  int refs;                    /* buffers registered on it */
+} spd_gpu_mem;
+
+/* A client's IPC event, opened with cudaIpcOpenEventHandle; cached per
+ * session, least recently used first out. */
+typedef struct spd_gpu_event {
+  struct spd_gpu_event *prev, *next;
+  uint64_t session;
+  uint8_t handle[SPD_GPU_HANDLE];
+  int dev;
+  cudaEvent_t ev;
+  int refs;                    /* op ranks holding it */
+} spd_gpu_event;
+
+struct spd_nccl_set;
+
+typedef struct spd_gpu {
+  spd_ctx *ctx;
+  int ndev;
+  spd_gpu_dev dev[SPD_GPU_MAX_DEV];
+  int mover;                   /* SPD_GPU_MOVER_* */
+  spd_gpu_mem *mems;
+  spd_gpu_event *ev_head, *ev_tail; /* most recently used first */
+  int nevents;
+  int range_warned;            /* cuMemGetAddressRange unavailable: said */
+  struct spd_nccl_set *nccl_sets;
+} spd_gpu;
+
+/* Per rank of an op on device tensors: its stream events. */
+typedef struct {
+  spd_gpu_event *ready, *done;
+  int dev;                     /* the rank's GPU */
+  int recorded;                /* done was recorded */
+} spd_gpu_rank;
+
+/* ctx->gpu, made on first use. SPK_EUNSUPPORTED naming why when CUDA
+ * finds no device. */
+int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err);
+
+/* The daemon's ordinal of the GPU with this UUID. */
+int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,
+                        int *dev_p, spk_err *err);
+
+/* "set device" with the call named on failure. */
+int spd_gpu_set_device(int dev, spk_err *err);
+
+/* A stream of dev's pool (made when the pool is empty); put it back when
+ * the work on it is done. */
+int spd_gpu_stream_get(spd_gpu *gpu, int dev, cudaStream_t *s_p,
+                       spk_err *err);
+void spd_gpu_stream_put(spd_gpu *gpu, int dev, cudaStream_t s);
+
+/* The client's event `handle` of session on dev, opened once; put drops
+ * the reference the open gave. */
+int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
+                       int dev, spd_gpu_event **ev_p, spk_err *err);
+void spd_gpu_event_put(spd_gpu_event *ev);
+
+/* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
+
+typedef struct spd_gpu_job spd_gpu_job;
+/* The mover's cleanup when every stream of the job is done (streams back
+ * to their pools, host memory freed); runs on the loop thread. */
+typedef void (*spd_gpu_job_fn)(spd_gpu_job *job);
+
+struct spd_gpu_job {
+  uv_async_t async;            /* signalled by the last stream callback */
+  spd_gpu *gpu;
+  spd_op *op;
+  spd_mover_done_cb done;
+  spd_gpu_job_fn finish;
+  int pending;                 /* stream callbacks outstanding, + 1 until
+                                * spd_gpu_job_arm */
+  int status;                  /* first cudaError_t a callback saw */
+  int fail_status;             /* an SPK_E* the mover found late */
+  char fail_msg[256];
+};
+
+/* Initialize job (the mover's struct starts with it) on the loop. */
+int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_op *op,
+                     spd_mover_done_cb done, spd_gpu_job_fn finish,
+                     spk_err *err);
+/* Count the work queued on s so far as the job's (a stream callback). */
+int spd_gpu_job_watch(spd_gpu_job *job, cudaStream_t s, spk_err *err);
+/* Every stream is watched: the job completes once their work is done. */
+void spd_gpu_job_arm(spd_gpu_job *job);
+/* Complete the job at once with an error for every rank (the mover found
+ * it after submission succeeded; nothing of it is on a stream). */
+void spd_gpu_job_fail(spd_gpu_job *job, int status, const char *msg);
+/* Forget a job that was never armed and has nothing queued (submission
+ * failed): frees it without calling done. */
+void spd_gpu_job_drop(spd_gpu_job *job);
+
+/* Make each rank's ready event a dependency of s (on device dev). */
+int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err);
+/* Record the done event of every rank on `dev` on stream s. */
+int spd_gpu_record_done(spd_op *op, int dev, cudaStream_t s, spk_err *err);
+
+/* Stream-ordered allocation on s's device (cudaMallocAsync), and the
+ * copy of host descriptors into it; free with cudaFreeAsync on s after
+ * the work that uses it. */
+int spd_gpu_alloc(cudaStream_t s, size_t bytes, void **dev_p, spk_err *err);
+int spd_gpu_copy_up(cudaStream_t s, void *dev, const void *host, size_t bytes,
+                    spk_err *err);
+
+/* One launch on s (the current device, with sms multiprocessors) of the
+ * list spd_cdesc_pack laid out for L, with plan p's dtype, scale and
+ * reduce op. */
+int spd_gpu_launch(const spk_plan *p, spk_claunch *L, int sms, cudaStream_t s,
+                   spk_err *err);
+
+#endif /* SPC_HAVE_CUDA */
+#endif

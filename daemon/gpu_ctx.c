@@ -1,0 +1,259 @@
+/* The daemon's GPU state: devices (by UUID), stream pools, and the cache
+ * of clients' IPC events. Made on the first device registration, so a
+ * daemon without a GPU starts and serves host groups as before. */
+#include "gpu.h"
+
+#ifdef SPC_HAVE_CUDA
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Events opened for clients, kept after their ops for the next ones; the
+ * least recently used beyond this many are destroyed. */
+#define EVENT_CACHE 4096
+/* Memory the stream-ordered allocator keeps for descriptors and staging
+ * instead of returning it to the driver after every op. */
+#define POOL_KEEP ((uint64_t)256 << 20)
+
+static void uuid_str(const uint8_t *u, char *buf, size_t len) {
+  snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+           "%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5],
+           u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+static int mover_policy(spd_ctx *ctx) {
+  const char *m = getenv("SPCOLL_GPU_MOVER");
+  if (m == NULL || m[0] == '\0' || strcmp(m, "auto") == 0)
+    return SPD_GPU_MOVER_AUTO;
+  if (strcmp(m, "cuda") == 0)
+    return SPD_GPU_MOVER_CUDA;
+  if (strcmp(m, "nccl") == 0)
+    return SPD_GPU_MOVER_NCCL;
+  SPD_WARN(&ctx->log, "SPCOLL_GPU_MOVER='%s' is not auto, cuda or nccl: "
+           "using auto", m);
+  return SPD_GPU_MOVER_AUTO;
+}
+
+static int dev_init(spd_gpu *gpu, int d, spk_err *err) {
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, d);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EDEVICE, "cudaGetDeviceProperties(%d): %s", d,
+                       cudaGetErrorString(e));
+  memcpy(gpu->dev[d].uuid, prop.uuid.bytes, 16);
+  gpu->dev[d].sms = prop.multiProcessorCount;
+  cudaMemPool_t pool;
+  uint64_t keep = POOL_KEEP;
+  e = cudaDeviceGetDefaultMemPool(&pool, d);
+  if (e == cudaSuccess)
+    e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess)
+    SPD_WARN(&gpu->ctx->log, "GPU %d: keeping %llu bytes in the memory pool "
+             "failed (cudaMemPoolSetAttribute: %s); going on", d,
+             (unsigned long long)keep, cudaGetErrorString(e));
+  char u[64];
+  uuid_str(gpu->dev[d].uuid, u, sizeof(u));
+  SPD_INFO(&gpu->ctx->log, "GPU %d: %s, %s, %d multiprocessors", d,
+           prop.name, u, prop.multiProcessorCount);
+  return SPK_OK;
+}
+
+int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
+  if (ctx->gpu != NULL) {
+    *gpu_p = ctx->gpu;
+    return SPK_OK;
+  }
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "spcolld has no GPU for "
+                       "device buffers: cudaGetDeviceCount: %s",
+                       cudaGetErrorString(e));
+  if (n == 0)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "spcolld has no GPU for "
+                       "device buffers: cudaGetDeviceCount found 0 devices");
+  spd_gpu *gpu = calloc(1, sizeof(*gpu));
+  if (gpu == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the GPU state failed");
+  gpu->ctx = ctx;
+  if (n > SPD_GPU_MAX_DEV) {
+    SPD_WARN(&ctx->log, "%d GPUs visible; using the first %d", n,
+             SPD_GPU_MAX_DEV);
+    n = SPD_GPU_MAX_DEV;
+  }
+  gpu->ndev = n;
+  for (int d = 0; d < n; d++) {
+    int rc = dev_init(gpu, d, err);
+    if (rc < 0) {
+      free(gpu);
+      return rc;
+    }
+  }
+  gpu->mover = mover_policy(ctx);
+  static const char *const policy[] = {"auto", "cuda", "nccl"};
+  SPD_INFO(&ctx->log, "GPU movers ready: %d device(s), mover policy %s%s", n,
+           policy[gpu->mover],
+#ifdef SPC_HAVE_NCCL
+           ""
+#else
+           " (built without NCCL)"
+#endif
+  );
+  ctx->gpu = gpu;
+  *gpu_p = gpu;
+  return SPK_OK;
+}
+
+int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,
+                        int *dev_p, spk_err *err) {
+  if (len != 16)
+    return spk_err_set(err, SPK_EINVAL, "device_uuid has %zu bytes, a CUDA "
+                       "device UUID has 16", len);
+  for (int d = 0; d < gpu->ndev; d++)
+    if (memcmp(gpu->dev[d].uuid, uuid, 16) == 0) {
+      *dev_p = d;
+      return SPK_OK;
+    }
+  char u[64];
+  uuid_str(uuid, u, sizeof(u));
+  return spk_err_set(err, SPK_EUNSUPPORTED, "the buffer's %s is not one of "
+                     "the %d GPU(s) spcolld sees (CUDA_VISIBLE_DEVICES of "
+                     "the daemon?)", u, gpu->ndev);
+}
+
+int spd_gpu_set_device(int dev, spk_err *err) {
+  cudaError_t e = cudaSetDevice(dev);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EDEVICE, "cudaSetDevice(%d): %s", dev,
+                       cudaGetErrorString(e));
+  return SPK_OK;
+}
+
+int spd_gpu_stream_get(spd_gpu *gpu, int dev, cudaStream_t *s_p,
+                       spk_err *err) {
+  spd_gpu_dev *g = &gpu->dev[dev];
+  if (g->nstreams > 0) {
+    *s_p = g->streams[--g->nstreams];
+    return SPK_OK;
+  }
+  int rc = spd_gpu_set_device(dev, err);
+  if (rc < 0)
+    return rc;
+  /* Non-blocking: the daemon's work must not wait on, or hold up, the
+   * legacy default stream. */
+  cudaError_t e = cudaStreamCreateWithFlags(s_p, cudaStreamNonBlocking);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EDEVICE, "cudaStreamCreateWithFlags on GPU "
+                       "%d: %s", dev, cudaGetErrorString(e));
+  return SPK_OK;
+}
+
+void spd_gpu_stream_put(spd_gpu *gpu, int dev, cudaStream_t s) {
+  spd_gpu_dev *g = &gpu->dev[dev];
+  if (g->nstreams == g->cap) {
+    int ncap = g->cap ? 2 * g->cap : 8;
+    cudaStream_t *p = realloc(g->streams, (size_t)ncap * sizeof(*p));
+    if (p == NULL) {
+      /* Cannot pool it: the stream is idle, so it can go. */
+      cudaStreamDestroy(s);
+      return;
+    }
+    g->streams = p;
+    g->cap = ncap;
+  }
+  g->streams[g->nstreams++] = s;
+}
+
+/* ---- client events ---------------------------------------------------- */
+
+static void ev_unlink(spd_gpu *gpu, spd_gpu_event *ev) {
+  if (ev->prev)
+    ev->prev->next = ev->next;
+  else
+    gpu->ev_head = ev->next;
+  if (ev->next)
+    ev->next->prev = ev->prev;
+  else
+    gpu->ev_tail = ev->prev;
+  ev->prev = ev->next = NULL;
+}
+
+static void ev_push_front(spd_gpu *gpu, spd_gpu_event *ev) {
+  ev->prev = NULL;
+  ev->next = gpu->ev_head;
+  if (gpu->ev_head)
+    gpu->ev_head->prev = ev;
+  gpu->ev_head = ev;
+  if (gpu->ev_tail == NULL)
+    gpu->ev_tail = ev;
+}
+
+/* Events of clients that went away are never looked up again: the cache
+ * bound retires them, oldest first, unless an op still holds them. */
+static void ev_trim(spd_gpu *gpu) {
+  spd_gpu_event *ev = gpu->ev_tail;
+  while (gpu->nevents > EVENT_CACHE && ev != NULL) {
+    spd_gpu_event *prev = ev->prev;
+    if (ev->refs == 0) {
+      ev_unlink(gpu, ev);
+      cudaError_t e = cudaEventDestroy(ev->ev);
+      if (e != cudaSuccess)
+        SPD_WARN(&gpu->ctx->log, "cudaEventDestroy of a client event: %s",
+                 cudaGetErrorString(e));
+      free(ev);
+      gpu->nevents--;
+    }
+    ev = prev;
+  }
+}
+
+int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
+                       int dev, spd_gpu_event **ev_p, spk_err *err) {
+  for (spd_gpu_event *ev = gpu->ev_head; ev != NULL; ev = ev->next)
+    if (ev->session == session && ev->dev == dev &&
+        memcmp(ev->handle, handle, SPD_GPU_HANDLE) == 0) {
+      ev_unlink(gpu, ev);
+      ev_push_front(gpu, ev);
+      ev->refs++;
+      *ev_p = ev;
+      return SPK_OK;
+    }
+  spd_gpu_event *ev = calloc(1, sizeof(*ev));
+  if (ev == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of an event record "
+                       "failed");
+  int rc = spd_gpu_set_device(dev, err);
+  if (rc < 0) {
+    free(ev);
+    return rc;
+  }
+  cudaIpcEventHandle_t h;
+  memcpy(&h, handle, sizeof(h));
+  cudaError_t e = cudaIpcOpenEventHandle(&ev->ev, h);
+  if (e != cudaSuccess) {
+    free(ev);
+    return spk_err_set(err, SPK_EDEVICE, "cudaIpcOpenEventHandle on GPU %d: "
+                       "%s (was the event made with cudaEventInterprocess | "
+                       "cudaEventDisableTiming?)", dev, cudaGetErrorString(e));
+  }
+  ev->session = session;
+  ev->dev = dev;
+  memcpy(ev->handle, handle, SPD_GPU_HANDLE);
+  ev->refs = 1;
+  ev_push_front(gpu, ev);
+  gpu->nevents++;
+  ev_trim(gpu);
+  *ev_p = ev;
+  return SPK_OK;
+}
+
+void spd_gpu_event_put(spd_gpu_event *ev) {
+  ev->refs--;
+}
+
+_Static_assert(sizeof(cudaIpcEventHandle_t) == SPD_GPU_HANDLE &&
+                   sizeof(cudaIpcMemHandle_t) == SPD_GPU_HANDLE,
+               "CUDA IPC handles are 64 bytes");
+
+#endif /* SPC_HAVE_CUDA */

@@ -1,0 +1,27 @@
+/* Device memory of clients, for buffer.c: a CUDA IPC handle opened once
+ * per allocation (cached and reference counted) and mapped into the
+ * daemon. No CUDA type here, so buffer.c builds the same with or without
+ * CUDA; without it every open fails with SPK_EUNSUPPORTED. */
+#ifndef SPD_GPU_IPC_H
+#define SPD_GPU_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "status.h"
+
+/* Open (or find open) the allocation of `handle` (hlen bytes) on the GPU
+ * of `uuid` and hand out [offset, offset + size) of it: *base_p is the
+ * daemon's device address of its first byte, *dev_p the daemon's ordinal
+ * of the GPU, *mem_p the mapping to release with spd_gpu_ipc_close. The
+ * range is checked against the allocation's size. */
+int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
+                     const uint8_t *uuid, size_t ulen, uint64_t offset,
+                     uint64_t size, void **mem_p, uint8_t **base_p,
+                     int *dev_p, spk_err *err);
+
+/* Drop one reference; the last closes the mapping. */
+void spd_gpu_ipc_close(spd_ctx *ctx, void *mem);
+
+#endif

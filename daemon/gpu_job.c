@@ -1,0 +1,185 @@
+/* GPU jobs: an op's work queued on CUDA streams, its completion seen by
+ * stream callbacks (on a CUDA thread) and delivered to the loop thread
+ * with uv_async, as the host mover delivers its own. A device error a
+ * callback reports fails the op on every rank instead of leaving it
+ * hanging. */
+#include "gpu.h"
+
+#ifdef SPC_HAVE_CUDA
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+/* Every rank still present gets the error; the op then completes through
+ * the usual done path (which frees it and starts the group's next op)
+ * with no rank left to answer. */
+static void job_fail_ranks(spd_op *op, int status, const char *msg) {
+  spd_ctx *ctx = op->group->ctx;
+  SPD_ERROR(&ctx->log, "group '%s' op %llu failed on the GPU: %s",
+            op->group->name, (unsigned long long)op->seq, msg);
+  for (int i = 0; i < op->group->world; i++) {
+    spd_op_rank *r = &op->ranks[i];
+    if (r->session == NULL)
+      continue;
+    spd_session_send_error(r->session, r->req, status, msg);
+    spd_op_forget_session(op, i);
+  }
+  ctx->stats.ops_failed++;
+}
+
+static void on_job_closed(uv_handle_t *h) {
+  spd_gpu_job *job = h->data;
+  if (job->finish != NULL)
+    job->finish(job);
+  if (job->status != cudaSuccess) {
+    char msg[256];
+    snprintf(msg, sizeof(msg), "a CUDA stream of the op failed: %s",
+             cudaGetErrorString((cudaError_t)job->status));
+    job_fail_ranks(job->op, SPK_EDEVICE, msg);
+  } else if (job->fail_status < 0) {
+    job_fail_ranks(job->op, job->fail_status, job->fail_msg);
+  }
+  spd_op *op = job->op;
+  spd_mover_done_cb done = job->done;
+  free(job);
+  done(op);
+}
+
+static void on_job_async(uv_async_t *a) {
+  uv_close((uv_handle_t *)a, on_job_closed);
+}
+
+int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_op *op,
+                     spd_mover_done_cb done, spd_gpu_job_fn finish,
+                     spk_err *err) {
+  int rc = uv_async_init(gpu->ctx->loop, &job->async, on_job_async);
+  if (rc < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "uv_async_init for a GPU job: %s",
+                       uv_strerror(rc));
+  job->async.data = job;
+  job->gpu = gpu;
+  job->op = op;
+  job->done = done;
+  job->finish = finish;
+  job->pending = 1; /* held until spd_gpu_job_arm */
+  job->status = cudaSuccess;
+  return SPK_OK;
+}
+
+/* Runs on a CUDA thread: no CUDA call here; record the first error and
+ * wake the loop once the job's last stream is done. */
+static void CUDART_CB on_stream_done(cudaStream_t s, cudaError_t status,
+                                     void *arg) {
+  spd_gpu_job *job = arg;
+  (void)s;
+  if (status != cudaSuccess) {
+    int ok = cudaSuccess;
+    __atomic_compare_exchange_n(&job->status, &ok, (int)status, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
+  if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) == 0)
+    uv_async_send(&job->async);
+}
+
+int spd_gpu_job_watch(spd_gpu_job *job, cudaStream_t s, spk_err *err) {
+  __atomic_add_fetch(&job->pending, 1, __ATOMIC_ACQ_REL);
+  /* cudaStreamAddCallback rather than cudaLaunchHostFunc: after a device
+   * error the callback still runs, with the error, so the op fails
+   * instead of never completing. */
+  cudaError_t e = cudaStreamAddCallback(s, on_stream_done, job, 0);
+  if (e != cudaSuccess) {
+    __atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL);
+    return spk_err_set(err, SPK_EDEVICE, "cudaStreamAddCallback: %s",
+                       cudaGetErrorString(e));
+  }
+  return SPK_OK;
+}
+
+void spd_gpu_job_arm(spd_gpu_job *job) {
+  if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) == 0)
+    uv_async_send(&job->async);
+}
+
+void spd_gpu_job_fail(spd_gpu_job *job, int status, const char *msg) {
+  job->fail_status = status;
+  snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", msg);
+  spd_gpu_job_arm(job);
+}
+
+static void on_dropped(uv_handle_t *h) {
+  spd_gpu_job *job = h->data;
+  if (job->finish != NULL)
+    job->finish(job);
+  free(job);
+}
+
+void spd_gpu_job_drop(spd_gpu_job *job) {
+  uv_close((uv_handle_t *)&job->async, on_dropped);
+}
+
+int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err) {
+  for (int i = 0; i < op->group->world; i++) {
+    spd_gpu_rank *g = op->ranks[i].gpu;
+    if (g == NULL || g->ready == NULL)
+      continue;
+    cudaError_t e = cudaStreamWaitEvent(s, g->ready->ev, 0);
+    if (e != cudaSuccess)
+      return spk_err_set(err, SPK_EDEVICE, "cudaStreamWaitEvent on rank %d's "
+                         "ready event: %s", i, cudaGetErrorString(e));
+  }
+  return SPK_OK;
+}
+
+int spd_gpu_record_done(spd_op *op, int dev, cudaStream_t s, spk_err *err) {
+  for (int i = 0; i < op->group->world; i++) {
+    spd_gpu_rank *g = op->ranks[i].gpu;
+    if (g == NULL || g->done == NULL || g->dev != dev)
+      continue;
+    cudaError_t e = cudaEventRecord(g->done->ev, s);
+    if (e != cudaSuccess)
+      return spk_err_set(err, SPK_EDEVICE, "cudaEventRecord of rank %d's "
+                         "done event: %s", i, cudaGetErrorString(e));
+    g->recorded = 1;
+  }
+  return SPK_OK;
+}
+
+int spd_gpu_alloc(cudaStream_t s, size_t bytes, void **dev_p, spk_err *err) {
+  void *d = NULL;
+  cudaError_t e = cudaMallocAsync(&d, bytes ? bytes : 1, s);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EDEVICE, "cudaMallocAsync of %zu bytes: %s",
+                       bytes, cudaGetErrorString(e));
+  *dev_p = d;
+  return SPK_OK;
+}
+
+int spd_gpu_copy_up(cudaStream_t s, void *dev, const void *host, size_t bytes,
+                    spk_err *err) {
+  if (bytes == 0)
+    return SPK_OK;
+  cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EDEVICE, "cudaMemcpyAsync of %zu descriptor "
+                       "bytes: %s", bytes, cudaGetErrorString(e));
+  return SPK_OK;
+}
+
+int spd_gpu_launch(const spk_plan *p, spk_claunch *L, int sms, cudaStream_t s,
+                   spk_err *err) {
+  if (L->nchunks == 0)
+    return SPK_OK;
+  L->dtype = p->dtype;
+  L->scale = p->scale;
+  L->red_op = p->red_op;
+  L->world = p->world;
+  /* Four blocks of 512 threads fill a multiprocessor. */
+  if (spk_cuda_launch(L, 4 * sms, s, err->msg, sizeof(err->msg)) < 0)
+    return SPK_EDEVICE;
+  return SPK_OK;
+}
+
+#endif /* SPC_HAVE_CUDA */

@@ -1,0 +1,188 @@
+#include "mover_cuda.h"
+
+#ifdef SPC_HAVE_CUDA
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  spd_gpu_job job;            /* first: the job callbacks get this struct */
+  int dev;
+  cudaStream_t stream;
+  cudaEvent_t joint;          /* end of the kernels, for other GPUs' events */
+  int nhelpers;
+  int *helper_dev;            /* streams of other GPUs recording done events */
+  cudaStream_t *helper;
+  void *host;                 /* the descriptors, until the copy is done */
+} cuda_job;
+
+static void cuda_finish(spd_gpu_job *j) {
+  cuda_job *cj = (cuda_job *)j;
+  if (cj->stream != NULL)
+    spd_gpu_stream_put(j->gpu, cj->dev, cj->stream);
+  for (int i = 0; i < cj->nhelpers; i++)
+    spd_gpu_stream_put(j->gpu, cj->helper_dev[i], cj->helper[i]);
+  if (cj->joint != NULL && cudaEventDestroy(cj->joint) != cudaSuccess)
+    SPD_WARN(&j->gpu->ctx->log, "cudaEventDestroy of a job's joint event "
+             "failed");
+  free(cj->helper_dev);
+  free(cj->helper);
+  free(cj->host);
+}
+
+/* Peer access from dev to every other GPU the op's tensors are on. */
+static int peers_enable(spd_op *op, int dev, spk_err *err) {
+  for (int i = 0; i < op->group->world; i++)
+    for (int t = 0; t < SPK_T_COUNT; t++) {
+      int peer = op->ranks[i].buf[t]->device, ok = 0;
+      if (peer == dev)
+        continue;
+      cudaError_t e = cudaDeviceCanAccessPeer(&ok, dev, peer);
+      if (e != cudaSuccess || !ok)
+        return spk_err_set(err, SPK_EUNSUPPORTED, "the CUDA mover on GPU %d "
+                           "cannot reach rank %d's tensor on GPU %d: no peer "
+                           "access (%s)", dev, i, peer,
+                           e != cudaSuccess ? cudaGetErrorString(e) : "none");
+      e = cudaDeviceEnablePeerAccess(peer, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled)
+        cudaGetLastError(); /* not an error here: clear it */
+      else if (e != cudaSuccess)
+        return spk_err_set(err, SPK_EDEVICE, "cudaDeviceEnablePeerAccess(%d) "
+                           "from GPU %d: %s", peer, dev,
+                           cudaGetErrorString(e));
+    }
+  return SPK_OK;
+}
+
+/* Done events of ranks on other GPUs: recorded on a stream of their GPU
+ * once the kernels are done (an event records only on its own GPU). */
+static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
+  spd_op *op = cj->job.op;
+  int world = op->group->world, rc = SPK_OK;
+  cj->helper_dev = calloc((size_t)world, sizeof(int));
+  cj->helper = calloc((size_t)world, sizeof(cudaStream_t));
+  if (cj->helper_dev == NULL || cj->helper == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of helper streams failed");
+  for (int i = 0; rc == SPK_OK && i < world; i++) {
+    spd_gpu_rank *g = op->ranks[i].gpu;
+    int seen = g == NULL || g->done == NULL || g->dev == cj->dev;
+    for (int k = 0; !seen && k < cj->nhelpers; k++)
+      seen = cj->helper_dev[k] == g->dev;
+    if (seen)
+      continue;
+    cudaError_t e = cudaSuccess;
+    if (cj->joint == NULL) {
+      e = cudaEventCreateWithFlags(&cj->joint, cudaEventDisableTiming);
+      if (e == cudaSuccess)
+        e = cudaEventRecord(cj->joint, cj->stream);
+      if (e != cudaSuccess)
+        return spk_err_set(err, SPK_EDEVICE, "a joint event on GPU %d: %s",
+                           cj->dev, cudaGetErrorString(e));
+    }
+    cudaStream_t s;
+    rc = spd_gpu_stream_get(cj->job.gpu, g->dev, &s, err);
+    if (rc < 0)
+      break;
+    cj->helper_dev[cj->nhelpers] = g->dev;
+    cj->helper[cj->nhelpers++] = s;
+    e = cudaStreamWaitEvent(s, cj->joint, 0);
+    if (e != cudaSuccess)
+      return spk_err_set(err, SPK_EDEVICE, "cudaStreamWaitEvent on GPU %d: "
+                         "%s", g->dev, cudaGetErrorString(e));
+    rc = spd_gpu_set_device(g->dev, err);
+    if (rc == SPK_OK)
+      rc = spd_gpu_record_done(op, g->dev, s, err);
+    if (rc == SPK_OK)
+      rc = spd_gpu_job_watch(&cj->job, s, err);
+  }
+  return rc;
+}
+
+/* Descriptors of both phases in one upload; the kernels, the done events
+ * and the completion callback, in stream order. */
+static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
+  spd_op *op = cj->job.op;
+  spd_gpu *gpu = cj->job.gpu;
+  size_t at1 = (spd_cdesc_packed_size(&l[0]) + 255) & ~(size_t)255;
+  size_t total = at1 + spd_cdesc_packed_size(&l[1]);
+  void *d = NULL;
+  spk_claunch L[2];
+  cj->host = malloc(total ? total : 1);
+  if (cj->host == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu descriptor bytes "
+                       "failed", total);
+  int rc = spd_gpu_wait_ready(op, cj->stream, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_alloc(cj->stream, total, &d, err);
+  if (rc < 0)
+    return rc;
+  spd_cdesc_pack(&l[0], cj->host, (uint64_t)(uintptr_t)d, &L[0]);
+  spd_cdesc_pack(&l[1], (uint8_t *)cj->host + at1,
+                 (uint64_t)(uintptr_t)d + at1, &L[1]);
+  int sms = gpu->dev[cj->dev].sms;
+  rc = spd_gpu_copy_up(cj->stream, d, cj->host, total, err);
+  /* Moves may read what reduce steps wrote: phase 1 after phase 0. */
+  for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
+    rc = spd_gpu_launch(&op->plan, &L[ph], sms, cj->stream, err);
+  cudaError_t e = cudaFreeAsync(d, cj->stream);
+  if (rc == SPK_OK && e != cudaSuccess)
+    rc = spk_err_set(err, SPK_EDEVICE, "cudaFreeAsync of descriptors: %s",
+                     cudaGetErrorString(e));
+  if (rc == SPK_OK)
+    rc = spd_gpu_record_done(op, cj->dev, cj->stream, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_job_watch(&cj->job, cj->stream, err);
+  if (rc == SPK_OK)
+    rc = record_done_elsewhere(cj, err);
+  return rc;
+}
+
+int spd_mover_cuda_submit(spd_gpu *gpu, spd_op *op, int dev,
+                          spd_mover_done_cb done, spk_err *err) {
+  cuda_job *cj = calloc(1, sizeof(*cj));
+  if (cj == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a CUDA job failed");
+  int rc = spd_gpu_job_init(gpu, &cj->job, op, done, cuda_finish, err);
+  if (rc < 0) {
+    free(cj);
+    return rc;
+  }
+  cj->dev = dev;
+  spd_cdesc_list l[2];
+  uint64_t chunk = spd_cdesc_chunk_for(op->plan.bytes, gpu->dev[dev].sms);
+  spd_cdesc_list_init(&l[0], chunk);
+  spd_cdesc_list_init(&l[1], chunk);
+  for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
+    rc = spd_cdesc_from_plan(&l[ph], &op->plan, op->bases, ph, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_set_device(dev, err);
+  if (rc == SPK_OK)
+    rc = peers_enable(op, dev, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_stream_get(gpu, dev, &cj->stream, err);
+  int queued = rc == SPK_OK;
+  if (rc == SPK_OK)
+    rc = cuda_enqueue(cj, l, err);
+  SPD_DEBUG(&gpu->ctx->log, "group '%s' op %llu: cuda mover on GPU %d, %zu "
+            "reduce and %zu copy steps in %llu + %llu chunks of %llu bytes",
+            op->group->name, (unsigned long long)op->seq, dev, l[0].n, l[1].n,
+            (unsigned long long)l[0].nchunks,
+            (unsigned long long)l[1].nchunks, (unsigned long long)chunk);
+  spd_cdesc_list_free(&l[0]);
+  spd_cdesc_list_free(&l[1]);
+  if (rc < 0) {
+    /* Whatever was queued reads the op's buffers, which the failure frees:
+     * let it finish first. */
+    if (queued && cudaStreamSynchronize(cj->stream) != cudaSuccess)
+      cudaGetLastError();
+    for (int i = 0; i < cj->nhelpers; i++)
+      if (cudaStreamSynchronize(cj->helper[i]) != cudaSuccess)
+        cudaGetLastError();
+    spd_gpu_job_drop(&cj->job);
+    return rc;
+  }
+  spd_gpu_job_arm(&cj->job);
+  return SPK_OK;
+}
+
+#endif /* SPC_HAVE_CUDA */

@@ -1,0 +1,470 @@
+#include "mover_nccl.h"
+
+#ifdef SPC_HAVE_NCCL
+
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_route.h"
+
+enum { SET_INIT, SET_READY };
+
+typedef struct nccl_job nccl_job;
+
+/* Communicators over one set of GPUs, with a stream per GPU. Every op on
+ * the set goes through these streams, so ops on a communicator are issued
+ * in one order on every device (NCCL requires it). */
+typedef struct spd_nccl_set {
+  struct spd_nccl_set *next;
+  spd_gpu *gpu;
+  int n;
+  int *devs;                  /* ascending; NCCL rank i is on devs[i] */
+  ncclComm_t *comms;
+  cudaStream_t *streams;
+  int state;
+  ncclResult_t init_rc;
+  uv_work_t work;
+  nccl_job *waiting, **wait_tail; /* ops that came during the init */
+} spd_nccl_set;
+
+struct nccl_job {
+  spd_gpu_job job;            /* first: the job callbacks get this struct */
+  spd_nccl_set *set;          /* may be freed before the job (failed init) */
+  int ndev;
+  int *rank_dev;              /* rank -> index in set->devs */
+  void **host;                /* per device: its descriptors */
+  nccl_job *next_wait;
+};
+
+static void set_str(const spd_nccl_set *set, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < set->n && at < len; i++) {
+    int w = snprintf(buf + at, len - at, "%s%d", i ? "," : "", set->devs[i]);
+    at += w > 0 ? (size_t)w : 0;
+  }
+}
+
+static int nccl_err(int rc_nccl, const char *call, const spd_nccl_set *set,
+                    spk_err *err) {
+  char devs[128];
+  set_str(set, devs, sizeof(devs));
+  return spk_err_set(err, SPK_EDEVICE, "%s over GPUs %s: %s (%s)", call, devs,
+                     ncclGetErrorString((ncclResult_t)rc_nccl),
+                     ncclGetLastError(NULL));
+}
+
+static void nccl_finish(spd_gpu_job *j) {
+  nccl_job *nj = (nccl_job *)j;
+  if (nj->host != NULL)
+    for (int i = 0; i < nj->ndev; i++)
+      free(nj->host[i]);
+  free(nj->host);
+  free(nj->rank_dev);
+}
+
+/* ---- communicator sets -------------------------------------------------- */
+
+static void set_free(spd_nccl_set *set) {
+  free(set->devs);
+  free(set->comms);
+  free(set->streams);
+  free(set);
+}
+
+/* Threadpool: ncclCommInitAll can take seconds, the loop must not wait. */
+static void set_init_work(uv_work_t *w) {
+  spd_nccl_set *set = w->data;
+  set->init_rc = ncclCommInitAll(set->comms, set->n, set->devs);
+}
+
+static int nccl_run(nccl_job *nj, spk_err *err);
+
+static void set_init_after(uv_work_t *w, int status) {
+  spd_nccl_set *set = w->data;
+  spd_gpu *gpu = set->gpu;
+  spk_err err;
+  int rc = SPK_OK;
+  char devs[128];
+  set_str(set, devs, sizeof(devs));
+  if (status < 0)
+    rc = spk_err_set(&err, SPK_ESYSTEM, "NCCL init over GPUs %s did not run: "
+                     "%s", devs, uv_strerror(status));
+  else if (set->init_rc != ncclSuccess)
+    rc = nccl_err(set->init_rc, "ncclCommInitAll", set, &err);
+  for (int i = 0; rc == SPK_OK && i < set->n; i++) {
+    rc = spd_gpu_set_device(set->devs[i], &err);
+    cudaError_t e = rc == SPK_OK ? cudaStreamCreateWithFlags(
+                                       &set->streams[i], cudaStreamNonBlocking)
+                                 : cudaSuccess;
+    if (e != cudaSuccess)
+      rc = spk_err_set(&err, SPK_EDEVICE, "cudaStreamCreateWithFlags on GPU "
+                       "%d: %s", set->devs[i], cudaGetErrorString(e));
+  }
+  nccl_job *waiting = set->waiting;
+  set->waiting = NULL;
+  set->wait_tail = &set->waiting;
+  if (rc == SPK_OK) {
+    SPD_INFO(&gpu->ctx->log, "NCCL communicators over GPUs %s ready", devs);
+    set->state = SET_READY;
+  } else {
+    /* Forget the set: the next op on these GPUs tries again. */
+    SPD_ERROR(&gpu->ctx->log, "%s", err.msg);
+    for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
+      if (*p == set) {
+        *p = set->next;
+        break;
+      }
+    if (set->init_rc == ncclSuccess && status >= 0)
+      for (int i = 0; i < set->n; i++)
+        ncclCommDestroy(set->comms[i]);
+  }
+  while (waiting != NULL) {
+    nccl_job *nj = waiting;
+    waiting = nj->next_wait;
+    spk_err jerr;
+    int jrc = rc == SPK_OK ? nccl_run(nj, &jerr) : rc;
+    if (jrc < 0)
+      spd_gpu_job_fail(&nj->job, jrc, rc == SPK_OK ? jerr.msg : err.msg);
+  }
+  if (rc < 0)
+    set_free(set);
+}
+
+static int set_get(spd_gpu *gpu, const int *dev, int world,
+                   spd_nccl_set **set_p, spk_err *err) {
+  int sorted[SPD_GPU_MAX_DEV], n = 0;
+  for (int r = 0; r < world; r++) {
+    int at = 0;
+    while (at < n && sorted[at] < dev[r])
+      at++;
+    if (at < n && sorted[at] == dev[r])
+      continue;
+    memmove(&sorted[at + 1], &sorted[at], (size_t)(n - at) * sizeof(int));
+    sorted[at] = dev[r];
+    n++;
+  }
+  for (spd_nccl_set *s = gpu->nccl_sets; s != NULL; s = s->next)
+    if (s->n == n && memcmp(s->devs, sorted, (size_t)n * sizeof(int)) == 0) {
+      *set_p = s;
+      return SPK_OK;
+    }
+  spd_nccl_set *set = calloc(1, sizeof(*set));
+  if (set != NULL) {
+    set->devs = malloc((size_t)n * sizeof(int));
+    set->comms = calloc((size_t)n, sizeof(ncclComm_t));
+    set->streams = calloc((size_t)n, sizeof(cudaStream_t));
+  }
+  if (set == NULL || !set->devs || !set->comms || !set->streams) {
+    if (set)
+      set_free(set);
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of an NCCL set of %d "
+                       "GPUs failed", n);
+  }
+  memcpy(set->devs, sorted, (size_t)n * sizeof(int));
+  set->n = n;
+  set->gpu = gpu;
+  set->state = SET_INIT;
+  set->wait_tail = &set->waiting;
+  set->work.data = set;
+  int rc = uv_queue_work(gpu->ctx->loop, &set->work, set_init_work,
+                         set_init_after);
+  if (rc < 0) {
+    set_free(set);
+    return spk_err_set(err, SPK_ESYSTEM, "uv_queue_work for NCCL init: %s",
+                       uv_strerror(rc));
+  }
+  set->next = gpu->nccl_sets;
+  gpu->nccl_sets = set;
+  *set_p = set;
+  return SPK_OK;
+}
+
+/* ---- running a plan ----------------------------------------------------- */
+
+static ncclDataType_t nccl_type(spk_dtype dt) {
+  switch (dt) {
+  case SPK_F32: return ncclFloat32;
+  case SPK_F64: return ncclFloat64;
+  case SPK_F16: return ncclFloat16;
+  case SPK_BF16: return ncclBfloat16;
+  case SPK_I8: return ncclInt8;
+  case SPK_U8: return ncclUint8;
+  case SPK_I32: return ncclInt32;
+  default: return ncclInt64;
+  }
+}
+
+static ncclRedOp_t nccl_op(int red) {
+  return red == SPK_RED_MAX ? ncclMax : red == SPK_RED_MIN ? ncclMin : ncclSum;
+}
+
+/* The collective the plan is exactly, when every rank is alone on its GPU
+ * and in NCCL rank order; else SPD_COLL_NONE. */
+static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
+  spd_op *op = nj->job.op;
+  int world = op->group->world;
+  if (world != nj->set->n)
+    return SPD_COLL_NONE;
+  for (int r = 0; r < world; r++)
+    if (nj->rank_dev[r] != r)
+      return SPD_COLL_NONE;
+  uint64_t *in = malloc(2 * (size_t)world * sizeof(uint64_t));
+  if (in == NULL)
+    return SPD_COLL_NONE;
+  uint64_t *out = in + world;
+  size_t esize = spk_dtype_size(op->plan.dtype);
+  for (int r = 0; r < world; r++) {
+    int64_t n;
+    spk_shape_numel(&op->ranks[r].args.in, esize, &n, NULL);
+    in[r] = (uint64_t)n * esize;
+    spk_shape_numel(&op->ranks[r].args.out, esize, &n, NULL);
+    out[r] = (uint64_t)n * esize;
+  }
+  spd_coll c = spd_route_collective(&op->plan, op->ranks[0].args.op, in, out,
+                                    count_p);
+  free(in);
+  return c;
+}
+
+static int run_collective(nccl_job *nj, spd_coll c, uint64_t bytes,
+                          spk_err *err) {
+  spd_op *op = nj->job.op;
+  spd_nccl_set *set = nj->set;
+  const spk_plan *p = &op->plan;
+  ncclDataType_t t = nccl_type(p->dtype);
+  size_t count = bytes / spk_dtype_size(p->dtype);
+  ncclResult_t r = ncclGroupStart();
+  for (int i = 0; r == ncclSuccess && i < set->n; i++) {
+    const void *in = op->bases[i * SPK_T_COUNT + SPK_T_IN];
+    void *out = op->bases[i * SPK_T_COUNT + SPK_T_OUT];
+    switch (c) {
+    case SPD_COLL_ALL_GATHER:
+      r = ncclAllGather(in, out, bytes, ncclUint8, set->comms[i],
+                        set->streams[i]);
+      break;
+    case SPD_COLL_ALL_TO_ALL:
+      r = ncclAlltoAll(in, out, bytes, ncclUint8, set->comms[i],
+                       set->streams[i]);
+      break;
+    case SPD_COLL_REDUCE_SCATTER:
+      r = ncclReduceScatter(in, out, count, t, nccl_op(p->red_op),
+                            set->comms[i], set->streams[i]);
+      break;
+    default:
+      r = ncclAllReduce(in, out, count, t, nccl_op(p->red_op), set->comms[i],
+                        set->streams[i]);
+      break;
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r != ncclSuccess)
+    return nccl_err(r, spd_coll_name(c), set, err);
+  if (end != ncclSuccess)
+    return nccl_err(end, "ncclGroupEnd", set, err);
+  return SPK_OK;
+}
+
+/* One ncclSend/ncclRecv per device pair with bytes in phase ph. */
+static int exchange(nccl_job *nj, const spd_route *rt, int ph,
+                    uint8_t *const *stage, spk_err *err) {
+  spd_nccl_set *set = nj->set;
+  int n = set->n, any = 0;
+  for (size_t i = 0; i < (size_t)n * n; i++)
+    any |= rt->bytes[SPD_ROUTE_AT(rt, ph, 0, 0) + i] != 0;
+  if (!any)
+    return SPK_OK;
+  ncclResult_t r = ncclGroupStart();
+  for (int s = 0; r == ncclSuccess && s < n; s++)
+    for (int d = 0; r == ncclSuccess && d < n; d++) {
+      uint64_t bytes = rt->bytes[SPD_ROUTE_AT(rt, ph, s, d)];
+      if (bytes == 0)
+        continue;
+      r = ncclSend(stage[s] + rt->send_off[SPD_ROUTE_AT(rt, ph, s, d)], bytes,
+                   ncclUint8, d, set->comms[s], set->streams[s]);
+      if (r == ncclSuccess)
+        r = ncclRecv(stage[d] + rt->recv_base[d] +
+                         rt->recv_off[SPD_ROUTE_AT(rt, ph, d, s)],
+                     bytes, ncclUint8, s, set->comms[d], set->streams[d]);
+    }
+  ncclResult_t end = ncclGroupEnd();
+  if (r != ncclSuccess)
+    return nccl_err(r, "ncclSend/ncclRecv", set, err);
+  if (end != ncclSuccess)
+    return nccl_err(end, "ncclGroupEnd", set, err);
+  return SPK_OK;
+}
+
+/* Device i's four lists (pack and post of both phases) in one upload. */
+static int upload_lists(nccl_job *nj, spd_route *rt, int i, void **d_p,
+                        spk_claunch *L, spk_err *err) {
+  int n = nj->set->n;
+  spd_cdesc_list *lists[4] = {&rt->pack[i], &rt->post[i], &rt->pack[n + i],
+                              &rt->post[n + i]};
+  size_t at[4], total = 0;
+  for (int k = 0; k < 4; k++) {
+    at[k] = total;
+    total += (spd_cdesc_packed_size(lists[k]) + 255) & ~(size_t)255;
+  }
+  nj->host[i] = malloc(total ? total : 1);
+  if (nj->host[i] == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu descriptor bytes "
+                       "failed", total);
+  int rc = spd_gpu_alloc(nj->set->streams[i], total, d_p, err);
+  if (rc < 0)
+    return rc;
+  for (int k = 0; k < 4; k++)
+    spd_cdesc_pack(lists[k], (uint8_t *)nj->host[i] + at[k],
+                   (uint64_t)(uintptr_t)*d_p + at[k], &L[k]);
+  return spd_gpu_copy_up(nj->set->streams[i], *d_p, nj->host[i], total, err);
+}
+
+static int run_route(nccl_job *nj, spk_err *err) {
+  spd_op *op = nj->job.op;
+  spd_nccl_set *set = nj->set;
+  spd_gpu *gpu = nj->job.gpu;
+  int n = set->n, rc;
+  spd_route rt;
+  uint8_t **stage = calloc((size_t)n, sizeof(*stage));
+  void **desc = calloc((size_t)n, sizeof(*desc));
+  spk_claunch *L = calloc(4 * (size_t)n, sizeof(*L));
+  uint64_t chunk = spd_cdesc_chunk_for(op->plan.bytes / (uint64_t)n,
+                                       gpu->dev[set->devs[0]].sms);
+  rc = spd_route_init(&rt, &op->plan, nj->rank_dev, n,
+                      gpu->mover == SPD_GPU_MOVER_NCCL, chunk, err);
+  if (rc == SPK_OK && (!stage || !desc || !L))
+    rc = spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
+  for (int i = 0; rc == SPK_OK && i < n; i++) {
+    rc = spd_gpu_set_device(set->devs[i], err);
+    if (rc == SPK_OK && rt.stage_bytes[i])
+      rc = spd_gpu_alloc(set->streams[i], rt.stage_bytes[i],
+                         (void **)&stage[i], err);
+  }
+  if (rc == SPK_OK)
+    rc = spd_route_build(&rt, &op->plan, op->bases, nj->rank_dev, stage, err);
+  for (int i = 0; rc == SPK_OK && i < n; i++) {
+    rc = spd_gpu_set_device(set->devs[i], err);
+    if (rc == SPK_OK)
+      rc = upload_lists(nj, &rt, i, &desc[i], &L[4 * i], err);
+  }
+  for (int ph = 0; rc == SPK_OK && ph < 2; ph++) {
+    for (int i = 0; rc == SPK_OK && i < n; i++) {
+      rc = spd_gpu_set_device(set->devs[i], err);
+      if (rc == SPK_OK)
+        rc = spd_gpu_launch(&op->plan, &L[4 * i + 2 * ph],
+                            gpu->dev[set->devs[i]].sms, set->streams[i], err);
+    }
+    if (rc == SPK_OK)
+      rc = exchange(nj, &rt, ph, stage, err);
+    for (int i = 0; rc == SPK_OK && i < n; i++) {
+      rc = spd_gpu_set_device(set->devs[i], err);
+      if (rc == SPK_OK)
+        rc = spd_gpu_launch(&op->plan, &L[4 * i + 2 * ph + 1],
+                            gpu->dev[set->devs[i]].sms, set->streams[i], err);
+    }
+  }
+  /* Freed in stream order, after the work that uses them. */
+  for (int i = 0; i < n && stage != NULL && desc != NULL; i++) {
+    if (stage[i] != NULL)
+      cudaFreeAsync(stage[i], set->streams[i]);
+    if (desc[i] != NULL)
+      cudaFreeAsync(desc[i], set->streams[i]);
+  }
+  SPD_DEBUG(&gpu->ctx->log, "group '%s' op %llu: nccl mover, send/recv over "
+            "%d GPU(s)%s, %llu-byte chunks", op->group->name,
+            (unsigned long long)op->seq, n, rt.self_p2p ? " (forced)" : "",
+            (unsigned long long)chunk);
+  spd_route_free(&rt);
+  free(stage);
+  free(desc);
+  free(L);
+  return rc;
+}
+
+static void streams_sync(spd_nccl_set *set) {
+  for (int i = 0; i < set->n; i++)
+    if (cudaStreamSynchronize(set->streams[i]) != cudaSuccess)
+      cudaGetLastError();
+}
+
+static int nccl_run(nccl_job *nj, spk_err *err) {
+  spd_op *op = nj->job.op;
+  spd_nccl_set *set = nj->set;
+  int n = set->n, rc = SPK_OK;
+  nj->host = calloc((size_t)n, sizeof(void *));
+  if (nj->host == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
+  for (int i = 0; rc == SPK_OK && i < n; i++) {
+    rc = spd_gpu_set_device(set->devs[i], err);
+    if (rc == SPK_OK)
+      rc = spd_gpu_wait_ready(op, set->streams[i], err);
+  }
+  uint64_t count = 0;
+  spd_coll c = rc == SPK_OK ? plan_collective(nj, &count) : SPD_COLL_NONE;
+  if (rc == SPK_OK && c != SPD_COLL_NONE) {
+    SPD_DEBUG(&nj->job.gpu->ctx->log, "group '%s' op %llu: nccl mover, %s of "
+              "%llu bytes per rank", op->group->name,
+              (unsigned long long)op->seq, spd_coll_name(c),
+              (unsigned long long)count);
+    rc = run_collective(nj, c, count, err);
+  } else if (rc == SPK_OK) {
+    rc = run_route(nj, err);
+  }
+  for (int i = 0; rc == SPK_OK && i < n; i++) {
+    rc = spd_gpu_set_device(set->devs[i], err);
+    if (rc == SPK_OK)
+      rc = spd_gpu_record_done(op, set->devs[i], set->streams[i], err);
+    if (rc == SPK_OK)
+      rc = spd_gpu_job_watch(&nj->job, set->streams[i], err);
+  }
+  if (rc < 0) {
+    /* What was queued reads the op's buffers, which the failure frees. */
+    streams_sync(set);
+    return rc;
+  }
+  spd_gpu_job_arm(&nj->job);
+  return SPK_OK;
+}
+
+int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
+                          spd_mover_done_cb done, spk_err *err) {
+  int world = op->group->world;
+  spd_nccl_set *set;
+  int rc = set_get(gpu, dev, world, &set, err);
+  if (rc < 0)
+    return rc;
+  nccl_job *nj = calloc(1, sizeof(*nj));
+  if (nj == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of an NCCL job failed");
+  rc = spd_gpu_job_init(gpu, &nj->job, op, done, nccl_finish, err);
+  if (rc < 0) {
+    free(nj);
+    return rc;
+  }
+  nj->set = set;
+  nj->ndev = set->n;
+  nj->rank_dev = malloc((size_t)world * sizeof(int));
+  if (nj->rank_dev == NULL) {
+    spd_gpu_job_drop(&nj->job);
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %d ranks failed",
+                       world);
+  }
+  for (int r = 0; r < world; r++)
+    for (int i = 0; i < set->n; i++)
+      if (set->devs[i] == dev[r])
+        nj->rank_dev[r] = i;
+  if (set->state == SET_INIT) {
+    /* Runs when the communicators are made (set_init_after). */
+    *set->wait_tail = nj;
+    set->wait_tail = &nj->next_wait;
+    return SPK_OK;
+  }
+  rc = nccl_run(nj, err);
+  if (rc < 0)
+    spd_gpu_job_drop(&nj->job);
+  return rc;
+}
+
+#endif /* SPC_HAVE_NCCL */

@@ -1,0 +1,20 @@
+/* The NCCL mover: communicators the daemon owns over the node's GPUs
+ * (ncclCommInitAll, one set per distinct device set, cached and shared by
+ * every group and framework on those devices). A plan that is exactly an
+ * NCCL collective runs as one; any other runs as packed blocks exchanged
+ * with grouped ncclSend/ncclRecv (gpu_route.c). */
+#ifndef SPD_MOVER_NCCL_H
+#define SPD_MOVER_NCCL_H
+
+#include "gpu.h"
+
+#ifdef SPC_HAVE_NCCL
+/* Run op's plan over the GPUs dev[r] (the daemon's ordinal of rank r's
+ * GPU). The first op on a device set waits for its communicators, made
+ * off the loop thread. done(op) runs on the loop thread when the work is
+ * complete (or failed: then every rank got an error). */
+int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
+                          spd_mover_done_cb done, spk_err *err);
+#endif
+
+#endif

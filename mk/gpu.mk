@@ -1,0 +1,72 @@
+# The GPU path (CUDA IPC buffers, the CUDA and NCCL movers): nvcc rules for
+# kernels/*.cu, CUDA flags for the daemon's GPU sources, the GPU suites
+# (tests/gpu) and the GPU benchmark. Without CUDA under CUDA_HOME nothing
+# here changes the build: the GPU sources compile to their stubs, the suites
+# to programs that print "skipped" and exit 77.
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCHS ?= 80 90
+# No exceptions and no guarded statics: the object then needs no libstdc++
+# and links into the C daemon with cc.
+NVCC_FLAGS := -std=c++17 -O3 -g -Xcompiler -fPIC -Xcompiler -Wall \
+  -Xcompiler -fno-exceptions -Xcompiler -fno-threadsafe-statics -Ikernels \
+  $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+
+CU_SRC := $(wildcard kernels/*.cu)
+CU_OBJ := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC)))
+
+$(BUILD)/kernels/%.cu.o: kernels/%.cu kernels/plan_cuda.h kernels/plan.h \
+  kernels/types.h kernels/status.h
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# CUDA headers are system headers here: our -Werror is for our code.
+GPU_CFLAGS_SYS := $(subst -I$(CUDA_HOME)/include,-isystem $(CUDA_HOME)/include,$(GPU_CFLAGS))
+
+# The daemon's GPU sources see CUDA and NCCL; the kernels link into spcolld
+# and into the daemon unit suites (which link the daemon's objects).
+GPU_DAEMON_OBJ := $(call obj,daemon/engine_gpu.c daemon/gpu_ctx.c \
+  daemon/gpu_ipc.c daemon/gpu_job.c daemon/mover_cuda.c daemon/mover_nccl.c)
+$(GPU_DAEMON_OBJ): CFLAGS += $(GPU_CFLAGS_SYS)
+$(SPCOLLD): $(CU_OBJ)
+$(filter $(BUILD)/tests/unit_daemon_%,$(UNIT_BIN)): $(CU_OBJ)
+
+# The client's own declarations of the driver API, held against cuda.h and
+# the driver stub's exported names.
+$(BUILD)/tests/unit/unit_client_cuda_abi.o: CFLAGS += $(GPU_USER_CFLAGS) \
+  $(if $(HAVE_CUDA),-DSPC_CUDA_STUB='"$(CUDA_HOME)/lib64/stubs/libcuda.so"')
+
+# GPU suites: tests/gpu/test_gpu_*.c, run by tests/run.sh with the others.
+# They use the CUDA runtime themselves (to fill and read device memory);
+# libspclient stays free of any CUDA link (it loads libcuda at run time).
+GPU_TEST_SRC := $(wildcard tests/gpu/test_gpu_*.c)
+GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
+GPU_TEST_LIB := $(BUILD)/tests/gpu/gpu_testlib.o
+GPU_USER_CFLAGS := $(if $(HAVE_CUDA),-DSPC_HAVE_CUDA -isystem $(CUDA_HOME)/include)
+GPU_USER_LIBS := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 \
+  -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart)
+
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) $(GPU_USER_CFLAGS) -Itests \
+	  -Itests/integ -MMD -MP -c $< -o $@
+
+$(GPU_TEST_BIN): $(BUILD)/tests/test_gpu_%: $(BUILD)/tests/gpu/test_gpu_%.o \
+  $(GPU_TEST_LIB) $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) \
+	  $(GPU_USER_LIBS) -lm
+
+# The GPU benchmark (same-GPU all-to-all and all-gather next to the
+# device-to-device copy bandwidth of the same run): scripts/gpu_run.sh.
+GPU_BENCH := $(BUILD)/bin/spcoll-gpu-bench
+$(BUILD)/bench/gpu_bench.o: CFLAGS += $(GPU_USER_CFLAGS)
+$(GPU_BENCH): $(BUILD)/bench/gpu_bench.o $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS) $(GPU_USER_LIBS) -lm
+
+all: $(GPU_TEST_BIN) $(GPU_BENCH)
+
+.PHONY: gpu-run
+# On a machine with a GPU: the GPU suites and benchmark, logs under OUT.
+gpu-run: all
+	$(Q)BUILD=$(BUILD) sh scripts/gpu_run.sh

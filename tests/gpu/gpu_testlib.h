@@ -1,0 +1,44 @@
+/* What the GPU suites share: the skip when there is no GPU (decided in a
+ * child process, because CUDA must not be initialized before the suites
+ * fork their rank processes), device memory helpers over the CUDA runtime,
+ * and the daemon's stats counters. */
+#ifndef GPT_GPU_TESTLIB_H
+#define GPT_GPU_TESTLIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "harness.h"
+
+/* Number of CUDA devices, found in a child process; 0 with why filled
+ * when there is none (or no CUDA in this build). */
+int gpt_gpu_count(char *why, size_t len);
+
+/* Print "skipped: no GPU (why)" and exit 77 unless a GPU is there;
+ * returns the device count. */
+int gpt_require_gpu(void);
+
+/* A counter of the daemon's stats (text format, section "counters"),
+ * through its stats socket; -1 when it cannot be read. */
+long long gpt_stat(const spt_daemon *d, const char *name);
+
+/* The daemon's log on stderr when SPCOLL_GPU_LOGS=1 (the GPU run keeps
+ * them), before it is stopped and removed. */
+void gpt_keep_log(const spt_daemon *d);
+
+#ifdef SPC_HAVE_CUDA
+#include <cuda_runtime.h>
+
+/* Fail the rank with the call named when a CUDA call fails. */
+#define GPT_CUDA(call)                                                       \
+  do {                                                                       \
+    cudaError_t e_ = (call);                                                 \
+    if (e_ != cudaSuccess) {                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,          \
+              cudaGetErrorString(e_));                                       \
+      return 1;                                                              \
+    }                                                                        \
+  } while (0)
+#endif
+
+#endif

@@ -1,0 +1,149 @@
+/* Wrong device work gets a clear error and nothing else is disturbed: an
+ * op mixing host and device tensors, a device tensor not aligned to its
+ * elements, a host pointer registered as device memory, an IPC handle the
+ * daemon cannot open, freeing allocated device memory that other buffers
+ * still use. After all of them the same ranks run a device op and a host
+ * op. Without a GPU: "skipped: no GPU", exit 77. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "client_internal.h"
+#include "gpu_testlib.h"
+
+#ifdef SPC_HAVE_CUDA
+
+static spt_daemon daemon_;
+
+static int expect(spc_client *c, int rank, const char *what, int rc, int want,
+                  const char *needle) {
+  if (rc == want && (needle == NULL || strstr(spc_last_error(c), needle)))
+    return 0;
+  fprintf(stderr, "rank %d: %s: got %d (%s), want %d with '%s'\n", rank, what,
+          rc, spc_last_error(c), want, needle ? needle : "");
+  return 1;
+}
+
+/* A registration of 64 bytes of garbage as the IPC handle of an
+ * allocation on the daemon's GPU with this UUID. */
+static int register_bogus(spc_client *c, const void *uuid) {
+  uint8_t handle[64];
+  memset(handle, 0x5a, sizeof(handle));
+  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  reg.size = 4096;
+  reg.ipc_handle.len = sizeof(handle);
+  reg.ipc_handle.data = handle;
+  reg.device_uuid.len = 16;
+  reg.device_uuid.data = (uint8_t *)uuid;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
+  f.buf_register = &reg;
+  return spc__call(c, &f, -1, NULL);
+}
+
+static int rank_main(int rank, int world, void *arg) {
+  (void)arg;
+  int bad = 0;
+  GPT_CUDA(cudaSetDevice(0));
+  struct cudaDeviceProp prop;
+  GPT_CUDA(cudaGetDeviceProperties(&prop, 0));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *h, *d;
+  if (c == NULL || spc_group_join(c, "gpu-errors", world, rank, &g) < 0 ||
+      spc_buffer_alloc(c, 1 << 16, &h) < 0 ||
+      spc_buffer_alloc_device(c, 0, 1 << 16, &d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  int64_t in_s[1] = {64}, out_s[1] = {64 * 2};
+  spc_tensor hx, hy, dx, dy, odd;
+  spc_tensor_init(&hx, h, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&hy, h, 4096, SPC_FLOAT32, 1, out_s);
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, 4096, SPC_FLOAT32, 1, out_s);
+  spc_tensor_init(&odd, d, 2, SPC_FLOAT32, 1, in_s);
+
+  /* rank 0 gathers from device into host memory: every rank hears it */
+  int rc = spc_all_gather(g, &dx, rank == 0 ? &hy : &dy, 0, NULL);
+  bad |= expect(c, rank, "mixed host and device", rc, SPC_EINVAL,
+                "must all be host or all device");
+  rc = spc_all_gather(g, rank == 1 ? &odd : &dx, &dy, 0, NULL);
+  bad |= expect(c, rank, "unaligned device tensor", rc, SPC_EINVAL,
+                "not aligned");
+  /* local errors: no op is sent */
+  spc_buffer *x;
+  rc = spc_buffer_register_device(c, spc_tensor_data(&hx), 64, &x);
+  bad |= expect(c, rank, "host memory as device", rc, SPC_EINVAL,
+                "not CUDA device memory");
+  rc = register_bogus(c, prop.uuid.bytes);
+  bad |= expect(c, rank, "bogus IPC handle", rc, SPC_EDEVICE,
+                "cudaIpcOpenMemHandle");
+  spc_buffer *inner;
+  rc = spc_buffer_register_device(c, (char *)spc_buffer_data(d) + 256, 256,
+                                  &inner);
+  bad |= expect(c, rank, "register inside", rc, SPC_OK, NULL);
+  rc = spc_buffer_free(d);
+  bad |= expect(c, rank, "free allocated memory still used", rc, SPC_EINVAL,
+                "free them first");
+  bad |= expect(c, rank, "free inner", spc_buffer_free(inner), SPC_OK, NULL);
+
+  /* and everything still works */
+  float *host_in = malloc(64 * sizeof(float)), *got = malloc(128 * 4);
+  for (int i = 0; i < 64; i++)
+    host_in[i] = (float)(rank * 100 + i);
+  GPT_CUDA(cudaMemcpy(spc_tensor_data(&dx), host_in, 64 * sizeof(float),
+                      cudaMemcpyHostToDevice));
+  rc = spc_all_gather(g, &dx, &dy, 0, NULL);
+  bad |= expect(c, rank, "device all_gather after errors", rc, SPC_OK, NULL);
+  GPT_CUDA(cudaMemcpy(got, spc_tensor_data(&dy), 128 * sizeof(float),
+                      cudaMemcpyDeviceToHost));
+  for (int i = 0; rc == 0 && i < 128; i++)
+    if (got[i] != (float)((i / 64) * 100 + i % 64)) {
+      fprintf(stderr, "rank %d: gathered[%d] = %g\n", rank, i, got[i]);
+      bad = 1;
+      break;
+    }
+  memcpy(spc_tensor_data(&hx), host_in, 64 * sizeof(float));
+  rc = spc_all_gather(g, &hx, &hy, 0, NULL);
+  bad |= expect(c, rank, "host all_gather after errors", rc, SPC_OK, NULL);
+  free(host_in);
+  free(got);
+  bad |= expect(c, rank, "free allocated memory", spc_buffer_free(d), SPC_OK,
+                NULL);
+  spc_disconnect(c);
+  return bad;
+}
+
+START_TEST(device_errors_are_clear_and_contained) {
+  const char *const extra[] = {"--log-level", "debug", NULL};
+  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
+  int failed = spt_run_ranks(2, rank_main, NULL, 120);
+  gpt_keep_log(&daemon_);
+  if (failed)
+    spt_daemon_dump_log(&daemon_);
+  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+  ck_assert_int_eq(failed, 0);
+}
+END_TEST
+
+int main(void) {
+  gpt_require_gpu();
+  Suite *s = suite_create("gpu_errors");
+  TCase *tc = tcase_create("gpu_errors");
+  tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, device_errors_are_clear_and_contained);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
+
+#else /* !SPC_HAVE_CUDA */
+
+int main(void) {
+  gpt_require_gpu();
+  return 77;
+}
+
+#endif
