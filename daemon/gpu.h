@@ -80,6 +80,10 @@ typedef struct {
  * finds no device. */
 int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err);
 
+/* Release everything but the IPC mappings (gpu_ipc.c closes those) and
+ * free gpu: the end of spd_gpu_free. */
+void spd_gpu_state_free(spd_gpu *gpu);
+
 /* The daemon's ordinal of the GPU with this UUID. */
 int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,
                         int *dev_p, spk_err *err);

@@ -5,6 +5,8 @@
 
 #ifdef SPC_HAVE_CUDA
 
+#include "mover_nccl.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +105,24 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
   ctx->gpu = gpu;
   *gpu_p = gpu;
   return SPK_OK;
+}
+
+void spd_gpu_state_free(spd_gpu *gpu) {
+#ifdef SPC_HAVE_NCCL
+  spd_mover_nccl_free(gpu);
+#endif
+  while (gpu->ev_head != NULL) {
+    spd_gpu_event *ev = gpu->ev_head;
+    gpu->ev_head = ev->next;
+    cudaEventDestroy(ev->ev);
+    free(ev);
+  }
+  for (int d = 0; d < gpu->ndev; d++) {
+    for (int i = 0; i < gpu->dev[d].nstreams; i++)
+      cudaStreamDestroy(gpu->dev[d].streams[i]);
+    free(gpu->dev[d].streams);
+  }
+  free(gpu);
 }
 
 int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,

@@ -158,6 +158,19 @@ void spd_gpu_ipc_close(spd_ctx *ctx, void *mem) {
     mem_close(ctx->gpu, m);
 }
 
+void spd_gpu_free(spd_ctx *ctx) {
+  spd_gpu *gpu = ctx->gpu;
+  if (gpu == NULL)
+    return;
+  while (gpu->mems != NULL) {
+    SPD_WARN(&ctx->log, "GPU %d: an IPC mapping still open at exit (%d "
+             "buffers): closing it", gpu->mems->dev, gpu->mems->refs);
+    mem_close(gpu, gpu->mems);
+  }
+  spd_gpu_state_free(gpu);
+  ctx->gpu = NULL;
+}
+
 #else /* !SPC_HAVE_CUDA */
 
 int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
@@ -176,6 +189,10 @@ int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
 
 void spd_gpu_ipc_close(spd_ctx *ctx, void *mem) {
   (void)ctx, (void)mem;
+}
+
+void spd_gpu_free(spd_ctx *ctx) {
+  (void)ctx;
 }
 
 #endif

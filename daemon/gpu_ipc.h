@@ -1,7 +1,8 @@
 /* Device memory of clients, for buffer.c: a CUDA IPC handle opened once
  * per allocation (cached and reference counted) and mapped into the
- * daemon. No CUDA type here, so buffer.c builds the same with or without
- * CUDA; without it every open fails with SPK_EUNSUPPORTED. */
+ * daemon; and the GPU state's teardown for the shutdown path. No CUDA
+ * type here, so callers build the same with or without CUDA; without it
+ * every open fails with SPK_EUNSUPPORTED. */
 #ifndef SPD_GPU_IPC_H
 #define SPD_GPU_IPC_H
 
@@ -23,5 +24,10 @@ int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
 
 /* Drop one reference; the last closes the mapping. */
 void spd_gpu_ipc_close(spd_ctx *ctx, void *mem);
+
+/* At exit, once no op runs: NCCL communicators, streams, cached events
+ * and mappings still open are released and ctx->gpu freed. A no-op when
+ * no device buffer was ever registered. */
+void spd_gpu_free(spd_ctx *ctx);
 
 #endif

@@ -11,38 +11,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session.h"
-
-/* Every rank still present gets the error; the op then completes through
- * the usual done path (which frees it and starts the group's next op)
- * with no rank left to answer. */
-static void job_fail_ranks(spd_op *op, int status, const char *msg) {
-  spd_ctx *ctx = op->group->ctx;
-  SPD_ERROR(&ctx->log, "group '%s' op %llu failed on the GPU: %s",
-            op->group->name, (unsigned long long)op->seq, msg);
-  for (int i = 0; i < op->group->world; i++) {
-    spd_op_rank *r = &op->ranks[i];
-    if (r->session == NULL)
-      continue;
-    spd_session_send_error(r->session, r->req, status, msg);
-    spd_op_forget_session(op, i);
-  }
-  ctx->stats.ops_failed++;
-}
-
+/* Every stream of the job is done: the mover cleans up, then the op
+ * completes through the usual done path, failed (op->fail_status: every
+ * rank hears why) when a stream reported an error or the mover found one
+ * after submission. */
 static void on_job_closed(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
+  spd_op *op = job->op;
   if (job->finish != NULL)
     job->finish(job);
   if (job->status != cudaSuccess) {
-    char msg[256];
-    snprintf(msg, sizeof(msg), "a CUDA stream of the op failed: %s",
-             cudaGetErrorString((cudaError_t)job->status));
-    job_fail_ranks(job->op, SPK_EDEVICE, msg);
+    op->fail_status = SPK_EDEVICE;
+    snprintf(op->fail_msg, sizeof(op->fail_msg), "a CUDA stream of the op "
+             "failed: %s", cudaGetErrorString((cudaError_t)job->status));
   } else if (job->fail_status < 0) {
-    job_fail_ranks(job->op, job->fail_status, job->fail_msg);
+    op->fail_status = job->fail_status;
+    snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", job->fail_msg);
   }
-  spd_op *op = job->op;
+  if (op->fail_status < 0)
+    SPD_ERROR(&job->gpu->ctx->log, "group '%s' op %llu failed on the GPU: "
+              "%s", op->group->name, (unsigned long long)op->seq,
+              op->fail_msg);
   spd_mover_done_cb done = job->done;
   free(job);
   done(op);

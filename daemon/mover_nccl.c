@@ -467,4 +467,23 @@ int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
   return rc;
 }
 
+void spd_mover_nccl_free(spd_gpu *gpu) {
+  while (gpu->nccl_sets != NULL) {
+    spd_nccl_set *set = gpu->nccl_sets;
+    gpu->nccl_sets = set->next;
+    if (set->state != SET_READY) {
+      /* Its init still runs in the threadpool and owns the set. */
+      continue;
+    }
+    for (int i = 0; i < set->n; i++) {
+      ncclResult_t r = ncclCommDestroy(set->comms[i]);
+      if (r != ncclSuccess)
+        SPD_WARN(&gpu->ctx->log, "ncclCommDestroy on GPU %d: %s",
+                 set->devs[i], ncclGetErrorString(r));
+      cudaStreamDestroy(set->streams[i]);
+    }
+    set_free(set);
+  }
+}
+
 #endif /* SPC_HAVE_NCCL */

@@ -15,6 +15,9 @@
  * complete (or failed: then every rank got an error). */
 int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
                           spd_mover_done_cb done, spk_err *err);
+
+/* At exit, no op running: destroy the communicators and their streams. */
+void spd_mover_nccl_free(spd_gpu *gpu);
 #endif
 
 #endif
