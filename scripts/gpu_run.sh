@@ -28,10 +28,11 @@ exclude() {
 
 prepare() {
   build=${1:-build-gpu}
-  make --no-print-directory config | grep -q "cuda: found" || {
-    echo "gpu_run: CUDA not found under CUDA_HOME: nothing to stage" >&2
-    exit 1
-  }
+  case "$(make --no-print-directory config)" in
+    *"cuda: found"*) ;;
+    *) echo "gpu_run: CUDA not found under CUDA_HOME: nothing to stage" >&2
+       exit 1 ;;
+  esac
   exclude "/$build/"
   exclude "/.gpurun/"
   exclude "/.devlibs/"
