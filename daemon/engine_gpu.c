@@ -26,13 +26,30 @@ int spd_engine_gpu_wants(const spd_op *op) {
   return 0;
 }
 
+/* Device tensors cross nodes only once the UCX engine moves device memory;
+ * until then it must never see a device address. */
+static int device_off_node(const spd_op_rank *r, const Spcoll__OpRequest *rq,
+                           spk_err *err) {
+  int device = 0;
+  for (int t = 0; t < SPK_T_COUNT; t++)
+    device |= r->buf[t] != NULL && r->buf[t]->kind == SPD_BUF_DEVICE;
+  spd_member *m = device ? spd_session_member(r->session, rq->group_id)
+                         : NULL;
+  if (m != NULL && m->group->multinode)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "device tensors in group '%s', "
+                       "which spans nodes: not supported yet",
+                       m->group->name);
+  return SPK_OK;
+}
+
 #ifdef SPC_HAVE_CUDA
 
 int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
                              spk_err *err) {
   size_t nr = rq->ready_event.len, nd = rq->done_event.len;
-  if (nr == 0 && nd == 0)
-    return SPK_OK;
+  int rc = device_off_node(r, rq, err);
+  if (rc < 0 || (nr == 0 && nd == 0))
+    return rc;
   if ((nr != 0 && nr != SPD_GPU_HANDLE) || (nd != 0 && nd != SPD_GPU_HANDLE))
     return spk_err_set(err, SPK_EINVAL, "stream events of %zu and %zu bytes: "
                        "a CUDA IPC event handle has %d", nr, nd,
@@ -48,7 +65,6 @@ int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
                        "failed");
   r->gpu = g; /* freed with the op, also on failure below */
   g->dev = b->device;
-  int rc = SPK_OK;
   if (nr)
     rc = spd_gpu_event_open(ctx->gpu, r->session->id, rq->ready_event.data,
                             g->dev, &g->ready, err);
@@ -168,7 +184,9 @@ int spd_engine_gpu_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
 
 int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
                              spk_err *err) {
-  (void)r;
+  int rc = device_off_node(r, rq, err);
+  if (rc < 0)
+    return rc;
   if (rq->ready_event.len != 0 || rq->done_event.len != 0)
     return spk_err_set(err, SPK_EUNSUPPORTED, "stream events, but spcolld was "
                        "built without CUDA");
