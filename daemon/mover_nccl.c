@@ -226,6 +226,13 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
   spd_coll c = spd_route_collective(&op->plan, op->ranks[0].args.op, in, out,
                                     count_p);
   free(in);
+  /* ncclAlltoAll came with NCCL 2.28; the libnccl loaded at run time (a
+   * Python wheel's, say) may be older: send/recv then. */
+  static int version;
+  if (version == 0 && ncclGetVersion(&version) != ncclSuccess)
+    version = -1;
+  if (c == SPD_COLL_ALL_TO_ALL && version < 22800)
+    c = SPD_COLL_NONE;
   return c;
 }
 
