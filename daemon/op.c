@@ -331,14 +331,21 @@ void spd_op_start(spd_op *op) {
     rc = op_plan(op, &err);
   if (rc == SPK_OK)
     rc = op_bases(op, &err);
-  op->submitted_ns = spd_now_ns();
-  if (rc == SPK_OK)
-    rc = spd_engine_submit(op, op_done, &err);
   if (rc < 0) {
     spd_op_fail(op, rc, err.msg);
     return;
   }
+  /* Running before the engine has it: an engine with nothing to do here
+   * (a node with no part in the op) completes it inside the call. */
+  op->submitted_ns = spd_now_ns();
   op->running = 1;
   g->running = 1;
   ctx->running_ops++;
+  rc = spd_engine_submit(op, op_done, &err);
+  if (rc < 0) {
+    op->running = 0;
+    g->running = 0;
+    ctx->running_ops--;
+    spd_op_fail(op, rc, err.msg);
+  }
 }

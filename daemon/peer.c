@@ -98,6 +98,7 @@ static void peer_lost(spd_peers *P, int node, const char *why) {
     spd_peer_ep_close(P, p->ep);
   p->ep = NULL;
   p->up = 0;
+  p->heard = 0;
   in_eps_close(P, node);
   spd_peer_xfers_cancel(P, node);
   if (!was_up) {
@@ -108,7 +109,18 @@ static void peer_lost(spd_peers *P, int node, const char *why) {
   spd_peers_on_lost(P->ctx, node, why);
 }
 
-static void send_hello(spd_peers *P, int node);
+static void send_hello(spd_peers *P, int node, int answer);
+
+/* Up once we heard its Hello and have an endpoint to it. */
+static void peer_check_up(spd_peers *P, int node) {
+  spd_peer *p = &P->peer[node];
+  if (p->up || !p->heard || p->ep == NULL)
+    return;
+  p->up = 1;
+  SPD_INFO(&P->ctx->log, "node %d up (%s:%d)", node,
+           P->ctx->cfg.peers[node].host, P->ctx->cfg.peers[node].port);
+  spd_peers_on_up(P->ctx, node);
+}
 
 static int resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
                    socklen_t *len, char *why, size_t wlen) {
@@ -153,7 +165,8 @@ static void peer_connect(spd_peers *P, int node) {
     return;
   }
   p->connect_ns = spd_now_ns();
-  send_hello(P, node);
+  send_hello(P, node, 0);
+  peer_check_up(P, node);
 }
 
 static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
@@ -168,20 +181,28 @@ static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
   }
   if (p->up && p->incarnation != h->incarnation)
     peer_lost(P, node, "its daemon restarted");
-  spd_in_ep *in;
-  TAILQ_FOREACH(in, &P->in_eps, link)
-    if (in->ep == reply_ep)
+  /* The endpoint this Hello came on is the node's; older ones of it are
+   * leftovers of earlier attempts, whose errors must not count. */
+  spd_in_ep *in = TAILQ_FIRST(&P->in_eps), *next;
+  for (; in != NULL; in = next) {
+    next = TAILQ_NEXT(in, link);
+    if (in->ep == reply_ep) {
       in->node = node;
+    } else if (in->node == node) {
+      TAILQ_REMOVE(&P->in_eps, in, link);
+      spd_peer_ep_close(P, in->ep);
+      free(in);
+    }
+  }
   p->incarnation = h->incarnation;
   p->heard_ns = spd_now_ns();
+  p->departed = 0;
+  p->heard = 1;
   if (p->ep == NULL)
-    peer_connect(P, node);
-  if (p->ep == NULL || p->up)
-    return;
-  p->up = 1;
-  SPD_INFO(&P->ctx->log, "node %d up (%s:%d)", node,
-           P->ctx->cfg.peers[node].host, P->ctx->cfg.peers[node].port);
-  spd_peers_on_up(P->ctx, node);
+    peer_connect(P, node); /* says Hello itself */
+  else if (!h->answer)
+    send_hello(P, node, 1); /* it may not have heard ours (a new try) */
+  peer_check_up(P, node);
 }
 
 /* ---- control messages --------------------------------------------------- */
@@ -221,13 +242,14 @@ static void am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
     free(buf);
 }
 
-static void send_hello(spd_peers *P, int node) {
+static void send_hello(spd_peers *P, int node, int answer) {
   Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
   Spcoll__Peer__Hello h = SPCOLL__PEER__HELLO__INIT;
   h.protocol_version = SPD_PEER_PROTOCOL;
   h.node = (uint32_t)P->ctx->cfg.node_index;
   h.incarnation = P->incarnation;
   h.nnodes = (uint32_t)P->ctx->cfg.npeers;
+  h.answer = answer;
   m.body_case = SPCOLL__PEER__MSG__BODY_HELLO;
   m.hello = &h;
   am_send(P, node, &m, 1);
@@ -270,7 +292,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t hlen,
 
 static void on_conn_request(ucp_conn_request_h conn, void *arg) {
   spd_peers *P = arg;
-  spd_in_ep *in = calloc(1, sizeof(*in));
+  spd_in_ep *in = P->stopping ? NULL : calloc(1, sizeof(*in));
   if (in == NULL) {
     ucp_listener_reject(P->listener, conn);
     return;
@@ -325,7 +347,11 @@ static void event_handle(spd_peers *P, spd_peer_event *ev) {
   case EV_MSG:
     if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO)
       peer_hello(P, ev->node, ev->msg->hello, ev->reply_ep);
-    else if (P->peer[ev->node].up) {
+    else if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_BYE) {
+      P->peer[ev->node].departed = 1;
+      peer_lost(P, ev->node, "its daemon stopped");
+    }
+    else if (P->peer[ev->node].heard) {
       P->peer[ev->node].heard_ns = spd_now_ns();
       if (ev->msg->body_case != SPCOLL__PEER__MSG__BODY_HEARTBEAT)
         spd_peers_on_msg(P->ctx, ev->node, ev->msg);
@@ -333,8 +359,7 @@ static void event_handle(spd_peers *P, spd_peer_event *ev) {
     spcoll__peer__msg__free_unpacked(ev->msg, NULL);
     break;
   case EV_EP_ERROR:
-    if (!P->stopping)
-      ep_error(P, ev);
+    ep_error(P, ev); /* while stopping too: running ops must hear of it */
     break;
   case EV_XFER:
     spd_peer_xfer_finish(P, ev->xfer); /* ev lives in the stream */
@@ -388,7 +413,7 @@ static void on_tick(uv_timer_t *t) {
       am_send(P, n, &m, 0);
     } else if (p->ep != NULL && now - p->connect_ns > limit) {
       peer_lost(P, n, "no Hello in time");
-    } else if (p->ep == NULL) {
+    } else if (p->ep == NULL && !p->departed && !P->stopping) {
       peer_connect(P, n);
     }
   }
@@ -522,24 +547,65 @@ static void on_handle_closed(uv_handle_t *h) {
     peers_free(P);
 }
 
+/* First thing at a stop: tell every peer, so that none calls back while
+ * we go (UCX 1.13 can crash on a connection request that reaches a
+ * listener being destroyed), and make no new connections ourselves. */
+void spd_peers_quiesce(spd_ctx *ctx) {
+  spd_peers *P = ctx->peers;
+  if (P == NULL || P->stopping)
+    return;
+  P->stopping = 1;
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Bye bye = SPCOLL__PEER__BYE__INIT;
+  m.body_case = SPCOLL__PEER__MSG__BODY_BYE;
+  m.bye = &bye;
+  for (int n = 0; n < ctx->cfg.npeers; n++)
+    if (P->peer[n].up)
+      am_send(P, n, &m, 0);
+}
+
+/* Close our endpoints after what they carry (the Byes) went out, waiting
+ * at most a second; then force what is left. */
+static void out_eps_close(spd_peers *P) {
+  void *reqs[SPD_MAX_NODES];
+  int n = 0;
+  ucp_request_param_t prm = {.op_attr_mask = 0};
+  for (int i = 0; i < P->ctx->cfg.npeers; i++) {
+    spd_peer *p = &P->peer[i];
+    if (p->ep == NULL)
+      continue;
+    void *req = ucp_ep_close_nbx(p->ep, &prm);
+    if (UCS_PTR_IS_PTR(req))
+      reqs[n++] = req;
+    p->ep = NULL;
+    spd_peer_xfers_cancel(P, i);
+  }
+  uint64_t until = spd_now_ns() + 1000000000u;
+  for (int i = 0; i < n; i++) {
+    while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS &&
+           spd_now_ns() < until)
+      ucp_worker_progress(P->worker);
+    if (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS)
+      ucp_request_cancel(P->worker, reqs[i]);
+    ucp_request_free(reqs[i]);
+  }
+}
+
 void spd_peers_stop(spd_ctx *ctx) {
   spd_peers *P = ctx->peers;
   if (P == NULL)
     return;
+  spd_peers_quiesce(ctx);
   ctx->peers = NULL;
-  P->stopping = 1;
-  for (int n = 0; n < ctx->cfg.npeers; n++)
-    if (P->peer[n].ep != NULL) {
-      spd_peer_ep_close(P, P->peer[n].ep);
-      P->peer[n].ep = NULL;
-      spd_peer_xfers_cancel(P, n);
-    }
+  if (P->worker != NULL)
+    out_eps_close(P);
   in_eps_close(P, -1);
-  if (P->listener != NULL)
-    ucp_listener_destroy(P->listener);
   if (P->worker != NULL)
     while (ucp_worker_progress(P->worker) != 0)
       ;
+  in_eps_close(P, -1);
+  if (P->listener != NULL)
+    ucp_listener_destroy(P->listener);
   spd_peer_event *ev;
   while ((ev = TAILQ_FIRST(&P->events)) != NULL) {
     TAILQ_REMOVE(&P->events, ev, link);

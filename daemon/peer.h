@@ -17,6 +17,8 @@
 #include "peer.pb-c.h"
 
 int spd_peers_start(spd_ctx *ctx, spk_err *err);
+/* Stop accepting peer connections (the start of a shutdown). */
+void spd_peers_quiesce(spd_ctx *ctx);
 /* Close endpoints, listener and worker (at shutdown). */
 void spd_peers_stop(spd_ctx *ctx);
 

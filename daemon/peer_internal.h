@@ -47,6 +47,8 @@ typedef struct {
   int node;
   ucp_ep_h ep;                /* ours, outgoing; NULL while down */
   int up;                     /* Hello heard and ep made */
+  int heard;                  /* its Hello came: its messages count */
+  int departed;               /* said Bye: wait for its Hello */
   uint64_t incarnation;       /* theirs */
   uint64_t heard_ns, connect_ns;
 } spd_peer;

@@ -13,6 +13,7 @@ void spd_shutdown(spd_ctx *ctx) {
   SPD_INFO(&ctx->log, "shutting down");
   spd_sd_stopping(ctx);
   spd_server_close(ctx);
+  spd_peers_quiesce(ctx);
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
     spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");

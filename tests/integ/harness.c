@@ -44,8 +44,9 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra) {
   const char *bin = getenv("SPCOLLD");
   if (bin == NULL)
     bin = "build/bin/spcolld";
+  const char *level = getenv("SPT_LOG_LEVEL"); /* debugging: "debug" */
   const char *argv[32] = {bin, "--socket", d->socket, "--workers", "2",
-                          "--log-level", "info"};
+                          "--log-level", level ? level : "info"};
   int n = 7;
   for (int i = 0; extra && extra[i] && n < 31; i++)
     argv[n++] = extra[i];
@@ -103,7 +104,7 @@ int spt_daemon_stop(spt_daemon *d) {
   }
   d->pid = 0;
   int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (rc != 0)
+  if (rc != 0 || getenv("SPT_DUMP_LOGS") != NULL)
     spt_daemon_dump_log(d);
   unlink(d->log);
   unlink(d->socket);

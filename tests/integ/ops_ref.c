@@ -233,6 +233,9 @@ int opr_op_failed(opr_rk *k, const char *op, int rc) {
 
 int opr_run_worlds(const char *name, spt_rank_fn fn, void *arg) {
   int failed = 0;
+  const char *only = getenv("SPT_CASE"); /* debugging: cases matching it */
+  if (only != NULL && strstr(name, only) == NULL)
+    return 0;
   int n = opr_nodes.n, lo = n ? n : 2, hi = n ? 2 * n : 4, step = n ? n : 1;
   for (int w = lo; w <= hi; w += step) {
     snprintf(opr_gname, sizeof(opr_gname), "%s-w%d", name, w);

@@ -1,0 +1,165 @@
+/* A peer daemon dies mid-run: the ranks on the other nodes get an error
+ * naming it (never a hang: a guard kills what does not finish), those
+ * daemons go on serving new groups, and the restarted daemon takes part in
+ * a new group across all nodes. 3 daemons on loopback UCX, world 6. */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "harness.h"
+
+#define NODES 3
+#define N_ELEMS 4096
+
+static spt_nodes nodes;
+
+/* All-gathers of verified data until the op fails or `iters` are done;
+ * a byte goes to ready_fd after the first one. Exit: 0 done, 10 + the
+ * negated status of the failure, 1 setup or wrong data. */
+static int gather_loop(int rank, int world, int nnodes, const char *name,
+                       int iters, int ready_fd) {
+  spc_client *c = spt_connect(nodes.d[rank % nnodes].socket);
+  spc_group *g;
+  spc_buffer *b;
+  if (c == NULL || spc_group_join(c, name, world, rank, &g) < 0 ||
+      spc_buffer_alloc(c, (size_t)N_ELEMS * 4 * (world + 1), &b) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  float *x = spc_buffer_data(b);
+  int64_t s1[1] = {N_ELEMS}, s2[1] = {(int64_t)N_ELEMS * world};
+  spc_tensor in, out;
+  spc_tensor_init(&in, b, 0, SPC_FLOAT32, 1, s1);
+  spc_tensor_init(&out, b, N_ELEMS * 4, SPC_FLOAT32, 1, s2);
+  for (int i = 0; i < N_ELEMS; i++)
+    x[i] = (float)(rank * N_ELEMS + i);
+  for (int it = 0; it < iters; it++) {
+    int rc = spc_all_gather(g, &in, &out, 0, NULL);
+    if (rc < 0) {
+      fprintf(stderr, "rank %d op %d: %s: %s\n", rank, it, spc_strerror(rc),
+              spc_last_error(c));
+      /* Survivors must be told which node went. */
+      if (rc != SPC_ECONNECTION && strstr(spc_last_error(c), "node 2") == NULL)
+        return 1;
+      return 10 - rc;
+    }
+    for (int i = 0; i < N_ELEMS * world; i++)
+      if (x[N_ELEMS + i] != (float)i) {
+        fprintf(stderr, "rank %d op %d: element %d is %g\n", rank, it, i,
+                (double)x[N_ELEMS + i]);
+        return 1;
+      }
+    if (it == 0 && ready_fd >= 0 && write(ready_fd, "r", 1) != 1)
+      return 1;
+  }
+  spc_group_leave(g);
+  spc_disconnect(c);
+  return 0;
+}
+
+/* Fork world ranks of gather_loop; returns their pids. */
+static void fork_ranks(pid_t *pids, int world, int nnodes, const char *name,
+                       int iters, int ready_fd) {
+  for (int r = 0; r < world; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(gather_loop(r, world, nnodes, name, iters, ready_fd));
+  }
+}
+
+/* Wait for every rank, killing those still running after guard_s (a hang
+ * guard, not a timing check). Fills exit codes; -1 for killed ones. */
+static void reap(pid_t *pids, int *codes, int n, int guard_s) {
+  for (int r = 0; r < n; r++)
+    codes[r] = -2;
+  for (int t = 0; t < guard_s * 100; t++) {
+    int left = 0;
+    for (int r = 0; r < n; r++) {
+      int st;
+      if (codes[r] != -2)
+        continue;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r])
+        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      else
+        left++;
+    }
+    if (left == 0)
+      return;
+    usleep(10000);
+  }
+  for (int r = 0; r < n; r++)
+    if (codes[r] == -2) {
+      fprintf(stderr, "rank %d hung: killed\n", r);
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], NULL, 0);
+      codes[r] = -1;
+    }
+}
+
+static void run_ok(const char *name, int world, int nnodes) {
+  pid_t pids[8];
+  int codes[8];
+  fork_ranks(pids, world, nnodes, name, 3, -1);
+  reap(pids, codes, world, 60);
+  for (int r = 0; r < world; r++)
+    ck_assert_msg(codes[r] == 0, "%s: rank %d exit %d", name, r, codes[r]);
+}
+
+static void kill_node(int i) {
+  ck_assert_int_eq(kill(nodes.d[i].pid, SIGKILL), 0);
+  waitpid(nodes.d[i].pid, NULL, 0);
+  nodes.d[i].pid = 0;
+}
+
+START_TEST(peer_dies_mid_run) {
+  const char *extra[] = {"--peer-timeout", "3", NULL};
+  ck_assert_int_eq(spt_nodes_start(&nodes, NODES, extra), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pids[6];
+  int codes[6];
+  fork_ranks(pids, 6, NODES, "doomed", 1000000, fds[1]);
+  close(fds[1]);
+  char buf[6];
+  size_t got = 0;
+  while (got < 6) { /* every rank finished one verified op */
+    ssize_t n = read(fds[0], buf, sizeof(buf) - got);
+    ck_assert_int_gt(n, 0);
+    got += (size_t)n;
+  }
+  close(fds[0]);
+  kill_node(2);
+  reap(pids, codes, 6, 60);
+  for (int r = 0; r < 6; r++) {
+    /* Ranks 2 and 5 lived on node 2: their daemon is gone. The others
+     * hear of the node (SPC_ENODELOST), or of a rank lost with it. */
+    int want = r % NODES == 2 ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
+    int also = 10 - SPC_EPEERLOST;
+    ck_assert_msg(codes[r] == want || (r % NODES != 2 && codes[r] == also),
+                  "rank %d exit %d, wanted %d", r, codes[r], want);
+  }
+  /* The survivors serve a new group of their own... */
+  run_ok("after-2", 4, 2);
+  /* ...and the restarted node joins a new group of all three. */
+  ck_assert_int_eq(spt_node_start(&nodes, 2), 0);
+  run_ok("with-2-again", 6, NODES);
+  ck_assert_int_eq(spt_nodes_stop(&nodes), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("multinode_fault");
+  TCase *tc = tcase_create("fault");
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, peer_dies_mid_run);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
