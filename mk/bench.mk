@@ -1,0 +1,48 @@
+# Benchmarks print numbers (and write CSV, JSON and a PNG); they assert
+# nothing. `make bench` runs scripts/bench_run.sh: spcoll-bench for every
+# rank count, its latency mode, and the same-run baselines (Open MPI,
+# gloo, ucx_perftest), then the merged table with ratios and the plot.
+# Knobs (environment or make variables):
+#   BENCH_RANKS       world sizes                         (2 4 8)
+#   BENCH_MAX_BYTES   largest size; the ladder is 8 B x4 up to it, then it
+#                     (1 GiB); points over the memory bound are skipped
+#   BENCH_ITERS       timed iterations up to 1 MiB, fewer above (200)
+#   BENCH_LAT_ITERS   round trips per rank in the latency mode (10000)
+#   BENCH_BASELINES   which baselines run: any of mpi gloo ucx (all)
+#   BENCH_GLOO_MAX_BYTES  gloo's largest size (256 MiB: TCP loopback)
+#   BENCH_MEM_FRACTION    share of MemAvailable one point may use (0.5)
+#   BENCH_OUT         where results go ($(BUILD)/bench)
+BENCH_RANKS ?= 2 4 8
+BENCH_MAX_BYTES ?= 1073741824
+BENCH_ITERS ?= 200
+BENCH_LAT_ITERS ?= 10000
+BENCH_BASELINES ?= mpi gloo ucx
+BENCH_GLOO_MAX_BYTES ?= 268435456
+BENCH_OUT ?= $(BUILD)/bench
+
+BENCH_SRC := bench/spcoll_bench.c bench/bench_sweep.c bench/bench_latency.c \
+  bench/bench_memcpy.c bench/bench_common.c
+MPI_BENCH := $(BUILD)/bin/spcoll-mpi-bench
+MPICC ?= mpicc
+
+$(BENCH): $(call obj,$(BENCH_SRC)) $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
+
+# The Open MPI baseline needs mpicc (Debian libopenmpi-dev): built by
+# `make bench` only, so `all` never depends on MPI.
+$(MPI_BENCH): bench/mpi_bench.c bench/bench_common.c bench/bench_common.h
+	@mkdir -p $(dir $@)
+	$(Q)$(MPICC) -std=gnu11 -O2 -g -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ibench \
+	  -o $@ bench/mpi_bench.c bench/bench_common.c
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)if command -v $(MPICC) >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory $(MPI_BENCH); \
+	else echo "# no $(MPICC): the Open MPI baseline is skipped"; fi
+	$(Q)BUILD=$(BUILD) BENCH_OUT=$(BENCH_OUT) BENCH_RANKS="$(BENCH_RANKS)" \
+	  BENCH_MAX_BYTES=$(BENCH_MAX_BYTES) BENCH_ITERS=$(BENCH_ITERS) \
+	  BENCH_LAT_ITERS=$(BENCH_LAT_ITERS) BENCH_BASELINES="$(BENCH_BASELINES)" \
+	  BENCH_GLOO_MAX_BYTES=$(BENCH_GLOO_MAX_BYTES) \
+	  sh scripts/bench_run.sh
