@@ -110,52 +110,72 @@ static inline const uint8_t *rsrc_at(const reduce_ctx *c, uint32_t k,
 }
 
 /* NaN wins in max/min, as in torch. */
-#define COMBINE(op, a, v)                                                    \
-  ((op) == SPK_RED_SUM ? (a) + (v)                                           \
-   : (op) == SPK_RED_MAX ? (((v) > (a) || (v) != (v)) ? (v) : (a))           \
-                         : (((v) < (a) || (v) != (v)) ? (v) : (a)))
+#define COMBINE_SUM(a, v) ((a) + (v))
+#define COMBINE_MAX(a, v) ((((v) > (a)) || ((v) != (v))) ? (v) : (a))
+#define COMBINE_MIN(a, v) ((((v) < (a)) || ((v) != (v))) ? (v) : (a))
 
-/* Accumulate RUN_BLOCK elements at a time in A (fp32 for 16-bit floats),
- * reading each source once and writing dst once. */
-#define REDUCE_LOOP(T, A, LOAD, STORE)                                       \
+/* Elements [b, b + m) accumulated in A (fp32 for 16-bit floats), reading
+ * each source once and writing dst once. */
+#define REDUCE_BLOCK(T, A, LOAD, STORE, COMBINE, b, m)                       \
   do {                                                                       \
     A acc[RUN_BLOCK];                                                        \
-    for (size_t b = 0; b < n; b += RUN_BLOCK) {                              \
-      size_t m = n - b < RUN_BLOCK ? n - b : RUN_BLOCK;                      \
-      const T *s0 = (const T *)rsrc_at(c, 0, rel) + b;                       \
-      for (size_t i = 0; i < m; i++)                                         \
-        acc[i] = LOAD(s0[i]);                                                \
-      for (uint32_t k = 1; k < c->r->nsrc; k++) {                            \
-        const T *sk = (const T *)rsrc_at(c, k, rel) + b;                     \
-        for (size_t i = 0; i < m; i++)                                       \
-          acc[i] = COMBINE(op, acc[i], LOAD(sk[i]));                         \
-      }                                                                      \
-      T *d = (T *)dst + b;                                                   \
-      for (size_t i = 0; i < m; i++)                                         \
-        d[i] = STORE(acc[i]);                                                \
+    const T *s0 = (const T *)rsrc_at(c, 0, rel) + (b);                       \
+    for (size_t i = 0; i < (m); i++)                                         \
+      acc[i] = LOAD(s0[i]);                                                  \
+    for (uint32_t k = 1; k < c->r->nsrc; k++) {                              \
+      const T *sk = (const T *)rsrc_at(c, k, rel) + (b);                     \
+      for (size_t i = 0; i < (m); i++)                                       \
+        acc[i] = COMBINE(acc[i], LOAD(sk[i]));                               \
     }                                                                        \
+    T *d = (T *)dst + (b);                                                   \
+    for (size_t i = 0; i < (m); i++)                                         \
+      d[i] = STORE(acc[i]);                                                  \
+  } while (0)
+
+/* Whole blocks have a constant trip count, which -O2 vectorizes; only
+ * the last, short block has a variable one. */
+#define REDUCE_LOOP(T, A, LOAD, STORE, COMBINE)                              \
+  do {                                                                       \
+    size_t b = 0;                                                            \
+    for (; b + RUN_BLOCK <= n; b += RUN_BLOCK)                               \
+      REDUCE_BLOCK(T, A, LOAD, STORE, COMBINE, b, RUN_BLOCK);                \
+    if (b < n)                                                               \
+      REDUCE_BLOCK(T, A, LOAD, STORE, COMBINE, b, n - b);                    \
+  } while (0)
+
+/* The op is chosen once per run, not per element: each loop is then
+ * a plain add, max or min the compiler can vectorize. */
+#define REDUCE_OPS(T, A, LOAD, STORE)                                        \
+  do {                                                                       \
+    if (op == SPK_RED_SUM)                                                   \
+      REDUCE_LOOP(T, A, LOAD, STORE, COMBINE_SUM);                           \
+    else if (op == SPK_RED_MAX)                                              \
+      REDUCE_LOOP(T, A, LOAD, STORE, COMBINE_MAX);                           \
+    else                                                                     \
+      REDUCE_LOOP(T, A, LOAD, STORE, COMBINE_MIN);                           \
   } while (0)
 
 /* Integer sums wrap as torch's do; computed unsigned to stay defined. */
 #define REDUCE_INT(T, UT)                                                    \
   do {                                                                       \
-    if (op == SPK_RED_SUM) {                                                 \
-      REDUCE_LOOP(T, UT, (UT), (T));                                         \
-    } else {                                                                 \
-      REDUCE_LOOP(T, T, ID, ID);                                             \
-    }                                                                        \
+    if (op == SPK_RED_SUM)                                                   \
+      REDUCE_LOOP(T, UT, (UT), (T), COMBINE_SUM);                            \
+    else if (op == SPK_RED_MAX)                                              \
+      REDUCE_LOOP(T, T, ID, ID, COMBINE_MAX);                                \
+    else                                                                     \
+      REDUCE_LOOP(T, T, ID, ID, COMBINE_MIN);                                \
   } while (0)
 
 static void reduce_run(const reduce_ctx *c, uint64_t rel, uint8_t *dst,
                        size_t n) {
   int op = c->plan->red_op;
   switch (c->plan->dtype) {
-  case SPK_F32: REDUCE_LOOP(float, float, ID, ID); break;
-  case SPK_F64: REDUCE_LOOP(double, double, ID, ID); break;
-  case SPK_F16: REDUCE_LOOP(uint16_t, float, spk_f16_to_f32, spk_f32_to_f16);
+  case SPK_F32: REDUCE_OPS(float, float, ID, ID); break;
+  case SPK_F64: REDUCE_OPS(double, double, ID, ID); break;
+  case SPK_F16: REDUCE_OPS(uint16_t, float, spk_f16_to_f32, spk_f32_to_f16);
     break;
   case SPK_BF16:
-    REDUCE_LOOP(uint16_t, float, spk_bf16_to_f32, spk_f32_to_bf16);
+    REDUCE_OPS(uint16_t, float, spk_bf16_to_f32, spk_f32_to_bf16);
     break;
   case SPK_I8: REDUCE_INT(int8_t, uint8_t); break;
   case SPK_U8: REDUCE_INT(uint8_t, uint8_t); break;
