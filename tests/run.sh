@@ -12,7 +12,7 @@ failed=""
 export SPCOLLD="$BUILD/bin/spcolld"
 export SPC_TEST_DATA="$(dirname "$0")/data"
 run() {
-  name=$(basename "$1")
+  name=${2:-$(basename "$1")}
   log="$BUILD/tests/$name.log"
   if [ "${SPC_VALGRIND:-0}" = 1 ]; then
     CK_FORK=no valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
@@ -39,6 +39,12 @@ for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] || continue
   [ "$ONLY" = client ] && case "$t" in *test_allgather*) ;; *) continue;; esac
   run "$t"
+done
+# The op suites again across 3 daemons peering over UCX on loopback tcp
+# (rank r on node r % 3, worlds 3 and 6): the multi-node suite.
+for t in test_ops_copy test_ops_reduce; do
+  [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue
+  SPT_NODES=3 run "$BUILD/tests/$t" "multinode_${t#test_}"
 done
 echo "suites: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ] || { echo "failed:$failed"; exit 1; }

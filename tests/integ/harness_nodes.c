@@ -49,14 +49,26 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
     N->extra[k] = extra[k];
   /* Loopback tcp unless the caller's environment says otherwise. */
   setenv("UCX_TLS", "tcp", 0);
+  /* SPT_NODE_HOSTS="a,b,c": the nodes' own addresses (network namespaces,
+   * scripts/multinode_netns.sh) with port 7410 each; else loopback. */
+  const char *hosts = getenv("SPT_NODE_HOSTS");
   size_t used = 0;
   N->peers[0] = '\0';
   for (int i = 0; i < n; i++) {
-    int port = free_port();
-    if (port < 0)
+    char host[64] = "127.0.0.1";
+    int port = 7410;
+    if (hosts != NULL) {
+      const char *h = hosts;
+      for (int k = 0; k < i && h != NULL; k++)
+        h = strchr(h, ',') ? strchr(h, ',') + 1 : NULL;
+      if (h == NULL)
+        return -1;
+      snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
+    } else if ((port = free_port()) < 0) {
       return -1;
+    }
     used += (size_t)snprintf(N->peers + used, sizeof(N->peers) - used,
-                             "%s127.0.0.1:%d", i ? "," : "", port);
+                             "%s%s:%d", i ? "," : "", host, port);
   }
   for (int i = 0; i < n; i++)
     if (spt_node_start(N, i) < 0) {

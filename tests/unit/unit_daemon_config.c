@@ -132,6 +132,38 @@ START_TEST(config_file_errors_name_the_key) {
 }
 END_TEST
 
+/* Peer daemons: the list, this node's entry, the listen address that
+ * defaults to it, and every malformed address named. */
+START_TEST(peer_flags) {
+  spd_config cfg;
+  spk_err err;
+  char *ok[] = {"spcolld", "--peers", "a:1,10.0.0.2:7410,[::1]:9",
+                "--node-index", "1", "--peer-timeout", "5", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 7, ok), SPK_OK);
+  ck_assert_int_eq(cfg.npeers, 3);
+  ck_assert_str_eq(cfg.peers[0].host, "a");
+  ck_assert_int_eq(cfg.peers[2].port, 9);
+  ck_assert_str_eq(cfg.ucx_listen.host, "10.0.0.2");
+  ck_assert_int_eq(cfg.ucx_listen.port, 7410);
+  ck_assert_int_eq(cfg.peer_timeout, 5);
+  char *listen[] = {"spcolld", "--peers", "a:1,b:2", "--ucx-listen",
+                    "0.0.0.0:3", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 5, listen), SPK_OK);
+  ck_assert_str_eq(cfg.ucx_listen.host, "0.0.0.0");
+  char *b1[] = {"spcolld", "--peers", "a:1,b", NULL};
+  expect_bad(3, b1, "--peers: 'b' is not host:port");
+  char *b2[] = {"spcolld", "--peers", "a:0", NULL};
+  expect_bad(3, b2, "--peers: port of 'a:0' is not in 1..65535");
+  char *b3[] = {"spcolld", "--peers", "a:1,,b:2", NULL};
+  expect_bad(3, b3, "--peers: entry 1 of 'a:1,,b:2' is empty");
+  char *b4[] = {"spcolld", "--peers", "a:1,b:2", "--node-index", "2", NULL};
+  expect_bad(5, b4, "--node-index 2 is not an entry of --peers, which lists "
+                    "2 nodes");
+  char *b5[] = {"spcolld", "--ucx-listen", "x:y", NULL};
+  expect_bad(3, b5, "--ucx-listen: port of 'x:y'");
+}
+END_TEST
+
 /* The shipped example documents every key with its default: with every
  * "# key = value" line uncommented it must load, and keys it sets must be
  * every key the daemon knows. */
@@ -147,7 +179,7 @@ START_TEST(shipped_example_is_valid) {
       keys++;
     }
   fclose(in);
-  ck_assert_int_eq(keys, 14);
+  ck_assert_int_eq(keys, 18);
   spd_config cfg;
   spk_err err;
   spd_config_defaults(&cfg);
@@ -156,6 +188,9 @@ START_TEST(shipped_example_is_valid) {
                 err.msg);
   ck_assert_int_eq(cfg.socket_mode, 0660);
   ck_assert_int_eq(cfg.stuck_seconds, 60);
+  ck_assert_int_eq(cfg.npeers, 2);
+  ck_assert_int_eq(cfg.peers[1].port, 7410);
+  ck_assert_int_eq(cfg.peer_timeout, 30);
   unlink(path);
 }
 END_TEST
@@ -170,6 +205,7 @@ int main(void) {
   tcase_add_test(tc, config_file_then_flags);
   tcase_add_test(tc, config_file_errors_name_the_key);
   tcase_add_test(tc, shipped_example_is_valid);
+  tcase_add_test(tc, peer_flags);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
