@@ -1,0 +1,101 @@
+#!/bin/sh
+# `make bench`: spcoll-bench for every rank count with its same-run
+# baselines (Open MPI plain and with glibc's mmap threshold raised, gloo),
+# the latency mode, ucx_perftest, then scripts/bench_report.py's merged
+# table with ratios, targets and PNGs. Everything lands in $BENCH_OUT and
+# the whole output in $BENCH_OUT/bench.log. Knobs: see mk/bench.mk.
+# A baseline that is missing or fails is reported and skipped; spcoll's own
+# failure stops the run. Prints numbers; asserts nothing.
+set -u
+BUILD=${BUILD:-build}
+OUT=${BENCH_OUT:-$BUILD/bench}
+RANKS=${BENCH_RANKS:-2 4 8}
+MAX=${BENCH_MAX_BYTES:-1073741824}
+ITERS=${BENCH_ITERS:-200}
+LAT_ITERS=${BENCH_LAT_ITERS:-10000}
+BASELINES=${BENCH_BASELINES:-mpi gloo ucx}
+GLOO_MAX=${BENCH_GLOO_MAX_BYTES:-268435456}
+PY=${BENCH_PYTHON:-/usr/bin/python3}   # Debian's, the one with torch
+# Open MPI's reductions malloc a temporary per call; above glibc's mmap
+# threshold each one is a fresh mmap that faults in every page. Raising
+# the threshold (and the trim threshold, so freed memory stays) lets the
+# heap reuse it: the "mpi_tuned" rows.
+TUNED="glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296"
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader"
+
+mkdir -p "$OUT" || exit 1
+[ "$GLOO_MAX" -gt "$MAX" ] && GLOO_MAX=$MAX
+has() { case " $BASELINES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+machine() {
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "kernel: $(uname -r)"
+  lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|L3 cache|Hypervisor vendor):' |
+    sed 's/  */ /g'
+  grep -E '^(MemTotal|MemAvailable):' /proc/meminfo | sed 's/  */ /g'
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "spcolld mover threads: $(nproc)"
+  command -v mpirun >/dev/null && echo "open mpi: $(mpirun --version 2>/dev/null | head -n 1)"
+  $PY -c 'import torch; print("torch:", torch.__version__)' 2>/dev/null
+  command -v ucx_info >/dev/null && echo "ucx: $(ucx_info -v 2>/dev/null | head -n 1)"
+  echo "knobs: BENCH_RANKS='$RANKS' BENCH_MAX_BYTES=$MAX BENCH_ITERS=$ITERS" \
+    "BENCH_LAT_ITERS=$LAT_ITERS BENCH_BASELINES='$BASELINES'" \
+    "BENCH_GLOO_MAX_BYTES=$GLOO_MAX"
+}
+
+run() {
+  start=$(date +%s)
+  machine | tee "$OUT/machine.txt"
+  for n in $RANKS; do
+    echo; echo "== $n ranks: spcoll =="
+    "$BUILD/bin/spcoll-bench" --spcolld "$BUILD/bin/spcolld" --ranks "$n" \
+      --max-bytes "$MAX" --iters "$ITERS" --csv "$OUT/spcoll_ranks$n.csv" \
+      --json "$OUT/spcoll_ranks$n.json" || return 1
+    if has mpi; then
+      if [ -x "$BUILD/bin/spcoll-mpi-bench" ] && command -v mpirun >/dev/null; then
+        echo; echo "== $n ranks: Open MPI =="
+        $MPIRUN -np "$n" "$BUILD/bin/spcoll-mpi-bench" --max-bytes "$MAX" \
+          --iters "$ITERS" --source mpi --csv "$OUT/mpi_ranks$n.csv" ||
+          echo "# Open MPI baseline failed at $n ranks"
+        echo; echo "== $n ranks: Open MPI, GLIBC_TUNABLES=$TUNED =="
+        GLIBC_TUNABLES=$TUNED $MPIRUN -x GLIBC_TUNABLES -np "$n" \
+          "$BUILD/bin/spcoll-mpi-bench" --max-bytes "$MAX" --iters "$ITERS" \
+          --source mpi_tuned --csv "$OUT/mpi_tuned_ranks$n.csv" ||
+          echo "# tuned Open MPI baseline failed at $n ranks"
+      else
+        echo "# no spcoll-mpi-bench or mpirun: Open MPI baseline skipped"
+      fi
+    fi
+    if has gloo; then
+      echo; echo "== $n ranks: torch.distributed gloo =="
+      $PY scripts/bench_gloo.py --ranks "$n" --max-bytes "$GLOO_MAX" \
+        --iters "$ITERS" --csv "$OUT/gloo_ranks$n.csv" ||
+        echo "# gloo baseline failed at $n ranks"
+    fi
+  done
+  echo; echo "== latency: 8 B round trips between 2 ranks =="
+  "$BUILD/bin/spcoll-bench" --spcolld "$BUILD/bin/spcolld" --latency \
+    --ranks 2 --iters "$LAT_ITERS" --csv "$OUT/latency.csv" \
+    --json "$OUT/latency.json" || return 1
+  if has ucx; then
+    echo; echo "== ucx_perftest: the cross-node transport =="
+    sh scripts/bench_ucx.sh -o "$OUT/ucx.csv" -m "$MAX" -i "$ITERS" ||
+      echo "# ucx_perftest baseline failed"
+  fi
+  echo; echo "== merged =="
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
+  report_py=$PY
+  [ -x "$PY" ] || report_py=python3   # the report needs no torch
+  $report_py scripts/bench_report.py "$OUT"
+  echo "# bench run took $(( $(date +%s) - start )) s"
+}
+
+# Old result files would be merged as if they were this run's.
+rm -f "$OUT"/spcoll_ranks*.csv "$OUT"/spcoll_ranks*.json "$OUT"/mpi_ranks*.csv \
+  "$OUT"/mpi_tuned_ranks*.csv "$OUT"/gloo_ranks*.csv "$OUT"/latency.* \
+  "$OUT"/ucx.csv "$OUT"/summary.* "$OUT"/busbw_ranks*.png
+rm -rf "$OUT/plot"
+( run; echo $? > "$OUT/.rc" ) 2>&1 | tee "$OUT/bench.log"
+rc=$(cat "$OUT/.rc" 2>/dev/null || echo 1)
+rm -f "$OUT/.rc"
+exit "$rc"
