@@ -9,6 +9,7 @@
 
 typedef struct {
   uint32_t node;              /* the sender's node index */
+  uint64_t incarnation;       /* the sender's start: stale senders show */
 } am_header;
 
 int spd_peers_enabled(const spd_ctx *ctx) {
@@ -227,6 +228,7 @@ static void am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
   }
   am_header *hdr = (am_header *)buf;
   hdr->node = (uint32_t)P->ctx->cfg.node_index;
+  hdr->incarnation = P->incarnation;
   spcoll__peer__msg__pack(m, buf + sizeof(*hdr));
   ucp_request_param_t prm = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
@@ -277,6 +279,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t hlen,
   spd_peer_event *ev = event_new(EV_MSG, (int)hdr.node);
   if (ev == NULL)
     return UCS_OK;
+  ev->incarnation = hdr.incarnation;
   ev->msg = spcoll__peer__msg__unpack(NULL, len, data);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
     ev->reply_ep = param->reply_ep;
@@ -347,6 +350,9 @@ static void event_handle(spd_peers *P, spd_peer_event *ev) {
   case EV_MSG:
     if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO)
       peer_hello(P, ev->node, ev->msg->hello, ev->reply_ep);
+    else if (ev->incarnation != P->peer[ev->node].incarnation)
+      SPD_DEBUG(&P->ctx->log, "message %d from an earlier daemon of node %d "
+                "dropped", (int)ev->msg->body_case, ev->node);
     else if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_BYE) {
       P->peer[ev->node].departed = 1;
       peer_lost(P, ev->node, "its daemon stopped");

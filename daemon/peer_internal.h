@@ -16,6 +16,7 @@ typedef struct spd_peer_event {
   TAILQ_ENTRY(spd_peer_event) link;
   enum { EV_MSG, EV_EP_ERROR, EV_XFER } kind;
   int node;
+  uint64_t incarnation;       /* of the sender, from the header */
   Spcoll__Peer__Msg *msg;
   ucp_ep_h ep, reply_ep;
   int status;

