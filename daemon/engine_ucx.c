@@ -206,8 +206,10 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
   if (x->node_of == NULL || x->bases == NULL || x->proxies == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "allocation for a cross-node op "
                        "of %d ranks failed", world);
+  /* From the op, not the group: a remote rank may have left the group
+   * after it sent its part of this op. */
   for (int r = 0; r < world; r++)
-    x->node_of[r] = g->ranks[r].remote ? g->ranks[r].node : self;
+    x->node_of[r] = op->ranks[r].remote ? op->ranks[r].node : self;
   int rc = spk_plan_cut(&op->plan, x->node_of, spd_peer_count(g->ctx), self,
                         &x->cut, err);
   for (int i = 0; rc == SPK_OK && i < world * SPK_T_COUNT; i++) {

@@ -193,7 +193,15 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
   snprintf(msg, sizeof(msg), "%s", l->reason && l->reason[0] ? l->reason
                                                              : "a rank left");
   spd_group_break(g, SPK_EPEER_LOST, msg);
-  spd_group_fail_pending(g, SPK_EPEER_LOST, msg);
+  /* Its node finished its part of every op the rank had issued (that is
+   * when its client may leave): those go on here; the others fail. */
+  spd_op *op = TAILQ_FIRST(&g->ops), *next;
+  for (; op != NULL; op = next) {
+    next = TAILQ_NEXT(op, link);
+    if (!op->running && !op->ranks[l->rank].arrived)
+      spd_op_fail(op, SPK_EPEER_LOST, msg);
+  }
+  spd_group_kick(g);
   spd_group_maybe_free(g);
 }
 

@@ -29,6 +29,7 @@ typedef struct {
   uint64_t off[SPK_T_COUNT];
   void *gpu;                  /* the GPU engine's per-rank state (events) */
   int remote;                 /* arrived on another node (its Args) */
+  int node;                   /* that node */
 } spd_op_rank;
 
 typedef struct spd_op {

@@ -121,6 +121,7 @@ void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a) {
     return;
   r->arrived = 1;
   r->remote = 1;
+  r->node = node;
   r->arrived_ns = spd_now_ns();
   r->status = remote_fill(r, a, &r->err);
   spd_op_rank_arrived(op);

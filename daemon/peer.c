@@ -345,22 +345,52 @@ static void ep_error(spd_peers *P, spd_peer_event *ev) {
   free(in);
 }
 
+/* A message of a node whose Hello we heard, from that same daemon. */
+static void msg_dispatch(spd_peers *P, spd_peer_event *ev) {
+  spd_peer *p = &P->peer[ev->node];
+  if (ev->incarnation != p->incarnation) {
+    SPD_DEBUG(&P->ctx->log, "message %d from an earlier daemon of node %d "
+              "dropped", (int)ev->msg->body_case, ev->node);
+  } else if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_BYE) {
+    p->departed = 1;
+    peer_lost(P, ev->node, "its daemon stopped");
+  } else {
+    p->heard_ns = spd_now_ns();
+    if (ev->msg->body_case != SPCOLL__PEER__MSG__BODY_HEARTBEAT)
+      spd_peers_on_msg(P->ctx, ev->node, ev->msg);
+  }
+}
+
+/* Messages may overtake the Hello that came first (UCX delivers a Hello,
+ * sent with a reply endpoint, once that endpoint is wired up): they wait
+ * for it, in order. */
+static void held_replay(spd_peers *P, int node) {
+  spd_peer_event *ev = TAILQ_FIRST(&P->held), *next;
+  for (; ev != NULL; ev = next) {
+    next = TAILQ_NEXT(ev, link);
+    if (ev->node != node)
+      continue;
+    TAILQ_REMOVE(&P->held, ev, link);
+    P->nheld--;
+    if (P->peer[node].heard)
+      msg_dispatch(P, ev);
+    spcoll__peer__msg__free_unpacked(ev->msg, NULL);
+    free(ev);
+  }
+}
+
 static void event_handle(spd_peers *P, spd_peer_event *ev) {
   switch (ev->kind) {
   case EV_MSG:
-    if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO)
+    if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO) {
       peer_hello(P, ev->node, ev->msg->hello, ev->reply_ep);
-    else if (ev->incarnation != P->peer[ev->node].incarnation)
-      SPD_DEBUG(&P->ctx->log, "message %d from an earlier daemon of node %d "
-                "dropped", (int)ev->msg->body_case, ev->node);
-    else if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_BYE) {
-      P->peer[ev->node].departed = 1;
-      peer_lost(P, ev->node, "its daemon stopped");
-    }
-    else if (P->peer[ev->node].heard) {
-      P->peer[ev->node].heard_ns = spd_now_ns();
-      if (ev->msg->body_case != SPCOLL__PEER__MSG__BODY_HEARTBEAT)
-        spd_peers_on_msg(P->ctx, ev->node, ev->msg);
+      held_replay(P, ev->node);
+    } else if (!P->peer[ev->node].heard && P->nheld < 65536) {
+      TAILQ_INSERT_TAIL(&P->held, ev, link);
+      P->nheld++;
+      return;
+    } else if (P->peer[ev->node].heard) {
+      msg_dispatch(P, ev);
     }
     spcoll__peer__msg__free_unpacked(ev->msg, NULL);
     break;
@@ -522,6 +552,7 @@ int spd_peers_start(spd_ctx *ctx, spk_err *err) {
   TAILQ_INIT(&P->in_eps);
   TAILQ_INIT(&P->xfers);
   TAILQ_INIT(&P->events);
+  TAILQ_INIT(&P->held);
   for (int n = 0; n < SPD_MAX_NODES; n++)
     P->peer[n].peers = P, P->peer[n].node = n;
   if (getrandom(&P->incarnation, sizeof(P->incarnation), 0) < 0)
@@ -621,6 +652,11 @@ void spd_peers_stop(spd_ctx *ctx) {
     }
     if (ev->msg != NULL)
       spcoll__peer__msg__free_unpacked(ev->msg, NULL);
+    free(ev);
+  }
+  while ((ev = TAILQ_FIRST(&P->held)) != NULL) {
+    TAILQ_REMOVE(&P->held, ev, link);
+    spcoll__peer__msg__free_unpacked(ev->msg, NULL);
     free(ev);
   }
   spd_xfer *x;

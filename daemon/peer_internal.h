@@ -69,6 +69,8 @@ typedef struct spd_peers {
   TAILQ_HEAD(, spd_in_ep) in_eps;
   TAILQ_HEAD(, spd_xfer) xfers;
   TAILQ_HEAD(, spd_peer_event) events;
+  TAILQ_HEAD(, spd_peer_event) held;  /* messages that overtook a Hello */
+  int nheld;
   spd_buffer **mapped;        /* buffers holding a memh */
   size_t nmapped, mapped_cap;
 } spd_peers;
