@@ -1,0 +1,153 @@
+/* Cross-node spcoll: 3 daemons peering over UCX (loopback tcp unless
+ * UCX_TLS says otherwise), 2 ranks each, all_to_all and all_gather from 2
+ * KiB to --max-bytes per rank; printed next to ucx_perftest tag_bw of the
+ * same sizes, read from the CSV scripts/bench_ucx.sh wrote in the same run
+ * (make bench-multinode).
+ * Prints numbers; asserts nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "harness.h"
+
+#define XB_NODES 3
+#define XB_WORLD 6
+#define XB_MAXSZ 32
+
+typedef struct {
+  int op;                     /* 0: all_to_all, 1: all_gather */
+  size_t bytes;               /* per rank input */
+  int iters;
+  double secs[XB_WORLD];      /* each rank's timed loop */
+} xb_point;
+
+static spt_nodes xb_nodes;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int xb_op(spc_group *g, const xb_point *p, const spc_tensor *in,
+                 const spc_tensor *out) {
+  return p->op == 0 ? spc_all_to_all(g, in, out, 0, 1, 0)
+                    : spc_all_gather(g, in, out, 0, NULL);
+}
+
+/* One rank: a warm-up op, then the timed loop. */
+static int xb_rank(int rank, int world, void *arg) {
+  xb_point *p = arg;
+  spc_client *c = spt_connect(xb_nodes.d[rank % XB_NODES].socket);
+  spc_group *g;
+  spc_buffer *b;
+  char name[64];
+  snprintf(name, sizeof(name), "xb-%d-%zu", p->op, p->bytes);
+  int64_t n = (int64_t)(p->bytes / 4) / world * world;
+  if (c == NULL || spc_group_join(c, name, world, rank, &g) < 0 ||
+      spc_buffer_alloc(c, (size_t)n * 4 * (1 + world), &b) < 0)
+    return 1;
+  /* all_to_all: [w, n/w] scattered along 0, gathered along 1: [1, n].
+   * all_gather: [n] in, [n * world] out. */
+  int64_t is[2] = {world, n / world}, os[2] = {1, n};
+  int64_t gi[1] = {n}, go[1] = {n * world};
+  spc_tensor in, out;
+  spc_tensor_init(&in, b, 0, SPC_FLOAT32, p->op ? 1 : 2, p->op ? gi : is);
+  spc_tensor_init(&out, b, (size_t)n * 4, SPC_FLOAT32, p->op ? 1 : 2,
+                  p->op ? go : os);
+  memset(spc_buffer_data(b), rank, (size_t)n * 4);
+  if (xb_op(g, p, &in, &out) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, spc_last_error(c));
+    return 1;
+  }
+  double t0 = now_s();
+  for (int i = 0; i < p->iters; i++)
+    if (xb_op(g, p, &in, &out) < 0)
+      return 1;
+  p->secs[rank] = now_s() - t0;
+  spc_buffer_free(b);
+  spc_group_leave(g);
+  spc_disconnect(c);
+  return 0;
+}
+
+/* ucx_perftest tag_bw GB/s by size, from bench_ucx.sh's CSV. */
+static double ucx_bw(const char *csv, size_t bytes) {
+  FILE *f = csv ? fopen(csv, "r") : NULL;
+  char line[512];
+  double bw = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    char op[32];
+    unsigned long long sz;
+    double t, alg;
+    if (sscanf(line, "%*[^,],%31[^,],%*d,%llu,%*d,%*[^,],%lf,%lf", op, &sz,
+               &t, &alg) == 4 && strcmp(op, "tag_bw") == 0 && sz == bytes)
+      bw = alg;
+  }
+  if (f)
+    fclose(f);
+  return bw;
+}
+
+int main(int argc, char **argv) {
+  size_t max = 16u << 20;
+  const char *csv = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--max-bytes") == 0)
+      max = strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--ucx-csv") == 0)
+      csv = argv[i + 1];
+    else if (strcmp(argv[i], "--spcolld") == 0)
+      setenv("SPCOLLD", argv[i + 1], 1);
+  }
+  if (spt_nodes_start(&xb_nodes, XB_NODES, NULL) < 0) {
+    fprintf(stderr, "xnode-bench: the daemons did not start\n");
+    return 1;
+  }
+  xb_point *p = mmap(NULL, sizeof(*p), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
+  printf("# cross-node: %d nodes (UCX_TLS=%s), %d ranks (rank r on node r %% "
+         "%d); node GB/s = bytes each node sends to others / time\n",
+         XB_NODES, getenv("UCX_TLS"), XB_WORLD, XB_NODES);
+  printf("%-10s %12s %10s %9s %9s %10s %12s %7s\n", "op", "bytes/rank",
+         "time_us", "algbw", "busbw", "node_GB/s", "ucx_tag_bw", "ratio");
+  double w = XB_WORLD, share = 1.0 - 1.0 / XB_NODES; /* remote fraction */
+  for (int op = 0; op < 2; op++)
+    /* bench_ucx.sh's ladder (8 B x4, then max), from 2 KiB */
+    for (size_t bytes = 2048;; bytes = bytes * 4 > max ? max : bytes * 4) {
+      memset(p, 0, sizeof(*p));
+      p->op = op, p->bytes = bytes;
+      p->iters = bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 10 : 3;
+      if (spt_run_ranks(XB_WORLD, xb_rank, p, 600) != 0) {
+        fprintf(stderr, "xnode-bench: %s %zu failed\n",
+                op ? "all_gather" : "all_to_all", bytes);
+        break;
+      }
+      double t = 0;
+      for (int r = 0; r < XB_WORLD; r++)
+        t = p->secs[r] > t ? p->secs[r] : t;
+      t /= p->iters;
+      /* nccl-tests: algbw of all_to_all counts the input, all_gather the
+       * output; busbw = algbw (n-1)/n for both. */
+      double alg = (op ? bytes * w : bytes) / t / 1e9;
+      /* Bytes a node sends: all_to_all, its ranks' blocks for remote
+       * ranks; all_gather, its ranks' inputs to every remote rank. */
+      double node_out = op ? (w / XB_NODES) * bytes * (w * share)
+                           : (w / XB_NODES) * bytes * share;
+      double ubw = ucx_bw(csv, bytes);
+      printf("%-10s %12zu %10.1f %9.3f %9.3f %10.3f %12.3f %7.2f\n",
+             op ? "all_gather" : "all_to_all", bytes, t * 1e6, alg,
+             alg * (w - 1) / w, node_out / t / 1e9, ubw,
+             ubw > 0 ? node_out / t / 1e9 / ubw : 0.0);
+      fflush(stdout);
+      if (bytes >= max)
+        break;
+    }
+  return spt_nodes_stop(&xb_nodes) == 0 ? 0 : 1;
+}

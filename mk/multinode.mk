@@ -1,0 +1,21 @@
+# Multi-node benchmark: 3 daemons peering over UCX on this machine, next to
+# ucx_perftest tag_bw on the same transport, in one run.
+XNODE_BENCH     := $(BUILD)/bin/spcoll-xnode-bench
+XNODE_MAX_BYTES ?= 16777216
+
+$(XNODE_BENCH): $(BUILD)/bench/xnode_bench.o $(BUILD)/tests/integ/harness.o \
+  $(BUILD)/tests/integ/harness_nodes.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
+
+all: $(XNODE_BENCH)
+
+.PHONY: bench-multinode
+bench-multinode: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)mkdir -p $(BUILD)/bench
+	$(Q)UCX_TLS=$${UCX_TLS:-tcp} sh scripts/bench_ucx.sh -o $(BUILD)/bench/ucx_xnode.csv \
+	  -m $(XNODE_MAX_BYTES) > /dev/null
+	$(Q)UCX_TLS=$${UCX_TLS:-tcp} $(XNODE_BENCH) --spcolld $(SPCOLLD) \
+	  --ucx-csv $(BUILD)/bench/ucx_xnode.csv --max-bytes $(XNODE_MAX_BYTES) \
+	  | tee $(BUILD)/bench/xnode.txt
