@@ -86,6 +86,8 @@ static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
   x->ndims = (int)a->n_dims;
   for (size_t i = 0; i < a->n_dims; i++)
     x->dims[i] = a->dims[i];
+  if (x->op == (spk_op_kind)SPD_OP_GROUP_SPLIT)
+    return SPK_OK; /* color and key, no tensors */
   int rc = spd_op_copy_list(a->sizes, a->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
     rc = spd_op_copy_list(a->sizes2, a->n_sizes2, &r->sizes2, "sizes2", err);
