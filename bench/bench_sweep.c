@@ -62,6 +62,55 @@ static int point_shape_of(bench_op op, size_t bytes, int w, point_shape *p) {
   return 1;
 }
 
+/* Element i of rank k's input: small exact values, so sums stay normal
+ * floats (no denormal slow path), exact, and the fill is cheap at 1 GiB. */
+static float fill_value(int k, size_t i) {
+  return (float)((i + (size_t)k) & 63);
+}
+
+/* Rank r's output after the timed iterations, element by element against
+ * what the op must produce: the numbers are for correct results (and the
+ * mover's large-plan paths, streaming stores included, are checked at the
+ * sizes that use them). 0 when right; prints the first wrong element. */
+static int verify(bench_op op, const point_shape *ps, const float *y, int r,
+                  int w) {
+  size_t n = ps->out_bytes / 4;
+  size_t per = op == BENCH_ALL_GATHER || op == BENCH_ALL_TO_ALL
+                   ? n / (size_t)w : ps->in_bytes / 4 / (size_t)w;
+  int64_t sl = ps->in[1], h = ps->in[2], d = ps->in[3], hp = h / w;
+  for (size_t i = 0; i < n; i++) {
+    float want = 0;
+    switch (op) {
+    case BENCH_ALL_GATHER: want = fill_value((int)(i / per), i % per); break;
+    case BENCH_ALL_REDUCE:
+      for (int k = 0; k < w; k++)
+        want += fill_value(k, i);
+      break;
+    case BENCH_REDUCE_SCATTER:
+      for (int k = 0; k < w; k++)
+        want += fill_value(k, (size_t)r * per + i);
+      break;
+    case BENCH_ALL_TO_ALL: /* row r of rank i / per's [w, per] input */
+      want = fill_value((int)(i / per), (size_t)r * per + i % per);
+      break;
+    default: { /* y[0, k*sl + s, hh, dd] = x_k[0, s, r*hp + hh, dd] */
+      size_t dd = i % (size_t)d, hh = i / (size_t)d % (size_t)hp;
+      size_t tok = i / (size_t)(d * hp), k = tok / (size_t)sl;
+      size_t s = tok % (size_t)sl;
+      want = fill_value((int)k, (s * (size_t)h + (size_t)r * (size_t)hp + hh) *
+                                    (size_t)d + dd);
+    }
+    }
+    if (y[i] != want) {
+      fprintf(stderr, "bench rank %d: %s at %zu bytes: element %zu is %g, "
+              "not %g\n", r, bench_op_name(op), ps->bytes, i, (double)y[i],
+              (double)want);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static int run_op(spc_group *g, bench_op op, spc_tensor *in, spc_tensor *out) {
   switch (op) {
   case BENCH_ALL_GATHER: return spc_all_gather(g, in, out, 0, NULL);
@@ -94,11 +143,9 @@ static int sweep_point(spc_client *c, spc_group *g, const sweep_cfg *cfg,
     spc_buffer_free(b);
     return 1;
   }
-  /* Small exact values: sums stay normal floats (no denormal slow path)
-   * and the fill costs little at 1 GiB. */
   float *x = spc_tensor_data(&in);
   for (size_t i = 0; i < ps->in_bytes / 4; i++)
-    x[i] = (float)((i + (size_t)rank) & 63);
+    x[i] = fill_value(rank, i);
   int iters = bench_iters(ps->bytes, cfg->iters);
   int warmup = bench_warmup(ps->bytes);
   double *t = malloc((size_t)iters * sizeof(double));
@@ -117,6 +164,8 @@ static int sweep_point(spc_client *c, spc_group *g, const sweep_cfg *cfg,
   if (rc != 0)
     fprintf(stderr, "bench rank %d: %s at %zu bytes: %s\n", rank,
             bench_op_name(op), ps->bytes, spc_last_error(c));
+  else if (cfg->verify)
+    rc = verify(op, ps, spc_tensor_data(&out), rank, w);
   if (rc == 0 && rank == 0 && *cfg->nrows < SWEEP_MAXROWS) {
     bench_result *r = &cfg->rows[(*cfg->nrows)++];
     *r = (bench_result){"spcoll", op, w, ps->bytes, iters, 0, 0, 0};

@@ -19,10 +19,12 @@ static void usage(void) {
   fprintf(stderr,
           "usage: spcoll-bench [--spcolld PATH] [--ranks N] [--max-bytes B]\n"
           "         [--iters N] [--ops a,b,..] [--workers T] [--guard S]\n"
-          "         [--csv PATH] [--json PATH] [--latency]\n"
+          "         [--csv PATH] [--json PATH] [--latency] [--no-verify]\n"
           "ops: all_gather, all_reduce, reduce_scatter, all_to_all, ulysses\n"
           "--latency: 8 B ops, p50/p99 round trip and its split (default "
-          "--iters 10000)\n");
+          "--iters 10000)\n"
+          "every output is checked after its timed iterations unless "
+          "--no-verify\n");
 }
 
 /* Bit mask of the comma-separated op names; 0 on an unknown name. */
@@ -43,7 +45,7 @@ static unsigned parse_ops(const char *list) {
 }
 
 typedef struct {
-  int world, threads, iters, latency, guard;
+  int world, threads, iters, latency, guard, verify;
   size_t max_bytes;
   unsigned ops;
   const char *csv, *json;
@@ -70,7 +72,7 @@ static int bench_prepare(bench_opts *o, const char *socket) {
   }
   o->sweep = (sweep_cfg){.socket = socket, .max_bytes = o->max_bytes,
                          .mem_bound = bench_mem_bound(), .iters = o->iters,
-                         .ops = o->ops};
+                         .ops = o->ops, .verify = o->verify};
   o->sweep.rows = shared_alloc(sizeof(bench_result) * SWEEP_MAXROWS +
                                sizeof(int));
   if (o->sweep.rows == NULL)
@@ -114,12 +116,13 @@ int main(int argc, char **argv) {
       {"csv", required_argument, 0, 'c'},
       {"json", required_argument, 0, 'j'},
       {"latency", no_argument, 0, 'l'},
+      {"no-verify", no_argument, 0, 'n'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   bench_opts o = {.world = 4, .threads = cores > 0 ? (int)cores : 1,
-                  .iters = 0, .guard = 3600, .max_bytes = (size_t)1 << 30,
-                  .ops = (1u << BENCH_NOPS) - 1, .csv = NULL, .json = NULL};
+                  .iters = 0, .guard = 3600, .verify = 1,
+                  .max_bytes = (size_t)1 << 30, .ops = (1u << BENCH_NOPS) - 1, .csv = NULL, .json = NULL};
   int opt;
   while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (opt) {
@@ -133,6 +136,7 @@ int main(int argc, char **argv) {
     case 'c': o.csv = optarg; break;
     case 'j': o.json = optarg; break;
     case 'l': o.latency = 1; break;
+    case 'n': o.verify = 0; break;
     default: usage(); return 2;
     }
   }

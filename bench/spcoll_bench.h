@@ -16,6 +16,7 @@ typedef struct {
   size_t mem_bound;     /* bytes all ranks' buffers may take at one point */
   int iters;            /* timed iterations up to 1 MiB (bench_iters) */
   unsigned ops;         /* bit i: bench_op i is measured */
+  int verify;           /* check every output after its timed iterations */
   bench_result *rows;   /* shared with the parent (MAP_SHARED), rank 0's */
   int *nrows;
 } sweep_cfg;

@@ -2,11 +2,57 @@
  * grad_scale) and reductions, for every dtype. Movers call it per task;
  * tests call spk_plan_exec for whole plans. */
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "half.h"
 #include "plan.h"
 
 #define RUN_BLOCK 256 /* elements converted per step of 16-bit work */
+
+/* A plan that writes at least this much streams its copies past the
+ * cache (non-temporal stores): its output cannot stay cached anyway, and
+ * skipping the read-for-ownership of every destination line makes a copy
+ * about 1.4x faster on the development VM (19 vs 13.5 GB/s for 32 MiB;
+ * glibc's memcpy does not stream there, as the VM reports a 320 MiB L3).
+ * Smaller plans keep memcpy so their output stays in cache for whoever
+ * reads it next. */
+#define STREAM_BYTES ((uint64_t)16 << 20)
+
+/* memcpy with non-temporal stores for the 64-byte-aligned body; the
+ * caller fences (stream_fence) before anyone else reads dst. */
+static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n) {
+#if defined(__SSE2__)
+  size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
+  if (head > n)
+    head = n;
+  memcpy(dst, src, head);
+  dst += head, src += head, n -= head;
+  size_t body = n & ~(size_t)63;
+  for (size_t i = 0; i < body; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+    _mm_stream_si128((__m128i *)(dst + i), a);
+    _mm_stream_si128((__m128i *)(dst + i + 16), b);
+    _mm_stream_si128((__m128i *)(dst + i + 32), c);
+    _mm_stream_si128((__m128i *)(dst + i + 48), d);
+  }
+  memcpy(dst + body, src + body, n - body);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+/* Non-temporal stores are weakly ordered: drain them before the task is
+ * reported done (the mover's unlock then publishes them). */
+static void stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
 
 /* ---- scaled copies --------------------------------------------------- */
 
@@ -61,13 +107,16 @@ typedef struct {
   spk_dtype dtype;  /* needed only to scale */
   int world;
   size_t esize;
+  int stream;       /* copy with non-temporal stores */
 } move_ctx;
 
 static void move_rows(const move_ctx *c, int d, const uint8_t *src,
                       uint8_t *dst, uint64_t r0, uint64_t r1) {
   const spk_move *m = c->m;
   if (d == m->nd - 1) {
-    if (c->scale == SPK_SCALE_NONE)
+    if (c->scale == SPK_SCALE_NONE && c->stream)
+      copy_stream(dst + r0, src + r0, r1 - r0);
+    else if (c->scale == SPK_SCALE_NONE)
       memcpy(dst + r0, src + r0, r1 - r0);
     else
       scale_run(c->dtype, c->scale == SPK_SCALE_UP, c->world, src + r0,
@@ -81,17 +130,19 @@ static void move_rows(const move_ctx *c, int d, const uint8_t *src,
 
 void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
                   uint64_t u0, uint64_t u1) {
-  move_ctx c = {m, SPK_SCALE_NONE, SPK_U8, 1, 1};
+  move_ctx c = {m, SPK_SCALE_NONE, SPK_U8, 1, 1, 0};
   move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);
 }
 
 void spk_move_exec(const spk_plan *plan, const spk_move *m,
                    uint8_t *const *bases, uint64_t u0, uint64_t u1) {
   move_ctx c = {m, plan->scale, plan->dtype, plan->world,
-                spk_dtype_size(plan->dtype)};
+                spk_dtype_size(plan->dtype), plan->bytes >= STREAM_BYTES};
   const uint8_t *src = bases[m->src_rank * SPK_T_COUNT + m->src_t];
   uint8_t *dst = bases[m->dst_rank * SPK_T_COUNT + m->dst_t];
   move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);
+  if (c.stream)
+    stream_fence();
 }
 
 /* ---- reductions ------------------------------------------------------ */
