@@ -3,7 +3,8 @@
 # namespaces spcns0..2 (10.77.0.1..3/24) on a bridge in namespace spcnsbr,
 # one spcolld in each, UCX over tcp between them; clients in this namespace
 # reach the daemons through their Unix sockets.
-# Usage: scripts/multinode_netns.sh [BUILD_DIR]. Needs root; prints why it
+# Usage: scripts/multinode_netns.sh [BUILD_DIR] (NETNS_SUITES="test_..." for
+# a subset). Needs root; prints why it
 # skipped (exit 77) otherwise.
 set -u
 BUILD=${1:-build}
@@ -35,7 +36,7 @@ export SPCOLLD="$PWD/scripts/netns_spcolld.sh"
 export SPT_NODE_HOSTS=10.77.0.1,10.77.0.2,10.77.0.3
 export UCX_TLS=tcp
 fail=0
-for t in test_ops_copy test_ops_reduce test_multinode_fault; do
+for t in ${NETNS_SUITES:-test_ops_copy test_ops_reduce test_multinode_fault}; do
   if SPT_NODES=3 "$BUILD/tests/$t" > "$BUILD/tests/netns_$t.log" 2>&1; then
     echo "PASS netns $t: $(grep -E '^[0-9]+%: Checks' "$BUILD/tests/netns_$t.log" | tail -n 1)"
   else
