@@ -3,9 +3,8 @@
 # namespaces spcns0..2 (10.77.0.1..3/24) on a bridge in namespace spcnsbr,
 # one spcolld in each, UCX over tcp between them; clients in this namespace
 # reach the daemons through their Unix sockets.
-# Usage: scripts/multinode_netns.sh [BUILD_DIR] (NETNS_SUITES="test_..." for
-# a subset). Needs root; prints why it
-# skipped (exit 77) otherwise.
+# Usage: scripts/multinode_netns.sh [BUILD_DIR] (NETNS_SUITES="test_..."
+# for a subset). Needs root; prints why it skipped (exit 77) otherwise.
 set -u
 BUILD=${1:-build}
 skip() { echo "skipped: $*"; exit 77; }
