@@ -492,6 +492,15 @@ static int ucx_init(spd_peers *P, spk_err *err) {
   return SPK_OK;
 }
 
+/* Whether the site's UCX was built with CUDA (logged at start; device
+ * tensors of groups spanning nodes are refused either way for now). */
+static int ucx_has_cuda(spd_peers *P) {
+  ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+  if (ucp_context_query(P->ucp, &attr) != UCS_OK)
+    return 0;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
 static int listen_start(spd_peers *P, spk_err *err) {
   const spd_hostport *hp = &P->ctx->cfg.ucx_listen;
   struct sockaddr_storage ss;
@@ -564,9 +573,11 @@ int spd_peers_start(spd_ctx *ctx, spk_err *err) {
   if (rc == SPK_OK)
     rc = loop_attach(P, err);
   if (rc == SPK_OK)
-    SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d",
+    SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d; %s",
              ctx->cfg.node_index, ctx->cfg.npeers, ctx->cfg.ucx_listen.host,
-             ctx->cfg.ucx_listen.port);
+             ctx->cfg.ucx_listen.port,
+             ucx_has_cuda(P) ? "this UCX moves CUDA memory"
+                             : "this UCX has no CUDA support");
   return rc;
 }
 
