@@ -1,7 +1,8 @@
 /* A peer daemon dies mid-run: the ranks on the other nodes get an error
  * naming it (never a hang: a guard kills what does not finish), those
  * daemons go on serving new groups, and the restarted daemon takes part in
- * a new group across all nodes. 3 daemons on loopback UCX, world 6. */
+ * a new group across all nodes; a group of one node runs through it
+ * untouched. 3 daemons on loopback UCX, world 6. */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -124,9 +125,11 @@ START_TEST(peer_dies_mid_run) {
   ck_assert_int_eq(spt_nodes_start(&nodes, NODES, extra), 0);
   int fds[2];
   ck_assert_int_eq(pipe(fds), 0);
-  pid_t pids[6];
-  int codes[6];
+  pid_t pids[6], bys[2];
+  int codes[6], bycodes[2];
   fork_ranks(pids, 6, NODES, "doomed", 1000000, fds[1]);
+  /* A group of node 0 alone runs through the loss untouched. */
+  fork_ranks(bys, 2, 1, "bystander", 400, -1);
   close(fds[1]);
   char buf[6];
   size_t got = 0;
@@ -138,6 +141,10 @@ START_TEST(peer_dies_mid_run) {
   close(fds[0]);
   kill_node(2);
   reap(pids, codes, 6, 60);
+  reap(bys, bycodes, 2, 120);
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(bycodes[r] == 0, "bystander rank %d exit %d", r,
+                  bycodes[r]);
   for (int r = 0; r < 6; r++) {
     /* Ranks 2 and 5 lived on node 2: their daemon is gone. The others
      * hear of the node (SPC_ENODELOST), or of a rank lost with it. */
