@@ -15,8 +15,19 @@
  * such wake-up would take, so other clients do not notice. */
 #define INLINE_BYTES (64u << 10)
 
+/* Moves that read the same source rows (an all-to-all of [b, s/P, h, d]
+ * reads 2 KiB of every 16 KiB row of a source for each of 8 destinations)
+ * run row by row together: each source row is read once, in order,
+ * instead of once per destination with the rest of it skipped. 1.4x on
+ * the development VM for 2 KiB runs (15.5 -> 22 GB/s with 2 threads).
+ * Slices of about this many bytes per move alternate between them. */
+#define SLICE_BYTES 4096u
+/* Past this many moves the plan's order is kept: sorting them would cost
+ * the loop thread more than the grouping saves. */
+#define GROUP_MAX_MOVES 65536u
+
 typedef struct {
-  uint32_t m0, m1;   /* steps [m0, m1) whole, or units [u0, u1) of m0 */
+  uint32_t m0, m1;   /* steps [m0, m1) whole, or units [u0, u1) of each */
   uint64_t u0, u1;
   int reduce;        /* steps are the plan's reduces, else its moves */
 } mover_task;
@@ -25,6 +36,7 @@ typedef struct mover_job {
   TAILQ_ENTRY(mover_job) link;
   const spk_plan *plan;
   uint8_t *const *bases;
+  uint32_t *order;   /* move steps are plan->moves[order[i]]; NULL: i */
   mover_task *tasks;
   size_t ntasks, next, done;
   size_t nphase0;    /* reduce tasks: all done before any move starts */
@@ -60,20 +72,22 @@ typedef struct {
   uint64_t batch;    /* weight in the open batch task */
 } task_list;
 
-/* Cut one step (a move, or a reduce step's geometry weighted by how many
- * inputs it reads) into tasks. A task with u1 == 0 covers whole steps
- * [m0, m1); otherwise units [u0, u1) of step m0. */
-static void tasks_add(task_list *tl, uint32_t i, const spk_move *m,
-                      uint64_t weight, int reduce) {
-  uint64_t bytes = move_bytes(m) * weight, units = spk_move_units(m);
+/* Cut steps [i0, i1) of one geometry m (a move or a group of moves with
+ * the same rows, or a reduce step weighted by how many inputs it reads)
+ * into tasks. A task with u1 == 0 covers whole steps [m0, m1); otherwise
+ * units [u0, u1) of each of the steps [m0, m1). */
+static void tasks_add(task_list *tl, uint32_t i0, uint32_t i1,
+                      const spk_move *m, uint64_t weight, int reduce) {
+  uint64_t bytes = move_bytes(m) * weight * (i1 - i0);
+  uint64_t units = spk_move_units(m);
   if (bytes < TASK_BYTES) {
     mover_task *last = tl->n ? &tl->tasks[tl->n - 1] : NULL;
     if (last && last->reduce == reduce && last->u1 == 0 &&
-        last->m1 == i && tl->batch + bytes <= TASK_BYTES) {
-      last->m1 = i + 1;
+        last->m1 == i0 && tl->batch + bytes <= TASK_BYTES) {
+      last->m1 = i1;
       tl->batch += bytes;
     } else {
-      tl->tasks[tl->n++] = (mover_task){i, i + 1, 0, 0, reduce};
+      tl->tasks[tl->n++] = (mover_task){i0, i1, 0, 0, reduce};
       tl->batch = bytes;
     }
     return;
@@ -85,10 +99,58 @@ static void tasks_add(task_list *tl, uint32_t i, const spk_move *m,
     step = (step + 63) / 64 * 64;
   step = step ? step : 1;
   for (uint64_t u = 0; u < units; u += step)
-    tl->tasks[tl->n++] = (mover_task){i, i + 1, u,
+    tl->tasks[tl->n++] = (mover_task){i0, i1, u,
                                       u + step < units ? u + step : units,
                                       reduce};
   tl->batch = TASK_BYTES;
+}
+
+/* Same rows: source tensor, shape and strides, so rows u of each can be
+ * copied together. */
+static int move_geo_cmp(const spk_move *x, const spk_move *y) {
+  if (x->src_rank != y->src_rank)
+    return x->src_rank < y->src_rank ? -1 : 1;
+  if (x->src_t != y->src_t)
+    return x->src_t < y->src_t ? -1 : 1;
+  if (x->nd != y->nd)
+    return x->nd < y->nd ? -1 : 1;
+  for (int d = 0; d < x->nd; d++) {
+    if (x->len[d] != y->len[d])
+      return x->len[d] < y->len[d] ? -1 : 1;
+    if (x->src_stride[d] != y->src_stride[d])
+      return x->src_stride[d] < y->src_stride[d] ? -1 : 1;
+  }
+  return 0;
+}
+
+static int move_order_cmp(const void *a, const void *b, void *arg) {
+  const spk_move *moves = arg;
+  uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+  int c = move_geo_cmp(&moves[i], &moves[j]);
+  if (c == 0 && moves[i].src_off != moves[j].src_off)
+    c = moves[i].src_off < moves[j].src_off ? -1 : 1;
+  return c ? c : (i > j) - (i < j);
+}
+
+/* Length of the group starting at order[i]: the following moves with its
+ * geometry whose source starts within its first row. 1 for contiguous
+ * (one-dim) moves, which gain nothing from it. */
+static uint32_t group_len(const spk_plan *p, const uint32_t *order,
+                          uint32_t i, uint32_t n) {
+  if (order == NULL)
+    return 1;
+  const spk_move *first = &p->moves[order[i]];
+  uint32_t k = 1;
+  if (first->nd < 2)
+    return 1;
+  while (i + k < n) {
+    const spk_move *m = &p->moves[order[i + k]];
+    if (move_geo_cmp(first, m) != 0 ||
+        m->src_off - first->src_off >= first->src_stride[0])
+      break;
+    k++;
+  }
+  return k;
 }
 
 /* Bytes the reduce steps read: they cost as many as they read. */
@@ -109,26 +171,61 @@ static int tasks_build(mover_job *job, spk_err *err) {
   if (tl.tasks == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu mover tasks failed",
                        cap);
+  /* Without memory for the order the plan's own order still works. */
+  if (p->nmoves > 1 && p->nmoves <= GROUP_MAX_MOVES &&
+      (job->order = malloc(p->nmoves * sizeof(uint32_t))) != NULL) {
+    for (uint32_t i = 0; i < p->nmoves; i++)
+      job->order[i] = i;
+    qsort_r(job->order, p->nmoves, sizeof(uint32_t), move_order_cmp,
+            (void *)p->moves);
+  }
   for (size_t i = 0; i < p->nreduces; i++)
-    tasks_add(&tl, (uint32_t)i, &p->reduces[i].geo, p->reduces[i].nsrc, 1);
+    tasks_add(&tl, (uint32_t)i, (uint32_t)i + 1, &p->reduces[i].geo,
+              p->reduces[i].nsrc, 1);
   job->nphase0 = tl.n;
   tl.batch = TASK_BYTES;
-  for (size_t i = 0; i < p->nmoves; i++)
-    tasks_add(&tl, (uint32_t)i, &p->moves[i], 1, 0);
+  uint32_t n = (uint32_t)p->nmoves;
+  for (uint32_t i = 0, k; i < n; i += k) {
+    k = group_len(p, job->order, i, n);
+    const spk_move *m = &p->moves[job->order ? job->order[i] : i];
+    tasks_add(&tl, i, i + k, m, 1, 0);
+  }
   job->tasks = tl.tasks;
   job->ntasks = tl.n;
   return SPK_OK;
 }
 
+static const spk_move *job_move(const mover_job *job, uint32_t i) {
+  return &job->plan->moves[job->order ? job->order[i] : i];
+}
+
 static void task_run(const mover_job *job, const mover_task *t) {
   const spk_plan *p = job->plan;
-  for (uint32_t i = t->m0; i < t->m1; i++) {
-    const spk_move *g = t->reduce ? &p->reduces[i].geo : &p->moves[i];
-    uint64_t u0 = t->u1 ? t->u0 : 0, u1 = t->u1 ? t->u1 : spk_move_units(g);
-    if (t->reduce)
-      spk_reduce_exec(p, &p->reduces[i], job->bases, u0, u1);
-    else
-      spk_move_exec(p, g, job->bases, u0, u1);
+  if (t->reduce) {
+    for (uint32_t i = t->m0; i < t->m1; i++) {
+      const spk_reduce *r = &p->reduces[i];
+      uint64_t u1 = t->u1 ? t->u1 : spk_move_units(&r->geo);
+      spk_reduce_exec(p, r, job->bases, t->u1 ? t->u0 : 0, u1);
+    }
+    return;
+  }
+  if (t->u1 == 0 || t->m1 - t->m0 == 1) {
+    for (uint32_t i = t->m0; i < t->m1; i++) {
+      const spk_move *m = job_move(job, i);
+      uint64_t u1 = t->u1 ? t->u1 : spk_move_units(m);
+      spk_move_exec(p, m, job->bases, t->u1 ? t->u0 : 0, u1);
+    }
+    return;
+  }
+  /* A group: a slice of rows of each move in turn, so the source rows
+   * they share are read once while they are in cache. */
+  const spk_move *first = job_move(job, t->m0);
+  uint64_t unit = move_bytes(first) / spk_move_units(first);
+  uint64_t slice = unit < SLICE_BYTES ? SLICE_BYTES / unit : 1;
+  for (uint64_t u = t->u0; u < t->u1; u += slice) {
+    uint64_t end = u + slice < t->u1 ? u + slice : t->u1;
+    for (uint32_t i = t->m0; i < t->m1; i++)
+      spk_move_exec(p, job_move(job, i), job->bases, u, end);
   }
 }
 
@@ -187,6 +284,7 @@ static void on_async(uv_async_t *async) {
     next = TAILQ_NEXT(job, link);
     spd_mover_done_cb cb = job->cb;
     void *cb_arg = job->arg;
+    free(job->order);
     free(job->tasks);
     free(job);
     cb(cb_arg);
@@ -233,6 +331,7 @@ int spd_mover_submit(spd_mover *mv, const spk_plan *plan,
   }
   int rc = tasks_build(job, err);
   if (rc < 0) {
+    free(job->order);
     free(job);
     return rc;
   }
@@ -252,6 +351,7 @@ static void jobs_free(struct job_list *list) {
   mover_job *job;
   while ((job = TAILQ_FIRST(list)) != NULL) {
     TAILQ_REMOVE(list, job, link);
+    free(job->order);
     free(job->tasks);
     free(job);
   }
