@@ -98,6 +98,11 @@ def merge(src, ucx):
             "gloo_note": (gloo or {}).get("note", ""),
             "ucx_gbs": busbw(u),
         }
+        # The same bytes against the one-thread memcpy of the same size.
+        row["copy_efficiency_1thr"] = (
+            row["copy_efficiency"] * row["memcpyT_gbs"] / row["memcpy1_gbs"]
+            if row["copy_efficiency"] is not None and row["memcpy1_gbs"]
+            else None)
         row["x_mpi"] = ratio(bus, busbw(best[1]) if best else None)
         row["x_gloo"] = ratio(bus, row["gloo_busbw_gbs"])
         row["x_ucx"] = ratio(bus, row["ucx_gbs"])
@@ -114,8 +119,9 @@ def print_tables(rows):
         print(f"\n## {ranks} ranks: spcoll with its ratio to each same-run "
               f"baseline (x = spcoll busbw / baseline busbw)")
         print(f"{'# op':<15} {'size(B)':>11} {'time(us)':>10} {'algbw':>8} "
-              f"{'busbw':>8} {'p50(us)':>9} {'p99(us)':>9} {'copy_eff':>8} "
-              f"{'memcpyT':>8} | {'mpi':>7} {'x_mpi':>6} | {'gloo':>7} "
+              f"{'busbw':>8} {'p50(us)':>9} {'p99(us)':>9} {'eff':>5} "
+              f"{'eff1':>5} {'memcpyT':>7} | {'mpi':>7} {'x_mpi':>6} | "
+              f"{'gloo':>7} "
               f"{'x_gloo':>7} | {'ucx':>7} {'x_ucx':>6}")
         for r in rows:
             if r["ranks"] != ranks:
@@ -128,13 +134,16 @@ def print_tables(rows):
                   f"{fmt(r['time_us'], '10.1f')} {fmt(r['algbw_gbs'], '8.3f')} "
                   f"{fmt(r['busbw_gbs'], '8.3f')} {fmt(r['p50_us'], '9.1f')} "
                   f"{fmt(r['p99_us'], '9.1f')} "
-                  f"{fmt(r['copy_efficiency'], '8.2f')} "
-                  f"{fmt(r['memcpyT_gbs'], '8.2f')} | {fmt(mpi, '7.3f')}"
+                  f"{fmt(r['copy_efficiency'], '5.2f')} "
+                  f"{fmt(r['copy_efficiency_1thr'], '5.2f')} "
+                  f"{fmt(r['memcpyT_gbs'], '7.2f')} | {fmt(mpi, '7.3f')}"
                   f"{tuned}{fmt(r['x_mpi'], '6.2f')} | "
                   f"{fmt(r['gloo_busbw_gbs'], '7.3f')} "
                   f"{fmt(r['x_gloo'], '7.2f')} | {fmt(r['ucx_gbs'], '7.3f')} "
                   f"{fmt(r['x_ucx'], '6.2f')}")
-    print("# GB/s = 1e9 B/s; mpi is the better of plain Open MPI and Open MPI "
+    print("# GB/s = 1e9 B/s; eff = bytes written to all outputs / time / "
+          "memcpy at the mover's thread count (memcpyT, GB/s), eff1 the same "
+          "against a one-thread memcpy; mpi is the better of plain Open MPI and Open MPI "
           "with glibc.malloc.mmap_threshold raised (* when the latter); "
           "gloo reduce_scatter is all_reduce + own slice (torch 1.13 gloo "
           "has none); ucx is ucx_perftest tag_bw, one direction, TCP "
