@@ -137,8 +137,8 @@ int main(int argc, char **argv) {
        * output; busbw = algbw (n-1)/n for both. */
       double alg = (op ? bytes * w : bytes) / t / 1e9;
       /* Bytes a node sends: all_to_all, its ranks' blocks for remote
-       * ranks; all_gather, its ranks' inputs to every remote rank. */
-      double node_out = op ? (w / XB_NODES) * bytes * (w * share)
+       * ranks; all_gather, its ranks' inputs once to every other node. */
+      double node_out = op ? (w / XB_NODES) * bytes * (XB_NODES - 1)
                            : (w / XB_NODES) * bytes * share;
       double ubw = ucx_bw(csv, bytes);
       printf("%-10s %12zu %10.1f %9.3f %9.3f %10.3f %12.3f %7.2f\n",

@@ -95,30 +95,108 @@ static int cut_reduces(const spk_plan *plan, const int *node_of,
   return rc;
 }
 
+/* ---- moves whose source already went to the same node ---------------- */
+
+/* Moves of the plan that carry one source span to one node: the first is
+ * sent; the others are copied on that node from where the first landed
+ * (an all_gather sends each input once per node, not once per rank). */
+typedef struct {
+  uint32_t *slot;             /* move index + 1; 0: empty */
+  size_t mask;
+} span_set;
+
+static int same_source(const spk_move *a, const spk_move *b) {
+  if (a->src_rank != b->src_rank || a->src_t != b->src_t ||
+      a->src_off != b->src_off || a->nd != b->nd)
+    return 0;
+  for (int d = 0; d < a->nd; d++)
+    if (a->len[d] != b->len[d] || a->src_stride[d] != b->src_stride[d])
+      return 0;
+  return 1;
+}
+
+static uint64_t source_hash(const spk_move *m, int dn) {
+  uint64_t h = 1469598103934665603ull;
+  uint64_t v[4] = {m->src_rank, m->src_t, m->src_off, (uint64_t)dn};
+  for (int i = 0; i < 4; i++)
+    h = (h ^ v[i]) * 1099511628211ull;
+  for (int d = 0; d < m->nd; d++)
+    h = ((h ^ m->len[d]) * 1099511628211ull ^ m->src_stride[d]) *
+        1099511628211ull;
+  return h;
+}
+
+/* The earlier move carrying m's source span to node dn, or m itself
+ * (recorded) when it is the first. */
+static const spk_move *span_first(span_set *s, const spk_plan *plan,
+                                  const int *node_of, size_t i) {
+  const spk_move *m = &plan->moves[i];
+  int dn = node_of[m->dst_rank];
+  for (size_t k = source_hash(m, dn) & s->mask;; k = (k + 1) & s->mask) {
+    if (s->slot[k] == 0) {
+      s->slot[k] = (uint32_t)i + 1;
+      return m;
+    }
+    const spk_move *f = &plan->moves[s->slot[k] - 1];
+    if (node_of[f->dst_rank] == dn && same_source(f, m))
+      return f;
+  }
+}
+
+static int span_set_init(span_set *s, size_t n, spk_err *err) {
+  size_t cap = 16;
+  while (cap < 2 * n)
+    cap *= 2;
+  s->slot = calloc(cap, sizeof(*s->slot));
+  s->mask = cap - 1;
+  return s->slot ? SPK_OK
+                 : spk_err_set(err, SPK_ENO_MEMORY, "cut: calloc of a %zu-slot "
+                               "span set failed", cap);
+}
+
+/* The local copy standing for a duplicate m on its node: from where the
+ * first move f landed (f's destination) to m's destination. */
+static spk_move dup_copy(const spk_move *f, const spk_move *m) {
+  spk_move c = *m;
+  c.src_rank = f->dst_rank, c.src_t = f->dst_t, c.src_off = f->dst_off;
+  for (int d = 0; d < m->nd; d++)
+    c.src_stride[d] = f->dst_stride[d];
+  return c;
+}
+
 static int cut_moves(const spk_plan *plan, const int *node_of, spk_cut *cut,
                      spk_err *err) {
-  int rc = SPK_OK;
+  span_set seen;
+  int rc = span_set_init(&seen, plan->nmoves, err);
   spk_plan *l = &cut->local[1];
   for (size_t i = 0; i < plan->nmoves && rc == SPK_OK; i++) {
-    const spk_move *m = &plan->moves[i];
+    const spk_move *m = &plan->moves[i], *f = m;
     int sn = node_of[m->src_rank], dn = node_of[m->dst_rank];
     uint64_t bytes = geo_bytes(m);
     spk_piece p = {SPK_PIECE_MOVE, (uint32_t)i, 0};
-    if (sn == cut->self && dn != cut->self)
+    if (sn != dn && (sn == cut->self || dn == cut->self))
+      f = span_first(&seen, plan, node_of, i);
+    if (sn == cut->self && dn != cut->self && f == m)
       rc = stream_add(&cut->send[1][dn], p, bytes, err);
-    if (dn != cut->self)
+    if (dn != cut->self || rc < 0)
       continue;
+    spk_move local = *m;
     if (sn != cut->self) {
-      rc = stream_add(&cut->recv[1][sn], p, bytes, err);
-      if (cut->direct)
+      if (f == m)
+        rc = stream_add(&cut->recv[1][sn], p, bytes, err);
+      if (cut->direct && f == m)
         continue;
-      cut->proxy[m->src_rank * SPK_T_COUNT + m->src_t] = 1;
+      if (cut->direct)
+        local = dup_copy(f, m);
+      else
+        cut->proxy[m->src_rank * SPK_T_COUNT + m->src_t] = 1;
     }
     if (rc == SPK_OK)
-      rc = local_add((void **)&l->moves, &l->nmoves, &l->cap, m, sizeof(*m),
-                     err);
+      rc = local_add((void **)&l->moves, &l->nmoves, &l->cap, &local,
+                     sizeof(local), err);
     l->bytes += bytes;
   }
+  free(seen.slot);
   return rc;
 }
 

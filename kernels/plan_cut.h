@@ -8,7 +8,9 @@
  * local[0] plan (its reduce steps), phase-1 streams, its local[1] plan.
  * Unscaled moves land straight in their destination ("direct"); the
  * sources of reduce steps and of scaled moves land in a proxy of the
- * remote tensor, at the source's own offsets, and run locally. */
+ * remote tensor, at the source's own offsets, and run locally. A source
+ * span goes to a node once: other moves of it to ranks of that node are
+ * local copies there (from where it landed, or from the proxy). */
 #ifndef SPK_PLAN_CUT_H
 #define SPK_PLAN_CUT_H
 

@@ -11,9 +11,10 @@
  * local[0], phase-1 streams, local[1]). Every node's outputs must equal the
  * reference byte for byte, and remote tensors a node has no proxy for must
  * never be touched. Also: the two ends of a stream agree piece by piece,
- * every cross-node source or move is carried exactly once, a plan whose
- * ranks share one node is not cut at all, and spk_span_walk reports
- * maximal contiguous runs. */
+ * every cross-node reduce source is carried once and every source span
+ * once per destination node (further moves of it are local copies), a
+ * plan whose ranks share one node is not cut at all, and spk_span_walk
+ * reports maximal contiguous runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,45 @@ static int here(const spk_cut *cut, const int *node_of, uint32_t rank,
   return node_of[rank] == cut->self || cut->proxy[rank * SPK_T_COUNT + t];
 }
 
+/* The earliest move before move i carrying the same source span (rank,
+ * tensor, offset, lengths, strides) between the same two nodes, or -1:
+ * such a move i is not sent again but copied on its node (written here
+ * as a plain search, independently of the cut's hash set). */
+static long first_same_source(const spk_plan *plan, const int *node_of,
+                              size_t i) {
+  const spk_move *m = &plan->moves[i];
+  for (size_t j = 0; j < i; j++) {
+    const spk_move *f = &plan->moves[j];
+    if (node_of[f->src_rank] != node_of[m->src_rank] ||
+        node_of[f->dst_rank] != node_of[m->dst_rank] ||
+        f->src_rank != m->src_rank || f->src_t != m->src_t ||
+        f->src_off != m->src_off || f->nd != m->nd)
+      continue;
+    int same = 1;
+    for (int d = 0; d < m->nd; d++)
+      same &= f->len[d] == m->len[d] && f->src_stride[d] == m->src_stride[d];
+    if (same)
+      return (long)j;
+  }
+  return -1;
+}
+
+/* A duplicate move's local copy, unscaled: m's destination and lengths,
+ * read from where the first move f landed. */
+static int is_dup_copy(const spk_move *c, const spk_move *f,
+                       const spk_move *m) {
+  if (c->dst_rank != m->dst_rank || c->dst_t != m->dst_t ||
+      c->dst_off != m->dst_off || c->nd != m->nd ||
+      c->src_rank != f->dst_rank || c->src_t != f->dst_t ||
+      c->src_off != f->dst_off)
+    return 0;
+  for (int d = 0; d < m->nd; d++)
+    if (c->len[d] != m->len[d] || c->dst_stride[d] != m->dst_stride[d] ||
+        c->src_stride[d] != f->dst_stride[d])
+      return 0;
+  return 1;
+}
+
 /* What one node's cut must hold on its own: empty self streams, proxies
  * only of remote tensors, local steps that write its ranks and read only
  * what it holds, in the plan's order. */
@@ -355,9 +395,18 @@ static void check_one(const spk_plan *plan, const spk_cut *cut,
   j = 0;
   for (size_t i = 0; i < plan->nmoves; i++) {
     const spk_move *m = &plan->moves[i];
-    if (node_of[m->dst_rank] != self ||
-        (cut->direct && node_of[m->src_rank] != self))
+    if (node_of[m->dst_rank] != self)
       continue;
+    if (cut->direct && node_of[m->src_rank] != self) {
+      long f = first_same_source(plan, node_of, i);
+      if (f < 0)
+        continue; /* lands in place from its stream */
+      REQ(j < l1->nmoves && is_dup_copy(&l1->moves[j], &plan->moves[f], m),
+          "%s: node %d: local move %zu is not the copy of plan move %ld "
+          "standing for plan move %zu", tag, self, j, f, i);
+      j++;
+      continue;
+    }
     REQ(j < l1->nmoves && memcmp(&l1->moves[j], m, sizeof(*m)) == 0,
         "%s: node %d: local move %zu is not plan move %zu", tag, self, j, i);
     REQ(here(cut, node_of, m->src_rank, m->src_t), "%s: node %d: move %zu "
@@ -370,7 +419,8 @@ static void check_one(const spk_plan *plan, const spk_cut *cut,
 }
 
 /* Both ends of every stream agree; every cross-node reduce source is
- * carried once in phase 0 and every cross-node move once in phase 1;
+ * carried once in phase 0 and every cross-node source span once per
+ * destination node in phase 1;
  * what the nodes write adds up to the plan's bytes. */
 static void check_cuts(const spk_plan *plan, const spk_cut *cuts,
                        const int *node_of, int nnodes, const char *tag) {
@@ -446,7 +496,8 @@ static void check_cuts(const spk_plan *plan, const spk_cut *cuts,
   }
   for (size_t i = 0; i < plan->nmoves; i++) {
     const spk_move *m = &plan->moves[i];
-    REQ(seen_m[i] == (node_of[m->src_rank] != node_of[m->dst_rank]),
+    REQ(seen_m[i] == (node_of[m->src_rank] != node_of[m->dst_rank] &&
+                      first_same_source(plan, node_of, i) < 0),
         "%s: move %zu carried %d times", tag, i, seen_m[i]);
   }
   REQ(written == plan->bytes, "%s: nodes write %llu bytes, the plan %llu",
@@ -827,6 +878,38 @@ START_TEST(test_by_hand_gather) {
 }
 END_TEST
 
+/* all_gather of 2 bytes per rank, 4 ranks on nodes [0 0 1 1]: node 0
+ * gets ranks 2 and 3's pieces once each, not once per local rank; the
+ * second local rank copies them from the first one's output (unscaled)
+ * or reads the proxy (scaled). */
+START_TEST(test_by_hand_gather_dedup) {
+  for (int scale = 0; scale < 2; scale++) {
+    ocase c;
+    int64_t shape[1] = {2};
+    base(&c, SPK_OP_ALL_GATHER, 4, SPK_U8,
+         (uint32_t)scale << SPK_FLAG_SCALE_SHIFT, 1, shape, 1, 0);
+    finish(&c, "by hand gather dedup");
+    spk_plan plan;
+    spk_plan_init(&plan, 4);
+    spk_err err = {{0}};
+    ck_assert_int_eq(spk_plan_build(c.argp, 4, &plan, &err), SPK_OK);
+    ck_assert_uint_eq(plan.nmoves, 16);
+    int node_of[4] = {0, 0, 1, 1};
+    spk_cut cut;
+    cut_of(&plan, node_of, 2, 0, &cut);
+    ck_assert_uint_eq(cut.recv[1][1].npieces, 2);
+    ck_assert_uint_eq(cut.recv[1][1].bytes, 4);
+    ck_assert_uint_eq(cut.send[1][1].npieces, 2);
+    /* 4 moves among ranks 0 and 1, plus 2 copies (unscaled) or the 4
+     * moves reading the proxies (scaled) */
+    ck_assert_uint_eq(cut.local[1].nmoves, scale ? 8 : 6);
+    ck_assert_uint_eq(cut.local[1].bytes + (scale ? 0 : 4), 16);
+    spk_cut_free(&cut);
+    spk_plan_free(&plan);
+  }
+}
+END_TEST
+
 /* all_reduce of 4 float32 over 2 ranks on 2 nodes: chunk c (2 elements)
  * is reduced on rank c. Node 0 receives rank 1's chunk 0 in phase 0 into
  * a proxy of rank 1's input, sends its chunk 1; in phase 1 it sends its
@@ -992,6 +1075,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_random, 0, 4);
   tcase_add_test(tc, test_coverage);
   tcase_add_test(tc, test_by_hand_gather);
+  tcase_add_test(tc, test_by_hand_gather_dedup);
   tcase_add_test(tc, test_by_hand_reduce);
   tcase_add_test(tc, test_walk_by_hand);
   tcase_add_test(tc, test_walk_random);
