@@ -1,0 +1,90 @@
+/* Large plans (>= 16 MiB written) copy with non-temporal stores: their
+ * outputs must be exact, odd lengths and unaligned offsets included, and a
+ * plan of a single large move must run as well as one of many. Checked
+ * against the gather written out by hand. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_testlib.h"
+
+/* all_gather of w ranks' uint8 inputs of n bytes along dim 1 of [2, n]:
+ * out_r[i][k*n + j] = in_k[i][j]. */
+static void gather_case(int w, int64_t n) {
+  spk_op_args a[8];
+  const spk_op_args *argp[8];
+  uint8_t *in[8], *out[8];
+  for (int r = 0; r < w; r++) {
+    memset(&a[r], 0, sizeof(a[r]));
+    a[r].op = SPK_OP_ALL_GATHER, a[r].dtype = SPK_U8;
+    a[r].in = (spk_shape){2, {2, n}};
+    a[r].out = (spk_shape){2, {2, n * w}};
+    a[r].ndims = 1, a[r].dims[0] = 1;
+    argp[r] = &a[r];
+    in[r] = malloc((size_t)(2 * n) + 1) + 1; /* odd address */
+    out[r] = malloc((size_t)(2 * n * w));
+    ck_assert_ptr_nonnull(in[r] - 1);
+    ck_assert_ptr_nonnull(out[r]);
+    for (int64_t i = 0; i < 2 * n; i++)
+      in[r][i] = (uint8_t)(i * 7 + r * 13 + 1);
+    memset(out[r], 0, (size_t)(2 * n * w));
+  }
+  spk_plan plan;
+  spk_err err;
+  spk_plan_init(&plan, w);
+  ck_assert_int_eq(spk_plan_build(argp, w, &plan, &err), SPK_OK);
+  ck_assert_uint_ge(plan.bytes, (uint64_t)16 << 20);
+  uint8_t *bases[16];
+  for (int r = 0; r < w; r++)
+    bases[r * SPK_T_COUNT + SPK_T_IN] = in[r],
+    bases[r * SPK_T_COUNT + SPK_T_OUT] = out[r];
+  spk_plan_exec(&plan, bases);
+  for (int r = 0; r < w; r++)
+    for (int64_t i = 0; i < 2; i++)
+      for (int k = 0; k < w; k++)
+        ck_assert_msg(memcmp(out[r] + i * n * w + k * n, in[k] + i * n,
+                             (size_t)n) == 0,
+                      "w %d n %lld: rank %d row %lld piece %d differs", w,
+                      (long long)n, r, (long long)i, k);
+  spk_plan_free(&plan);
+  for (int r = 0; r < w; r++)
+    free(in[r] - 1), free(out[r]);
+}
+
+START_TEST(large_gathers_are_exact) {
+  gather_case(2, (4 << 20) + 7);  /* 32 MiB written, odd rows */
+  gather_case(3, (2 << 20) + 33); /* unaligned row starts */
+}
+END_TEST
+
+/* One rank's split of a 20 MiB tensor: a plan of one move over the
+ * threshold. */
+START_TEST(single_large_move) {
+  int64_t n = (20 << 20) + 5;
+  spk_op_args a;
+  const spk_op_args *argp[1] = {&a};
+  memset(&a, 0, sizeof(a));
+  a.op = SPK_OP_SPLIT, a.dtype = SPK_U8;
+  a.in = a.out = (spk_shape){1, {n}};
+  a.ndims = 1;
+  uint8_t *x = malloc((size_t)n), *y = calloc(1, (size_t)n);
+  ck_assert_ptr_nonnull(x);
+  ck_assert_ptr_nonnull(y);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (uint8_t)(i ^ (i >> 9));
+  spk_plan plan;
+  spk_err err;
+  spk_plan_init(&plan, 1);
+  ck_assert_int_eq(spk_plan_build(argp, 1, &plan, &err), SPK_OK);
+  ck_assert_uint_eq(plan.nmoves, 1);
+  uint8_t *bases[2] = {x, y};
+  spk_plan_exec(&plan, bases);
+  ck_assert_int_eq(memcmp(x, y, (size_t)n), 0);
+  spk_plan_free(&plan);
+  free(x), free(y);
+}
+END_TEST
+
+int main(void) {
+  const TTest *tests[] = {large_gathers_are_exact, single_large_move};
+  return ptl_run_suite("plan_stream", 60, tests, PTL_LEN(tests));
+}
