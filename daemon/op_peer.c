@@ -24,7 +24,8 @@ static int other_nodes(const spd_group *g, int *nodes) {
   return n;
 }
 
-static void tensor_out(const spk_shape *sh, spk_dtype dt, Spcoll__Peer__Tensor *t) {
+static void tensor_out(const spk_shape *sh, spk_dtype dt,
+                       Spcoll__Peer__Tensor *t) {
   t->dtype = (uint32_t)dt;
   t->n_shape = (size_t)sh->ndim;
   t->shape = (int64_t *)sh->dim;

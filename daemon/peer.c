@@ -1,9 +1,9 @@
-/* Peer daemons: UCX set-up, endpoints, Hello, heartbeats, loss. */
+/* Peer daemons: endpoints, Hello, control messages, heartbeats, loss;
+ * the worker driven from the loop. Set-up and stop: peer_life.c. */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "peer_internal.h"
 
@@ -11,24 +11,6 @@ typedef struct {
   uint32_t node;              /* the sender's node index */
   uint64_t incarnation;       /* the sender's start: stale senders show */
 } am_header;
-
-int spd_peers_enabled(const spd_ctx *ctx) {
-  return ctx->peers != NULL;
-}
-
-int spd_peer_self(const spd_ctx *ctx) {
-  return ctx->cfg.node_index;
-}
-
-int spd_peer_count(const spd_ctx *ctx) {
-  return ctx->cfg.npeers;
-}
-
-int spd_peer_is_up(const spd_ctx *ctx, int node) {
-  if (ctx->peers == NULL || node < 0 || node >= ctx->cfg.npeers)
-    return 0;
-  return node == ctx->cfg.node_index || ctx->peers->peer[node].up;
-}
 
 void spd_peer_event_push(spd_peers *P, spd_peer_event *ev) {
   TAILQ_INSERT_TAIL(&P->events, ev, link);
@@ -80,7 +62,7 @@ static void on_in_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
 
 /* ---- loss and connection ------------------------------------------------ */
 
-static void in_eps_close(spd_peers *P, int node) {
+void spd_peer_in_eps_close(spd_peers *P, int node) {
   spd_in_ep *in = TAILQ_FIRST(&P->in_eps), *next;
   for (; in != NULL; in = next) {
     next = TAILQ_NEXT(in, link);
@@ -100,7 +82,7 @@ static void peer_lost(spd_peers *P, int node, const char *why) {
   p->ep = NULL;
   p->up = 0;
   p->heard = 0;
-  in_eps_close(P, node);
+  spd_peer_in_eps_close(P, node);
   spd_peer_xfers_cancel(P, node);
   if (!was_up) {
     SPD_DEBUG(&P->ctx->log, "node %d not reached yet: %s", node, why);
@@ -123,8 +105,8 @@ static void peer_check_up(spd_peers *P, int node) {
   spd_peers_on_up(P->ctx, node);
 }
 
-static int resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
-                   socklen_t *len, char *why, size_t wlen) {
+int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
+                     socklen_t *len, char *why, size_t wlen) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
   struct addrinfo *res;
   char port[8];
@@ -146,7 +128,7 @@ static void peer_connect(spd_peers *P, int node) {
   struct sockaddr_storage ss;
   socklen_t slen;
   char why[160];
-  if (resolve(hp, &ss, &slen, why, sizeof(why)) < 0) {
+  if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0) {
     SPD_WARN(&P->ctx->log, "node %d: %s", node, why);
     return;
   }
@@ -217,8 +199,8 @@ static void on_am_sent(void *req, ucs_status_t status, void *user_data) {
 /* Header and packed message live in one allocation until UCX says they
  * went (UCX 1.13 may read the header after the call), so a slow peer
  * never blocks the loop. */
-static void am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
-                    int reply) {
+void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
+                      int reply) {
   spd_peer *p = &P->peer[node];
   size_t len = spcoll__peer__msg__get_packed_size(m);
   uint8_t *buf = malloc(sizeof(am_header) + len);
@@ -254,7 +236,7 @@ static void send_hello(spd_peers *P, int node, int answer) {
   h.answer = answer;
   m.body_case = SPCOLL__PEER__MSG__BODY_HELLO;
   m.hello = &h;
-  am_send(P, node, &m, 1);
+  spd_peer_am_send(P, node, &m, 1);
 }
 
 void spd_peer_send(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
@@ -262,12 +244,12 @@ void spd_peer_send(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
   if (P == NULL || node == ctx->cfg.node_index || !P->peer[node].up ||
       P->peer[node].ep == NULL)
     return;
-  am_send(P, node, m, 0);
+  spd_peer_am_send(P, node, m, 0);
 }
 
-static ucs_status_t on_am(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param) {
+ucs_status_t spd_peer_on_am(void *arg, const void *header, size_t hlen,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param) {
   spd_peers *P = arg;
   am_header hdr;
   if (hlen != sizeof(hdr) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
@@ -293,7 +275,7 @@ static ucs_status_t on_am(void *arg, const void *header, size_t hlen,
   return UCS_OK;
 }
 
-static void on_conn_request(ucp_conn_request_h conn, void *arg) {
+void spd_peer_on_conn_request(ucp_conn_request_h conn, void *arg) {
   spd_peers *P = arg;
   spd_in_ep *in = P->stopping ? NULL : calloc(1, sizeof(*in));
   if (in == NULL) {
@@ -423,12 +405,12 @@ void spd_peers_progress(spd_peers *P) {
   P->progressing = 0;
 }
 
-static void on_poll(uv_poll_t *h, int status, int events) {
+void spd_peer_on_poll(uv_poll_t *h, int status, int events) {
   (void)status, (void)events;
   spd_peers_progress(h->data);
 }
 
-static void on_tick(uv_timer_t *t) {
+void spd_peer_on_tick(uv_timer_t *t) {
   spd_peers *P = t->data;
   uint64_t now = spd_now_ns();
   uint64_t limit = (uint64_t)P->ctx->cfg.peer_timeout * 1000000000u;
@@ -446,7 +428,7 @@ static void on_tick(uv_timer_t *t) {
                P->ctx->cfg.peer_timeout);
       peer_lost(P, n, why);
     } else if (p->up) {
-      am_send(P, n, &m, 0);
+      spd_peer_am_send(P, n, &m, 0);
     } else if (p->ep != NULL && now - p->connect_ns > limit) {
       peer_lost(P, n, "no Hello in time");
     } else if (p->ep == NULL && !p->departed && !P->stopping) {
@@ -456,234 +438,3 @@ static void on_tick(uv_timer_t *t) {
   spd_peers_progress(P);
 }
 
-/* ---- start and stop ----------------------------------------------------- */
-
-static int ucx_init(spd_peers *P, spk_err *err) {
-  /* A restarted daemon binds its port again at once. */
-  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
-  ucp_config_t *config;
-  ucs_status_t st = ucp_config_read(NULL, NULL, &config);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_config_read: %s",
-                       ucs_status_string(st));
-  ucp_params_t params = {
-      .field_mask = UCP_PARAM_FIELD_FEATURES,
-      .features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP};
-  st = ucp_init(&params, config, &P->ucp);
-  ucp_config_release(config);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_init: %s",
-                       ucs_status_string(st));
-  ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                            .thread_mode = UCS_THREAD_MODE_SINGLE};
-  st = ucp_worker_create(P->ucp, &wp, &P->worker);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_create: %s",
-                       ucs_status_string(st));
-  ucp_am_handler_param_t am = {
-      .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                    UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG,
-      .id = SPD_PEER_AM_ID, .cb = on_am, .arg = P};
-  st = ucp_worker_set_am_recv_handler(P->worker, &am);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_set_am_recv_handler: %s",
-                       ucs_status_string(st));
-  return SPK_OK;
-}
-
-/* Whether the site's UCX was built with CUDA (logged at start; device
- * tensors of groups spanning nodes are refused either way for now). */
-static int ucx_has_cuda(spd_peers *P) {
-  ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
-  if (ucp_context_query(P->ucp, &attr) != UCS_OK)
-    return 0;
-  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-}
-
-static int listen_start(spd_peers *P, spk_err *err) {
-  const spd_hostport *hp = &P->ctx->cfg.ucx_listen;
-  struct sockaddr_storage ss;
-  socklen_t slen;
-  char why[160];
-  if (resolve(hp, &ss, &slen, why, sizeof(why)) < 0)
-    return spk_err_set(err, SPK_EINVAL, "ucx_listen: %s", why);
-  ucp_listener_params_t lp = {
-      .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
-                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = slen},
-      .conn_handler = {.cb = on_conn_request, .arg = P}};
-  ucs_status_t st = ucp_listener_create(P->worker, &lp, &P->listener);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_listener_create on %s:%d: %s",
-                       hp->host, hp->port, ucs_status_string(st));
-  return SPK_OK;
-}
-
-/* Handles are set up in this order and closed in it: the first
- * P->handles of them exist. */
-static uv_handle_t *loop_handle(spd_peers *P, int i) {
-  return i == 0 ? (uv_handle_t *)&P->poll
-                : i == 1 ? (uv_handle_t *)&P->tick : (uv_handle_t *)&P->kick;
-}
-
-static int loop_attach(spd_peers *P, spk_err *err) {
-  int efd;
-  ucs_status_t st = ucp_worker_get_efd(P->worker, &efd);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_get_efd: %s",
-                       ucs_status_string(st));
-  int rc = uv_poll_init(P->ctx->loop, &P->poll, efd);
-  if (rc == 0)
-    P->handles++, rc = uv_timer_init(P->ctx->loop, &P->tick);
-  if (rc == 0)
-    P->handles++, rc = uv_timer_init(P->ctx->loop, &P->kick);
-  if (rc == 0) {
-    P->handles++;
-    P->poll.data = P->tick.data = P->kick.data = P;
-    rc = uv_poll_start(&P->poll, UV_READABLE, on_poll);
-  }
-  if (rc == 0)
-    rc = uv_timer_start(&P->tick, on_tick, 0, 1000);
-  if (rc < 0)
-    return spk_err_set(err, SPK_ESYSTEM, "libuv set-up of the UCX worker fd "
-                       "%d: %s", efd, uv_strerror(rc));
-  return SPK_OK;
-}
-
-int spd_peers_start(spd_ctx *ctx, spk_err *err) {
-  if (ctx->cfg.npeers == 0)
-    return SPK_OK;
-  spd_peers *P = calloc(1, sizeof(*P));
-  if (P == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the peer state failed");
-  P->ctx = ctx;
-  TAILQ_INIT(&P->in_eps);
-  TAILQ_INIT(&P->xfers);
-  TAILQ_INIT(&P->events);
-  TAILQ_INIT(&P->held);
-  for (int n = 0; n < SPD_MAX_NODES; n++)
-    P->peer[n].peers = P, P->peer[n].node = n;
-  if (getrandom(&P->incarnation, sizeof(P->incarnation), 0) < 0)
-    P->incarnation = spd_now_ns();
-  ctx->peers = P;
-  int rc = ucx_init(P, err);
-  if (rc == SPK_OK)
-    rc = listen_start(P, err);
-  if (rc == SPK_OK)
-    rc = loop_attach(P, err);
-  if (rc == SPK_OK)
-    SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d; %s",
-             ctx->cfg.node_index, ctx->cfg.npeers, ctx->cfg.ucx_listen.host,
-             ctx->cfg.ucx_listen.port,
-             ucx_has_cuda(P) ? "this UCX moves CUDA memory"
-                             : "this UCX has no CUDA support");
-  return rc;
-}
-
-static void peers_free(spd_peers *P) {
-  if (P->worker != NULL)
-    ucp_worker_destroy(P->worker);
-  if (P->ucp != NULL)
-    ucp_cleanup(P->ucp);
-  free(P);
-}
-
-static void on_handle_closed(uv_handle_t *h) {
-  spd_peers *P = h->data;
-  if (--P->handles == 0)
-    peers_free(P);
-}
-
-/* First thing at a stop: tell every peer, so that none calls back while
- * we go (UCX 1.13 can crash on a connection request that reaches a
- * listener being destroyed), and make no new connections ourselves. */
-void spd_peers_quiesce(spd_ctx *ctx) {
-  spd_peers *P = ctx->peers;
-  if (P == NULL || P->stopping)
-    return;
-  P->stopping = 1;
-  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
-  Spcoll__Peer__Bye bye = SPCOLL__PEER__BYE__INIT;
-  m.body_case = SPCOLL__PEER__MSG__BODY_BYE;
-  m.bye = &bye;
-  for (int n = 0; n < ctx->cfg.npeers; n++)
-    if (P->peer[n].up)
-      am_send(P, n, &m, 0);
-}
-
-/* Close our endpoints after what they carry (the Byes) went out, waiting
- * at most a second; then force what is left. */
-static void out_eps_close(spd_peers *P) {
-  void *reqs[SPD_MAX_NODES];
-  int n = 0;
-  ucp_request_param_t prm = {.op_attr_mask = 0};
-  for (int i = 0; i < P->ctx->cfg.npeers; i++) {
-    spd_peer *p = &P->peer[i];
-    if (p->ep == NULL)
-      continue;
-    void *req = ucp_ep_close_nbx(p->ep, &prm);
-    if (UCS_PTR_IS_PTR(req))
-      reqs[n++] = req;
-    p->ep = NULL;
-    spd_peer_xfers_cancel(P, i);
-  }
-  uint64_t until = spd_now_ns() + 1000000000u;
-  for (int i = 0; i < n; i++) {
-    while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS &&
-           spd_now_ns() < until)
-      ucp_worker_progress(P->worker);
-    if (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS)
-      ucp_request_cancel(P->worker, reqs[i]);
-    ucp_request_free(reqs[i]);
-  }
-}
-
-void spd_peers_stop(spd_ctx *ctx) {
-  spd_peers *P = ctx->peers;
-  if (P == NULL)
-    return;
-  spd_peers_quiesce(ctx);
-  ctx->peers = NULL;
-  if (P->worker != NULL)
-    out_eps_close(P);
-  in_eps_close(P, -1);
-  if (P->worker != NULL)
-    while (ucp_worker_progress(P->worker) != 0)
-      ;
-  in_eps_close(P, -1);
-  if (P->listener != NULL)
-    ucp_listener_destroy(P->listener);
-  spd_peer_event *ev;
-  while ((ev = TAILQ_FIRST(&P->events)) != NULL) {
-    TAILQ_REMOVE(&P->events, ev, link);
-    if (ev->kind == EV_XFER) {
-      spd_peer_xfer_finish(P, ev->xfer); /* frees ev with the stream */
-      continue;
-    }
-    if (ev->msg != NULL)
-      spcoll__peer__msg__free_unpacked(ev->msg, NULL);
-    free(ev);
-  }
-  while ((ev = TAILQ_FIRST(&P->held)) != NULL) {
-    TAILQ_REMOVE(&P->held, ev, link);
-    spcoll__peer__msg__free_unpacked(ev->msg, NULL);
-    free(ev);
-  }
-  spd_xfer *x;
-  while ((x = TAILQ_FIRST(&P->xfers)) != NULL) {
-    TAILQ_REMOVE(&P->xfers, x, link); /* no op waits on it any more */
-    if (x->req != NULL)
-      ucp_request_free(x->req);
-    free(x);
-  }
-  spd_peer_unmap_all(P);
-  if (P->handles == 0) {
-    peers_free(P);
-    return;
-  }
-  for (int i = 0; i < P->handles; i++) {
-    loop_handle(P, i)->data = P;
-    uv_close(loop_handle(P, i), on_handle_closed);
-  }
-}

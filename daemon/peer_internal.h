@@ -75,6 +75,21 @@ typedef struct spd_peers {
   size_t nmapped, mapped_cap;
 } spd_peers;
 
+/* peer.c's handlers, set up by peer_life.c. */
+ucs_status_t spd_peer_on_am(void *arg, const void *header, size_t hlen,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param);
+void spd_peer_on_conn_request(ucp_conn_request_h conn, void *arg);
+void spd_peer_on_poll(uv_poll_t *h, int status, int events);
+void spd_peer_on_tick(uv_timer_t *t);
+/* Send m to node now (endpoint made), reply: with a reply endpoint. */
+void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
+                      int reply);
+/* Close the endpoints peers made to us (node < 0: all). */
+void spd_peer_in_eps_close(spd_peers *P, int node);
+int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
+                     socklen_t *len, char *why, size_t wlen);
+
 /* Run the worker until idle, handle what it reported, re-arm its fd. */
 void spd_peers_progress(spd_peers *P);
 void spd_peer_event_push(spd_peers *P, spd_peer_event *ev);

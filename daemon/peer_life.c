@@ -1,0 +1,255 @@
+/* Peer daemons: UCX set-up at start, the orderly stop, and what the rest
+ * of the daemon asks about the peers. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "peer_internal.h"
+
+int spd_peers_enabled(const spd_ctx *ctx) {
+  return ctx->peers != NULL;
+}
+
+int spd_peer_self(const spd_ctx *ctx) {
+  return ctx->cfg.node_index;
+}
+
+int spd_peer_count(const spd_ctx *ctx) {
+  return ctx->cfg.npeers;
+}
+
+int spd_peer_is_up(const spd_ctx *ctx, int node) {
+  if (ctx->peers == NULL || node < 0 || node >= ctx->cfg.npeers)
+    return 0;
+  return node == ctx->cfg.node_index || ctx->peers->peer[node].up;
+}
+
+static int ucx_init(spd_peers *P, spk_err *err) {
+  /* A restarted daemon binds its port again at once. */
+  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+  ucp_config_t *config;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_config_read: %s",
+                       ucs_status_string(st));
+  ucp_params_t params = {
+      .field_mask = UCP_PARAM_FIELD_FEATURES,
+      .features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP};
+  st = ucp_init(&params, config, &P->ucp);
+  ucp_config_release(config);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_init: %s",
+                       ucs_status_string(st));
+  ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                            .thread_mode = UCS_THREAD_MODE_SINGLE};
+  st = ucp_worker_create(P->ucp, &wp, &P->worker);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_create: %s",
+                       ucs_status_string(st));
+  ucp_am_handler_param_t am = {
+      .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG,
+      .id = SPD_PEER_AM_ID, .cb = spd_peer_on_am, .arg = P};
+  st = ucp_worker_set_am_recv_handler(P->worker, &am);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_set_am_recv_handler: %s",
+                       ucs_status_string(st));
+  return SPK_OK;
+}
+
+/* Whether the site's UCX was built with CUDA (logged at start; device
+ * tensors of groups spanning nodes are refused either way for now). */
+static int ucx_has_cuda(spd_peers *P) {
+  ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+  if (ucp_context_query(P->ucp, &attr) != UCS_OK)
+    return 0;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+static int listen_start(spd_peers *P, spk_err *err) {
+  const spd_hostport *hp = &P->ctx->cfg.ucx_listen;
+  struct sockaddr_storage ss;
+  socklen_t slen;
+  char why[160];
+  if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0)
+    return spk_err_set(err, SPK_EINVAL, "ucx_listen: %s", why);
+  ucp_listener_params_t lp = {
+      .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = slen},
+      .conn_handler = {.cb = spd_peer_on_conn_request, .arg = P}};
+  ucs_status_t st = ucp_listener_create(P->worker, &lp, &P->listener);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_listener_create on %s:%d: %s",
+                       hp->host, hp->port, ucs_status_string(st));
+  return SPK_OK;
+}
+
+/* Handles are set up in this order and closed in it: the first
+ * P->handles of them exist. */
+static uv_handle_t *loop_handle(spd_peers *P, int i) {
+  return i == 0 ? (uv_handle_t *)&P->poll
+                : i == 1 ? (uv_handle_t *)&P->tick : (uv_handle_t *)&P->kick;
+}
+
+static int loop_attach(spd_peers *P, spk_err *err) {
+  int efd;
+  ucs_status_t st = ucp_worker_get_efd(P->worker, &efd);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_get_efd: %s",
+                       ucs_status_string(st));
+  int rc = uv_poll_init(P->ctx->loop, &P->poll, efd);
+  if (rc == 0)
+    P->handles++, rc = uv_timer_init(P->ctx->loop, &P->tick);
+  if (rc == 0)
+    P->handles++, rc = uv_timer_init(P->ctx->loop, &P->kick);
+  if (rc == 0) {
+    P->handles++;
+    P->poll.data = P->tick.data = P->kick.data = P;
+    rc = uv_poll_start(&P->poll, UV_READABLE, spd_peer_on_poll);
+  }
+  if (rc == 0)
+    rc = uv_timer_start(&P->tick, spd_peer_on_tick, 0, 1000);
+  if (rc < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "libuv set-up of the UCX worker fd "
+                       "%d: %s", efd, uv_strerror(rc));
+  return SPK_OK;
+}
+
+int spd_peers_start(spd_ctx *ctx, spk_err *err) {
+  if (ctx->cfg.npeers == 0)
+    return SPK_OK;
+  spd_peers *P = calloc(1, sizeof(*P));
+  if (P == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the peer state failed");
+  P->ctx = ctx;
+  TAILQ_INIT(&P->in_eps);
+  TAILQ_INIT(&P->xfers);
+  TAILQ_INIT(&P->events);
+  TAILQ_INIT(&P->held);
+  for (int n = 0; n < SPD_MAX_NODES; n++)
+    P->peer[n].peers = P, P->peer[n].node = n;
+  if (getrandom(&P->incarnation, sizeof(P->incarnation), 0) < 0)
+    P->incarnation = spd_now_ns();
+  ctx->peers = P;
+  int rc = ucx_init(P, err);
+  if (rc == SPK_OK)
+    rc = listen_start(P, err);
+  if (rc == SPK_OK)
+    rc = loop_attach(P, err);
+  if (rc == SPK_OK)
+    SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d; %s",
+             ctx->cfg.node_index, ctx->cfg.npeers, ctx->cfg.ucx_listen.host,
+             ctx->cfg.ucx_listen.port,
+             ucx_has_cuda(P) ? "this UCX moves CUDA memory"
+                             : "this UCX has no CUDA support");
+  return rc;
+}
+
+static void peers_free(spd_peers *P) {
+  if (P->worker != NULL)
+    ucp_worker_destroy(P->worker);
+  if (P->ucp != NULL)
+    ucp_cleanup(P->ucp);
+  free(P);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  spd_peers *P = h->data;
+  if (--P->handles == 0)
+    peers_free(P);
+}
+
+/* First thing at a stop: tell every peer, so that none calls back while
+ * we go (UCX 1.13 can crash on a connection request that reaches a
+ * listener being destroyed), and make no new connections ourselves. */
+void spd_peers_quiesce(spd_ctx *ctx) {
+  spd_peers *P = ctx->peers;
+  if (P == NULL || P->stopping)
+    return;
+  P->stopping = 1;
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__Bye bye = SPCOLL__PEER__BYE__INIT;
+  m.body_case = SPCOLL__PEER__MSG__BODY_BYE;
+  m.bye = &bye;
+  for (int n = 0; n < ctx->cfg.npeers; n++)
+    if (P->peer[n].up)
+      spd_peer_am_send(P, n, &m, 0);
+}
+
+/* Close our endpoints after what they carry (the Byes) went out, waiting
+ * at most a second; then force what is left. */
+static void out_eps_close(spd_peers *P) {
+  void *reqs[SPD_MAX_NODES];
+  int n = 0;
+  ucp_request_param_t prm = {.op_attr_mask = 0};
+  for (int i = 0; i < P->ctx->cfg.npeers; i++) {
+    spd_peer *p = &P->peer[i];
+    if (p->ep == NULL)
+      continue;
+    void *req = ucp_ep_close_nbx(p->ep, &prm);
+    if (UCS_PTR_IS_PTR(req))
+      reqs[n++] = req;
+    p->ep = NULL;
+    spd_peer_xfers_cancel(P, i);
+  }
+  uint64_t until = spd_now_ns() + 1000000000u;
+  for (int i = 0; i < n; i++) {
+    while (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS &&
+           spd_now_ns() < until)
+      ucp_worker_progress(P->worker);
+    if (ucp_request_check_status(reqs[i]) == UCS_INPROGRESS)
+      ucp_request_cancel(P->worker, reqs[i]);
+    ucp_request_free(reqs[i]);
+  }
+}
+
+void spd_peers_stop(spd_ctx *ctx) {
+  spd_peers *P = ctx->peers;
+  if (P == NULL)
+    return;
+  spd_peers_quiesce(ctx);
+  ctx->peers = NULL;
+  if (P->worker != NULL)
+    out_eps_close(P);
+  spd_peer_in_eps_close(P, -1);
+  if (P->worker != NULL)
+    while (ucp_worker_progress(P->worker) != 0)
+      ;
+  spd_peer_in_eps_close(P, -1);
+  if (P->listener != NULL)
+    ucp_listener_destroy(P->listener);
+  spd_peer_event *ev;
+  while ((ev = TAILQ_FIRST(&P->events)) != NULL) {
+    TAILQ_REMOVE(&P->events, ev, link);
+    if (ev->kind == EV_XFER) {
+      spd_peer_xfer_finish(P, ev->xfer); /* frees ev with the stream */
+      continue;
+    }
+    if (ev->msg != NULL)
+      spcoll__peer__msg__free_unpacked(ev->msg, NULL);
+    free(ev);
+  }
+  while ((ev = TAILQ_FIRST(&P->held)) != NULL) {
+    TAILQ_REMOVE(&P->held, ev, link);
+    spcoll__peer__msg__free_unpacked(ev->msg, NULL);
+    free(ev);
+  }
+  spd_xfer *x;
+  while ((x = TAILQ_FIRST(&P->xfers)) != NULL) {
+    TAILQ_REMOVE(&P->xfers, x, link); /* no op waits on it any more */
+    if (x->req != NULL)
+      ucp_request_free(x->req);
+    free(x);
+  }
+  spd_peer_unmap_all(P);
+  if (P->handles == 0) {
+    peers_free(P);
+    return;
+  }
+  for (int i = 0; i < P->handles; i++) {
+    loop_handle(P, i)->data = P;
+    uv_close(loop_handle(P, i), on_handle_closed);
+  }
+}
