@@ -1,5 +1,6 @@
 #include "bench_common.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,22 @@ int bench_op_parse(const char *name) {
     if (strcmp(name, op_names[i]) == 0)
       return i;
   return -1;
+}
+
+unsigned bench_ops_parse(const char *list, const char *prog) {
+  unsigned mask = 0;
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", list);
+  for (char *save, *tok = strtok_r(buf, ",", &save); tok != NULL;
+       tok = strtok_r(NULL, ",", &save)) {
+    int op = bench_op_parse(tok);
+    if (op < 0) {
+      fprintf(stderr, "%s: unknown op '%s'\n", prog, tok);
+      return 0;
+    }
+    mask |= 1u << op;
+  }
+  return mask;
 }
 
 double bench_bus_factor(bench_op op, int world) {

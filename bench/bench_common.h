@@ -27,6 +27,9 @@ typedef enum {
 const char *bench_op_name(bench_op op);
 /* -1 when name is none of them. */
 int bench_op_parse(const char *name);
+/* Bit mask of comma-separated op names; 0 (after a message naming prog and
+ * the name) on an unknown one. */
+unsigned bench_ops_parse(const char *list, const char *prog);
 
 /* nccl-tests' bus-bandwidth factor: (n-1)/n, all-reduce 2(n-1)/n. */
 double bench_bus_factor(bench_op op, int world);

@@ -209,22 +209,6 @@ static int sweep(const mpi_cfg *cfg) {
   return 0;
 }
 
-static unsigned parse_ops(const char *list) {
-  unsigned mask = 0;
-  char buf[256];
-  snprintf(buf, sizeof(buf), "%s", list);
-  for (char *save, *tok = strtok_r(buf, ",", &save); tok != NULL;
-       tok = strtok_r(NULL, ",", &save)) {
-    int op = bench_op_parse(tok);
-    if (op < 0) {
-      fprintf(stderr, "spcoll-mpi-bench: unknown op '%s'\n", tok);
-      return 0;
-    }
-    mask |= 1u << op;
-  }
-  return mask;
-}
-
 int main(int argc, char **argv) {
   static const struct option lo[] = {
       {"max-bytes", required_argument, 0, 'm'},
@@ -245,7 +229,7 @@ int main(int argc, char **argv) {
     switch (opt) {
     case 'm': cfg.max_bytes = (size_t)strtoull(optarg, NULL, 0); break;
     case 'i': cfg.iters = atoi(optarg); break;
-    case 'o': cfg.ops = parse_ops(optarg); break;
+    case 'o': cfg.ops = bench_ops_parse(optarg, "spcoll-mpi-bench"); break;
     case 's': cfg.source = optarg; break;
     case 'c': csv_path = optarg; break;
     default: cfg.ops = 0;

@@ -27,23 +27,6 @@ static void usage(void) {
           "--no-verify\n");
 }
 
-/* Bit mask of the comma-separated op names; 0 on an unknown name. */
-static unsigned parse_ops(const char *list) {
-  unsigned mask = 0;
-  char buf[256];
-  snprintf(buf, sizeof(buf), "%s", list);
-  for (char *save, *tok = strtok_r(buf, ",", &save); tok != NULL;
-       tok = strtok_r(NULL, ",", &save)) {
-    int op = bench_op_parse(tok);
-    if (op < 0) {
-      fprintf(stderr, "spcoll-bench: unknown op '%s'\n", tok);
-      return 0;
-    }
-    mask |= 1u << op;
-  }
-  return mask;
-}
-
 typedef struct {
   int world, threads, iters, latency, guard, verify;
   size_t max_bytes;
@@ -130,7 +113,7 @@ int main(int argc, char **argv) {
     case 'r': o.world = atoi(optarg); break;
     case 'm': o.max_bytes = (size_t)strtoull(optarg, NULL, 0); break;
     case 'i': o.iters = atoi(optarg); break;
-    case 'o': o.ops = parse_ops(optarg); break;
+    case 'o': o.ops = bench_ops_parse(optarg, "spcoll-bench"); break;
     case 'w': o.threads = atoi(optarg); break;
     case 'g': o.guard = atoi(optarg); break;
     case 'c': o.csv = optarg; break;

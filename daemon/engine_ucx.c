@@ -282,12 +282,7 @@ void spd_engine_ucx_tell_failed(spd_op *op, int status, const char *msg) {
   f.reason = (char *)msg;
   m.body_case = SPCOLL__PEER__MSG__BODY_OP_FAIL;
   m.op_fail = &f;
-  uint64_t told = 0;
-  for (int r = 0; r < g->world; r++) {
-    int n = g->ranks[r].node;
-    if (g->ranks[r].remote && !(told & (1ull << n))) {
-      told |= 1ull << n;
-      spd_peer_send(g->ctx, n, &m);
-    }
-  }
+  int nodes[SPD_MAX_NODES], n = spd_group_other_nodes(g, nodes);
+  for (int i = 0; i < n; i++)
+    spd_peer_send(g->ctx, nodes[i], &m);
 }

@@ -91,6 +91,9 @@ void spd_group_announce_ready(spd_group *g);
  * joined or left; " (node N)"-style text for messages. */
 void spd_group_peer_joined(spd_group *g, int rank, uid_t uid);
 void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why);
+/* The nodes other than this one holding a rank of g, into nodes[] (room
+ * for SPD_MAX_NODES); returns their count. */
+int spd_group_other_nodes(const spd_group *g, int *nodes);
 /* The record whose id on node is rec (NULL: none). */
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec);
 

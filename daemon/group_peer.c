@@ -52,6 +52,19 @@ void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why) {
   send_all(g->ctx, &m);
 }
 
+int spd_group_other_nodes(const spd_group *g, int *nodes) {
+  int n = 0;
+  uint64_t seen = 0;
+  for (int r = 0; r < g->world; r++) {
+    const spd_rank_slot *s = &g->ranks[r];
+    if (s->remote && !(seen & (1ull << s->node))) {
+      seen |= 1ull << s->node;
+      nodes[n++] = s->node;
+    }
+  }
+  return n;
+}
+
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)

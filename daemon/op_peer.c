@@ -10,20 +10,6 @@
 #include "op.h"
 #include "peer.h"
 
-/* Nodes other than this one holding a rank of g. */
-static int other_nodes(const spd_group *g, int *nodes) {
-  int n = 0;
-  uint64_t seen = 0;
-  for (int r = 0; r < g->world; r++) {
-    const spd_rank_slot *s = &g->ranks[r];
-    if (s->remote && !(seen & (1ull << s->node))) {
-      seen |= 1ull << s->node;
-      nodes[n++] = s->node;
-    }
-  }
-  return n;
-}
-
 static void tensor_out(const spk_shape *sh, spk_dtype dt,
                        Spcoll__Peer__Tensor *t) {
   t->dtype = (uint32_t)dt;
@@ -57,7 +43,7 @@ void spd_op_peer_send_args(spd_op *op, int rank) {
   a.input = &in, a.output = &out;
   m.body_case = SPCOLL__PEER__MSG__BODY_ARGS;
   m.args = &a;
-  int nodes[SPD_MAX_NODES], n = other_nodes(g, nodes);
+  int nodes[SPD_MAX_NODES], n = spd_group_other_nodes(g, nodes);
   for (int i = 0; i < n; i++)
     spd_peer_send(g->ctx, nodes[i], &m);
 }

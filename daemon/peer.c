@@ -282,7 +282,7 @@ void spd_peer_on_conn_request(ucp_conn_request_h conn, void *arg) {
     ucp_listener_reject(P->listener, conn);
     return;
   }
-  in->peers = P, in->node = -1;
+  in->node = -1;
   ucp_ep_params_t ep = {
       .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

@@ -38,7 +38,6 @@ typedef struct spd_xfer {
 /* An endpoint a peer made to us, known by node once its Hello came. */
 typedef struct spd_in_ep {
   TAILQ_ENTRY(spd_in_ep) link;
-  struct spd_peers *peers;
   ucp_ep_h ep;
   int node;
 } spd_in_ep;
