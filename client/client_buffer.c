@@ -13,6 +13,25 @@ size_t spc_dtype_size(spc_dtype dtype) {
   return spk_dtype_size((spk_dtype)dtype);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* The pages are ours to allocate: the daemon refuses to map a sparse file,
+ * whose pages it would otherwise fault in on its own account. First touch
+ * costs the same either way; it just happens here. Kernels before 5.14
+ * lack the advice: touch each page instead. */
+static int memfd_populate(void *data, size_t size) {
+  if (madvise(data, size, MADV_POPULATE_WRITE) == 0)
+    return 0;
+  if (errno != EINVAL)
+    return -1;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (size_t off = 0; off < size; off += page)
+    ((volatile char *)data)[off] = 0;
+  return 0;
+}
+
 static int memfd_make(spc_client *c, size_t size, int *fd_p, void **data_p) {
   int fd = memfd_create("spcoll", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
@@ -25,7 +44,12 @@ static int memfd_make(spc_client *c, size_t size, int *fd_p, void **data_p) {
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
       what = "mmap";
       void *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (data != MAP_FAILED) {
+      if (data != MAP_FAILED && memfd_populate(data, size) < 0) {
+        what = "madvise(MADV_POPULATE_WRITE)";
+        int saved = errno;
+        munmap(data, size);
+        errno = saved;
+      } else if (data != MAP_FAILED) {
         *fd_p = fd;
         *data_p = data;
         return SPC_OK;

@@ -71,6 +71,28 @@ static int conn_broken(spc_client *c, const char *what, int err) {
                    err ? strerror(err) : "daemon closed the connection");
 }
 
+/* A daemon that refuses a connection (a limit of its uid, say) sends an
+ * Error and closes; a send racing the close fails, and the reason is
+ * still waiting in the socket: report it instead of the bare EPIPE. */
+static int last_words(spc_client *c, int status) {
+  uint8_t *space;
+  size_t avail;
+  spk_err err;
+  Spcoll__Frame *f = NULL;
+  if (spf_reader_space(&c->reader, 64 * 1024, &space, &avail, &err) < 0)
+    return status;
+  ssize_t n = recv(c->fd, space, avail, MSG_DONTWAIT);
+  if (n > 0)
+    spf_reader_commit(&c->reader, (size_t)n);
+  if (spf_reader_next(&c->reader, &f, &err) <= 0)
+    return status;
+  if (f->body_case == SPCOLL__FRAME__BODY_ERROR)
+    status = spc__fail(c, -(int)f->error->status, "spcolld: %s",
+                       f->error->message);
+  spcoll__frame__free_unpacked(f, NULL);
+  return status;
+}
+
 static int send_all(spc_client *c, const uint8_t *buf, size_t len, int fd) {
   char cbuf[CMSG_SPACE(sizeof(int))];
   while (len > 0) {
@@ -90,7 +112,7 @@ static int send_all(spc_client *c, const uint8_t *buf, size_t len, int fd) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
-      return conn_broken(c, "sendmsg to spcolld", errno);
+      return last_words(c, conn_broken(c, "sendmsg to spcolld", errno));
     buf += n, len -= (size_t)n;
     fd = -1; /* the descriptor rides with the first bytes only */
   }

@@ -4,6 +4,16 @@
 
 #include "client_internal.h"
 
+int spc_set_op_timeout(spc_client *c, int64_t timeout_ms) {
+  if (c == NULL)
+    return SPC_EINVAL;
+  if (timeout_ms < 0)
+    return spc__fail(c, SPC_EINVAL, "op timeout %lld ms is negative",
+                     (long long)timeout_ms);
+  c->op_timeout_ms = timeout_ms;
+  return SPC_OK;
+}
+
 int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
                    spc_group **group_p) {
   if (c == NULL || group_p == NULL)
@@ -18,6 +28,7 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
   j.name = (char *)name;
   j.world_size = world_size;
   j.rank = rank;
+  j.op_timeout_ms = (uint64_t)c->op_timeout_ms;
   f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN;
   f.group_join = &j;
   Spcoll__Frame *reply;

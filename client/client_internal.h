@@ -46,6 +46,7 @@ struct spc_client {
   char last_error[512];
   spc_timing last_timing;     /* from the last Done of an op */
   void *gpu;                  /* client_gpu.c's state, made on first use */
+  int64_t op_timeout_ms;      /* asked at join; 0: the daemon's */
 };
 
 /* Record the message of a failure on c and return status. */

@@ -117,6 +117,14 @@ const char *spc_last_error(const spc_client *client);
 int spc_group_join(spc_client *client, const char *name, int world_size,
                    int rank, spc_group **group_p);
 
+/* Ask, for the groups this client joins from now on, that an op some rank
+ * has not issued within timeout_ms fails on every rank with SPC_ETIMEDOUT
+ * naming the ranks that never issued it, and breaks the group (as
+ * torch.distributed's timeout does). 0 restores the daemon's op_timeout
+ * (1800 s by default). A group takes the shortest timeout its ranks asked
+ * for. SPC_EINVAL for a negative timeout. */
+int spc_set_op_timeout(spc_client *client, int64_t timeout_ms);
+
 /* Leave the group and free it. Ops the other ranks still issue on the group
  * fail with SPC_EPEERLOST naming this rank. */
 int spc_group_leave(spc_group *group);

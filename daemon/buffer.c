@@ -49,6 +49,54 @@ static int buffer_check_fd(int fd, uint64_t size, spk_err *err) {
   return SPK_OK;
 }
 
+/* Pages the daemon faults in are charged to the daemon: a client could
+ * register a huge sparse file and make the daemon pay for its memory. The
+ * owner populates them (spc_buffer_alloc does, with MADV_POPULATE_WRITE).
+ * mincore finds absent pages fast (0.6 ms per GiB here, SEEK_HOLE 16 ms);
+ * a page it calls absent may be swapped out, which SEEK_HOLE tells apart.
+ * Pages fallocated but never written count as holes to both. */
+static int buffer_hole_at(int fd, uint64_t off, int *hole_p, spk_err *err) {
+  off_t h = lseek(fd, (off_t)off, SEEK_HOLE);
+  if (h < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "lseek(fd %d, %llu, SEEK_HOLE) "
+                       "failed: %s", fd, (unsigned long long)off,
+                       strerror(errno));
+  *hole_p = (uint64_t)h == off;
+  return SPK_OK;
+}
+
+static int buffer_check_populated(int fd, void *base, uint64_t size,
+                                  spk_err *err) {
+  unsigned char vec[4096];
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t npages = (size + page - 1) / page;
+  for (uint64_t first = 0; first < npages; first += sizeof(vec)) {
+    uint64_t n = npages - first < sizeof(vec) ? npages - first : sizeof(vec);
+    uint64_t len = n * page;
+    if (first * page + len > size)
+      len = size - first * page;
+    if (mincore((char *)base + first * page, len, vec) < 0)
+      return spk_err_set(err, SPK_ESYSTEM, "mincore of %llu bytes failed: %s",
+                         (unsigned long long)len, strerror(errno));
+    for (uint64_t i = 0; i < n; i++) {
+      int hole = 0, rc;
+      if (vec[i] & 1)
+        continue;
+      if ((rc = buffer_hole_at(fd, (first + i) * page, &hole, err)) < 0)
+        return rc;
+      if (hole)
+        return spk_err_set(err, SPK_EINVAL,
+                           "buffer memfd has unallocated pages from byte %llu "
+                           "of %llu: allocate them (fallocate) before "
+                           "registering; the daemon does not fault in a "
+                           "client's memory",
+                           (unsigned long long)((first + i) * page),
+                           (unsigned long long)size);
+    }
+  }
+  return SPK_OK;
+}
+
 int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
                    spk_err *err) {
   int rc = buffer_check_fd(fd, size, err);
@@ -63,6 +111,12 @@ int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
   if (base == MAP_FAILED) {
     rc = spk_err_set(err, SPK_ESYSTEM, "mmap of %llu bytes failed: %s",
                      (unsigned long long)size, strerror(errno));
+    free(buf);
+    goto out_close;
+  }
+  if ((rc = buffer_check_populated(fd, base, size, err)) < 0) {
+    if (munmap(base, size) < 0)
+      SPD_WARN(&ctx->log, "munmap of a refused buffer failed: %m");
     free(buf);
     goto out_close;
   }

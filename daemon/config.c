@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ void spd_config_defaults(spd_config *cfg) {
   cfg->client_max_pending = 4096;
   cfg->client_max_frame_rate = 100000;
   cfg->peer_timeout = 30;
+  spd_limits_defaults(cfg);
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi,
@@ -43,6 +45,27 @@ static int parse_int(const char *flag, const char *s, long lo, long hi,
     return spk_err_set(err, SPK_EINVAL, "%s: '%s' is not an integer in %ld..%ld",
                        flag, s, lo, hi);
   *v_p = v;
+  return SPK_OK;
+}
+
+/* A group name or number; looked up once, at start. */
+static int parse_gid(spd_config *cfg, const char *arg, spk_err *err) {
+  if (cfg->noperator_gid == SPD_MAX_OPERATORS)
+    return spk_err_set(err, SPK_EINVAL, "--operator-gid: at most %d groups",
+                       SPD_MAX_OPERATORS);
+  long v;
+  if (arg[0] >= '0' && arg[0] <= '9') {
+    int rc = parse_int("--operator-gid", arg, 0, INT_MAX, 10, &v, err);
+    if (rc < 0)
+      return rc;
+  } else {
+    struct group *gr = getgrnam(arg);
+    if (gr == NULL)
+      return spk_err_set(err, SPK_EINVAL, "--operator-gid: no group named "
+                         "'%s'", arg);
+    v = (long)gr->gr_gid;
+  }
+  cfg->operator_gid[cfg->noperator_gid++] = (unsigned)v;
   return SPK_OK;
 }
 
@@ -68,8 +91,10 @@ static void usage(FILE *out) {
           "  --stats-socket-group G  group owning the stats socket\n"
           "  --client-max-frame-rate N  frames per second per client "
           "(100000)\n"
-          "  --allow-uid U      may join/abort any user's groups (repeat;\n"
-          "                     root always may)\n"
+          "  --allow-uid U      may join any user's groups by qualified name\n"
+          "                     @UID/NAME (repeat; root always may)\n"
+          "  --operator-uid U, --operator-gid G  may drain and abort (repeat;\n"
+          "                     root and the daemon's uid always may)\n"
           "  --client-max-groups N, --client-max-buffers N,\n"
           "  --client-max-bytes N, --client-max-pending N\n"
           "                     per-client limits (1024, 4096, RAM, 4096)\n"
@@ -81,6 +106,7 @@ static void usage(FILE *out) {
           "entry)\n"
           "  --peer-timeout N   a peer silent for N s is lost (30)\n"
           "  --version, --help\n");
+  spd_limits_usage(out);
 }
 
 /* Every setting is a flag; the config file's keys are the same names with
@@ -108,6 +134,8 @@ static const struct option opts[] = {
     {"node-index", required_argument, NULL, 'n'},
     {"ucx-listen", required_argument, NULL, 'x'},
     {"peer-timeout", required_argument, NULL, 't'},
+    {"operator-uid", required_argument, NULL, 'O'},
+    {"operator-gid", required_argument, NULL, 'Q'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -163,6 +191,16 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
       return spk_err_set(err, SPK_EINVAL, "--allow-uid: at most 16 uids");
     rc = parse_int("--allow-uid", arg, 0, INT_MAX, 10, &v, err);
     cfg->allow_uid[cfg->nallow_uid++] = (unsigned)v;
+    break;
+  case 'O':
+    if (cfg->noperator_uid == SPD_MAX_OPERATORS)
+      return spk_err_set(err, SPK_EINVAL, "--operator-uid: at most %d uids",
+                         SPD_MAX_OPERATORS);
+    rc = parse_int("--operator-uid", arg, 0, INT_MAX, 10, &v, err);
+    cfg->operator_uid[cfg->noperator_uid++] = (unsigned)v;
+    break;
+  case 'Q':
+    rc = parse_gid(cfg, arg, err);
     break;
   case 'W':
     rc = parse_int("--max-world", arg, 1, 65536, 10, &v, err);
@@ -253,6 +291,15 @@ static int config_line(spd_config *cfg, char *line, const char *path, int n,
                          why.msg);
     return SPK_OK;
   }
+  for (int i = 0; i < spd_nlimits; i++) {
+    if (strcmp(spd_limit_defs[i].field, key) != 0)
+      continue;
+    spk_err why;
+    if (spd_limit_apply(cfg, i, val, &why) < 0)
+      return spk_err_set(err, SPK_EINVAL, "%s:%d: key %s: %s", path, n, key,
+                         why.msg);
+    return SPK_OK;
+  }
   return spk_err_set(err, SPK_EINVAL, "%s:%d: unknown key '%s'", path, n, key);
 }
 
@@ -292,10 +339,18 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
   int rc = config_from_args(cfg, argc, argv, err);
   if (rc < 0)
     return rc;
+  /* The fixed options, then one per limit (values from LIMIT_OPT up). */
+  enum { NOPTS = sizeof(opts) / sizeof(opts[0]) - 1, LIMIT_OPT = 1000 };
+  struct option all[NOPTS + SPD_MAX_LIMITS + 1];
+  memcpy(all, opts, NOPTS * sizeof(all[0]));
+  for (int i = 0; i < spd_nlimits; i++)
+    all[NOPTS + i] = (struct option){spd_limit_defs[i].flag,
+                                     required_argument, NULL, LIMIT_OPT + i};
+  all[NOPTS + spd_nlimits] = (struct option){NULL, 0, NULL, 0};
   int opt;
   optind = 1;
   opterr = 0;
-  while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":", all, NULL)) != -1) {
     if (opt == 'h') {
       usage(stdout);
       return 1;
@@ -308,7 +363,9 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
       return spk_err_set(err, SPK_EINVAL, "%s option '%s'",
                          opt == '?' ? "unknown" : "missing value for",
                          argv[optind - 1]);
-    int rc = apply_opt(cfg, opt, optarg, err);
+    int rc = opt >= LIMIT_OPT
+                 ? spd_limit_apply(cfg, opt - LIMIT_OPT, optarg, err)
+                 : apply_opt(cfg, opt, optarg, err);
     if (rc < 0)
       return rc;
   }
@@ -370,4 +427,9 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
     fprintf(out, "ucx_listen %s:%d\n", cfg->ucx_listen.host,
             cfg->ucx_listen.port);
   fprintf(out, "peer_timeout %d\n", cfg->peer_timeout);
+  for (int i = 0; i < cfg->noperator_uid; i++)
+    fprintf(out, "operator_uid %u\n", cfg->operator_uid[i]);
+  for (int i = 0; i < cfg->noperator_gid; i++)
+    fprintf(out, "operator_gid %u\n", cfg->operator_gid[i]);
+  spd_limits_dump(cfg, out);
 }

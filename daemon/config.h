@@ -3,6 +3,8 @@
 #ifndef SPD_CONFIG_H
 #define SPD_CONFIG_H
 
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "log.h"
@@ -15,6 +17,49 @@ typedef struct {
   char host[64];
   int port;
 } spd_hostport;
+
+/* The numeric limits and deadlines, one row each: field, flag, default
+ * (0: derived at start from the machine, see spd_config_defaults), lowest
+ * and highest value, help. The config file's key is the field name. */
+#define SPD_LIMITS(X)                                                        \
+  X(op_timeout, "op-timeout", 1800, 1, 604800,                               \
+    "seconds an op may wait for its last rank; then it fails on every "      \
+    "rank and the group breaks")                                             \
+  X(drain_timeout, "drain-timeout", 300, 1, 604800,                          \
+    "seconds a drain waits for ops in flight; then they fail")               \
+  X(hello_timeout, "hello-timeout", 10, 1, 3600,                             \
+    "seconds a new connection has to send its hello")                        \
+  X(frame_timeout, "frame-timeout", 10, 1, 3600,                             \
+    "seconds a started frame has to arrive whole")                           \
+  X(max_connections, "max-connections", 0, 1, 1 << 24,                      \
+    "clients at once (default: the fd limit less 256 kept for the daemon)")  \
+  X(uid_max_connections, "uid-max-connections", 256, 1, 1 << 24,            \
+    "clients of one uid at once")                                            \
+  X(max_buffers, "max-buffers", 0, 1, 1 << 24,                              \
+    "buffers mapped at once (default: half of vm.max_map_count)")           \
+  X(uid_max_buffers, "uid-max-buffers", 0, 1, 1 << 24,                      \
+    "buffers of one uid (default: a quarter of max_buffers)")               \
+  X(max_bytes, "max-bytes", 0, 1, LLONG_MAX,                                 \
+    "host bytes registered at once (default: physical memory)")             \
+  X(uid_max_bytes, "uid-max-bytes", 0, 1, LLONG_MAX,                         \
+    "host bytes one uid may register (default: physical memory)")           \
+  X(uid_max_pending, "uid-max-pending", 16384, 1, 1 << 24,                   \
+    "ops of one uid issued and not done")                                    \
+  X(max_request_bytes, "max-request-bytes", 256LL << 20, 1 << 20, LLONG_MAX, \
+    "daemon memory held by pending op requests, all clients")               \
+  X(uid_max_request_bytes, "uid-max-request-bytes", 64LL << 20, 1 << 16,     \
+    LLONG_MAX, "daemon memory held by one uid's pending op requests")        \
+  X(client_max_queued, "client-max-queued", 16LL << 20, 1 << 20, LLONG_MAX,  \
+    "reply bytes queued to a client that does not read, before it is "       \
+    "dropped")                                                               \
+  X(max_queued, "max-queued", 512LL << 20, 1 << 20, LLONG_MAX,               \
+    "reply bytes queued to all clients; past it, clients with over 1 MiB "   \
+    "queued are dropped")                                                    \
+  X(metrics_groups, "metrics-groups", 0, 0, 1,                               \
+    "1: /metrics shows per-group series too (names of every uid's groups)")
+
+/* Operator commands (drain, abort): root, the daemon's own uid, and these. */
+#define SPD_MAX_OPERATORS 16
 
 typedef struct {
   char socket_path[108];   /* sun_path holds 108 bytes */
@@ -40,7 +85,32 @@ typedef struct {
   int node_index;          /* this node's entry in peers */
   spd_hostport ucx_listen; /* where to listen; port 0: peers[node_index] */
   int peer_timeout;        /* seconds of silence before a peer is lost */
+  unsigned operator_uid[SPD_MAX_OPERATORS];
+  int noperator_uid;
+  unsigned operator_gid[SPD_MAX_OPERATORS];
+  int noperator_gid;
+#define SPD_LIMIT_FIELD(field, flag, def, lo, hi, help) long long field;
+  SPD_LIMITS(SPD_LIMIT_FIELD)
+#undef SPD_LIMIT_FIELD
 } spd_config;
+
+/* The limits' rows (config_limits.c): for the option parser, the config
+ * file, --help and the dump. */
+typedef struct {
+  const char *field, *flag, *help;
+  long long lo, hi;
+  size_t offset;
+} spd_limit_def;
+#define SPD_MAX_LIMITS 48
+extern const spd_limit_def spd_limit_defs[];
+extern const int spd_nlimits;
+/* Set limit i from text; SPK_EINVAL naming the flag and the range. */
+int spd_limit_apply(spd_config *cfg, int i, const char *arg, spk_err *err);
+/* Defaults, the derived ones from the machine (fd limit, vm.max_map_count,
+ * physical memory). */
+void spd_limits_defaults(spd_config *cfg);
+void spd_limits_usage(FILE *out);
+void spd_limits_dump(const spd_config *cfg, FILE *out);
 
 /* "host:port" into hp; SPK_EINVAL naming flag and value. */
 int spd_parse_hostport(const char *flag, const char *s, spd_hostport *hp,

@@ -1,24 +1,55 @@
-/* Operator commands: abort a group, drain the daemon. */
+/* Operator commands: abort a group, drain the daemon. Who may send them is
+ * checked by the caller (spd_session_is_operator). */
+#include <stdio.h>
 #include <string.h>
 
 #include "group.h"
 
-int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err) {
-  spd_group *g;
-  TAILQ_FOREACH(g, &ctx->groups, link)
-    if (strcmp(g->name, name) == 0)
-      break;
+/* An operator names a group as its owner would, "@UID/NAME", or by NAME
+ * alone when one uid has a group of that name. */
+static int abort_find(spd_ctx *ctx, const char *full, uid_t uid,
+                      spd_group **g_p, spk_err *err) {
+  uid_t owner;
+  const char *name;
+  int rc = spd_group_name_parse(full, uid, &owner, &name, err);
+  if (rc < 0)
+    return rc;
+  spd_group *g = spd_group_find(ctx, owner, name), *other;
+  if (g == NULL && full[0] != '@')
+    TAILQ_FOREACH(other, &ctx->groups, link) {
+      if (other->detached || strcmp(other->name, name) != 0)
+        continue;
+      if (g != NULL && g->owner != other->owner)
+        return spk_err_set(err, SPK_EINVAL, "groups named '%s' belong to "
+                           "uids %d and %d: name one as @UID/%s", name,
+                           (int)g->owner, (int)other->owner, name);
+      g = other;
+    }
   if (g == NULL)
-    return spk_err_set(err, SPK_ENOT_FOUND, "no group named '%s'", name);
-  if (!spd_group_may_use(ctx, g, uid))
-    return spk_err_set(err, SPK_EPERM, "group '%s' belongs to uid %d; uid %d "
-                       "may not abort it", name, (int)g->owner, (int)uid);
+    return spk_err_set(err, SPK_ENOT_FOUND, "no group named '%s'", full);
+  *g_p = g;
+  return SPK_OK;
+}
+
+int spd_abort_group(spd_ctx *ctx, const char *full, uid_t uid, spk_err *err) {
+  spd_group *g = NULL;
+  int rc = abort_find(ctx, full, uid, &g, err);
+  if (rc < 0)
+    return rc;
+  char reason[256];
+  snprintf(reason, sizeof(reason), "group '%s' aborted by operator",
+           g->name);
+  SPD_WARN(&ctx->log, "group '%s' of uid %d aborted by operator (uid %d)",
+           g->name, (int)g->owner, (int)uid);
+  if (!g->ready) {
+    /* Its joined ranks wait for the others: they hear it now. */
+    spd_group_fail_joins(g, SPK_EABORTED, reason);
+    return SPK_OK;
+  }
   /* Broken with "aborted": pending ops fail now, later ones on arrival. */
   g->broken = 1;
   g->broken_status = SPK_EABORTED;
-  snprintf(g->broken_reason, sizeof(g->broken_reason),
-           "group '%s' aborted by operator", g->name);
-  SPD_WARN(&ctx->log, "group '%s' aborted by operator", g->name);
+  snprintf(g->broken_reason, sizeof(g->broken_reason), "%s", reason);
   spd_group_fail_pending(g, SPK_EABORTED, g->broken_reason);
   return SPK_OK;
 }
@@ -27,14 +58,24 @@ void spd_drain(spd_ctx *ctx) {
   if (ctx->draining || ctx->stopping)
     return;
   ctx->draining = 1;
+  ctx->drain_started_ns = spd_now_ns();
   SPD_INFO(&ctx->log, "draining: no new groups or ops; exiting when the "
-           "ops in flight are done");
+           "ops in flight are done, at most %lld s from now (drain_timeout)",
+           ctx->cfg.drain_timeout);
   spd_drain_check(ctx);
 }
 
 void spd_drain_check(spd_ctx *ctx) {
   if (!ctx->draining || ctx->stopping)
     return;
+  uint64_t limit = (uint64_t)ctx->cfg.drain_timeout * 1000000000u;
+  if (spd_now_ns() - ctx->drain_started_ns > limit) {
+    /* The stop fails what is still pending with "daemon shutting down". */
+    SPD_WARN(&ctx->log, "drain deadline of %lld s passed with ops pending; "
+             "stopping", ctx->cfg.drain_timeout);
+    spd_shutdown(ctx);
+    return;
+  }
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
     if (!TAILQ_EMPTY(&g->ops))

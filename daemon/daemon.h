@@ -11,6 +11,7 @@
 #include "config.h"
 #include "log.h"
 #include "op_stats.h"
+#include "quota.h"
 
 #define SPD_VERSION "0.1.0"
 
@@ -26,6 +27,10 @@ struct spd_peers;
     "Client connections accepted.")                                          \
   X(clients_rejected, spcoll_clients_rejected_total,                         \
     "Client connections refused at accept.")                                 \
+  X(clients_dropped, spcoll_clients_dropped_total,                           \
+    "Clients closed for not reading replies or missing a deadline.")         \
+  X(ops_timed_out, spcoll_ops_timed_out_total,                               \
+    "Ops failed because a rank did not issue them in time.")                 \
   X(protocol_errors, spcoll_protocol_errors_total,                           \
     "Connections closed for a protocol error.")                              \
   X(ops_completed, spcoll_daemon_ops_total,                                  \
@@ -91,6 +96,14 @@ typedef struct spd_ctx {
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
   uid_t stats_viewer;               /* uid the stats are rendered for */
+  uid_t self_uid;                   /* the daemon's own uid: an operator */
+  spd_quotas quotas;                /* what each uid holds (quota.h) */
+  uint64_t queued_bytes;            /* replies queued to every client */
+  uv_idle_t reaper;                 /* closes doomed sessions */
+  int metrics_conns;                /* open HTTP /metrics connections */
+  int ndoomed;
+  uint64_t refused_log_ns;          /* last "connection refused" log line */
+  uint64_t drain_started_ns;        /* for the drain deadline */
 } spd_ctx;
 
 static inline uint64_t spd_now_ns(void) {

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "op.h"
@@ -9,10 +10,10 @@
 /* The record a local join goes to: one still gathering ranks first, else
  * a complete one (whose checks then refuse the join). Detached records,
  * left by every local rank, are never joined again. */
-static spd_group *group_find(spd_ctx *ctx, const char *name) {
+spd_group *spd_group_find(spd_ctx *ctx, uid_t owner, const char *name) {
   spd_group *g, *found = NULL;
   TAILQ_FOREACH(g, &ctx->groups, link) {
-    if (g->detached || strcmp(g->name, name) != 0)
+    if (g->detached || g->owner != owner || strcmp(g->name, name) != 0)
       continue;
     if (!g->ready && !g->broken)
       return g;
@@ -21,7 +22,8 @@ static spd_group *group_find(spd_ctx *ctx, const char *name) {
   return found;
 }
 
-spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
+spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world,
+                            uid_t owner) {
   spd_group *g = calloc(1, sizeof(*g));
   if (g == NULL)
     return NULL;
@@ -32,16 +34,18 @@ spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world) {
   }
   g->ctx = ctx;
   g->world = world;
+  g->owner = owner;
   g->rec = spd_next_id(ctx);
   g->created_ns = spd_now_ns();
+  g->op_timeout_ns = (uint64_t)ctx->cfg.op_timeout * 1000000000u;
   snprintf(g->name, sizeof(g->name), "%s", name);
   TAILQ_INIT(&g->ops);
   TAILQ_INSERT_TAIL(&ctx->groups, g, link);
   return g;
 }
 
-int spd_group_may_use(const spd_ctx *ctx, const spd_group *g, uid_t uid) {
-  if (uid == 0 || uid == g->owner)
+int spd_group_may_use_uid(const spd_ctx *ctx, uid_t owner, uid_t uid) {
+  if (uid == 0 || uid == owner)
     return 1;
   for (int i = 0; i < ctx->cfg.nallow_uid; i++)
     if (ctx->cfg.allow_uid[i] == uid)
@@ -49,13 +53,36 @@ int spd_group_may_use(const spd_ctx *ctx, const spd_group *g, uid_t uid) {
   return 0;
 }
 
-static int join_check(spd_group *g, const spd_session *s,
-                      const Spcoll__GroupJoin *j, char *msg, size_t len) {
-  if (!spd_group_may_use(g->ctx, g, s->uid)) {
-    snprintf(msg, len, "group '%s' belongs to uid %d; uid %d may not join it",
-             g->name, (int)g->owner, (int)s->uid);
-    return SPK_EPERM;
+int spd_group_may_use(const spd_ctx *ctx, const spd_group *g, uid_t uid) {
+  return spd_group_may_use_uid(ctx, g->owner, uid);
+}
+
+int spd_group_name_parse(const char *full, uid_t self, uid_t *owner_p,
+                         const char **name_p, spk_err *err) {
+  if (full[0] != '@') {
+    *owner_p = self, *name_p = full;
+    return SPK_OK;
   }
+  char *end;
+  unsigned long uid = strtoul(full + 1, &end, 10);
+  if (end == full + 1 || *end != '/' || end[1] == '\0' || uid > INT_MAX)
+    return spk_err_set(err, SPK_EINVAL, "group name '%s': a name starting "
+                       "with '@' is qualified as @UID/NAME (a numeric uid, "
+                       "a slash, a name)", full);
+  *owner_p = (uid_t)uid, *name_p = end + 1;
+  return SPK_OK;
+}
+
+const char *spd_group_label(const spd_group *g, uid_t viewer, char *buf,
+                            size_t len) {
+  if (g->owner == viewer)
+    return g->name;
+  snprintf(buf, len, "@%u/%s", (unsigned)g->owner, g->name);
+  return buf;
+}
+
+static int join_check(spd_group *g, const Spcoll__GroupJoin *j, char *msg,
+                      size_t len) {
   if (g->world != j->world_size) {
     snprintf(msg, len, "group '%s' has world size %d, not %d", g->name,
              g->world, j->world_size);
@@ -145,24 +172,38 @@ void spd_group_announce_ready(spd_group *g) {
 void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
                     const Spcoll__GroupJoin *j) {
   char msg[256];
+  uid_t owner = s->uid;
+  const char *name = j->name;
+  spk_err err;
   int rc = join_args_check(&ctx->cfg, s, j, msg, sizeof(msg));
-  spd_group *g = rc < 0 ? NULL : group_find(ctx, j->name);
+  if (rc == SPK_OK &&
+      (rc = spd_group_name_parse(j->name, s->uid, &owner, &name, &err)) < 0)
+    snprintf(msg, sizeof(msg), "%s", err.msg);
+  if (rc == SPK_OK && owner != s->uid && !spd_group_may_use_uid(ctx, owner,
+                                                                s->uid)) {
+    rc = SPK_EPERM;
+    snprintf(msg, sizeof(msg), "group '%s' belongs to uid %d; uid %d may "
+             "not join it (root and allow_uid may)", name, (int)owner,
+             (int)s->uid);
+  }
+  spd_group *g = rc < 0 ? NULL : spd_group_find(ctx, owner, name);
   if (rc == SPK_OK && g != NULL)
-    rc = join_check(g, s, j, msg, sizeof(msg));
+    rc = join_check(g, j, msg, sizeof(msg));
   if (rc == SPK_OK && g == NULL && ctx->draining) {
     rc = SPK_ESHUTDOWN;
     snprintf(msg, sizeof(msg), "daemon draining: no new groups");
   }
   if (rc == SPK_OK && g == NULL) {
-    g = spd_group_create(ctx, j->name, j->world_size);
+    g = spd_group_create(ctx, name, j->world_size, owner);
     if (g == NULL) {
       rc = SPK_ENO_MEMORY;
-      snprintf(msg, sizeof(msg), "out of memory creating group '%s'",
-               j->name);
-    } else {
-      g->owner = s->uid;
+      snprintf(msg, sizeof(msg), "out of memory creating group '%s'", name);
     }
   }
+  /* The shortest timeout any rank asked for: each rank's wish holds. */
+  if (rc == SPK_OK && j->op_timeout_ms != 0 &&
+      j->op_timeout_ms < g->op_timeout_ns / 1000000u)
+    g->op_timeout_ns = j->op_timeout_ms * 1000000u;
   if (rc == SPK_OK && spd_group_add(g, s, j->rank, req) < 0) {
     rc = SPK_ENO_MEMORY;
     snprintf(msg, sizeof(msg), "out of memory joining group '%s'", j->name);
@@ -271,6 +312,25 @@ void spd_group_maybe_free(spd_group *g) {
   free(g);
 }
 
+void spd_group_fail_joins(spd_group *g, int status, const char *msg) {
+  for (int r = 0; r < g->world; r++) {
+    spd_rank_slot *slot = &g->ranks[r];
+    spd_session *s = slot->session;
+    if (s == NULL)
+      continue;
+    spd_session_send_error(s, slot->join_req, status, msg);
+    TAILQ_REMOVE(&s->members, slot->member, link);
+    s->ngroups--;
+    free(slot->member);
+    slot->session = NULL;
+    slot->member = NULL;
+    g->joined--;
+    g->nlocal--;
+    spd_group_peer_left(g, r, 1, msg);
+  }
+  spd_group_maybe_free(g);
+}
+
 void spd_group_expire(spd_group *g) {
   char missing[200] = "", msg[320];
   size_t used = 0;
@@ -282,20 +342,5 @@ void spd_group_expire(spd_group *g) {
            "rank(s) %s never joined", g->name, g->ctx->cfg.join_timeout,
            missing);
   SPD_WARN(&g->ctx->log, "%s", msg);
-  for (int r = 0; r < g->world; r++) {
-    spd_rank_slot *slot = &g->ranks[r];
-    spd_session *s = slot->session;
-    if (s == NULL)
-      continue;
-    spd_session_send_error(s, slot->join_req, SPK_ETIMEDOUT, msg);
-    TAILQ_REMOVE(&s->members, slot->member, link);
-    s->ngroups--;
-    free(slot->member);
-    slot->session = NULL;
-    slot->member = NULL;
-    g->joined--;
-    g->nlocal--;
-    spd_group_peer_left(g, r, 1, msg);
-  }
-  spd_group_maybe_free(g);
+  spd_group_fail_joins(g, SPK_ETIMEDOUT, msg);
 }

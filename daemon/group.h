@@ -27,6 +27,7 @@ typedef struct spd_group {
   int world;
   uid_t owner;                /* the uid that created it */
   uint64_t created_ns;        /* for the join deadline */
+  uint64_t op_timeout_ns;     /* an op waiting this long for a rank fails */
   int joined;                 /* ranks present */
   int ready;                  /* every rank joined once */
   int broken;                 /* a rank left or was lost after ready */
@@ -55,9 +56,26 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
 /* May a client of `uid` join or abort g? Its owner, root and the
  * configured allow_uid may. */
 int spd_group_may_use(const spd_ctx *ctx, const spd_group *g, uid_t uid);
+int spd_group_may_use_uid(const spd_ctx *ctx, uid_t owner, uid_t uid);
 
-/* Create an empty group (NULL when out of memory). */
-spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world);
+/* Create an empty group of owner (NULL when out of memory). */
+spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world,
+                            uid_t owner);
+
+/* Group names live in their owner's namespace: "NAME" in a join is the
+ * joiner's own group NAME, "@UID/NAME" is uid UID's group NAME (allowed to
+ * root and allow_uid only: see spd_group_may_use). Splits full into the
+ * owner and the name within its namespace; SPK_EINVAL for a malformed
+ * qualifier. */
+int spd_group_name_parse(const char *full, uid_t self, uid_t *owner_p,
+                         const char **name_p, spk_err *err);
+/* The name as `viewer` would write it: NAME for its own group,
+ * "@UID/NAME" for another uid's. */
+const char *spd_group_label(const spd_group *g, uid_t viewer, char *buf,
+                            size_t len);
+/* The local record of owner's group name that a join goes to (one still
+ * gathering ranks first, else a complete one), or NULL. */
+spd_group *spd_group_find(spd_ctx *ctx, uid_t owner, const char *name);
 
 /* Put session s in g as `rank`, to be answered on request `req` when the
  * group is complete (GroupJoined to every rank at once). */
@@ -78,6 +96,9 @@ void spd_group_kick(spd_group *g);
 /* The group is not complete by its deadline: every waiting join fails
  * with SPK_ETIMEDOUT naming the missing ranks, and the group goes. */
 void spd_group_expire(spd_group *g);
+/* A group not yet complete ends: every waiting join fails with status and
+ * msg, the other nodes hear its ranks leave, and the group goes. */
+void spd_group_fail_joins(spd_group *g, int status, const char *msg);
 
 /* Is rank joined (here or on another node)? */
 static inline int spd_group_has_rank(const spd_group *g, int rank) {

@@ -25,6 +25,7 @@ static void send_join(spd_group *g, int rank, uid_t uid, int node) {
   j.rank = rank;
   j.rec = g->rec;
   j.uid = (uint32_t)uid;
+  j.owner = (uint32_t)g->owner;
   m.body_case = SPCOLL__PEER__MSG__BODY_JOIN;
   m.join = &j;
   if (node < 0)
@@ -101,7 +102,8 @@ static spd_group *joinable(spd_ctx *ctx, int node,
                            const Spcoll__Peer__Join *j) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link) {
-    if (g->detached || g->ready || g->broken || strcmp(g->name, j->name) != 0)
+    if (g->detached || g->ready || g->broken || g->owner != j->owner ||
+        strcmp(g->name, j->name) != 0)
       continue;
     if (g->peer_rec[node] == 0 || g->peer_rec[node] == j->rec ||
         !node_has_ranks(g, node))
@@ -132,12 +134,11 @@ static void remote_join(spd_ctx *ctx, int node, const Spcoll__Peer__Join *j) {
   }
   spd_group *g = joinable(ctx, node, j);
   if (g == NULL) {
-    g = spd_group_create(ctx, j->name, j->world);
+    g = spd_group_create(ctx, j->name, j->world, (uid_t)j->owner);
     if (g == NULL) {
       send_reject(ctx, node, j, SPK_ENO_MEMORY, "out of memory for a group");
       return;
     }
-    g->owner = j->uid;
   }
   int status = SPK_OK;
   if (g->world != j->world)

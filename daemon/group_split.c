@@ -34,10 +34,10 @@ static int split_make(spd_op *op, const split_entry *e, int n, uint64_t tag) {
   char name[128];
   snprintf(name, sizeof(name), "%.80s/split%llu/%d", parent->name,
            (unsigned long long)tag, e[0].color);
-  spd_group *g = spd_group_create(parent->ctx, name, n);
+  spd_group *g = spd_group_create(parent->ctx, name, n, parent->owner);
   if (g == NULL)
     return SPK_ENO_MEMORY;
-  g->owner = parent->owner;
+  g->op_timeout_ns = parent->op_timeout_ns;
   for (int i = 0; i < n; i++) {
     spd_op_rank *r = &op->ranks[e[i].rank];
     if (spd_group_add(g, r->session, i, r->req) < 0)
@@ -46,13 +46,36 @@ static int split_make(spd_op *op, const split_entry *e, int n, uint64_t tag) {
   return SPK_OK;
 }
 
+/* A split makes each rank with a color a member of one more group: it
+ * counts against client_max_groups like a join, checked for every rank
+ * before any group is made so the split happens on all ranks or none. */
+static int split_check_limits(spd_op *op, char *msg, size_t len) {
+  const spd_config *cfg = &op->group->ctx->cfg;
+  for (int i = 0; i < op->group->world; i++) {
+    const spd_op_rank *r = &op->ranks[i];
+    if (r->session == NULL) {
+      snprintf(msg, len, "rank %d left during group split", i);
+      return SPK_EPEER_LOST;
+    }
+    if (r->args.dims[0] >= 0 &&
+        r->session->ngroups >= cfg->client_max_groups) {
+      snprintf(msg, len, "group split: rank %d (pid %d) is in %d groups, "
+               "the client limit (client_max_groups)", i,
+               (int)r->session->pid, r->session->ngroups);
+      return SPK_ENO_MEMORY;
+    }
+  }
+  return SPK_OK;
+}
+
 void spd_group_split_run(spd_op *op) {
   int world = op->group->world;
-  for (int i = 0; i < world; i++)
-    if (op->ranks[i].session == NULL) {
-      spd_op_fail(op, SPK_EPEER_LOST, "a rank left during group split");
-      return;
-    }
+  char msg[200];
+  int rc = split_check_limits(op, msg, sizeof(msg));
+  if (rc < 0) {
+    spd_op_fail(op, rc, msg);
+    return;
+  }
   split_entry *e = malloc((size_t)world * sizeof(*e));
   if (e == NULL) {
     spd_op_fail(op, SPK_ENO_MEMORY, "out of memory for group split");
@@ -63,7 +86,6 @@ void spd_group_split_run(spd_op *op) {
                          i};
   qsort(e, (size_t)world, sizeof(*e), entry_cmp);
   uint64_t tag = spd_next_id(op->group->ctx);
-  int rc = SPK_OK;
   for (int i = 0, j; i < world && rc == SPK_OK; i = j) {
     for (j = i; j < world && e[j].color == e[i].color; j++)
       ;

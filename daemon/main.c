@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "gpu_probe.h"
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
   ctx->log.level = ctx->cfg.log_level;
   ctx->loop = uv_default_loop();
   ctx->started_ns = spd_now_ns();
+  ctx->self_uid = geteuid();
   TAILQ_INIT(&ctx->sessions);
   TAILQ_INIT(&ctx->groups);
   if (ctx_start(ctx, &err) < 0) {
@@ -76,6 +78,7 @@ int main(int argc, char **argv) {
   rc = uv_loop_close(ctx->loop);
   if (rc < 0)
     SPD_WARN(&ctx->log, "uv_loop_close: %s", uv_strerror(rc));
+  spd_quotas_free(&ctx->quotas);
   SPD_INFO(&ctx->log, "stopped");
   return 0;
 }

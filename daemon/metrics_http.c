@@ -1,15 +1,22 @@
 /* An optional HTTP listener on 127.0.0.1 that answers GET /metrics with
  * the Prometheus rendering, for a Prometheus server to scrape. One request
- * per connection; anything else gets 404 or 400. */
+ * per connection; anything else gets 404 or 400. Any local user can open
+ * it: it shows the daemon's aggregate counters only (per-group series, with
+ * every uid's group names, when metrics_groups = 1), a connection has
+ * hello_timeout to send its request and be answered, and at most
+ * HTTP_MAX_CONNS are open at once. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "stats.h"
 
 #define HTTP_MAX_REQUEST 8192
+#define HTTP_MAX_CONNS 16
 
 typedef struct {
   uv_tcp_t tcp;
+  uv_timer_t deadline;
+  int handles;                /* open handles; freed when none is left */
   spd_ctx *ctx;
   char buf[HTTP_MAX_REQUEST];
   size_t len;
@@ -22,13 +29,28 @@ typedef struct {
 } http_write;
 
 static void on_conn_closed(uv_handle_t *h) {
-  free(h->data);
+  http_conn *c = h->data;
+  if (--c->handles > 0)
+    return;
+  c->ctx->metrics_conns--;
+  free(c);
+}
+
+static void conn_close(http_conn *c) {
+  if (!uv_is_closing((uv_handle_t *)&c->tcp))
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+  if (c->handles == 2 && !uv_is_closing((uv_handle_t *)&c->deadline))
+    uv_close((uv_handle_t *)&c->deadline, on_conn_closed);
+}
+
+static void on_deadline(uv_timer_t *t) {
+  conn_close(t->data);
 }
 
 static void on_written(uv_write_t *req, int status) {
   http_write *w = (http_write *)req;
   (void)status;
-  uv_close((uv_handle_t *)req->handle, on_conn_closed);
+  conn_close(req->handle->data);
   free(w->text);
   free(w);
 }
@@ -39,7 +61,7 @@ static void respond(http_conn *c, const char *status, const char *body) {
   char *text = malloc(n);
   if (w == NULL || text == NULL) {
     free(w), free(text);
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    conn_close(c);
     return;
   }
   int len = snprintf(text, n, "HTTP/1.1 %s\r\nContent-Type: text/plain; "
@@ -51,7 +73,7 @@ static void respond(http_conn *c, const char *status, const char *body) {
   uv_read_stop((uv_stream_t *)&c->tcp);
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
     free(text), free(w);
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    conn_close(c);
   }
 }
 
@@ -66,7 +88,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   (void)b;
   if (n < 0 || c->answered) {
     if (!c->answered)
-      uv_close((uv_handle_t *)s, on_conn_closed);
+      conn_close(c);
     return;
   }
   c->len += (size_t)n;
@@ -80,25 +102,43 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
     respond(c, "404 Not Found", "only GET /metrics is served here\n");
     return;
   }
-  /* Bound to 127.0.0.1 and off unless configured: the scraper sees all. */
-  char *text = spd_stats_render(c->ctx, "prometheus", 0);
+  char *text = spd_stats_render(c->ctx, "prometheus",
+                                c->ctx->cfg.metrics_groups
+                                    ? 0
+                                    : SPD_STATS_AGGREGATE);
   respond(c, text ? "200 OK" : "500 Internal Server Error",
           text ? text : "out of memory\n");
   free(text);
 }
 
+/* Over HTTP_MAX_CONNS the connection is accepted and closed at once. */
 static void on_connection(uv_stream_t *server, int status) {
   spd_ctx *ctx = server->data;
   http_conn *c = calloc(1, sizeof(*c));
   if (status < 0 || c == NULL || uv_tcp_init(ctx->loop, &c->tcp) < 0) {
+    SPD_WARN(&ctx->log, "metrics connection dropped: %s",
+             status < 0 ? uv_strerror(status) : "out of memory");
     free(c);
     return;
   }
   c->ctx = ctx;
-  c->tcp.data = c;
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+  c->tcp.data = c->deadline.data = c;
+  c->handles = 1;
+  ctx->metrics_conns++;
+  int rc = uv_accept(server, (uv_stream_t *)&c->tcp);
+  if (rc == 0 && ctx->metrics_conns > HTTP_MAX_CONNS)
+    rc = UV_EBUSY;
+  if (rc == 0 && (rc = uv_timer_init(ctx->loop, &c->deadline)) == 0) {
+    c->handles = 2;
+    rc = uv_timer_start(&c->deadline, on_deadline,
+                        (uint64_t)ctx->cfg.hello_timeout * 1000, 0);
+  }
+  if (rc == 0)
+    rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  if (rc < 0) {
+    SPD_DEBUG(&ctx->log, "metrics connection closed: %s", uv_strerror(rc));
+    conn_close(c);
+  }
 }
 
 int spd_metrics_http_start(spd_ctx *ctx, spk_err *err) {

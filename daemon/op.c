@@ -121,6 +121,32 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
   return spd_engine_gpu_rank_fill(r, rq, err);
 }
 
+/* What a rank's request makes the daemon hold: its size lists and, for
+ * the first rank of an op, the op with a slot for every rank. */
+static long long op_request_bytes(const spd_group *g,
+                                  const Spcoll__OpRequest *rq, int fresh) {
+  long long n = (long long)(rq->n_sizes + rq->n_sizes2) * sizeof(int64_t);
+  if (fresh)
+    n += (long long)sizeof(spd_op) + (long long)g->world * sizeof(spd_op_rank);
+  return n;
+}
+
+static int op_charge(spd_ctx *ctx, uid_t uid, long long bytes, char *msg,
+                     size_t len) {
+  int rc = spd_quota_take(&ctx->quotas, &ctx->cfg, uid, SPD_Q_PENDING, 1,
+                          msg, len);
+  if (rc == SPK_OK &&
+      (rc = spd_quota_take(&ctx->quotas, &ctx->cfg, uid, SPD_Q_REQUEST_BYTES,
+                           bytes, msg, len)) < 0)
+    spd_quota_give(&ctx->quotas, uid, SPD_Q_PENDING, 1);
+  return rc;
+}
+
+static void op_uncharge(spd_ctx *ctx, uid_t uid, long long bytes) {
+  spd_quota_give(&ctx->quotas, uid, SPD_Q_PENDING, 1);
+  spd_quota_give(&ctx->quotas, uid, SPD_Q_REQUEST_BYTES, bytes);
+}
+
 void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                    const Spcoll__OpRequest *rq) {
   if (g->broken) {
@@ -136,13 +162,21 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
     return;
   }
   /* Draining: ops other ranks already started may complete, no new one. */
-  if (g->ctx->draining && op_find(g, slot->next_seq) == NULL) {
+  int fresh = op_find(g, slot->next_seq) == NULL;
+  if (g->ctx->draining && fresh) {
     spd_session_send_error(s, req, SPK_ESHUTDOWN,
                            "daemon draining: no new ops");
     return;
   }
+  char msg[200];
+  long long charge = op_request_bytes(g, rq, fresh);
+  if (op_charge(g->ctx, s->uid, charge, msg, sizeof(msg)) < 0) {
+    spd_session_send_error(s, req, SPK_ENO_MEMORY, msg);
+    return;
+  }
   spd_op *op = spd_op_get(g, slot->next_seq);
   if (op == NULL) {
+    op_uncharge(g->ctx, s->uid, charge);
     spd_session_send_error(s, req, SPK_ENO_MEMORY, "out of memory for an op");
     return;
   }
@@ -152,6 +186,7 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   r->req = req;
   r->arrived_ns = spd_now_ns();
   r->session = s;
+  r->charged = 1, r->uid = s->uid, r->charge = charge;
   s->pending++;
   /* A rank's own error still counts as its arrival: the op then fails on
    * every rank together, so no rank waits for one that gave up. */
@@ -176,6 +211,8 @@ void spd_op_free(spd_op *op) {
     spd_op_rank *r = &op->ranks[i];
     if (r->session != NULL)
       r->session->pending--;
+    if (r->charged)
+      op_uncharge(ctx, r->uid, r->charge);
     for (int t = 0; t < SPK_T_COUNT; t++)
       if (r->buf[t] != NULL)
         spd_buffer_unref(ctx, r->buf[t]);

@@ -29,6 +29,9 @@ typedef struct {
   uint64_t off[SPK_T_COUNT];
   void *gpu;                  /* the GPU engine's per-rank state (events) */
   int remote;                 /* arrived on another node (its Args) */
+  int charged;                /* counted in uid's quotas (quota.h) */
+  uid_t uid;
+  long long charge;           /* request bytes counted for it */
   int node;                   /* that node */
 } spd_op_rank;
 

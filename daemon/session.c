@@ -12,18 +12,29 @@
 /* A client that sends more descriptors than it registers buffers is bad;
  * the cap bounds the fds libuv holds for it. */
 #define SESSION_MAX_PENDING_FDS 16
-/* Replies queued to a client that does not read, before it is dropped. */
-#define SESSION_MAX_QUEUED ((size_t)64 << 20)
+/* Past the daemon-wide reply budget, only clients with more than this
+ * queued are dropped: one that reads its replies never is. */
+#define SESSION_SMALL_QUEUE ((size_t)1 << 20)
 
 typedef struct {
   uv_write_t req;
   uint8_t *buf;
+  size_t len;
 } session_write;
 
 static void on_closed(uv_handle_t *h) {
   spd_session *s = h->data;
   spf_reader_free(&s->reader);
   free(s);
+}
+
+static void session_give_back(spd_session *s) {
+  spd_quotas *q = &s->ctx->quotas;
+  if (s->counted)
+    spd_quota_give(q, s->uid, SPD_Q_CONNECTIONS, 1);
+  s->counted = 0;
+  spd_quota_give(q, s->uid, SPD_Q_REQUEST_BYTES, s->reader_charge);
+  s->reader_charge = 0;
 }
 
 static void session_release(spd_session *s) {
@@ -34,10 +45,18 @@ static void session_release(spd_session *s) {
     free(m);
   }
   spd_buffer *b;
-  while ((b = TAILQ_FIRST(&s->buffers)) != NULL) {
-    TAILQ_REMOVE(&s->buffers, b, link);
-    spd_buffer_unref(s->ctx, b);
-  }
+  while ((b = TAILQ_FIRST(&s->buffers)) != NULL)
+    spd_session_buffer_drop(s, b);
+}
+
+void spd_session_buffer_drop(spd_session *s, spd_buffer *b) {
+  long long bytes = b->kind == SPD_BUF_HOST ? (long long)b->size : 0;
+  TAILQ_REMOVE(&s->buffers, b, link);
+  s->nbuffers--;
+  s->registered_bytes -= (uint64_t)bytes;
+  spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
+  spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BYTES, bytes);
+  spd_buffer_unref(s->ctx, b);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
@@ -53,10 +72,14 @@ void spd_session_close(spd_session *s) {
   s->closing = 1;
   SPD_DEBUG(&s->ctx->log, "client %llu closing", (unsigned long long)s->id);
   TAILQ_REMOVE(&s->ctx->sessions, s, link);
+  if (s->doomed)
+    s->ctx->ndoomed--;
   session_release(s);
+  session_give_back(s);
   uv_read_stop((uv_stream_t *)&s->pipe);
-  /* Flush what is queued (an error reply, say) before closing. */
-  uv_shutdown_t *req = malloc(sizeof(*req));
+  /* Flush what is queued (an error reply, say) before closing; a doomed
+   * client does not read, so its queue would never drain. */
+  uv_shutdown_t *req = s->doomed ? NULL : malloc(sizeof(*req));
   if (req != NULL) {
     req->data = s;
     if (uv_shutdown(req, (uv_stream_t *)&s->pipe, on_shutdown) == 0)
@@ -69,6 +92,7 @@ void spd_session_close(spd_session *s) {
 static void on_written(uv_write_t *req, int status) {
   session_write *w = (session_write *)req;
   spd_session *s = req->data;
+  s->ctx->queued_bytes -= w->len;
   if (status < 0 && status != UV_ECANCELED && !s->closing)
     SPD_DEBUG(&s->ctx->log, "write to client %llu failed: %s",
               (unsigned long long)s->id, uv_strerror(status));
@@ -77,8 +101,28 @@ static void on_written(uv_write_t *req, int status) {
 }
 
 
+/* The reply caps are checked as replies are queued: a client that asks
+ * and never reads is dropped before its replies cost more than its cap. */
+static int send_allowed(spd_session *s, size_t len) {
+  const spd_config *cfg = &s->ctx->cfg;
+  size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
+  char why[160];
+  if ((long long)(queued + len) > cfg->client_max_queued)
+    snprintf(why, sizeof(why), "does not read its replies: %zu bytes queued "
+             "(client_max_queued %lld)", queued, cfg->client_max_queued);
+  else if ((long long)(s->ctx->queued_bytes + len) > cfg->max_queued &&
+           queued > SESSION_SMALL_QUEUE)
+    snprintf(why, sizeof(why), "holds %zu bytes of unread replies while "
+             "every client's together pass max_queued %lld", queued,
+             cfg->max_queued);
+  else
+    return 1;
+  spd_session_doom(s, why);
+  return 0;
+}
+
 void spd_session_send(spd_session *s, const Spcoll__Frame *f) {
-  if (s->closing)
+  if (s->closing || s->doomed)
     return;
   spk_err err;
   session_write *w = calloc(1, sizeof(*w));
@@ -93,9 +137,17 @@ void spd_session_send(spd_session *s, const Spcoll__Frame *f) {
                              "the reply does not fit in a frame (1 MiB)");
     return;
   }
+  if (!send_allowed(s, len)) {
+    free(w->buf);
+    free(w);
+    return;
+  }
   uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)len);
   w->req.data = s;
+  w->len = len;
   int rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_written);
+  if (rc == 0)
+    s->ctx->queued_bytes += len;
   if (rc < 0) {
     SPD_DEBUG(&s->ctx->log, "uv_write to client %llu failed: %s",
               (unsigned long long)s->id, uv_strerror(rc));
@@ -137,13 +189,36 @@ void spd_session_fail(spd_session *s, uint64_t id, int status,
   spd_session_close(s);
 }
 
+/* A frame in progress costs up to twice the frame cap of reader memory:
+ * beyond the first 64 KiB it counts as request memory of the client's
+ * uid, so many connections each holding a large partial frame are bounded
+ * by the request budgets. */
+#define READER_FREE ((long long)128 << 10)
+static int session_charge_reader(spd_session *s) {
+  long long want = (long long)s->reader.cap - READER_FREE;
+  if (want <= s->reader_charge)
+    return SPK_OK;
+  char msg[200];
+  int rc = spd_quota_take(&s->ctx->quotas, &s->ctx->cfg, s->uid,
+                          SPD_Q_REQUEST_BYTES, want - s->reader_charge, msg,
+                          sizeof(msg));
+  if (rc < 0) {
+    SPD_WARN(&s->ctx->log, "client %llu (pid %d): frame buffer refused: %s",
+             (unsigned long long)s->id, (int)s->pid, msg);
+    return rc;
+  }
+  s->reader_charge = want;
+  return SPK_OK;
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   spd_session *s = h->data;
   uint8_t *space;
   size_t avail;
   spk_err err;
   (void)suggested;
-  if (spf_reader_space(&s->reader, 64 * 1024, &space, &avail, &err) < 0) {
+  if (spf_reader_space(&s->reader, 64 * 1024, &space, &avail, &err) < 0 ||
+      session_charge_reader(s) < 0) {
     *b = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS to on_read */
     return;
   }
@@ -172,7 +247,8 @@ static void session_drain(spd_session *s) {
   spk_err err;
   Spcoll__Frame *f;
   int rc;
-  while (!s->closing && (rc = spf_reader_next(&s->reader, &f, &err)) != 0) {
+  while (!s->closing && !s->doomed &&
+         (rc = spf_reader_next(&s->reader, &f, &err)) != 0) {
     if (rc < 0) {
       spd_session_fail(s, 0, rc, err.msg);
       return;
@@ -205,17 +281,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   spf_reader_commit(&s->reader, (size_t)nread);
-  /* A client that sends requests but does not read the replies would make
-   * them pile up without bound: it is dropped here, where closing it
-   * cannot pull a session out from under a reply loop. */
-  size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
-  if (queued > SESSION_MAX_QUEUED) {
-    SPD_WARN(&s->ctx->log, "client %llu (pid %d) does not read its replies "
-             "(%zu bytes queued); closing", (unsigned long long)s->id,
-             (int)s->pid, queued);
-    spd_session_close(s);
-    return;
-  }
   if (uv_pipe_pending_count(&s->pipe) > SESSION_MAX_PENDING_FDS) {
     spd_session_fail(s, 0, SPK_EPROTOCOL,
                      "more than 16 file descriptors sent ahead of their "
@@ -223,6 +288,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   session_drain(s);
+  if (s->closing || s->doomed)
+    return;
+  /* The partial-frame deadline runs from the first byte of a frame. */
+  if (s->reader.len == 0)
+    s->partial_ns = 0;
+  else if (s->partial_ns == 0)
+    s->partial_ns = spd_now_ns();
 }
 
 static int session_peercred(spd_session *s) {
@@ -240,7 +312,40 @@ static int session_peercred(spd_session *s) {
     return -errno;
   }
   s->pid = cred.pid, s->uid = cred.uid, s->gid = cred.gid;
+  /* Supplementary groups as of connect (Linux 4.13+): operator_gid may
+   * name any of them. */
+  len = sizeof(s->groups);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, s->groups, &len) == 0)
+    s->ngroups_sup = (int)(len / sizeof(gid_t));
+  else if (errno != ERANGE)
+    SPD_WARN(&s->ctx->log, "getsockopt(fd %d, SO_PEERGROUPS) failed: %m; "
+             "operator_gid sees only the primary group", fd);
   return 0;
+}
+
+/* A connection past its uid's or the daemon's connection limit is
+ * answered with the reason and closed; the log says so at most once a
+ * second so a flood cannot flood the journal too. */
+static int session_count(spd_session *s) {
+  spd_ctx *ctx = s->ctx;
+  char msg[200];
+  int rc = spd_quota_take(&ctx->quotas, &ctx->cfg, s->uid,
+                          SPD_Q_CONNECTIONS, 1, msg, sizeof(msg));
+  if (rc == SPK_OK) {
+    s->counted = 1;
+    return SPK_OK;
+  }
+  uint64_t now = spd_now_ns();
+  if (now - ctx->refused_log_ns > 1000000000u) {
+    ctx->refused_log_ns = now;
+    SPD_WARN(&ctx->log, "connection of pid %d refused: %s (%llu refused so "
+             "far)", (int)s->pid, msg,
+             (unsigned long long)ctx->stats.clients_rejected + 1);
+  }
+  ctx->stats.clients_rejected++;
+  spd_session_send_error(s, 0, rc, msg);
+  spd_session_close(s);
+  return rc;
 }
 
 void spd_session_accept(spd_ctx *ctx, uv_stream_t *server, int stats_only) {
@@ -274,7 +379,10 @@ void spd_session_accept(spd_ctx *ctx, uv_stream_t *server, int stats_only) {
   }
   s->closing = 0;
   s->id = spd_next_id(ctx);
+  s->accepted_ns = spd_now_ns();
   TAILQ_INSERT_TAIL(&ctx->sessions, s, link);
+  if (session_count(s) < 0)
+    return;
   ctx->stats.clients_accepted++;
   SPD_DEBUG(&ctx->log, "client %llu connected: pid %d uid %d",
             (unsigned long long)s->id, (int)s->pid, (int)s->uid);

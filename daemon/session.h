@@ -32,6 +32,13 @@ typedef struct spd_session {
   int hello_done;
   int closing;
   int stats_only;             /* came in on the stats socket */
+  int counted;                /* holds a connection of its uid's quota */
+  int doomed;                 /* closed by the reaper (spd_session_doom) */
+  uint64_t accepted_ns;       /* for the hello deadline */
+  uint64_t partial_ns;        /* a frame began and is not whole; 0: none */
+  long long reader_charge;    /* reader bytes counted as request memory */
+  gid_t groups[32];           /* supplementary groups (SO_PEERGROUPS) */
+  int ngroups_sup;
   int ngroups, nbuffers, pending; /* counted against the client limits */
   uint64_t registered_bytes;
   double frame_tokens;        /* frame-rate bucket, refilled over time */
@@ -62,8 +69,26 @@ void spd_session_fail(spd_session *s, uint64_t id, int status,
  * then the handle is closed and the session freed. */
 void spd_session_close(spd_session *s);
 
+/* Close s soon, from the loop rather than from the caller's stack: safe
+ * inside reply loops that walk groups and sessions. Nothing more is sent
+ * to it or read from it. */
+void spd_session_doom(spd_session *s, const char *why);
+/* Close the doomed sessions (the reaper, an idle handle of the ctx). */
+void spd_session_reap(spd_ctx *ctx);
+
+/* Close connections past their hello or partial-frame deadline (called
+ * from the watchdog). */
+void spd_session_deadlines(spd_ctx *ctx, uint64_t now);
+
+/* Is the client an operator: root, the daemon's own uid, or listed in
+ * operator_uid / operator_gid (its primary or a supplementary group)? */
+int spd_session_is_operator(const spd_session *s);
+
 /* Take the next file descriptor the client sent with SCM_RIGHTS. */
 int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err);
+
+/* The client releases b (or goes): off its list and its uid's accounts. */
+void spd_session_buffer_drop(spd_session *s, spd_buffer *b);
 
 spd_member *spd_session_member(spd_session *s, uint64_t id);
 spd_buffer *spd_session_buffer(spd_session *s, uint64_t id);

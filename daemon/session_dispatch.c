@@ -94,6 +94,20 @@ static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
     spd_session_send_error(s, f->id, SPK_ENO_MEMORY, msg);
     return;
   }
+  char msg[200];
+  uint64_t charge = device ? 0 : size;
+  rc = spd_quota_take(&s->ctx->quotas, cfg, s->uid, SPD_Q_BUFFERS, 1, msg,
+                      sizeof(msg));
+  if (rc == SPK_OK &&
+      (rc = spd_quota_take(&s->ctx->quotas, cfg, s->uid, SPD_Q_BYTES,
+                           (long long)charge, msg, sizeof(msg))) < 0)
+    spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
+  if (rc < 0) {
+    if (fd >= 0)
+      close(fd);
+    spd_session_send_error(s, f->id, rc, msg);
+    return;
+  }
   spd_buffer *buf;
   if (device)
     rc = spd_buffer_open_device(s->ctx, reg->ipc_handle.data,
@@ -103,6 +117,8 @@ static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
   else
     rc = spd_buffer_map(s->ctx, fd, size, &buf, &err);
   if (rc < 0) {
+    spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
+    spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BYTES, (long long)charge);
     spd_session_send_error(s, f->id, rc, err.msg);
     return;
   }
@@ -125,11 +141,7 @@ static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
     reply_not_found(s, f->id, "buffer", f->buf_release->buffer_id);
     return;
   }
-  TAILQ_REMOVE(&s->buffers, buf, link);
-  s->nbuffers--;
-  if (buf->kind == SPD_BUF_HOST)
-    s->registered_bytes -= buf->size;
-  spd_buffer_unref(s->ctx, buf);
+  spd_session_buffer_drop(s, buf);
   spd_session_send_done(s, f->id, NULL);
 }
 
@@ -171,6 +183,15 @@ static void on_control(spd_session *s, const Spcoll__Frame *f) {
   spk_err err;
   SPD_INFO(&s->ctx->log, "operator (pid %d uid %d): %s %s", (int)s->pid,
            (int)s->uid, c->command, c->group);
+  if (!spd_session_is_operator(s)) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "operator commands are for root, the "
+             "daemon's uid %d, operator_uid and operator_gid; uid %d (gid %d) "
+             "is none of them", (int)s->ctx->self_uid, (int)s->uid,
+             (int)s->gid);
+    spd_session_send_error(s, f->id, SPK_EPERM, msg);
+    return;
+  }
   if (strcmp(c->command, "abort") == 0) {
     int rc = spd_abort_group(s->ctx, c->group, s->uid, &err);
     if (rc < 0)

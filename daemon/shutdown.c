@@ -50,6 +50,9 @@ void spd_shutdown_continue(spd_ctx *ctx) {
   spd_watchdog_stop(ctx);
   spd_peers_stop(ctx);
   spd_metrics_http_stop(ctx);
+  if (ctx->reaper.data != NULL)
+    uv_close((uv_handle_t *)&ctx->reaper, NULL);
+  ctx->reaper.data = NULL;
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
 }

@@ -8,10 +8,13 @@
 #include "session.h"
 
 int spd_stats_sees_group(const spd_ctx *ctx, const spd_group *g) {
-  return spd_group_may_use(ctx, g, ctx->stats_viewer);
+  return ctx->stats_viewer != SPD_STATS_AGGREGATE &&
+         spd_group_may_use(ctx, g, ctx->stats_viewer);
 }
 
 int spd_stats_sees_client(const spd_ctx *ctx, const spd_session *s) {
+  if (ctx->stats_viewer == SPD_STATS_AGGREGATE)
+    return 0;
   if (ctx->stats_viewer == 0 || s->uid == ctx->stats_viewer)
     return 1;
   for (int i = 0; i < ctx->cfg.nallow_uid; i++)
@@ -109,21 +112,22 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
   TAILQ_FOREACH(g, &ctx->groups, link) {
     if (!spd_stats_sees_group(ctx, g))
       continue;
-    char members[1024];
+    char members[1024], lb[160];
+    const char *label = spd_group_label(g, ctx->stats_viewer, lb, sizeof(lb));
     fprintf(out, "group %s world=%d joined=%d nodes=1 state=%s ops_done=%llu "
-            "members=%s\n", g->name, g->world, g->joined,
+            "members=%s\n", label, g->world, g->joined,
             spd_stats_group_state(g), (unsigned long long)g->ops_done,
             spd_stats_members(g, members, sizeof(members)));
     spd_op *op;
     TAILQ_FOREACH(op, &g->ops, link)
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=%d "
-              "stuck=%d waiting_for=%s\n", g->name,
+              "stuck=%d waiting_for=%s\n", label,
               (unsigned long long)op->seq,
               spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
               (double)(now - op->created_ns) * 1e-9, op->running,
               op->stuck_reported, spd_stats_missing(op, miss, sizeof(miss)));
     char prefix[160];
-    snprintf(prefix, sizeof(prefix), "group_op %s ", g->name);
+    snprintf(prefix, sizeof(prefix), "group_op %s ", label);
     text_ops(out, prefix, g->op_stats);
   }
 }

@@ -10,6 +10,9 @@
 /* Render in `format` ("text", "json", "prometheus"; NULL or "" is text)
  * for a client of uid `viewer`.
  * malloc'd; NULL for an unknown format or when out of memory. */
+/* A viewer that sees no group and no client: the daemon's totals only. */
+#define SPD_STATS_AGGREGATE ((uid_t)-1)
+
 char *spd_stats_render(spd_ctx *ctx, const char *format, uid_t viewer);
 
 /* What the viewer may see: groups it may use (spd_group_may_use), clients

@@ -86,7 +86,8 @@ static void json_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
       continue;
     fprintf(out, "%s{\"name\":", sep);
     sep = ",";
-    json_str(out, g->name);
+    char lb[160];
+    json_str(out, spd_group_label(g, ctx->stats_viewer, lb, sizeof(lb)));
     char members[1024];
     spd_stats_members(g, members, sizeof(members));
     for (char *c = members; *c; c++) /* JSON: client id 0 = empty slot */

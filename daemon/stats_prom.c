@@ -18,9 +18,11 @@ static void per_group(spd_ctx *ctx, FILE *out, const char *name,
   TAILQ_FOREACH(g, &ctx->groups, link)
     for (int i = 0; i < SPD_OP_SLOTS && spd_stats_sees_group(ctx, g); i++) {
       const spd_op_stats *o = &g->op_stats[i];
+      char lb[160];
       if (o->count || o->errors)
         fprintf(out, "%s{op=\"%s\",group=\"%s\"} %llu\n", name,
-                spd_op_slot_name(i), g->name,
+                spd_op_slot_name(i),
+                spd_group_label(g, ctx->stats_viewer, lb, sizeof(lb)),
                 (unsigned long long)field(o));
     }
 }
@@ -39,19 +41,22 @@ static void histogram(spd_ctx *ctx, FILE *out) {
       const spd_op_stats *o = &g->op_stats[i];
       if (o->count == 0)
         continue;
+      char lb[160];
+      const char *label = spd_group_label(g, ctx->stats_viewer, lb,
+                                          sizeof(lb));
       uint64_t cum = 0;
       for (int b = 0; b < SPD_LAT_BUCKETS - 1; b++) {
         cum += o->lat[b];
         fprintf(out, "%s_bucket{op=\"%s\",group=\"%s\",le=\"%g\"} %llu\n", n,
-                spd_op_slot_name(i), g->name, spd_lat_bucket_le(b),
+                spd_op_slot_name(i), label, spd_lat_bucket_le(b),
                 (unsigned long long)cum);
       }
       fprintf(out, "%s_bucket{op=\"%s\",group=\"%s\",le=\"+Inf\"} %llu\n", n,
-              spd_op_slot_name(i), g->name, (unsigned long long)o->count);
+              spd_op_slot_name(i), label, (unsigned long long)o->count);
       fprintf(out, "%s_sum{op=\"%s\",group=\"%s\"} %.9f\n", n,
-              spd_op_slot_name(i), g->name, o->seconds);
+              spd_op_slot_name(i), label, o->seconds);
       fprintf(out, "%s_count{op=\"%s\",group=\"%s\"} %llu\n", n,
-              spd_op_slot_name(i), g->name, (unsigned long long)o->count);
+              spd_op_slot_name(i), label, (unsigned long long)o->count);
     }
 }
 

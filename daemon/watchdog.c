@@ -1,10 +1,18 @@
-/* Stuck ops: an op still waiting for ranks past the configured age is
- * logged once, naming the ranks that have not issued it (stats show it
- * with its age all along). Groups that never complete fail their joins at
- * the join deadline. */
+/* The daemon's clock: stuck ops are logged once, naming the ranks that
+ * have not issued them (stats show them with their age all along); an op
+ * waiting past its group's op timeout fails on every rank and breaks the
+ * group; groups that never complete fail their joins at the join
+ * deadline; connections past their hello or partial-frame deadline go;
+ * a drain past its deadline stops the daemon. */
+#include <stdio.h>
+
 #include "group.h"
 #include "op.h"
 #include "stats.h"
+
+/* Deadlines are in seconds (or the client's milliseconds): a quarter of a
+ * second is fine enough. */
+#define TICK_MS 250
 
 static void report(spd_ctx *ctx, spd_op *op, uint64_t now) {
   char miss[256];
@@ -17,23 +25,51 @@ static void report(spd_ctx *ctx, spd_op *op, uint64_t now) {
            spd_stats_missing(op, miss, sizeof(miss)));
 }
 
+/* The op some rank never issued: every rank that did hears which ones did
+ * not, and the group breaks, so the late rank's op fails at once too. */
+static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
+  spd_ctx *ctx = g->ctx;
+  char miss[200], msg[400];
+  snprintf(msg, sizeof(msg), "op %llu (%s) of group '%s' timed out after "
+           "%.1f s: rank(s) %s never issued it", (unsigned long long)op->seq,
+           spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)), g->name,
+           (double)(now - op->created_ns) * 1e-9,
+           spd_stats_missing(op, miss, sizeof(miss)));
+  SPD_WARN(&ctx->log, "%s", msg);
+  ctx->stats.ops_timed_out++;
+  spd_group_break(g, SPK_ETIMEDOUT, msg);
+  spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
+}
+
+static void group_tick(spd_group *g, uint64_t now) {
+  spd_ctx *ctx = g->ctx;
+  uint64_t stuck = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
+  spd_op *op;
+  TAILQ_FOREACH(op, &g->ops, link) {
+    if (op->running)
+      continue;
+    if (op->arrived < g->world && now - op->created_ns > g->op_timeout_ns) {
+      op_timed_out(g, op, now); /* fails every op not running */
+      return;
+    }
+    if (!op->stuck_reported && now - op->created_ns > stuck)
+      report(ctx, op, now);
+  }
+}
+
 static void on_tick(uv_timer_t *t) {
   spd_ctx *ctx = t->data;
   uint64_t now = spd_now_ns();
-  uint64_t limit = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
   uint64_t join_limit = (uint64_t)ctx->cfg.join_timeout * 1000000000u;
   spd_group *g, *next;
   for (g = TAILQ_FIRST(&ctx->groups); g != NULL; g = next) {
     next = TAILQ_NEXT(g, link);
-    if (!g->ready && now - g->created_ns > join_limit) {
+    if (!g->ready && now - g->created_ns > join_limit)
       spd_group_expire(g); /* frees g */
-      continue;
-    }
-    spd_op *op;
-    TAILQ_FOREACH(op, &g->ops, link)
-      if (!op->running && !op->stuck_reported && now - op->created_ns > limit)
-        report(ctx, op, now);
+    else
+      group_tick(g, now);
   }
+  spd_session_deadlines(ctx, now);
   spd_drain_check(ctx); /* an expired group may have been the last */
 }
 
@@ -41,7 +77,7 @@ int spd_watchdog_start(spd_ctx *ctx, spk_err *err) {
   int rc = uv_timer_init(ctx->loop, &ctx->watchdog);
   if (rc == 0) {
     ctx->watchdog.data = ctx; /* from here on, stop must close it */
-    rc = uv_timer_start(&ctx->watchdog, on_tick, 1000, 1000);
+    rc = uv_timer_start(&ctx->watchdog, on_tick, TICK_MS, TICK_MS);
   }
   if (rc < 0)
     return spk_err_set(err, SPK_ESYSTEM, "watchdog timer: %s",

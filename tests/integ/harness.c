@@ -125,6 +125,33 @@ int spt_daemon_fds(const spt_daemon *d) {
   return n - 2;
 }
 
+int spt_daemon_maps(const spt_daemon *d) {
+  char path[64], line[512];
+  snprintf(path, sizeof(path), "/proc/%d/maps", (int)d->pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  int n = 0;
+  while (fgets(line, sizeof(line), f) != NULL)
+    n += strchr(line, '\n') != NULL;
+  fclose(f);
+  return n;
+}
+
+long spt_daemon_rss_kb(const spt_daemon *d) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  long kb = -1;
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+      break;
+  fclose(f);
+  return kb;
+}
+
 int spt_run_ranks(int world, spt_rank_fn fn, void *arg, int guard_s) {
   pid_t pids[256];
   int failed = 0;

@@ -25,6 +25,10 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra);
 int spt_daemon_stop(spt_daemon *d);
 /* Number of open fds of the daemon (from /proc). */
 int spt_daemon_fds(const spt_daemon *d);
+/* Number of the daemon's memory mappings and its resident set in KiB
+ * (from /proc), -1 when unreadable. */
+int spt_daemon_maps(const spt_daemon *d);
+long spt_daemon_rss_kb(const spt_daemon *d);
 /* Print the daemon log to stderr (for failing tests). */
 void spt_daemon_dump_log(const spt_daemon *d);
 

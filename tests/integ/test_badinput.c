@@ -262,6 +262,11 @@ static int memfd_sized(size_t size, unsigned seals) {
   int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+  char zero[4096] = {0};
+  for (size_t off = 0; off < size; off += sizeof(zero)) /* populated */
+    ck_assert_int_eq(pwrite(fd, zero, size - off < sizeof(zero) ? size - off
+                                                                : sizeof(zero),
+                            (off_t)off) > 0, 1);
   if (seals)
     ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
   return fd;

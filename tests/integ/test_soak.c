@@ -1,7 +1,8 @@
 /* Soak with faults: epochs of 8 clients in two groups of 4 issuing random
  * ops (all_gather, all_reduce, all_to_all) with verified results, while the
- * test kills random clients mid-epoch and a chaos process sends malformed
- * frames. Afterwards the daemon is alive, and its fd count and RSS are back
+ * test kills or stops (SIGSTOP) random clients mid-epoch, a chaos process
+ * sends malformed frames, and a flood of idle connections and a client
+ * that never reads its replies come and go. Afterwards the daemon is alive, and its fd count and RSS are back
  * where they were. Runs SPC_SOAK_SECONDS (default 6; `make soak`: 60). */
 #include <check.h>
 #include <signal.h>
@@ -98,10 +99,32 @@ static int worker(int w, int world, void *arg) {
       return WK_BAD;
     }
   }
-  if (rc < 0 && rc != SPC_EPEERLOST)
+  /* A killed peer is lost; a stopped one times out (op_timeout). */
+  int lost = rc == SPC_EPEERLOST || rc == SPC_ETIMEDOUT;
+  if (rc < 0 && !lost)
     fprintf(stderr, "soak: worker %d: %d %s\n", w, rc, spc_last_error(c));
   spc_disconnect(c);
-  return rc == SPC_EPEERLOST ? WK_LOST : rc < 0 ? WK_BAD : WK_OK;
+  return lost ? WK_LOST : rc < 0 ? WK_BAD : WK_OK;
+}
+
+/* A flood from a bystander: connections that never say hello (closed by
+ * the daemon at hello_timeout) and one that asks for stats and never reads
+ * (dropped at client_max_queued); the test closes what is left. */
+enum { FLOOD = 24 };
+static void flood(const char *socket, int *fds) {
+  for (int i = 0; i < FLOOD; i++)
+    fds[i] = spt_raw_connect(socket);
+  if (fds[0] < 0 || spt_raw_hello(fds[0]) < 0)
+    return;
+  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST, f.stats_request = &sr;
+  sr.format = "json";
+  for (int i = 0; i < 3000; i++) {
+    f.id = (uint64_t)i + 2;
+    if (spt_raw_send(fds[0], &f) < 0)
+      break;
+  }
 }
 
 /* Malformed traffic from a bystander: garbage, an oversized length, a
@@ -167,27 +190,37 @@ static int epoch_run(int epoch, unsigned *seed) {
     }
   close(joined[1]);
   int victim = rand_r(seed) % 2 ? (int)(rand_r(seed) % WORKERS) : -1;
+  int stop = rand_r(seed) % 2; /* stop the victim rather than kill it */
+  int fds[FLOOD];
   if (victim >= 0)
     wait_joined(joined[0], victim);
   usleep((useconds_t)(rand_r(seed) % 20000));
-  chaos(daemon_.socket, seed);
   if (victim >= 0 && pid[victim] > 0) /* never kill(-1) or kill(0) */
-    kill(pid[victim], SIGKILL);
+    kill(pid[victim], stop ? SIGSTOP : SIGKILL);
+  chaos(daemon_.socket, seed);
+  flood(daemon_.socket, fds);
   for (int w = 0; w < WORKERS; w++) {
     int st;
-    if (pid[w] <= 0)
+    if (pid[w] <= 0 || w == victim)
       continue;
     waitpid(pid[w], &st, 0);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     int same_group = victim >= 0 && w / GROUP == victim / GROUP;
-    if (w == victim)
-      continue;
     if (code == WK_OK || (code == WK_LOST && same_group))
       continue;
     fprintf(stderr, "soak: epoch %d worker %d ended %d (victim %d)\n", epoch,
             w, code, victim);
     problems++;
   }
+  /* The others are done (a stopped victim's group by op_timeout): the
+   * victim goes now. */
+  if (victim >= 0 && pid[victim] > 0) {
+    kill(pid[victim], SIGKILL);
+    waitpid(pid[victim], NULL, 0);
+  }
+  for (int i = 0; i < FLOOD; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
   close(joined[0]);
   return problems;
 }
@@ -205,7 +238,9 @@ START_TEST(soak_with_faults) {
   const char *env = getenv("SPC_SOAK_SECONDS");
   int seconds = env ? atoi(env) : 6;
   unsigned seed = 20261121;
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+  const char *flags[] = {"--op-timeout", "2", "--hello-timeout", "1",
+                         "--client-max-queued", "1048576", NULL};
+  ck_assert_int_eq(spt_daemon_start(&daemon_, flags), 0);
   ck_assert_int_eq(epoch_run(0, &seed), 0); /* warm-up, then the baseline */
   usleep(200000);
   int fds0 = spt_daemon_fds(&daemon_);

@@ -18,6 +18,11 @@ static int memfd_of(size_t size, unsigned seals) {
   int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+  char zero[4096] = {0};
+  for (size_t off = 0; off < size; off += sizeof(zero)) /* populated */
+    ck_assert_int_eq(pwrite(fd, zero, size - off < sizeof(zero) ? size - off
+                                                                : sizeof(zero),
+                            (off_t)off) > 0, 1);
   if (seals)
     ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
   return fd;
@@ -74,6 +79,17 @@ START_TEST(map_checks_seal_and_size) {
   } else {
     close(f);
   }
+  /* A sparse file: the daemon would pay for the pages it faults in. */
+  int sparse = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ck_assert_int_ge(sparse, 0);
+  ck_assert_int_eq(ftruncate(sparse, 1 << 20), 0);
+  char page[4096] = {1};
+  ck_assert_int_eq(pwrite(sparse, page, sizeof(page), 0), 4096);
+  ck_assert_int_eq(fcntl(sparse, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  ck_assert_int_eq(spd_buffer_map(&ctx, sparse, 1 << 20, &b, &err),
+                   SPK_EINVAL);
+  ck_assert_msg(strstr(err.msg, "unallocated pages from byte 4096 of "
+                                "1048576"), "%s", err.msg);
   ck_assert_int_eq(spd_buffer_map(&ctx, memfd_of(64, F_SEAL_SHRINK), 64, &b,
                                   &err), SPK_OK);
   ck_assert_int_eq(b->size, 64);

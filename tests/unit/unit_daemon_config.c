@@ -161,6 +161,12 @@ START_TEST(peer_flags) {
                     "2 nodes");
   char *b5[] = {"spcolld", "--ucx-listen", "x:y", NULL};
   expect_bad(3, b5, "--ucx-listen: port of 'x:y'");
+  char *b6[] = {"spcolld", "--op-timeout", "0", NULL};
+  expect_bad(3, b6, "--op-timeout: '0' is not an integer in 1..604800");
+  char *b7[] = {"spcolld", "--operator-gid", "no-such-group-here", NULL};
+  expect_bad(3, b7, "--operator-gid: no group named 'no-such-group-here'");
+  char *b8[] = {"spcolld", "--uid-max-bytes", "12x", NULL};
+  expect_bad(3, b8, "--uid-max-bytes: '12x' is not an integer");
 }
 END_TEST
 
@@ -170,7 +176,7 @@ END_TEST
 START_TEST(shipped_example_is_valid) {
   FILE *in = fopen("systemd/spcolld.conf.example", "r");
   ck_assert_ptr_nonnull(in);
-  char line[512], text[4096] = "";
+  char line[512], text[8192] = "";
   int keys = 0;
   while (fgets(line, sizeof(line), in))
     if (strncmp(line, "# ", 2) == 0 && strstr(line, " = ") &&
@@ -179,7 +185,7 @@ START_TEST(shipped_example_is_valid) {
       keys++;
     }
   fclose(in);
-  ck_assert_int_eq(keys, 18);
+  ck_assert_int_eq(keys, 32);
   spd_config cfg;
   spk_err err;
   spd_config_defaults(&cfg);
@@ -191,6 +197,9 @@ START_TEST(shipped_example_is_valid) {
   ck_assert_int_eq(cfg.npeers, 2);
   ck_assert_int_eq(cfg.peers[1].port, 7410);
   ck_assert_int_eq(cfg.peer_timeout, 30);
+  ck_assert_int_eq(cfg.op_timeout, 1800);
+  ck_assert_int_eq(cfg.noperator_gid, 1);
+  ck_assert_int_eq(cfg.max_queued, 512LL << 20);
   unlink(path);
 }
 END_TEST
