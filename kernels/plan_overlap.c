@@ -15,7 +15,9 @@ static int span_cmp(const void *pa, const void *pb) {
   for (int i = 0; i < 2; i++)
     if (a->mem[i] != b->mem[i])
       return a->mem[i] < b->mem[i] ? -1 : 1;
-  return a->off < b->off ? -1 : a->off > b->off;
+  if (a->off != b->off)
+    return a->off < b->off ? -1 : 1;
+  return a->rank - b->rank; /* ties in rank order: messages are stable */
 }
 
 static uint64_t tensor_bytes(const spk_op_args *a, int t) {
