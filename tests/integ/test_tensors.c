@@ -287,6 +287,39 @@ START_TEST(misaligned_offset) {
 }
 END_TEST
 
+/* Two daemons, rank r on node r: node 1 alone sees that rank 1 runs
+ * all_to_all in place. Node 0 would run the op and wait for rank 1's
+ * bytes forever; it hears the refusal and fails rank 0 too. */
+static spt_nodes nodes_;
+
+static int nodes_rank(int rank, int world, void *arg) {
+  (void)arg;
+  spc_client *c = spt_connect(nodes_.d[rank].socket);
+  spc_group *g;
+  spc_buffer *b;
+  spc_tensor x, y, same;
+  int64_t s[2] = {2, 1}, o[2] = {1, 2};
+  if (c == NULL || spc_group_join(c, "a2a-nodes", world, rank, &g) < 0 ||
+      spc_buffer_alloc(c, 64, &b) < 0 ||
+      spc_tensor_init(&x, b, 0, SPC_INT32, 2, s) < 0 ||
+      spc_tensor_init(&same, b, 0, SPC_INT32, 2, o) < 0 ||
+      spc_tensor_init(&y, b, 32, SPC_INT32, 2, o) < 0)
+    return 1;
+  int rc = spc_all_to_all(g, &x, rank == 1 ? &same : &y, 0, 1, 0);
+  int ok = refused(c, rank, rc, "all_to_all: rank 1 input (buffer",
+                   "share memory; this op does not run in place");
+  spc_disconnect(c);
+  return !ok;
+}
+
+START_TEST(in_place_across_nodes) {
+  ck_assert_int_eq(spt_nodes_start(&nodes_, 2, NULL), 0);
+  int failed = spt_run_ranks(2, nodes_rank, NULL, 60);
+  ck_assert_int_eq(spt_nodes_stop(&nodes_), 0);
+  ck_assert_int_eq(failed, 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tensors");
   TCase *tc = tcase_create("tensors");
@@ -299,5 +332,9 @@ int main(void) {
   tcase_add_test(tc, two_clients_one_memfd);
   tcase_add_test(tc, misaligned_offset);
   suite_add_tcase(s, tc);
+  TCase *tn = tcase_create("nodes");
+  tcase_set_timeout(tn, 120);
+  tcase_add_test(tn, in_place_across_nodes);
+  suite_add_tcase(s, tn);
   return spt_run_suite(s);
 }
