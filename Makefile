@@ -60,6 +60,7 @@ COMMON_OBJ := $(KERNEL_OBJ) $(PROTO_OBJ)
 
 SPCOLLD    := $(BUILD)/bin/spcolld
 LIBSO      := $(BUILD)/lib/libspclient.so
+LIBSO1     := $(BUILD)/lib/libspclient.so.1
 LIBA       := $(BUILD)/lib/libspclient.a
 PCFILE     := $(BUILD)/lib/spcoll.pc
 DEMO       := $(BUILD)/bin/spcoll-demo
@@ -73,7 +74,7 @@ INTEG_BIN  := $(patsubst tests/integ/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 
 .PHONY: bench soak fuzz fuzz-run all deps test check check-asan check-asan-only check-valgrind \
   check-valgrind-only demo install clean config
-all: $(SPCOLLD) $(SPCOLLCTL) $(BENCH) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
+all: $(SPCOLLD) $(SPCOLLCTL) $(BENCH) $(LIBSO1) $(LIBSO) $(LIBA) $(PCFILE) $(DEMO) $(UNIT_BIN) $(INTEG_BIN)
 
 config:
 	@echo "cuda: $(if $(HAVE_CUDA),found under $(CUDA_HOME),not found)"
@@ -103,9 +104,15 @@ $(BUILD)/daemon/gpu_probe.o: daemon/gpu_probe.c $(PB_H)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(GPU_CFLAGS) -MMD -MP -c $< -o $@
 
-$(LIBSO): $(CLIENT_OBJ) $(COMMON_OBJ)
+# The library is the file its SONAME names, the one the loader looks for
+# when a program linked with it starts; libspclient.so, the name the
+# linker takes for -lspclient, points at it (as make install lays it out).
+$(LIBSO1): $(CLIENT_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libspclient.so.1 -o $@ $^ $(PBC_LIBS)
+
+$(LIBSO): $(LIBSO1)
+	$(Q)ln -sfn libspclient.so.1 $@
 
 $(LIBA): $(CLIENT_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -235,7 +242,7 @@ install: all
 	  $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/sbin
 	install -m 0755 $(SPCOLLD) $(DESTDIR)$(PREFIX)/sbin/spcolld
 	install -m 0755 $(SPCOLLCTL) $(DESTDIR)$(PREFIX)/bin/spcollctl
-	install -m 0755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libspclient.so.1
+	install -m 0755 $(LIBSO1) $(DESTDIR)$(PREFIX)/lib/libspclient.so.1
 	ln -sf libspclient.so.1 $(DESTDIR)$(PREFIX)/lib/libspclient.so
 	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libspclient.a
 	install -m 0644 client/spcoll.h $(DESTDIR)$(PREFIX)/include/spcoll.h

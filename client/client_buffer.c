@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "client_gpu.h"
+#include "tensor_check.h"
 
 size_t spc_dtype_size(spc_dtype dtype) {
   return spk_dtype_size((spk_dtype)dtype);
@@ -151,6 +152,11 @@ int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
   memcpy(s.dim, shape, (size_t)ndim * sizeof(int64_t));
   int64_t numel;
   spk_err err;
+  /* The daemon checks the same (op.c) for tensors not made here. */
+  if (spk_tensor_align_check("this", offset,
+                             (uint64_t)(uintptr_t)buf->data + offset,
+                             (spk_dtype)dtype, &err) < 0)
+    return spc__fail(c, SPC_EINVAL, "%s", err.msg);
   if (spk_shape_numel(&s, esize, &numel, &err) < 0)
     return spc__fail(c, SPC_EINVAL, "%s", err.msg);
   uint64_t bytes = (uint64_t)numel * esize;

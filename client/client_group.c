@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "tensor_check.h"
 
 int spc_set_op_timeout(spc_client *c, int64_t timeout_ms) {
   if (c == NULL)
@@ -20,6 +21,9 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
     return SPC_EINVAL;
   if (name == NULL)
     return spc__fail(c, SPC_EINVAL, "group name is NULL");
+  spk_err err;
+  if (spk_name_check(name, strlen(name), &err) < 0)
+    return spc__fail(c, SPC_EINVAL, "%s", err.msg);
   spc_group *g = calloc(1, sizeof(*g));
   if (g == NULL)
     return spc__fail(c, SPC_ENOMEM, "calloc of a group failed");

@@ -113,7 +113,8 @@ const char *spc_last_error(const spc_client *client);
  * default), naming the ranks that never came. Fails with SPC_ECONFLICT when
  * the rank is
  * taken or the group exists with another world size, SPC_EINVAL for a rank
- * outside [0, world_size). */
+ * outside [0, world_size) or a name that is not 1..127 bytes of
+ * [A-Za-z0-9._:/@-]. */
 int spc_group_join(spc_client *client, const char *name, int world_size,
                    int rank, spc_group **group_p);
 
@@ -164,7 +165,15 @@ void *spc_tensor_data(const spc_tensor *t);
  * entries, or NULL for the rule) must be the same on every rank.
  * Argument errors (a bad dim, sizes that do not sum, a wrong output shape)
  * fail the op on every rank with SPC_EINVAL, naming the rank and the value,
- * and the group stays usable. */
+ * and the group stays usable.
+ *
+ * Ops are out of place: an output shares no byte with any input or output
+ * of any rank, except in place as NCCL defines it: all_reduce with out the
+ * same bytes as in; all_gather with in exactly the rank's own slot of out;
+ * reduce_scatter with out exactly the rank's own slot of in (slots along a
+ * dim with only 1s before it, e.g. dim 0; all_gather unscaled). Other
+ * overlaps fail with SPC_EINVAL naming both tensors (docs/security.md).
+ * Tensors start at a multiple of their element size. */
 
 typedef enum {
   SPC_SCALE_NONE = 0,  /* gradients pass unchanged */

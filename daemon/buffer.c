@@ -14,7 +14,8 @@
 
 /* A client could truncate an unsealed file under our mapping and make the
  * daemon fault (SIGBUS); the shrink seal rules that out. */
-static int buffer_check_fd(int fd, uint64_t size, spk_err *err) {
+static int buffer_check_fd(int fd, uint64_t size, struct stat *st_p,
+                           spk_err *err) {
   struct stat st;
   if (fstat(fd, &st) < 0)
     return spk_err_set(err, SPK_ESYSTEM, "fstat(fd %d) failed: %s", fd,
@@ -46,6 +47,7 @@ static int buffer_check_fd(int fd, uint64_t size, spk_err *err) {
     return spk_err_set(err, SPK_EINVAL,
                        "buffer size %llu does not match the memfd's size %lld",
                        (unsigned long long)size, (long long)st.st_size);
+  *st_p = st;
   return SPK_OK;
 }
 
@@ -99,7 +101,8 @@ static int buffer_check_populated(int fd, void *base, uint64_t size,
 
 int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
                    spk_err *err) {
-  int rc = buffer_check_fd(fd, size, err);
+  struct stat st = {0};
+  int rc = buffer_check_fd(fd, size, &st, err);
   if (rc < 0)
     goto out_close;
   spd_buffer *buf = calloc(1, sizeof(*buf));
@@ -123,6 +126,8 @@ int spd_buffer_map(spd_ctx *ctx, int fd, uint64_t size, spd_buffer **buf_p,
   buf->id = spd_next_id(ctx);
   buf->kind = SPD_BUF_HOST;
   buf->device = -1;
+  buf->file_dev = (uint64_t)st.st_dev;
+  buf->file_ino = (uint64_t)st.st_ino;
   buf->base = base;
   buf->size = size;
   buf->refs = 1;

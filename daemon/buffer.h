@@ -26,6 +26,11 @@ typedef struct spd_buffer {
   int device;                     /* device buffers: the daemon's CUDA
                                    * ordinal of their GPU */
   void *gpu_mem;                  /* device buffers: the IPC mapping */
+  uint64_t file_dev, file_ino;    /* host buffers: the memfd's identity.
+                                   * Two registrations of one memfd (the
+                                   * same client twice, or two clients it
+                                   * was passed to) are one memory: the
+                                   * overlap check of ops keys on these */
 } spd_buffer;
 
 /* Check that fd is a memfd sealed against shrinking whose size is exactly

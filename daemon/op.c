@@ -6,7 +6,9 @@
 #include <time.h>
 
 #include "engine.h"
+#include "op_overlap.h"
 #include "planner.h"
+#include "tensor_check.h"
 
 static spd_op *op_find(spd_group *g, uint64_t seq) {
   spd_op *op;
@@ -55,6 +57,10 @@ static int tensor_resolve(spd_session *s, const Spcoll__Tensor *t,
   memcpy(shape->dim, t->shape, t->n_shape * sizeof(int64_t));
   int64_t numel;
   int rc = spk_shape_numel(shape, esize, &numel, err);
+  if (rc == SPK_OK)
+    rc = spk_tensor_align_check(what, t->offset,
+                                (uint64_t)(uintptr_t)buf->base + t->offset,
+                                (spk_dtype)t->dtype, err);
   if (rc == SPK_OK)
     rc = spd_buffer_check_range(buf, t->offset, (uint64_t)numel * esize, what,
                                 err);
@@ -366,6 +372,8 @@ void spd_op_start(spd_op *op) {
   }
   if (rc == SPK_OK)
     rc = op_plan(op, &err);
+  if (rc == SPK_OK)
+    rc = spd_op_overlap_check(op, &err);
   if (rc == SPK_OK)
     rc = op_bases(op, &err);
   if (rc < 0) {

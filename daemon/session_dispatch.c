@@ -8,6 +8,7 @@
 #include "op.h"
 #include "session.h"
 #include "stats.h"
+#include "tensor_check.h"
 
 static void on_hello(spd_session *s, const Spcoll__Frame *f) {
   const Spcoll__Hello *h = f->hello;
@@ -62,6 +63,18 @@ static void on_leave(spd_session *s, const Spcoll__Frame *f) {
   spd_group_depart(m->group, m, 0);
   free(m);
   spd_session_send_done(s, f->id, NULL);
+}
+
+/* The name rule is kernels/tensor_check.c's, the one the client applies
+ * before it sends: checked here, before any group code sees the name. */
+static void on_join(spd_session *s, const Spcoll__Frame *f) {
+  const char *name = f->group_join->name;
+  spk_err err;
+  if (spk_name_check(name, name ? strlen(name) : 0, &err) < 0) {
+    spd_session_send_error(s, f->id, SPK_EINVAL, err.msg);
+    return;
+  }
+  spd_group_join(s->ctx, s, f->id, f->group_join);
 }
 
 /* A registration is host memory (a memfd sent with the frame) or, when it
@@ -241,9 +254,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   }
   switch (f->body_case) {
   case SPCOLL__FRAME__BODY_HELLO: on_hello(s, f); return;
-  case SPCOLL__FRAME__BODY_GROUP_JOIN:
-    spd_group_join(s->ctx, s, f->id, f->group_join);
-    return;
+  case SPCOLL__FRAME__BODY_GROUP_JOIN: on_join(s, f); return;
   case SPCOLL__FRAME__BODY_GROUP_LEAVE: on_leave(s, f); return;
   case SPCOLL__FRAME__BODY_BUF_REGISTER: on_buf_register(s, f); return;
   case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;

@@ -81,6 +81,17 @@ int spf_reader_next(spf_reader *r, Spcoll__Frame **frame_p, spk_err *err) {
   if (f == NULL)
     return spk_err_set(err, SPK_EPROTOCOL,
                        "frame of %u bytes is not a valid spcoll.Frame", n);
+  /* protobuf-c hands strings over as C strings: a NUL inside one would
+   * silently cut it ("job\0x" read as "job"). Such a frame, like any
+   * that is not protobuf's own encoding, re-encodes to fewer bytes. */
+  size_t again = spcoll__frame__get_packed_size(f);
+  if (again != n) {
+    spcoll__frame__free_unpacked(f, NULL);
+    return spk_err_set(err, SPK_EPROTOCOL,
+                       "frame of %u bytes re-encodes to %zu: a string in it "
+                       "holds a NUL byte, or it is not a canonical protobuf "
+                       "encoding", n, again);
+  }
   *frame_p = f;
   return 1;
 }

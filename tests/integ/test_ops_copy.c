@@ -55,9 +55,9 @@ static int split_rank(int rank, int w, void *arg) {
   return opr_rk_close(&k, bad);
 }
 
-/* all_gather: rank r holds piece r (its own data); out is the whole. */
-static int gather_rank(int rank, int w, void *arg) {
-  const dim_case *c = arg;
+/* all_gather: rank r holds piece r (its own data); out is the whole. In
+ * place (issue 13), in is rank r's own slot of out, as NCCL allows. */
+static int gather_run(int rank, int w, const dim_case *c, int in_place) {
   opr_rk k;
   if (opr_rk_open(&k, rank, w) < 0)
     return 1;
@@ -68,8 +68,14 @@ static int gather_rank(int rank, int w, void *arg) {
   memcpy(ishape, c->shape, sizeof(ishape));
   ishape[d] = sz[rank];
   spc_tensor in, out;
-  void *x = opr_rk_tensor(&k, &in, c->dt, c->ndim, ishape);
+  void *x = in_place ? NULL : opr_rk_tensor(&k, &in, c->dt, c->ndim, ishape);
   void *y = opr_rk_tensor(&k, &out, c->dt, c->ndim, c->shape);
+  opr_around(c->shape, c->ndim, d, &outer, &inner);
+  uint64_t slot = (uint64_t)(opr_sum_before(sz, rank) * inner) * es;
+  if (in_place && y != NULL &&
+      spc_tensor_init(&in, k.buf, out.offset + slot, c->dt, c->ndim,
+                      ishape) == 0)
+    x = spc_tensor_data(&in);
   if (x == NULL || y == NULL)
     return opr_rk_close(&k, 1);
   opr_fill(x, c->dt, opr_numel(ishape, c->ndim), OPR_SEED, rank);
@@ -77,7 +83,6 @@ static int gather_rank(int rank, int w, void *arg) {
   if (rc < 0)
     return opr_rk_close(&k, opr_op_failed(&k, "all_gather", rc));
   void *ref = malloc(on * es + 1);
-  opr_around(c->shape, c->ndim, d, &outer, &inner);
   for (int j = 0; j < w; j++) {
     void *xj = opr_fresh(c->dt, (size_t)(outer * sz[j] * inner), OPR_SEED, j);
     opr_rows_copy(ref, c->shape[d], opr_sum_before(sz, j), xj, sz[j], 0, sz[j],
@@ -87,6 +92,14 @@ static int gather_rank(int rank, int w, void *arg) {
   int bad = opr_expect_same(rank, "all_gather", c->dt, y, ref, on);
   free(ref);
   return opr_rk_close(&k, bad);
+}
+
+static int gather_rank(int rank, int w, void *arg) {
+  return gather_run(rank, w, arg, 0);
+}
+
+static int gather_in_place_rank(int rank, int w, void *arg) {
+  return gather_run(rank, w, arg, 1);
 }
 
 static dim_case split_cases[] = {
@@ -108,10 +121,23 @@ static dim_case gather_cases[] = {
     {"gather-bf16-last", SPC_BFLOAT16, 3, {2, 2, 9}, 2, OPR_P_RULE, 0},
 };
 
+/* Slots along dim 0, or along a later dim with only 1s before it. */
+static dim_case gather_in_place_cases[] = {
+    {"gather-first-rev-in-place", SPC_FLOAT32, 3, {11, 3, 4}, 0, OPR_P_REV, 1},
+    {"gather-hole-i64-in-place", SPC_INT64, 2, {9, 6}, 0, OPR_P_HOLE, 0},
+    {"gather-last-of-1-bf16-in-place", SPC_BFLOAT16, 2, {1, 301}, 1,
+     OPR_P_RULE, 0},
+};
+
 START_TEST(split_cases_all) { OPR_RUN_TABLE(split_cases, split_rank); }
 END_TEST
 
 START_TEST(all_gather_cases) { OPR_RUN_TABLE(gather_cases, gather_rank); }
+END_TEST
+
+START_TEST(all_gather_in_place_cases) {
+  OPR_RUN_TABLE(gather_in_place_cases, gather_in_place_rank);
+}
 END_TEST
 
 /* ---- all_to_all ----------------------------------------------------- */
@@ -560,7 +586,7 @@ END_TEST
 
 int main(void) {
   const TTest *tests[] = {
-      split_cases_all,   all_gather_cases, all_to_all_cases, all_to_all_v_cases,
+      split_cases_all,   all_gather_cases, all_gather_in_place_cases, all_to_all_cases, all_to_all_v_cases,
       sp2hp_hp2sp_cases, zigzag_cases,     packed_cases};
   return opr_run_suite("ops_copy", tests, sizeof(tests) / sizeof(tests[0]));
 }

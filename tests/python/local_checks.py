@@ -140,6 +140,13 @@ def _errors(sock, fails):
     except ValueError as e:
         if "rank" not in str(e):
             fails.append("join error: %s" % e)
+    for bad, why in (("solo\0bad", "NUL"), ("solo bad", "byte 0x20")):
+        try:
+            c.join(bad, 1, 0)
+            fails.append("join of %r worked" % bad)
+        except ValueError as e:
+            if why not in str(e):
+                fails.append("join %r error: %s" % (bad, e))
     g = c.join("solo-err", 1, 0)
     for what, call in (("grad_scale", lambda: spcoll.split_forward_gather_backward(
                             torch.ones(4), g, 0, None, "sideways")),

@@ -325,6 +325,33 @@ START_TEST(test_garbage) {
 }
 END_TEST
 
+/* A string with a NUL inside decodes, by protobuf-c, to the bytes before
+ * it: "job\0evil" would be "job". Such frames (and any other that is not
+ * protobuf's own encoding) do not re-encode to their bytes: refused. */
+START_TEST(test_cut_string) {
+  /* GroupJoin (field 5) { name (1) = "job\0evil", world_size (2) = 1 } */
+  const uint8_t nul[] = {14, 0, 0, 0, 0x2a, 12, 0x0a, 8, 'j', 'o', 'b', 0,
+                         'e', 'v', 'i', 'l', 0x10, 1};
+  expect_protocol(nul, sizeof(nul), "holds a NUL byte");
+  /* world_size twice: decodes (the last wins), re-encodes shorter */
+  const uint8_t twice[] = {9, 0, 0, 0, 0x2a, 7, 0x0a, 1, 'j', 0x10, 1,
+                           0x10, 2};
+  expect_protocol(twice, sizeof(twice), "not a canonical");
+  /* the same join without the NUL is read whole */
+  const uint8_t ok[] = {13, 0, 0, 0, 0x2a, 11, 0x0a, 7, 'j', 'o', 'b', 'e',
+                        'v', 'i', 'l', 0x10, 1};
+  spf_reader r;
+  spf_reader_init(&r);
+  spk_err err = {{0}};
+  Spcoll__Frame *f = NULL;
+  feed(&r, ok, sizeof(ok));
+  ck_assert_int_eq(spf_reader_next(&r, &f, &err), 1);
+  ck_assert_str_eq(f->group_join->name, "jobevil");
+  spcoll__frame__free_unpacked(f, NULL);
+  spf_reader_free(&r);
+}
+END_TEST
+
 START_TEST(test_encode_errors) {
   spk_err err = {{0}};
   uint8_t *buf = NULL;
@@ -389,6 +416,7 @@ static Suite *frame_suite(void) {
   tcase_add_test(tc, test_several_and_partial);
   tcase_add_test(tc, test_bad_length);
   tcase_add_test(tc, test_garbage);
+  tcase_add_test(tc, test_cut_string);
   tcase_add_test(tc, test_encode_errors);
   tcase_add_test(tc, test_reader_space);
   tcase_add_test(tc, test_body_names);

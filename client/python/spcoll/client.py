@@ -66,9 +66,11 @@ class Client:
     def join(self, name, world_size, rank):
         """Join group `name` as `rank` of `world_size`; blocks until every
         rank has joined (another framework's ranks included)."""
-        if not isinstance(name, str) or not name:
-            raise ValueError("spcoll: group name must be a non-empty string, "
-                             "got %r" % (name,))
+        # ctypes would pass "job\0x" as "job": refuse the NUL here, the
+        # library checks every other byte (docs/security.md).
+        if not isinstance(name, str) or not name or "\0" in name:
+            raise ValueError("spcoll: group name must be a non-empty string "
+                             "without NUL bytes, got %r" % (name,))
         with self._lock:
             g = ctypes.c_void_p()
             rc = lib.spc_group_join(self._handle(), name.encode(),
