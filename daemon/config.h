@@ -35,6 +35,9 @@ typedef struct {
     "clients at once (default: the fd limit less 256 kept for the daemon)")  \
   X(uid_max_connections, "uid-max-connections", 256, 1, 1 << 24,            \
     "clients of one uid at once")                                            \
+  X(max_stats_connections, "max-stats-connections", 64, 1, 128,              \
+    "stats-socket clients at once, taken from the daemon's own reserve so "  \
+    "operators get in during a flood of clients")                            \
   X(max_buffers, "max-buffers", 0, 1, 1 << 24,                              \
     "buffers mapped at once (default: half of vm.max_map_count)")           \
   X(uid_max_buffers, "uid-max-buffers", 0, 1, 1 << 24,                      \

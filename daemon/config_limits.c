@@ -35,8 +35,8 @@ int spd_limit_apply(spd_config *cfg, int i, const char *arg, spk_err *err) {
   return SPK_OK;
 }
 
-/* Descriptors the daemon keeps for itself (sockets it accepts fds on,
- * UCX, logs, the mover) beyond its clients' connections. */
+/* Descriptors the daemon keeps for itself (stats clients, descriptors in
+ * flight, UCX, logs, the mover) beyond its clients' connections. */
 #define FD_RESERVE 256
 
 static long long fd_budget(void) {

@@ -29,6 +29,8 @@ struct spd_peers;
     "Client connections refused at accept.")                                 \
   X(clients_dropped, spcoll_clients_dropped_total,                           \
     "Clients closed for not reading replies or missing a deadline.")         \
+  X(plans_off_loop, spcoll_plans_off_loop_total,                             \
+    "Plans of large groups built on the thread pool, not the loop.")        \
   X(ops_timed_out, spcoll_ops_timed_out_total,                               \
     "Ops failed because a rank did not issue them in time.")                 \
   X(protocol_errors, spcoll_protocol_errors_total,                           \

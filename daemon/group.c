@@ -121,19 +121,7 @@ static int join_args_check(const spd_config *cfg, const spd_session *s,
              j->world_size, cfg->max_world);
     return SPK_EINVAL;
   }
-  if (j->name == NULL || j->name[0] == '\0' || strlen(j->name) >= 128) {
-    snprintf(msg, len, "group name must be 1..127 bytes");
-    return SPK_EINVAL;
-  }
-  /* Names appear in stats lines and metric labels: printable, no spaces,
-   * quotes or backslashes. */
-  for (const char *c = j->name; *c; c++)
-    if (*c <= ' ' || *c > '~' || *c == '"' || *c == '\\') {
-      snprintf(msg, len, "group name has character 0x%02x at offset %d: "
-               "use printable characters without spaces, quotes or "
-               "backslashes", (unsigned char)*c, (int)(c - j->name));
-      return SPK_EINVAL;
-    }
+  /* The name's characters were checked on arrival (spk_name_check). */
   if (j->world_size < 1 || j->world_size > 65536) {
     snprintf(msg, len, "world_size %d outside 1..65536", j->world_size);
     return SPK_EINVAL;

@@ -10,6 +10,7 @@
 #include "group.h"
 #include "op.h"
 #include "peer.h"
+#include "tensor_check.h"
 
 static void send_all(spd_ctx *ctx, const Spcoll__Peer__Msg *m) {
   for (int n = 0; n < spd_peer_count(ctx); n++)
@@ -114,8 +115,11 @@ static spd_group *joinable(spd_ctx *ctx, int node,
 
 static int join_valid(const spd_ctx *ctx, const Spcoll__Peer__Join *j,
                       char *why, size_t len) {
-  if (j->name == NULL || j->name[0] == '\0' || strlen(j->name) >= 128)
-    snprintf(why, len, "bad group name");
+  spk_err err;
+  if (j->name == NULL ||
+      spk_name_check(j->name, strlen(j->name), &err) < 0)
+    snprintf(why, len, "bad group name: %s",
+             j->name == NULL ? "none" : err.msg);
   else if (j->world < 1 || j->world > ctx->cfg.max_world)
     snprintf(why, len, "world size %d outside 1..%d (max_world here)",
              j->world, ctx->cfg.max_world);

@@ -254,8 +254,7 @@ void spd_op_forget_session(spd_op *op, int rank) {
   r->session = NULL;
 }
 
-/* After a running op is gone: the group's next op, or the stop. */
-static void op_after(spd_group *g) {
+void spd_op_after(spd_group *g) {
   spd_ctx *ctx = g->ctx;
   if (ctx->stopping) {
     spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
@@ -278,7 +277,7 @@ static void op_done(void *arg) {
   if (op->fail_status < 0) {
     /* The engine failed: every local rank hears why. */
     spd_op_fail(op, op->fail_status, op->fail_msg);
-    op_after(g);
+    spd_op_after(g);
     return;
   }
   g->ops_done++;
@@ -302,7 +301,7 @@ static void op_done(void *arg) {
     spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);
-  op_after(g);
+  spd_op_after(g);
 }
 
 static int op_rank_error(spd_op *op, spk_err *err) {
@@ -326,7 +325,7 @@ static int op_bases(spd_op *op, spk_err *err) {
   return SPK_OK;
 }
 
-static int op_plan(spd_op *op, spk_err *err) {
+int spd_op_plan(spd_op *op, spk_err *err) {
   int world = op->group->world;
   const spk_op_args **args = malloc((size_t)world * sizeof(*args));
   if (args == NULL)
@@ -359,7 +358,6 @@ static int op_is_group_split(spd_op *op, int *rc_p, spk_err *err) {
 
 void spd_op_start(spd_op *op) {
   spd_group *g = op->group;
-  spd_ctx *ctx = g->ctx;
   spk_err err;
   int rc = op_rank_error(op, &err);
   if (rc == SPK_OK && op_is_group_split(op, &rc, &err)) {
@@ -370,15 +368,24 @@ void spd_op_start(spd_op *op) {
     rc = spk_err_set(&err, SPK_EUNSUPPORTED, "group split of group '%s', "
                      "which spans nodes, is not supported", g->name);
   }
+  if (rc == SPK_OK && g->world >= SPD_PLAN_OFF_LOOP_WORLD &&
+      spd_op_plan_off_loop(op) == SPK_OK)
+    return; /* spd_op_launch follows from the loop once it is built */
   if (rc == SPK_OK)
-    rc = op_plan(op, &err);
+    rc = spd_op_plan(op, &err);
+  spd_op_launch(op, rc, &err);
+}
+
+int spd_op_launch(spd_op *op, int rc, spk_err *err) {
+  spd_group *g = op->group;
+  spd_ctx *ctx = g->ctx;
   if (rc == SPK_OK)
-    rc = spd_op_overlap_check(op, &err);
+    rc = spd_op_overlap_check(op, err);
   if (rc == SPK_OK)
-    rc = op_bases(op, &err);
+    rc = op_bases(op, err);
   if (rc < 0) {
-    spd_op_fail(op, rc, err.msg);
-    return;
+    spd_op_fail(op, rc, err->msg);
+    return rc;
   }
   /* Running before the engine has it: an engine with nothing to do here
    * (a node with no part in the op) completes it inside the call. */
@@ -386,11 +393,12 @@ void spd_op_start(spd_op *op) {
   op->running = 1;
   g->running = 1;
   ctx->running_ops++;
-  rc = spd_engine_submit(op, op_done, &err);
+  rc = spd_engine_submit(op, op_done, err);
   if (rc < 0) {
     op->running = 0;
     g->running = 0;
     ctx->running_ops--;
-    spd_op_fail(op, rc, err.msg);
+    spd_op_fail(op, rc, err->msg);
   }
+  return rc;
 }

@@ -51,6 +51,9 @@ typedef struct spd_op {
   uint64_t created_ns;        /* when the first rank arrived */
   uint64_t started_ns;        /* when every rank had arrived */
   uint64_t submitted_ns;      /* when handed to a mover */
+  uv_work_t plan_work;        /* building the plan off the loop */
+  int plan_rc;
+  spk_err plan_err;
   spd_op_rank ranks[];
 } spd_op;
 
@@ -61,6 +64,24 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
 
 /* Plan and hand to the mover, or fail on every rank. */
 void spd_op_start(spd_op *op);
+
+/* Groups this large build their plans on libuv's thread pool (op_plan.c):
+ * a plan has up to world^2 moves, and at 1024 ranks building it on the
+ * loop thread stalled every client of the daemon for ~0.3 s. */
+#define SPD_PLAN_OFF_LOOP_WORLD 64
+
+/* Build op's plan from its ranks' arguments (pure: any thread). */
+int spd_op_plan(spd_op *op, spk_err *err);
+/* Build it on the thread pool; the op counts as running meanwhile and
+ * goes on with spd_op_launch on the loop. SPK_OK when queued. */
+int spd_op_plan_off_loop(spd_op *op);
+/* With its plan built (rc SPK_OK) or not: check it and hand it to its
+ * engine (SPK_OK: the engine's completion goes on from there, perhaps
+ * already inside this call), or fail it on every rank (the status; the op
+ * is gone and the caller moves the group on). */
+int spd_op_launch(spd_op *op, int rc, spk_err *err);
+/* After a running op is gone: the group's next op, or the stop. */
+void spd_op_after(spd_group *g);
 
 /* Reply `status` with msg to every rank still present and free the op. */
 void spd_op_fail(spd_op *op, int status, const char *msg);

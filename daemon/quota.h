@@ -16,6 +16,8 @@
  * (both fields of spd_config; LLONG_MAX where there is none). */
 #define SPD_QUOTAS(X)                                                        \
   X(CONNECTIONS, "connections", uid_max_connections, max_connections)        \
+  X(STATS_CONNECTIONS, "stats connections", uid_max_connections,             \
+    max_stats_connections)                                                   \
   X(BUFFERS, "buffers", uid_max_buffers, max_buffers)                        \
   X(BYTES, "registered bytes", uid_max_bytes, max_bytes)                     \
   X(PENDING, "pending ops", uid_max_pending, uid_max_pending)                \

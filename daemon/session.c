@@ -31,7 +31,8 @@ static void on_closed(uv_handle_t *h) {
 static void session_give_back(spd_session *s) {
   spd_quotas *q = &s->ctx->quotas;
   if (s->counted)
-    spd_quota_give(q, s->uid, SPD_Q_CONNECTIONS, 1);
+    spd_quota_give(q, s->uid, s->stats_only ? SPD_Q_STATS_CONNECTIONS
+                                            : SPD_Q_CONNECTIONS, 1);
   s->counted = 0;
   spd_quota_give(q, s->uid, SPD_Q_REQUEST_BYTES, s->reader_charge);
   s->reader_charge = 0;
@@ -330,7 +331,9 @@ static int session_count(spd_session *s) {
   spd_ctx *ctx = s->ctx;
   char msg[200];
   int rc = spd_quota_take(&ctx->quotas, &ctx->cfg, s->uid,
-                          SPD_Q_CONNECTIONS, 1, msg, sizeof(msg));
+                          s->stats_only ? SPD_Q_STATS_CONNECTIONS
+                                        : SPD_Q_CONNECTIONS,
+                          1, msg, sizeof(msg));
   if (rc == SPK_OK) {
     s->counted = 1;
     return SPK_OK;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,6 +186,7 @@ START_TEST(idle_and_stalled_connections) {
   const char *extra[] = {"--hello-timeout", "1", "--frame-timeout", "1",
                          NULL};
   ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  healthy_pair(&d); /* descriptors the daemon makes on first use exist */
   int base = spt_daemon_fds(&d);
   int fds[101];
   for (int i = 0; i < 100; i++)
@@ -209,6 +211,7 @@ END_TEST
 START_TEST(never_reading_client_dropped) {
   spt_daemon d;
   start(&d, "--client-max-queued", "1048576");
+  healthy_pair(&d);
   int base = spt_daemon_fds(&d);
   long rss = spt_daemon_rss_kb(&d);
   int fd = spt_raw_connect(d.socket);
@@ -345,6 +348,140 @@ START_TEST(split_counts_against_group_limit) {
 }
 END_TEST
 
+/* One client holds every rank of a 128-rank group (joins sent without
+ * waiting, as a hostile client can): its all-gather's plan is built off
+ * the loop thread, the result is right, and others are served meanwhile. */
+enum { BIG = 128 };
+
+static spc_group *big_member(spc_client *c, spc_request *req, int rank) {
+  Spcoll__Frame *reply;
+  ck_assert_int_eq(spc__finish(c, req, &reply), 0);
+  spc_group *g = calloc(1, sizeof(*g));
+  *g = (spc_group){c->groups, c, reply->group_joined->group_id, rank, BIG};
+  c->groups = g;
+  spcoll__frame__free_unpacked(reply, NULL);
+  return g;
+}
+
+static long stats_counter(const spt_daemon *d, const char *name) {
+  char path[160], line[128];
+  snprintf(path, sizeof(path), "%s/spcolld.stats.sock", d->dir);
+  spc_client *s = spt_connect(path);
+  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST, f.stats_request = &sr;
+  ck_assert_int_eq(spc__call(s, &f, -1, &reply), 0);
+  snprintf(line, sizeof(line), "\n%s ", name);
+  const char *at = strstr(reply->stats_reply->text, line);
+  long v = at ? atol(at + strlen(line)) : -1;
+  spcoll__frame__free_unpacked(reply, NULL);
+  spc_disconnect(s);
+  return v;
+}
+
+START_TEST(large_group_plans_off_loop) {
+  spt_daemon d;
+  ck_assert_int_eq(spt_daemon_start(&d, NULL), 0);
+  spc_client *c = spt_connect(d.socket);
+  spc_request *joins[BIG];
+  for (int r = 0; r < BIG; r++) {
+    Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+    Spcoll__Frame f = SPCOLL__FRAME__INIT;
+    j.name = "big", j.world_size = BIG, j.rank = r;
+    f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
+    ck_assert_int_eq(spc__send(c, &f, -1, &joins[r]), 0);
+  }
+  spc_group *g[BIG];
+  for (int r = 0; r < BIG; r++)
+    g[r] = big_member(c, joins[r], r);
+  spc_buffer *b;
+  size_t per = 4 + 4 * BIG;
+  ck_assert_int_eq(spc_buffer_alloc(c, per * BIG, &b), 0);
+  int64_t s1[1] = {1}, sn[1] = {BIG};
+  spc_tensor in[BIG], out[BIG];
+  spc_request *ops[BIG];
+  int32_t *base = spc_buffer_data(b);
+  for (int r = 0; r < BIG; r++) {
+    spc_tensor_init(&in[r], b, per * r, SPC_INT32, 1, s1);
+    spc_tensor_init(&out[r], b, per * r + 4, SPC_INT32, 1, sn);
+    base[per * r / 4] = 1000 + r;
+    ck_assert_int_eq(spc_all_gather_async(g[r], &in[r], &out[r], 0, NULL,
+                                          &ops[r]), 0);
+  }
+  healthy_pair(&d);
+  for (int r = 0; r < BIG; r++)
+    ck_assert_int_eq(spc_wait(&ops[r]), 0);
+  for (int r = 0; r < BIG; r++)
+    for (int k = 0; k < BIG; k++)
+      ck_assert_int_eq(base[(per * r + 4) / 4 + k], 1000 + k);
+  ck_assert_int_eq(stats_counter(&d, "plans_off_loop"), 1);
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
+/* Connections up to the daemon's fd limit: it refuses them while it still
+ * has descriptors for its own work, so a connected pair keeps working,
+ * registers buffers (a descriptor each, in flight) and stats answer. */
+START_TEST(fd_flood_leaves_room) {
+  struct rlimit old, low = {320, 320};
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+  low.rlim_max = old.rlim_max;
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0); /* the daemon's */
+  spt_daemon d;
+  int started = spt_daemon_start(&d, NULL);
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+  ck_assert_int_eq(started, 0);
+  spc_client *c[2] = {spt_connect(d.socket), spt_connect(d.socket)};
+  spc_request *join;
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = "pair", j.world_size = 2, j.rank = 0;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
+  ck_assert_int_eq(spc__send(c[0], &f, -1, &join), 0);
+  spc_group *g[2];
+  ck_assert_int_eq(spc_group_join(c[1], "pair", 2, 1, &g[1]), 0);
+  Spcoll__Frame *reply;
+  ck_assert_int_eq(spc__finish(c[0], join, &reply), 0);
+  g[0] = calloc(1, sizeof(*g[0]));
+  *g[0] = (spc_group){c[0]->groups, c[0], reply->group_joined->group_id, 0,
+                      2};
+  c[0]->groups = g[0];
+  spcoll__frame__free_unpacked(reply, NULL);
+  static int fds[400];
+  int refused = 0;
+  for (int i = 0; i < 400; i++) {
+    fds[i] = spt_raw_connect(d.socket);
+    ck_assert_int_ge(fds[i], 0);
+    refused += spt_raw_hello(fds[i]) < 0;
+  }
+  ck_assert_int_ge(refused, 400 - 64); /* 320 less 256 kept for itself */
+  for (int i = 0; i < HEALTHY_OPS; i++) {
+    spc_buffer *b[2];
+    spc_request *req[2];
+    spc_tensor in[2], out[2];
+    int64_t s1[1] = {1}, s2[1] = {2};
+    for (int r = 0; r < 2; r++) {
+      ck_assert_int_eq(spc_buffer_alloc(c[r], 64, &b[r]), 0);
+      spc_tensor_init(&in[r], b[r], 0, SPC_FLOAT32, 1, s1);
+      spc_tensor_init(&out[r], b[r], 8, SPC_FLOAT32, 1, s2);
+      ck_assert_int_eq(spc_all_gather_async(g[r], &in[r], &out[r], 0, NULL,
+                                            &req[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+      ck_assert_int_eq(spc_wait(&req[r]), 0);
+      ck_assert_int_eq(spc_buffer_free(b[r]), 0);
+    }
+  }
+  ck_assert_int_ge(stats_counter(&d, "clients_rejected"), 400 - 64);
+  for (int i = 0; i < 400; i++)
+    close(fds[i]);
+  spc_disconnect(c[0]);
+  spc_disconnect(c[1]);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("neighbours");
   TCase *tc = tcase_create("neighbours");
@@ -357,6 +494,8 @@ int main(void) {
   tcase_add_test(tc, buffer_flood);
   tcase_add_test(tc, huge_size_lists_bounded);
   tcase_add_test(tc, split_counts_against_group_limit);
+  tcase_add_test(tc, large_group_plans_off_loop);
+  tcase_add_test(tc, fd_flood_leaves_room);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

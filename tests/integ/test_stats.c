@@ -232,6 +232,55 @@ START_TEST(http_metrics_on_localhost) {
 }
 END_TEST
 
+/* A group with a finished op; its name in /metrics or not. */
+static int metrics_show_group(int groups_flag) {
+  spt_daemon d;
+  char port[16], resp[65536];
+  int p = free_port();
+  snprintf(port, sizeof(port), "%d", p);
+  const char *extra[] = {"--metrics-port", port, "--hello-timeout", "1",
+                         "--metrics-groups", groups_flag ? "1" : "0", NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  spc_client *c = spt_connect(d.socket);
+  spc_group *g;
+  spc_buffer *b;
+  spc_tensor in, out;
+  int64_t s1[1] = {4};
+  ck_assert_int_eq(spc_group_join(c, "secret-job", 1, 0, &g), 0);
+  ck_assert_int_eq(spc_buffer_alloc(c, 64, &b), 0);
+  spc_tensor_init(&in, b, 0, SPC_INT32, 1, s1);
+  spc_tensor_init(&out, b, 16, SPC_INT32, 1, s1);
+  ck_assert_int_eq(spc_all_gather(g, &in, &out, 0, NULL), 0);
+  http_get(p, "GET /metrics HTTP/1.1\r\n\r\n", resp, sizeof(resp));
+  ck_assert_msg(strncmp(resp, "HTTP/1.1 200 OK", 15) == 0, "%s", resp);
+  ck_assert_ptr_nonnull(strstr(resp, "spcoll_daemon_ops_total 1"));
+  int shown = strstr(resp, "secret-job") != NULL;
+  /* A connection that never sends its request is closed at the deadline;
+   * connections past 16 at once are closed at once. */
+  int fds[20];
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < 20; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fds[i], (struct sockaddr *)&a, sizeof(a)), 0);
+  }
+  for (int i = 0; i < 20; i++) {
+    ck_assert_msg(spt_raw_closed(fds[i], 10), "metrics connection %d open",
+                  i);
+    close(fds[i]);
+  }
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+  return shown;
+}
+
+/* Any local user can reach /metrics: by default it names no group. */
+START_TEST(http_metrics_aggregate_unless_asked) {
+  ck_assert_int_eq(metrics_show_group(0), 0);
+  ck_assert_int_eq(metrics_show_group(1), 1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("stats");
   TCase *tc = tcase_create("stats");
@@ -241,6 +290,7 @@ int main(void) {
   tcase_add_test(tc, stats_socket_answers_only_stats);
   tcase_add_test(tc, stuck_op_reported);
   tcase_add_test(tc, http_metrics_on_localhost);
+  tcase_add_test(tc, http_metrics_aggregate_unless_asked);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
