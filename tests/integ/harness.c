@@ -1,4 +1,5 @@
 #include "harness.h"
+#include "client_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -123,6 +124,32 @@ int spt_daemon_fds(const spt_daemon *d) {
     n++;
   closedir(dir);
   return n - 2;
+}
+
+spc_request *spt_join_send(spc_client *c, const char *name, int world,
+                           int rank) {
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = (char *)name, j.world_size = world, j.rank = rank;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
+  spc_request *req;
+  return spc__send(c, &f, -1, &req) == 0 ? req : NULL;
+}
+
+spc_group *spt_join_finish(spc_client *c, spc_request *req, int world,
+                           int rank) {
+  Spcoll__Frame *reply;
+  if (req == NULL || spc__finish(c, req, &reply) != 0)
+    return NULL;
+  spc_group *g = NULL;
+  if (reply->body_case == SPCOLL__FRAME__BODY_GROUP_JOINED &&
+      (g = calloc(1, sizeof(*g))) != NULL) {
+    *g = (spc_group){c->groups, c, reply->group_joined->group_id, rank,
+                     world};
+    c->groups = g;
+  }
+  spcoll__frame__free_unpacked(reply, NULL);
+  return g;
 }
 
 int spt_daemon_maps(const spt_daemon *d) {

@@ -67,6 +67,14 @@ int spt_check_gather(const void *out, spc_dtype dt, int ndim,
 /* Connect with a check-style failure message on error. */
 spc_client *spt_connect(const char *socket);
 
+/* A join sent without waiting for it (so one process can hold several
+ * ranks, or complete a group with a later blocking join), and the group
+ * handle once the daemon answered it; both NULL on failure. */
+spc_request *spt_join_send(spc_client *c, const char *name, int world,
+                           int rank);
+spc_group *spt_join_finish(spc_client *c, spc_request *req, int world,
+                           int rank);
+
 /* Raw protocol access for bad-input tests. */
 int spt_raw_connect(const char *socket);
 int spt_raw_send_bytes(int fd, const void *buf, size_t len);

@@ -40,6 +40,43 @@ static int as_nobody(const spt_daemon *d, as_fn fn, const void *arg) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* An attacker that holds its ground: fn runs as nobody in a child, says
+ * 'y' on pipes[0] once set up (anything else: it failed) and waits on
+ * pipes[1] until the test is done with it. */
+typedef struct {
+  pid_t pid;
+  int done_w;
+} holder;
+
+static void holder_start(holder *h, const spt_daemon *d, as_fn fn) {
+  int ready[2], done[2];
+  ck_assert_int_eq(pipe(ready), 0);
+  ck_assert_int_eq(pipe(done), 0);
+  h->pid = fork();
+  if (h->pid == 0) {
+    int p[2] = {ready[1], done[0]};
+    if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+      _exit(10);
+    _exit(fn(d, p));
+  }
+  close(ready[1]), close(done[0]);
+  h->done_w = done[1];
+  char x = 0;
+  ck_assert_int_eq(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  ck_assert_int_eq(x, 'y');
+}
+
+/* Let it go; its exit code must be 0. */
+static void holder_finish(holder *h) {
+  ck_assert_int_eq(write(h->done_w, "x", 1), 1);
+  close(h->done_w);
+  int st;
+  ck_assert_int_eq(waitpid(h->pid, &st, 0), h->pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
 static int stats_call(const spt_daemon *d, Spcoll__Frame *f, char *text,
                       size_t len) {
   char path[160];
@@ -139,28 +176,13 @@ static int squatter(const spt_daemon *d, const void *arg) {
 START_TEST(squatter_gets_its_own_group) {
   spt_daemon d;
   start(&d, NULL, NULL);
-  int ready[2], done[2];
-  ck_assert_int_eq(pipe(ready), 0);
-  ck_assert_int_eq(pipe(done), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int p[2] = {ready[1], done[0]};
-    if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
-      _exit(10);
-    _exit(squatter(&d, p));
-  }
-  char x = 0;
-  ck_assert_int_eq(read(ready[0], &x, 1), 1);
-  ck_assert_int_eq(x, 'y');
+  holder h;
+  holder_start(&h, &d, squatter);
   ck_assert_int_eq(spt_run_ranks(2, squat_rank, &d, 30), 0);
   char text[16384];
   ck_assert_int_eq(stats_text(&d, text, sizeof(text)), 0);
   ck_assert_msg(strstr(text, "group @65534/job42 "), "%s", text);
-  ck_assert_int_eq(write(done[1], "x", 1), 1);
-  int st;
-  waitpid(pid, &st, 0);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  holder_finish(&h);
   ck_assert_int_eq(spt_daemon_stop(&d), 0);
 }
 END_TEST
@@ -294,25 +316,10 @@ START_TEST(connection_flood_bounded_per_uid) {
   spt_daemon d;
   start(&d, "--uid-max-connections", "32");
   int base = spt_daemon_fds(&d);
-  int ready[2], done[2];
-  ck_assert_int_eq(pipe(ready), 0);
-  ck_assert_int_eq(pipe(done), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int p[2] = {ready[1], done[0]};
-    if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
-      _exit(10);
-    _exit(flooder(&d, p));
-  }
-  char x = 0;
-  ck_assert_int_eq(read(ready[0], &x, 1), 1);
-  ck_assert_int_eq(x, 'y');
+  holder h;
+  holder_start(&h, &d, flooder);
   ck_assert_int_eq(spt_run_ranks(2, healthy_rank, &d, 60), 0);
-  ck_assert_int_eq(write(done[1], "x", 1), 1);
-  int st;
-  waitpid(pid, &st, 0);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  holder_finish(&h);
   int n = -1;
   for (int i = 0; i < 100 && (n = spt_daemon_fds(&d)) > base; i++)
     usleep(50000);

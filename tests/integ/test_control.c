@@ -26,19 +26,9 @@ static void pair_open(pair *p, const char *socket, const char *name) {
   p->c[0] = spt_connect(socket);
   p->c[1] = spt_connect(socket);
   ck_assert(p->c[0] && p->c[1]);
-  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply;
-  j.name = (char *)name, j.world_size = 2, j.rank = 0;
-  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
-  spc_request *req;
-  ck_assert_int_eq(spc__send(p->c[0], &f, -1, &req), 0);
+  spc_request *req = spt_join_send(p->c[0], name, 2, 0);
   ck_assert_int_eq(spc_group_join(p->c[1], name, 2, 1, &p->g[1]), 0);
-  ck_assert_int_eq(spc__finish(p->c[0], req, &reply), 0);
-  p->g[0] = calloc(1, sizeof(*p->g[0]));
-  *p->g[0] = (spc_group){p->c[0]->groups, p->c[0],
-                         reply->group_joined->group_id, 0, 2};
-  p->c[0]->groups = p->g[0];
-  spcoll__frame__free_unpacked(reply, NULL);
+  ck_assert_ptr_nonnull(p->g[0] = spt_join_finish(p->c[0], req, 2, 0));
   int64_t s1[1] = {4}, s2[1] = {8};
   for (int r = 0; r < 2; r++) {
     ck_assert_int_eq(spc_buffer_alloc(p->c[r], 64, &p->b[r]), 0);

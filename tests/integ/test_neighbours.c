@@ -353,16 +353,6 @@ END_TEST
  * the loop thread, the result is right, and others are served meanwhile. */
 enum { BIG = 128 };
 
-static spc_group *big_member(spc_client *c, spc_request *req, int rank) {
-  Spcoll__Frame *reply;
-  ck_assert_int_eq(spc__finish(c, req, &reply), 0);
-  spc_group *g = calloc(1, sizeof(*g));
-  *g = (spc_group){c->groups, c, reply->group_joined->group_id, rank, BIG};
-  c->groups = g;
-  spcoll__frame__free_unpacked(reply, NULL);
-  return g;
-}
-
 static long stats_counter(const spt_daemon *d, const char *name) {
   char path[160], line[128];
   snprintf(path, sizeof(path), "%s/spcolld.stats.sock", d->dir);
@@ -384,16 +374,11 @@ START_TEST(large_group_plans_off_loop) {
   ck_assert_int_eq(spt_daemon_start(&d, NULL), 0);
   spc_client *c = spt_connect(d.socket);
   spc_request *joins[BIG];
-  for (int r = 0; r < BIG; r++) {
-    Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
-    Spcoll__Frame f = SPCOLL__FRAME__INIT;
-    j.name = "big", j.world_size = BIG, j.rank = r;
-    f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
-    ck_assert_int_eq(spc__send(c, &f, -1, &joins[r]), 0);
-  }
+  for (int r = 0; r < BIG; r++)
+    ck_assert_ptr_nonnull(joins[r] = spt_join_send(c, "big", BIG, r));
   spc_group *g[BIG];
   for (int r = 0; r < BIG; r++)
-    g[r] = big_member(c, joins[r], r);
+    ck_assert_ptr_nonnull(g[r] = spt_join_finish(c, joins[r], BIG, r));
   spc_buffer *b;
   size_t per = 4 + 4 * BIG;
   ck_assert_int_eq(spc_buffer_alloc(c, per * BIG, &b), 0);
@@ -433,21 +418,10 @@ START_TEST(fd_flood_leaves_room) {
   ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
   ck_assert_int_eq(started, 0);
   spc_client *c[2] = {spt_connect(d.socket), spt_connect(d.socket)};
-  spc_request *join;
-  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  j.name = "pair", j.world_size = 2, j.rank = 0;
-  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN, f.group_join = &j;
-  ck_assert_int_eq(spc__send(c[0], &f, -1, &join), 0);
+  spc_request *join = spt_join_send(c[0], "pair", 2, 0);
   spc_group *g[2];
   ck_assert_int_eq(spc_group_join(c[1], "pair", 2, 1, &g[1]), 0);
-  Spcoll__Frame *reply;
-  ck_assert_int_eq(spc__finish(c[0], join, &reply), 0);
-  g[0] = calloc(1, sizeof(*g[0]));
-  *g[0] = (spc_group){c[0]->groups, c[0], reply->group_joined->group_id, 0,
-                      2};
-  c[0]->groups = g[0];
-  spcoll__frame__free_unpacked(reply, NULL);
+  ck_assert_ptr_nonnull(g[0] = spt_join_finish(c[0], join, 2, 0));
   static int fds[400];
   int refused = 0;
   for (int i = 0; i < 400; i++) {

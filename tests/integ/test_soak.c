@@ -142,19 +142,6 @@ static void chaos(const char *socket, unsigned *seed) {
   close(fd);
 }
 
-static long rss_kb(pid_t pid) {
-  char path[64], line[256];
-  long kb = -1;
-  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  while (f && fgets(line, sizeof(line), f))
-    if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-      break;
-  if (f)
-    fclose(f);
-  return kb;
-}
-
 /* Wait (up to 10 s) until worker `victim` has joined its group: killing a
  * rank before its group is complete would leave the others waiting in
  * their join, which has no deadline (as with NCCL's init). */
@@ -244,14 +231,14 @@ START_TEST(soak_with_faults) {
   ck_assert_int_eq(epoch_run(0, &seed), 0); /* warm-up, then the baseline */
   usleep(200000);
   int fds0 = spt_daemon_fds(&daemon_);
-  long rss0 = rss_kb(daemon_.pid);
+  long rss0 = spt_daemon_rss_kb(&daemon_);
   int problems = 0, epochs = 0;
   for (time_t end = time(NULL) + seconds; time(NULL) < end; epochs++)
     problems += epoch_run(epochs + 1, &seed);
   ck_assert_msg(problems == 0, "%d problems in %d epochs", problems, epochs);
   ck_assert_int_eq(kill(daemon_.pid, 0), 0); /* alive */
   ck_assert_int_eq(settled_fds(fds0), fds0);
-  long rss = rss_kb(daemon_.pid);
+  long rss = spt_daemon_rss_kb(&daemon_);
   printf("soak: %d epochs; daemon rss %ld kB -> %ld kB, fds %d\n", epochs,
          rss0, rss, fds0);
   /* ASan keeps freed memory in quarantine (up to 256 MB): RSS says nothing
