@@ -53,6 +53,8 @@ typedef struct spd_gpu_event {
   int dev;
   cudaEvent_t ev;
   int refs;                    /* op ranks holding it */
+  void *mem;                   /* the IPC mapping it came with: the event
+                                * is closed with it (gpu_ipc.c) */
 } spd_gpu_event;
 
 struct spd_nccl_set;
@@ -98,10 +100,17 @@ int spd_gpu_stream_get(spd_gpu *gpu, int dev, cudaStream_t *s_p,
 void spd_gpu_stream_put(spd_gpu *gpu, int dev, cudaStream_t s);
 
 /* The client's event `handle` of session on dev, opened once; put drops
- * the reference the open gave. */
+ * the reference the open gave. `mem` is the IPC mapping of the op's
+ * tensor it came with: when that mapping closes (the client released its
+ * buffers, which it does before destroying its events), the event is
+ * closed too, so no client event dies while the daemon holds it open. */
 int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
-                       int dev, spd_gpu_event **ev_p, spk_err *err);
+                       int dev, void *mem, spd_gpu_event **ev_p,
+                       spk_err *err);
 void spd_gpu_event_put(spd_gpu_event *ev);
+/* Close the cached events that came with mapping mem (held ones are only
+ * detached from it). */
+void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem);
 
 /* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
 

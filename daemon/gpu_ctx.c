@@ -229,7 +229,8 @@ static void ev_trim(spd_gpu *gpu) {
 }
 
 int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
-                       int dev, spd_gpu_event **ev_p, spk_err *err) {
+                       int dev, void *mem, spd_gpu_event **ev_p,
+                       spk_err *err) {
   for (spd_gpu_event *ev = gpu->ev_head; ev != NULL; ev = ev->next)
     if (ev->session == session && ev->dev == dev &&
         memcmp(ev->handle, handle, SPD_GPU_HANDLE) == 0) {
@@ -259,6 +260,7 @@ int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
   }
   ev->session = session;
   ev->dev = dev;
+  ev->mem = mem;
   memcpy(ev->handle, handle, SPD_GPU_HANDLE);
   ev->refs = 1;
   ev_push_front(gpu, ev);
@@ -270,6 +272,25 @@ int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
 
 void spd_gpu_event_put(spd_gpu_event *ev) {
   ev->refs--;
+}
+
+void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem) {
+  spd_gpu_event *ev = gpu->ev_head;
+  while (ev != NULL) {
+    spd_gpu_event *next = ev->next;
+    if (ev->mem == mem && ev->refs > 0) {
+      ev->mem = NULL;
+    } else if (ev->mem == mem) {
+      ev_unlink(gpu, ev);
+      cudaError_t e = cudaEventDestroy(ev->ev);
+      if (e != cudaSuccess)
+        SPD_WARN(&gpu->ctx->log, "cudaEventDestroy of a client event: %s",
+                 cudaGetErrorString(e));
+      free(ev);
+      gpu->nevents--;
+    }
+    ev = next;
+  }
 }
 
 _Static_assert(sizeof(cudaIpcEventHandle_t) == SPD_GPU_HANDLE &&

@@ -82,6 +82,31 @@ static void set_init_work(uv_work_t *w) {
 
 static int nccl_run(nccl_job *nj, spk_err *err);
 
+/* Staging and descriptor buffers come from each GPU's default pool
+ * (cudaMallocAsync). In one process NCCL's peers use each other's buffers
+ * directly, and pool memory is reachable from another GPU only once the
+ * pool grants it access: grant it to every other GPU of the set. */
+static int pools_share(spd_nccl_set *set, spk_err *err) {
+  for (int i = 0; i < set->n && set->n > 1; i++) {
+    cudaMemPool_t pool;
+    cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, set->devs[i]);
+    for (int j = 0; e == cudaSuccess && j < set->n; j++) {
+      if (j == i)
+        continue;
+      struct cudaMemAccessDesc a = {0};
+      a.location.type = cudaMemLocationTypeDevice;
+      a.location.id = set->devs[j];
+      a.flags = cudaMemAccessFlagsProtReadWrite;
+      e = cudaMemPoolSetAccess(pool, &a, 1);
+    }
+    if (e != cudaSuccess)
+      return spk_err_set(err, SPK_EDEVICE, "cudaMemPoolSetAccess of GPU %d's "
+                         "pool for the other GPUs of an NCCL set: %s",
+                         set->devs[i], cudaGetErrorString(e));
+  }
+  return SPK_OK;
+}
+
 static void set_init_after(uv_work_t *w, int status) {
   spd_nccl_set *set = w->data;
   spd_gpu *gpu = set->gpu;
@@ -103,6 +128,8 @@ static void set_init_after(uv_work_t *w, int status) {
       rc = spk_err_set(&err, SPK_EDEVICE, "cudaStreamCreateWithFlags on GPU "
                        "%d: %s", set->devs[i], cudaGetErrorString(e));
   }
+  if (rc == SPK_OK)
+    rc = pools_share(set, &err);
   nccl_job *waiting = set->waiting;
   set->waiting = NULL;
   set->wait_tail = &set->waiting;
@@ -232,6 +259,14 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
   if (version == 0 && ncclGetVersion(&version) != ncclSuccess)
     version = -1;
   if (c == SPD_COLL_ALL_TO_ALL && version < 22800)
+    c = SPD_COLL_NONE;
+  /* NCCL adds floats in its ring's order (not rank order) and its max/min
+   * ignore NaN (spcoll's NaN wins): float reductions go through send/recv
+   * and the kernel's rank-order reduce, so they are bitwise the host
+   * mover's. Integer reductions do not depend on the order. */
+  spk_dtype dt = op->plan.dtype;
+  int fp = dt == SPK_F32 || dt == SPK_F64 || dt == SPK_F16 || dt == SPK_BF16;
+  if (fp && (c == SPD_COLL_REDUCE_SCATTER || c == SPD_COLL_ALL_REDUCE))
     c = SPD_COLL_NONE;
   return c;
 }

@@ -499,7 +499,11 @@ static ncclResult_t flush(void) {
       ps[b->nparts++] = ops[i].s;
     }
   }
-  b->refs = b->nparts;
+  /* One reference per part, and ours until the loop below is done: a
+   * part may run, and the batch go, before the last is queued. */
+  b->refs = b->nparts + 1;
+  for (int i = 0; i < n; i++)
+    comm_release(ops[i].comm);
   ncclResult_t r = ncclSuccess;
   int queued = 0;
   for (int k = 0; k < b->nparts; k++) {
@@ -513,13 +517,12 @@ static ncclResult_t flush(void) {
     }
     queued++;
   }
-  for (int i = 0; i < n; i++)
-    comm_release(ops[i].comm);
   if (queued < b->nparts) {
     /* Parts already queued can never meet the rest: let them go. */
     __atomic_store_n(&b->cl->aborted, 1, __ATOMIC_RELEASE);
-    b->refs -= b->nparts - queued;
+    __atomic_sub_fetch(&b->refs, b->nparts - queued, __ATOMIC_ACQ_REL);
   }
+  batch_unref(b);
   free(parts);
   free(ps);
   return r;

@@ -416,6 +416,8 @@ int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p) {
  * unmapping simulated device memory by hand (not cudaFree, not
  * cudaIpcCloseMemHandle) is the misuse CUDA leaves undefined. */
 int sim_munmap(void *addr, size_t len) {
+  if (getenv("SPCSIM_TRACE_MUNMAP"))
+    fprintf(stderr, "spcsim: munmap(%p, %zu)\n", addr, len);
   uint8_t *a = addr;
   pthread_mutex_lock(&mu);
   sim_map *hit = NULL;

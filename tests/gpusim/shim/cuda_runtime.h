@@ -13,6 +13,7 @@
 
 struct dim3 {
   unsigned x, y, z;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 typedef dim3 uint3;
 struct uint4 {
@@ -23,8 +24,10 @@ struct uint2 {
 };
 
 struct spcsim_tctx {
-  uint3 tid, bid;
-  dim3 bdim, gdim;
+  unsigned tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz;
+};
+struct spcsim_idx {
+  unsigned x, y, z;
 };
 
 extern "C" {
@@ -32,10 +35,10 @@ extern __thread spcsim_tctx *spcsim_tc;
 void spcsim_syncthreads(void);
 }
 
-#define threadIdx (spcsim_tc->tid)
-#define blockIdx (spcsim_tc->bid)
-#define blockDim (spcsim_tc->bdim)
-#define gridDim (spcsim_tc->gdim)
+#define threadIdx (*(const spcsim_idx *)&spcsim_tc->tx)
+#define blockIdx (*(const spcsim_idx *)&spcsim_tc->bx)
+#define blockDim (*(const spcsim_idx *)&spcsim_tc->bdx)
+#define gridDim (*(const spcsim_idx *)&spcsim_tc->gdx)
 #define __global__
 #define __device__
 #define __host__
@@ -63,6 +66,10 @@ typedef int cudaError_t;
 enum { cudaSuccess = 0 };
 typedef struct CUstream_st *cudaStream_t;
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+static inline cudaError_t cudaLaunchKernel(const void *, dim3, dim3, void **,
+                                           size_t, cudaStream_t) {
+  return cudaSuccess;
+}
 static inline const char *cudaGetErrorString(cudaError_t) { return ""; }
 #define spk_cuda_launch spcsim_host_build_unused_launch
 #define SPCSIM_CHEVRONS(...)
