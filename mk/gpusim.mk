@@ -15,7 +15,7 @@ GPUSIM_CORE_OBJ := $(patsubst %,$(GPUSIM_DIR)/%.o,sim_core sim_mem \
   sim_stream sim_copy sim_kernel half kernels_host)
 
 ifeq ($(HAVE_CUDA)$(HAVE_NCCL),11)
-all: $(GPUSIM_LIBS)
+all: $(GPUSIM_LIBS) $(GPUSIM_DIR)/sim_rules
 endif
 
 $(GPUSIM_DIR)/%.o: tests/gpusim/%.c tests/gpusim/sim.h
@@ -57,3 +57,10 @@ $(GPUSIM_DIR)/libcuda.so.1: $(GPUSIM_DIR)/cudrv.o $(GPUSIM_DIR)/libspcsim.so
 
 $(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/libspcsim.so
 	$(Q)$(GPUSIM_SO)
+
+# The rules suite: the misuse of each rule, rejected (tests/run.sh runs it
+# through tests/gpusim/simrun.sh).
+$(GPUSIM_DIR)/sim_rules: tests/gpusim/sim_rules.c tests/check_run.h
+	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -isystem $(CUDA_HOME)/include \
+	  -Itests -o $@ $< $(LDFLAGS_ALL) $(CHECK_LIBS) -L$(CUDA_HOME)/lib64 \
+	  -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl

@@ -117,6 +117,12 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
     comms[i]->rank = i;
     comms[i]->dev = devs ? devs[i] : i;
   }
+  /* NCCL enables peer access between the GPUs of a communicator for its
+   * P2P transport; pool memory still needs its pool's grant. */
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++)
+      if (i != j)
+        sim_peer_enable(comms[i]->dev, comms[j]->dev);
   __atomic_add_fetch(&ncomms, n, __ATOMIC_RELAXED);
   return ncclSuccess;
 }
