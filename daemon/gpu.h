@@ -69,6 +69,8 @@ typedef struct spd_gpu {
   int nevents;
   int range_warned;            /* cuMemGetAddressRange unavailable: said */
   struct spd_nccl_set *nccl_sets;
+  struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
+  int npinned;
 } spd_gpu;
 
 /* Per rank of an op on device tensors: its stream events. */
@@ -151,6 +153,15 @@ void spd_gpu_job_drop(spd_gpu_job *job);
 int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err);
 /* Record the done event of every rank on `dev` on stream s. */
 int spd_gpu_record_done(spd_op *op, int dev, cudaStream_t s, spk_err *err);
+
+/* Pinned host memory for descriptors on their way up: an async copy
+ * from pageable memory would be synchronous, and the loop thread would
+ * wait for the clients' streams (their ready events) before it. Blocks
+ * are kept for reuse; put them back once the copy is done (the job's
+ * finish). */
+int spd_gpu_pinned_get(spd_gpu *gpu, size_t bytes, void **p_out,
+                       spk_err *err);
+void spd_gpu_pinned_put(spd_gpu *gpu, void *p);
 
 /* Stream-ordered allocation on s's device (cudaMallocAsync), and the
  * copy of host descriptors into it; free with cudaFreeAsync on s after

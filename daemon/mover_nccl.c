@@ -60,7 +60,7 @@ static void nccl_finish(spd_gpu_job *j) {
   nccl_job *nj = (nccl_job *)j;
   if (nj->host != NULL)
     for (int i = 0; i < nj->ndev; i++)
-      free(nj->host[i]);
+      spd_gpu_pinned_put(j->gpu, nj->host[i]);
   free(nj->host);
   free(nj->rank_dev);
 }
@@ -350,11 +350,10 @@ static int upload_lists(nccl_job *nj, spd_route *rt, int i, void **d_p,
     at[k] = total;
     total += (spd_cdesc_packed_size(lists[k]) + 255) & ~(size_t)255;
   }
-  nj->host[i] = malloc(total ? total : 1);
-  if (nj->host[i] == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu descriptor bytes "
-                       "failed", total);
-  int rc = spd_gpu_alloc(nj->set->streams[i], total, d_p, err);
+  int rc = spd_gpu_pinned_get(nj->job.gpu, total, &nj->host[i], err);
+  if (rc < 0)
+    return rc;
+  rc = spd_gpu_alloc(nj->set->streams[i], total, d_p, err);
   if (rc < 0)
     return rc;
   for (int k = 0; k < 4; k++)
