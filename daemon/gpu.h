@@ -69,6 +69,7 @@ typedef struct spd_gpu {
   int nevents;
   int range_warned;            /* cuMemGetAddressRange unavailable: said */
   struct spd_nccl_set *nccl_sets;
+  struct spd_nccl_watch *nccl_watch; /* mover_nccl.c's watchdog */
   struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
   int npinned;
 } spd_gpu;

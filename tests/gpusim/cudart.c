@@ -308,6 +308,27 @@ API cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t cb,
   return R(rc);
 }
 
+typedef struct {
+  cudaHostFn_t fn;
+  void *arg;
+} rt_host;
+
+static void rt_host_run(void *a, int *status) {
+  rt_host *h = a;
+  if (*status == SIM_OK) /* CUDA skips host functions after an error */
+    h->fn(h->arg);
+}
+
+API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn,
+                                   void *arg) {
+  rt_host *h = malloc(sizeof(*h));
+  if (h == NULL)
+    return R(SIM_ENOMEM);
+  h->fn = fn;
+  h->arg = arg;
+  return R(sim_enqueue((sim_stream *)s, rt_host_run, h, 1));
+}
+
 API cudaError_t cudaEventCreate(cudaEvent_t *e) {
   return R(sim_event_create(sim_cur_dev(), 0, (sim_event **)e,
                             "cudaEventCreate"));

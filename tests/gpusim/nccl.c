@@ -127,14 +127,19 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
   return ncclSuccess;
 }
 
+/* A clique lives while a communicator or a batch still refers to it. */
+static void clique_unref(clique *cl) {
+  if (__atomic_sub_fetch(&cl->refs, 1, __ATOMIC_ACQ_REL) == 0)
+    free(cl);
+}
+
 API ncclResult_t ncclCommDestroy(ncclComm_t c) {
   if (c == NULL)
     return ncclInvalidArgument;
   clique *cl = c->cl;
   free(c);
   __atomic_sub_fetch(&ncomms, 1, __ATOMIC_RELAXED);
-  if (__atomic_sub_fetch(&cl->refs, 1, __ATOMIC_ACQ_REL) == 0)
-    free(cl);
+  clique_unref(cl);
   return ncclSuccess;
 }
 
@@ -425,6 +430,7 @@ static int execute(batch *b) {
 static void batch_unref(batch *b) {
   if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0)
     return;
+  clique_unref(b->cl);
   pthread_mutex_destroy(&b->mu);
   pthread_cond_destroy(&b->cv);
   free(b->ops);
@@ -437,7 +443,11 @@ static void run_part(void *a, int *status) {
   pthread_mutex_lock(&b->mu);
   if (++b->arrived == b->nparts) {
     pthread_mutex_unlock(&b->mu);
-    int rc = *status == SIM_OK ? execute(b) : -1;
+    /* After ncclCommAbort the communicators are gone: nothing moves. */
+    int rc = *status == SIM_OK &&
+                     !__atomic_load_n(&b->cl->aborted, __ATOMIC_ACQUIRE)
+                 ? execute(b)
+                 : -1;
     pthread_mutex_lock(&b->mu);
     b->failed = rc < 0;
     b->done = 1;
@@ -454,12 +464,12 @@ static void run_part(void *a, int *status) {
     pthread_cond_timedwait(&b->cv, &b->mu, &ts);
   }
   int failed = b->failed || !b->done;
+  int aborted = !b->done;
   pthread_mutex_unlock(&b->mu);
   if (failed) {
     *status = SIM_ELAUNCH;
-    if (!b->done) /* aborted: the comm may be freed, report nothing there */
-      ;
-    else
+    /* Aborted: the communicator may be gone, only the clique is held. */
+    if (!aborted)
       __atomic_store_n(&p->comm->async_err, ncclInternalError,
                        __ATOMIC_RELEASE);
   }
@@ -479,12 +489,14 @@ static ncclResult_t flush(void) {
   b->ops = ops;
   b->nops = n;
   b->cl = ops[0].comm->cl;
+  __atomic_add_fetch(&b->cl->refs, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
   /* One part per distinct (communicator, stream). */
   part *parts = calloc((size_t)n, sizeof(*parts));
   sim_stream **ps = calloc((size_t)n, sizeof(*ps));
   if (parts == NULL || ps == NULL) {
+    clique_unref(b->cl);
     free(parts), free(ps), free(ops), free(b);
     return ncclSystemError;
   }
@@ -493,6 +505,7 @@ static ncclResult_t flush(void) {
       sim_violation("nccl-group-cliques", op_name(ops[i].type), "one group "
                     "mixes communicators of different ncclCommInitAll calls "
                     "(not simulated)");
+      clique_unref(b->cl);
       free(parts), free(ps), free(ops), free(b);
       return ncclInvalidUsage;
     }
