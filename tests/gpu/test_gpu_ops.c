@@ -79,10 +79,14 @@ static const gcase cases[] = {
      * order is not rank order), and NaNs, which win in spcoll's max/min
      * but not in NCCL's (fmaxf): the device result must still be the host
      * mover's, bit for bit. */
-    {"allreduce-sum-f32-order", K_AR, SPC_FLOAT32, 1, {4099}, 0, 0, SPC_SUM | H_ORDER},
-    {"allreduce-sum-bf16-order", K_AR, SPC_BFLOAT16, 1, {777}, 0, 0, SPC_SUM | H_ORDER},
-    {"allreduce-max-f32-nan", K_AR, SPC_FLOAT32, 1, {1000}, 0, 0, SPC_MAX | H_NAN},
-    {"allreduce-min-f64-nan", K_AR, SPC_FLOAT64, 1, {999}, 0, 0, SPC_MIN | H_NAN},
+    {"allreduce-sum-f32-order", K_AR, SPC_FLOAT32, 1, {4099}, 0, 0,
+     SPC_SUM | H_ORDER},
+    {"allreduce-sum-bf16-order", K_AR, SPC_BFLOAT16, 1, {777}, 0, 0,
+     SPC_SUM | H_ORDER},
+    {"allreduce-max-f32-nan", K_AR, SPC_FLOAT32, 1, {1000}, 0, 0,
+     SPC_MAX | H_NAN},
+    {"allreduce-min-f64-nan", K_AR, SPC_FLOAT64, 1, {999}, 0, 0,
+     SPC_MIN | H_NAN},
     {"reducescatter-f32-order", K_RS, SPC_FLOAT32, 2, {64, 33}, 0, 0, H_ORDER},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
@@ -166,7 +170,8 @@ static void fill_hard(void *p, spc_dtype dt, size_t n, int rank,
   int k = dt == SPC_FLOAT16 ? 10 : 24;
   for (size_t i = 0; i < n; i++) {
     uint64_t v = (seed + 1) * 0x9e3779b97f4a7c15ull ^
-                 ((uint64_t)rank * 0xbf58476d1ce4e5b9ull + i * 0x94d049bb133111ebull);
+                 ((uint64_t)rank * 0xbf58476d1ce4e5b9ull +
+                  i * 0x94d049bb133111ebull);
     v ^= v >> 29;
     double x = ldexp(1.0 + (double)(v % 1024) / 1024.0,
                      (int)((v >> 10) % (uint64_t)(2 * k + 1)) - k);

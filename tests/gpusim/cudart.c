@@ -11,29 +11,38 @@
 
 #define API __attribute__((visibility("default")))
 
-static cudaError_t R(int e) {
-  return (cudaError_t)sim_set_last(e);
-}
+static cudaError_t R(int e) { return (cudaError_t)sim_set_last(e); }
 
-static int dev_ok(int d) {
-  return d >= 0 && d < sim_cfg()->ndev;
-}
+static int dev_ok(int d) { return d >= 0 && d < sim_cfg()->ndev; }
 
 API const char *cudaGetErrorString(cudaError_t e) {
   switch ((int)e) {
-  case SIM_OK: return "no error";
-  case SIM_EINVAL: return "invalid argument";
-  case SIM_ENOMEM: return "out of memory";
-  case SIM_EDEVICE: return "invalid device ordinal";
-  case SIM_EHANDLE: return "invalid resource handle";
-  case SIM_ENOTREADY: return "device not ready";
-  case SIM_EMAPFAIL: return "mapping of buffer object failed";
-  case SIM_EPEERON: return "peer access is already enabled";
-  case SIM_ELAUNCH: return "unspecified launch failure";
-  case SIM_ENOKERNEL: return "invalid device function";
-  case SIM_ECONFIG: return "invalid configuration argument";
-  case 100: return "no CUDA-capable device is detected";
-  default: return "unrecognized error code";
+  case SIM_OK:
+    return "no error";
+  case SIM_EINVAL:
+    return "invalid argument";
+  case SIM_ENOMEM:
+    return "out of memory";
+  case SIM_EDEVICE:
+    return "invalid device ordinal";
+  case SIM_EHANDLE:
+    return "invalid resource handle";
+  case SIM_ENOTREADY:
+    return "device not ready";
+  case SIM_EMAPFAIL:
+    return "mapping of buffer object failed";
+  case SIM_EPEERON:
+    return "peer access is already enabled";
+  case SIM_ELAUNCH:
+    return "unspecified launch failure";
+  case SIM_ENOKERNEL:
+    return "invalid device function";
+  case SIM_ECONFIG:
+    return "invalid configuration argument";
+  case 100:
+    return "no CUDA-capable device is detected";
+  default:
+    return "unrecognized error code";
   }
 }
 
@@ -118,9 +127,7 @@ API cudaError_t cudaMalloc(void **p, size_t n) {
   return R(sim_malloc(sim_cur_dev(), n, p));
 }
 
-API cudaError_t cudaFree(void *p) {
-  return R(sim_free(p, "cudaFree"));
-}
+API cudaError_t cudaFree(void *p) { return R(sim_free(p, "cudaFree")); }
 
 API cudaError_t cudaMallocHost(void **p, size_t n) {
   return R(sim_host_alloc(n, p));
@@ -131,9 +138,7 @@ API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
   return R(sim_host_alloc(n, p));
 }
 
-API cudaError_t cudaFreeHost(void *p) {
-  return R(sim_host_free(p));
-}
+API cudaError_t cudaFreeHost(void *p) { return R(sim_host_free(p)); }
 
 API cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
   return R(sim_malloc_pool(sim_stream_dev((sim_stream *)s), n, p));
@@ -227,7 +232,8 @@ API cudaError_t cudaGetDriverEntryPointByVersion(
   return cudaSuccess;
 }
 
-/* ---- IPC ------------------------------------------------------------------ */
+/* ---- IPC ------------------------------------------------------------------
+ */
 
 API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
   return R(sim_ipc_get(p, (sim_handle64 *)h, "cudaIpcGetMemHandle"));
@@ -254,7 +260,8 @@ API cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t h) {
                               "cudaIpcOpenEventHandle"));
 }
 
-/* ---- streams and events ------------------------------------------------------ */
+/* ---- streams and events
+ * ------------------------------------------------------ */
 
 API cudaError_t cudaStreamCreate(cudaStream_t *s) {
   return R(sim_stream_create(sim_cur_dev(), 0, (sim_stream **)s));
@@ -319,8 +326,7 @@ static void rt_host_run(void *a, int *status) {
     h->fn(h->arg);
 }
 
-API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn,
-                                   void *arg) {
+API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
   rt_host *h = malloc(sizeof(*h));
   if (h == NULL)
     return R(SIM_ENOMEM);
@@ -330,8 +336,8 @@ API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn,
 }
 
 API cudaError_t cudaEventCreate(cudaEvent_t *e) {
-  return R(sim_event_create(sim_cur_dev(), 0, (sim_event **)e,
-                            "cudaEventCreate"));
+  return R(
+      sim_event_create(sim_cur_dev(), 0, (sim_event **)e, "cudaEventCreate"));
 }
 
 API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
@@ -359,7 +365,8 @@ API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
   return R(sim_event_elapsed(ms, (sim_event *)a, (sim_event *)b));
 }
 
-/* ---- kernels ----------------------------------------------------------------- */
+/* ---- kernels
+ * ----------------------------------------------------------------- */
 
 API void **__cudaRegisterFatBinary(void *fatbin) {
   return sim_register_fatbin(fatbin);
@@ -421,6 +428,4 @@ API cudaError_t cudaLaunchKernel(const void *f, dim3 grid, dim3 block,
 }
 
 /* Interposed on libc's munmap for the programs that link the runtime. */
-API int munmap(void *addr, size_t len) {
-  return sim_munmap(addr, len);
-}
+API int munmap(void *addr, size_t len) { return sim_munmap(addr, len); }

@@ -12,19 +12,24 @@
 
 static CUresult C(int e) {
   switch (e) {
-  case SIM_OK: return CUDA_SUCCESS;
-  case SIM_ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
-  case SIM_EDEVICE: return CUDA_ERROR_INVALID_DEVICE;
-  case SIM_EHANDLE: return CUDA_ERROR_INVALID_HANDLE;
-  case SIM_ENOTREADY: return CUDA_ERROR_NOT_READY;
-  case SIM_EMAPFAIL: return CUDA_ERROR_MAP_FAILED;
-  default: return CUDA_ERROR_INVALID_VALUE;
+  case SIM_OK:
+    return CUDA_SUCCESS;
+  case SIM_ENOMEM:
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  case SIM_EDEVICE:
+    return CUDA_ERROR_INVALID_DEVICE;
+  case SIM_EHANDLE:
+    return CUDA_ERROR_INVALID_HANDLE;
+  case SIM_ENOTREADY:
+    return CUDA_ERROR_NOT_READY;
+  case SIM_EMAPFAIL:
+    return CUDA_ERROR_MAP_FAILED;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
-static CUcontext ctx_of(int d) {
-  return (CUcontext)(uintptr_t)(0x2000 + d);
-}
+static CUcontext ctx_of(int d) { return (CUcontext)(uintptr_t)(0x2000 + d); }
 
 static int dev_of_ctx(CUcontext c) {
   uintptr_t v = (uintptr_t)c;
@@ -43,14 +48,30 @@ API CUresult cuInit(unsigned flags) {
 
 API CUresult cuGetErrorString(CUresult r, const char **s) {
   switch (r) {
-  case CUDA_SUCCESS: *s = "no error"; break;
-  case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; break;
-  case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
-  case CUDA_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
-  case CUDA_ERROR_INVALID_HANDLE: *s = "invalid resource handle"; break;
-  case CUDA_ERROR_NOT_READY: *s = "device not ready"; break;
-  case CUDA_ERROR_MAP_FAILED: *s = "mapping of buffer object failed"; break;
-  default: *s = "unknown error"; break;
+  case CUDA_SUCCESS:
+    *s = "no error";
+    break;
+  case CUDA_ERROR_INVALID_VALUE:
+    *s = "invalid argument";
+    break;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    *s = "out of memory";
+    break;
+  case CUDA_ERROR_INVALID_DEVICE:
+    *s = "invalid device ordinal";
+    break;
+  case CUDA_ERROR_INVALID_HANDLE:
+    *s = "invalid resource handle";
+    break;
+  case CUDA_ERROR_NOT_READY:
+    *s = "device not ready";
+    break;
+  case CUDA_ERROR_MAP_FAILED:
+    *s = "mapping of buffer object failed";
+    break;
+  default:
+    *s = "unknown error";
+    break;
   }
   return CUDA_SUCCESS;
 }
@@ -88,7 +109,8 @@ API CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
   if (__atomic_sub_fetch(&retained[d], 1, __ATOMIC_ACQ_REL) < 0) {
     sim_violation("ctx-release-unretained", "cuDevicePrimaryCtxRelease",
                   "GPU %d's primary context released more often than "
-                  "retained", d);
+                  "retained",
+                  d);
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   return CUDA_SUCCESS;
@@ -177,8 +199,8 @@ API CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
 }
 
 API CUresult cuEventCreate(CUevent *e, unsigned flags) {
-  return C(sim_event_create(sim_cur_dev(), flags, (sim_event **)e,
-                            "cuEventCreate"));
+  return C(
+      sim_event_create(sim_cur_dev(), flags, (sim_event **)e, "cuEventCreate"));
 }
 
 API CUresult cuEventDestroy(CUevent e) {

@@ -27,9 +27,11 @@ template <typename... A> struct kern {
 template <typename... A> kern<A...> deduce(void (*)(A...));
 } // namespace
 
-#define SPCSIM_KERNEL(f)                                                     \
-  {(void *)&f, decltype(deduce(&f))::nargs, decltype(deduce(&f))::sizes,     \
-   &decltype(deduce(&f))::template run<&f>}
+#define SPCSIM_KERNEL(f)                                                       \
+  {                                                                            \
+    (void *)&f, decltype(deduce(&f))::nargs, decltype(deduce(&f))::sizes,      \
+        &decltype(deduce(&f))::template run<&f>                                \
+  }
 
 extern "C" {
 struct spcsim_kernel_entry {

@@ -7,8 +7,8 @@
  * semantics by default: sums in ring order (not rank order), max/min that
  * ignore NaN (fmaxf); SPCSIM_NCCL_SUM_ORDER=rank and SPCSIM_NCCL_NAN=
  * propagate give the other semantics so tests can tell them apart. */
-#include <nccl.h>
 #include <math.h>
+#include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +29,7 @@ typedef struct clique {
 struct ncclComm {
   clique *cl;
   int rank, dev;
-  uintptr_t owner;             /* thread using it now, 0 when none */
+  uintptr_t owner; /* thread using it now, 0 when none */
   ncclResult_t async_err;
 };
 
@@ -54,23 +54,31 @@ static __thread char last_err[256];
 static int ncomms;
 
 static const char *op_name(int t) {
-  static const char *const n[] = {"ncclSend", "ncclRecv", "ncclAllGather",
-                                  "ncclAlltoAll", "ncclReduceScatter",
-                                  "ncclAllReduce"};
+  static const char *const n[] = {"ncclSend",          "ncclRecv",
+                                  "ncclAllGather",     "ncclAlltoAll",
+                                  "ncclReduceScatter", "ncclAllReduce"};
   return n[t];
 }
 
 API const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
-  case ncclSuccess: return "no error";
-  case ncclUnhandledCudaError: return "unhandled cuda error";
-  case ncclSystemError: return "unhandled system error";
-  case ncclInternalError: return "internal error";
-  case ncclInvalidArgument: return "invalid argument";
-  case ncclInvalidUsage: return "invalid usage";
-  case ncclRemoteError: return "remote process exited or there was a "
-                               "network error";
-  default: return "unknown result code";
+  case ncclSuccess:
+    return "no error";
+  case ncclUnhandledCudaError:
+    return "unhandled cuda error";
+  case ncclSystemError:
+    return "unhandled system error";
+  case ncclInternalError:
+    return "internal error";
+  case ncclInvalidArgument:
+    return "invalid argument";
+  case ncclInvalidUsage:
+    return "invalid usage";
+  case ncclRemoteError:
+    return "remote process exited or there was a "
+           "network error";
+  default:
+    return "unknown result code";
   }
 }
 
@@ -100,7 +108,8 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
       if ((devs ? devs[j] : j) == d) {
         sim_violation("nccl-two-ranks-one-device", "ncclCommInitAll",
                       "ranks %d and %d of one communicator are both on GPU "
-                      "%d: NCCL needs one rank per device", j, i, d);
+                      "%d: NCCL needs one rank per device",
+                      j, i, d);
         return fail(ncclInvalidUsage, "%s", "duplicate GPU");
       }
   }
@@ -173,32 +182,41 @@ API ncclResult_t ncclCommUserRank(const ncclComm_t c, int *r) {
 
 /* ---- ownership: one thread at a time per communicator ------------------- */
 
-static uintptr_t self_id(void) {
-  return (uintptr_t)pthread_self();
-}
+static uintptr_t self_id(void) { return (uintptr_t)pthread_self(); }
 
 static void comm_take(ncclComm_t c, const char *call) {
   uintptr_t zero = 0, me = self_id();
   if (!__atomic_compare_exchange_n(&c->owner, &zero, me, 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE) &&
       zero != me)
-    sim_violation("nccl-concurrent-comm", call, "rank %d's communicator is "
+    sim_violation("nccl-concurrent-comm", call,
+                  "rank %d's communicator is "
                   "in use by another thread: NCCL communicators are not "
-                  "thread-safe", c->rank);
+                  "thread-safe",
+                  c->rank);
 }
 
 static void comm_release(ncclComm_t c) {
   __atomic_store_n(&c->owner, 0, __ATOMIC_RELEASE);
 }
 
-/* ---- reductions -------------------------------------------------------------- */
+/* ---- reductions
+ * -------------------------------------------------------------- */
 
 static size_t dt_size(ncclDataType_t t) {
   switch (t) {
-  case ncclInt8: case ncclUint8: return 1;
-  case ncclFloat16: case ncclBfloat16: return 2;
-  case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-  default: return 8;
+  case ncclInt8:
+  case ncclUint8:
+    return 1;
+  case ncclFloat16:
+  case ncclBfloat16:
+    return 2;
+  case ncclInt32:
+  case ncclUint32:
+  case ncclFloat32:
+    return 4;
+  default:
+    return 8;
   }
 }
 
@@ -258,27 +276,40 @@ static void reduce_elem(ncclDataType_t t, ncclRedOp_t op, const void **src,
     ((uint16_t *)dst)[k] = a;
     return;
   }
-  default: break;
+  default:
+    break;
   }
-#define IRED(T)                                                              \
-  do {                                                                       \
-    T a = ((const T *)src[order[0]])[k];                                     \
-    for (int j = 1; j < n; j++) {                                            \
-      T v = ((const T *)src[order[j]])[k];                                   \
-      a = op == ncclSum    ? (T)(a + v)                                      \
-          : op == ncclProd ? (T)(a * v)                                      \
-          : op == ncclMax  ? (v > a ? v : a)                                 \
-                           : (v < a ? v : a);                                \
-    }                                                                        \
-    ((T *)dst)[k] = a;                                                       \
+#define IRED(T)                                                                \
+  do {                                                                         \
+    T a = ((const T *)src[order[0]])[k];                                       \
+    for (int j = 1; j < n; j++) {                                              \
+      T v = ((const T *)src[order[j]])[k];                                     \
+      a = op == ncclSum    ? (T)(a + v)                                        \
+          : op == ncclProd ? (T)(a * v)                                        \
+          : op == ncclMax  ? (v > a ? v : a)                                   \
+                           : (v < a ? v : a);                                   \
+    }                                                                          \
+    ((T *)dst)[k] = a;                                                         \
   } while (0)
   switch (t) {
-  case ncclInt8: IRED(int8_t); break;
-  case ncclUint8: IRED(uint8_t); break;
-  case ncclInt32: IRED(int32_t); break;
-  case ncclUint32: IRED(uint32_t); break;
-  case ncclInt64: IRED(int64_t); break;
-  default: IRED(uint64_t); break;
+  case ncclInt8:
+    IRED(int8_t);
+    break;
+  case ncclUint8:
+    IRED(uint8_t);
+    break;
+  case ncclInt32:
+    IRED(int32_t);
+    break;
+  case ncclUint32:
+    IRED(uint32_t);
+    break;
+  case ncclInt64:
+    IRED(int64_t);
+    break;
+  default:
+    IRED(uint64_t);
+    break;
   }
 #undef IRED
 }
@@ -290,7 +321,8 @@ static void ring(int n, int c, int *order) {
     order[j] = rank_order() ? j : (c + 1 + j) % n;
 }
 
-/* ---- batches -------------------------------------------------------------------- */
+/* ---- batches
+ * -------------------------------------------------------------------- */
 
 typedef struct {
   nop *ops;
@@ -305,7 +337,8 @@ typedef struct {
   ncclComm_t comm;
 } part;
 
-static void check_reach(const void *p, size_t bytes, int dev, const char *call) {
+static void check_reach(const void *p, size_t bytes, int dev,
+                        const char *call) {
   sim_check_access(p, bytes, dev, call);
 }
 
@@ -333,10 +366,12 @@ static int execute(batch *b) {
     for (int k = 0; k < n; k++)
       if (r[k] == NULL || r[k]->count != o->count || r[k]->dt != o->dt ||
           r[k]->red != o->red) {
-        sim_violation("nccl-collective-mismatch", op_name(o->type), "rank %d "
+        sim_violation("nccl-collective-mismatch", op_name(o->type),
+                      "rank %d "
                       "of %d did not issue the same collective in this group "
                       "(the simulator runs a clique's ranks from one thread's "
-                      "group, as ncclCommInitAll users must)", k, n);
+                      "group, as ncclCommInitAll users must)",
+                      k, n);
         free(r), free(order), free(src);
         return -1;
       }
@@ -414,9 +449,11 @@ static int execute(batch *b) {
     }
     size_t bytes = o->count * dt_size(o->dt);
     if (rv == NULL || rv->count * dt_size(rv->dt) != bytes) {
-      sim_violation("nccl-p2p-mismatch", "ncclSend", "rank %d's send of %zu "
-                    "bytes to rank %d has no matching ncclRecv%s", o->comm->rank,
-                    bytes, o->peer, rv ? " of the same size" : " in the group");
+      sim_violation("nccl-p2p-mismatch", "ncclSend",
+                    "rank %d's send of %zu "
+                    "bytes to rank %d has no matching ncclRecv%s",
+                    o->comm->rank, bytes, o->peer,
+                    rv ? " of the same size" : " in the group");
       return -1;
     }
     /* In one process NCCL's peers use each other's buffers directly. */
@@ -444,10 +481,10 @@ static void run_part(void *a, int *status) {
   if (++b->arrived == b->nparts) {
     pthread_mutex_unlock(&b->mu);
     /* After ncclCommAbort the communicators are gone: nothing moves. */
-    int rc = *status == SIM_OK &&
-                     !__atomic_load_n(&b->cl->aborted, __ATOMIC_ACQUIRE)
-                 ? execute(b)
-                 : -1;
+    int rc =
+        *status == SIM_OK && !__atomic_load_n(&b->cl->aborted, __ATOMIC_ACQUIRE)
+            ? execute(b)
+            : -1;
     pthread_mutex_lock(&b->mu);
     b->failed = rc < 0;
     b->done = 1;
@@ -502,7 +539,8 @@ static ncclResult_t flush(void) {
   }
   for (int i = 0; i < n; i++) {
     if (ops[i].comm->cl != b->cl) {
-      sim_violation("nccl-group-cliques", op_name(ops[i].type), "one group "
+      sim_violation("nccl-group-cliques", op_name(ops[i].type),
+                    "one group "
                     "mixes communicators of different ncclCommInitAll calls "
                     "(not simulated)");
       clique_unref(b->cl);
@@ -563,12 +601,15 @@ static ncclResult_t add(int type, const void *s, void *r, size_t count,
     pending = p;
     cap_pending = nc;
   }
-  pending[npending++] = (nop){type, comm, s, r, count, dt, red, peer,
-                              sim_stream_resolve((sim_stream *)stream)};
+  pending[npending++] =
+      (nop){type, comm,  s,
+            r,    count, dt,
+            red,  peer,  sim_stream_resolve((sim_stream *)stream)};
   if (group_depth > 0)
     return ncclSuccess;
   if (comm->cl->n > 1 && type != OP_SEND && type != OP_RECV) {
-    sim_violation("nccl-group-required", op_name(type), "a collective on one "
+    sim_violation("nccl-group-required", op_name(type),
+                  "a collective on one "
                   "rank of %d communicators from ncclCommInitAll outside "
                   "ncclGroupStart/End would wait forever for the others",
                   comm->cl->n);
@@ -629,6 +670,4 @@ static void nccl_leaks(void) {
     sim_leak_note("%d NCCL communicator(s) never destroyed", n);
 }
 
-__attribute__((constructor)) static void nccl_init(void) {
-  atexit(nccl_leaks);
-}
+__attribute__((constructor)) static void nccl_init(void) { atexit(nccl_leaks); }

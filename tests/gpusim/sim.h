@@ -15,29 +15,29 @@
 #include <sys/types.h>
 
 #define SIM_MAX_DEV 16
-#define SIM_HDR 4096          /* shared header page before device memory */
+#define SIM_HDR 4096 /* shared header page before device memory */
 
 /* Error codes the core returns; the fronts map them to their own enums
  * (equal to cudaError_t values where one exists). */
 enum {
   SIM_OK = 0,
-  SIM_EINVAL = 1,             /* cudaErrorInvalidValue */
-  SIM_ENOMEM = 2,             /* cudaErrorMemoryAllocation */
-  SIM_EDEVICE = 101,          /* cudaErrorInvalidDevice */
-  SIM_EHANDLE = 400,          /* cudaErrorInvalidResourceHandle */
-  SIM_ENOTREADY = 600,        /* cudaErrorNotReady */
-  SIM_EMAPFAIL = 205,         /* cudaErrorMapBufferObjectFailed */
-  SIM_EPEERON = 704,          /* cudaErrorPeerAccessAlreadyEnabled */
-  SIM_ELAUNCH = 719,          /* cudaErrorLaunchFailure */
-  SIM_ENOKERNEL = 98,         /* cudaErrorInvalidDeviceFunction */
-  SIM_ECONFIG = 9             /* cudaErrorInvalidConfiguration */
+  SIM_EINVAL = 1,      /* cudaErrorInvalidValue */
+  SIM_ENOMEM = 2,      /* cudaErrorMemoryAllocation */
+  SIM_EDEVICE = 101,   /* cudaErrorInvalidDevice */
+  SIM_EHANDLE = 400,   /* cudaErrorInvalidResourceHandle */
+  SIM_ENOTREADY = 600, /* cudaErrorNotReady */
+  SIM_EMAPFAIL = 205,  /* cudaErrorMapBufferObjectFailed */
+  SIM_EPEERON = 704,   /* cudaErrorPeerAccessAlreadyEnabled */
+  SIM_ELAUNCH = 719,   /* cudaErrorLaunchFailure */
+  SIM_ENOKERNEL = 98,  /* cudaErrorInvalidDeviceFunction */
+  SIM_ECONFIG = 9      /* cudaErrorInvalidConfiguration */
 };
 
 /* ---- core: config, devices, rules ---------------------------------- */
 
 typedef struct {
   int ndev;
-  uint64_t mem_limit;          /* bytes per device */
+  uint64_t mem_limit; /* bytes per device */
   int sms;
 } sim_config;
 
@@ -67,22 +67,22 @@ typedef struct {
   uint64_t id;
   int32_t dev, exporter;
   uint64_t size;
-  int32_t importers;           /* processes that hold it open */
+  int32_t importers; /* processes that hold it open */
   int32_t freed;
 } sim_mhdr;
 
 typedef struct sim_map {
   struct sim_map *next;
-  int kind;                    /* SIM_M_* */
+  int kind; /* SIM_M_* */
   int dev;
-  uint8_t *ptr;                /* what the API hands out */
+  uint8_t *ptr; /* what the API hands out */
   uint64_t size;
-  uint8_t *map;                /* the mmap (header included) */
+  uint8_t *map; /* the mmap (header included) */
   uint64_t map_size;
-  sim_mhdr *hdr;               /* DEVICE, IMPORT */
-  int fd;                      /* DEVICE: the memfd, for importers */
+  sim_mhdr *hdr; /* DEVICE, IMPORT */
+  int fd;        /* DEVICE: the memfd, for importers */
   uint64_t ino;
-  int peer_lazy;               /* IMPORT: opened with lazy peer access */
+  int peer_lazy; /* IMPORT: opened with lazy peer access */
   uint64_t buffer_id;
 } sim_map;
 
@@ -100,7 +100,9 @@ int sim_accessible(const sim_map *m, int dev);
 void sim_check_access(const void *p, uint64_t len, int dev, const char *call);
 int sim_pool_set_access(int pool_dev, int dev, int on);
 
-typedef struct { char reserved[64]; } sim_handle64;
+typedef struct {
+  char reserved[64];
+} sim_handle64;
 int sim_ipc_get(const void *p, sim_handle64 *h, const char *call);
 int sim_ipc_open(const sim_handle64 *h, int lazy_peer, void **p_out,
                  const char *call);
@@ -146,13 +148,16 @@ int sim_event_ipc_open(const sim_handle64 *h, sim_event **e_p,
 /* Copies: synchronous ones wait; pageable host memory in an async copy
  * makes it synchronous (CUDA's behaviour), a violation under
  * SPCSIM_FORBID_PAGEABLE_ASYNC=1. */
-int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s,
-               int async, const char *call);
+int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
+               const char *call);
 int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async);
 
-/* ---- kernels -------------------------------------------------------------- */
+/* ---- kernels --------------------------------------------------------------
+ */
 
-typedef struct { unsigned x, y, z; } sim_dim3;
+typedef struct {
+  unsigned x, y, z;
+} sim_dim3;
 void **sim_register_fatbin(void *fatbin);
 void sim_unregister_fatbin(void **h);
 void sim_register_function(void **h, const char *host_fun,
@@ -161,12 +166,11 @@ int sim_get_kernel(void **k_p, const void *host_fun);
 int sim_launch(const void *host_fun_or_kernel, int is_kernel, sim_dim3 grid,
                sim_dim3 block, void **args, size_t shmem, sim_stream *s);
 void sim_push_config(sim_dim3 grid, sim_dim3 block, size_t shmem, void *s);
-int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem,
-                   void **s);
+int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem, void **s);
 
 /* ---- last error (the runtime's, per thread) ------------------------------ */
 
-int sim_set_last(int e);       /* returns e */
+int sim_set_last(int e); /* returns e */
 int sim_get_last(int clear);
 
 #endif

@@ -31,8 +31,8 @@ static int pageable(const void *p, uint64_t n) {
   return !sim_lookup(p, n, &m);
 }
 
-int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s,
-               int async, const char *call) {
+int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
+               const char *call) {
   if (n == 0)
     return SIM_OK;
   int pg = pageable(dst, n) || pageable(src, n);
@@ -43,9 +43,10 @@ int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s,
     /* "1", or the name of the programs it applies to (the daemon must
      * never block, a test rank may). */
     const char *f = getenv("SPCSIM_FORBID_PAGEABLE_ASYNC");
-    if (f != NULL && (strcmp(f, "1") == 0 ||
-                      strcmp(f, program_invocation_short_name) == 0))
-      sim_violation("pageable-async-copy", call, "%llu bytes between %p and "
+    if (f != NULL &&
+        (strcmp(f, "1") == 0 || strcmp(f, program_invocation_short_name) == 0))
+      sim_violation("pageable-async-copy", call,
+                    "%llu bytes between %p and "
                     "%p, pageable host memory: the call waits for the "
                     "stream's earlier work (use pinned memory)",
                     (unsigned long long)n, src, dst);

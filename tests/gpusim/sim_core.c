@@ -18,7 +18,7 @@ static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static __thread int cur_dev;
 static __thread int last_err;
 static uint64_t local_used[SIM_MAX_DEV];
-static uint64_t *shared_used;  /* SPCSIM_STATE: a file of SIM_MAX_DEV u64 */
+static uint64_t *shared_used; /* SPCSIM_STATE: a file of SIM_MAX_DEV u64 */
 static uint32_t peers[SIM_MAX_DEV]; /* bit t of peers[f]: f reaches t */
 static pthread_mutex_t core_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -46,8 +46,10 @@ static void cfg_init(void) {
     int fd = open(st, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     size_t len = SIM_MAX_DEV * sizeof(uint64_t);
     if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
-      fprintf(stderr, "spcsim: SPCSIM_STATE %s: open/ftruncate: %s; "
-              "memory is counted per process\n", st, strerror(errno));
+      fprintf(stderr,
+              "spcsim: SPCSIM_STATE %s: open/ftruncate: %s; "
+              "memory is counted per process\n",
+              st, strerror(errno));
     } else {
       void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p == MAP_FAILED)
@@ -76,8 +78,8 @@ void sim_violation(const char *rule, const char *call, const char *fmt, ...) {
   char line[1024];
   int n = snprintf(line, sizeof(line), "spcsim: RULE %s: %s: %s (pid %d)\n",
                    rule, call, msg, (int)getpid());
-  if (write(2, line, n > 0 && (size_t)n < sizeof(line) ? (size_t)n
-                                                        : strlen(line)) < 0)
+  if (write(2, line,
+            n > 0 && (size_t)n < sizeof(line) ? (size_t)n : strlen(line)) < 0)
     (void)0; /* stderr gone: the abort below still says it */
   const char *on = getenv("SPCSIM_ON_VIOLATION");
   if (on != NULL && strcmp(on, "continue") == 0)
@@ -90,9 +92,9 @@ void sim_set_cur_dev(int dev) { cur_dev = dev; }
 
 void sim_uuid(int dev, uint8_t out[16]) {
   /* Stable across processes: the same simulated GPU has one UUID. */
-  static const uint8_t base[16] = {0x5c, 0x51, 0x3d, 0x00, 0xa1, 0x1c, 0x4e,
-                                   0x57, 0x8e, 0x10, 0x00, 0x00, 0x00, 0x00,
-                                   0x00, 0x00};
+  static const uint8_t base[16] = {0x5c, 0x51, 0x3d, 0x00, 0xa1, 0x1c,
+                                   0x4e, 0x57, 0x8e, 0x10, 0x00, 0x00,
+                                   0x00, 0x00, 0x00, 0x00};
   memcpy(out, base, 16);
   out[15] = (uint8_t)dev;
 }
@@ -103,9 +105,11 @@ int sim_dev_reserve(int dev, uint64_t bytes) {
   uint64_t old = __atomic_load_n(u, __ATOMIC_RELAXED);
   do {
     if (old + bytes > c->mem_limit || old + bytes < old) {
-      fprintf(stderr, "spcsim: simulated GPU %d out of memory: %llu bytes "
-              "asked, %llu of %llu in use\n", dev, (unsigned long long)bytes,
-              (unsigned long long)old, (unsigned long long)c->mem_limit);
+      fprintf(stderr,
+              "spcsim: simulated GPU %d out of memory: %llu bytes "
+              "asked, %llu of %llu in use\n",
+              dev, (unsigned long long)bytes, (unsigned long long)old,
+              (unsigned long long)c->mem_limit);
       return SIM_ENOMEM;
     }
   } while (!__atomic_compare_exchange_n(u, &old, old + bytes, 0,
@@ -146,7 +150,8 @@ int sim_get_last(int clear) {
   return e;
 }
 
-/* ---- leak report ---------------------------------------------------------- */
+/* ---- leak report ----------------------------------------------------------
+ */
 
 static int leaks;
 

@@ -119,8 +119,7 @@ void sim_push_config(sim_dim3 grid, sim_dim3 block, size_t shmem, void *s) {
   cfg_n++;
 }
 
-int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem,
-                   void **s) {
+int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem, void **s) {
   if (cfg_n == 0)
     return SIM_EINVAL;
   cfg_n--;
@@ -195,12 +194,12 @@ static void *fiber_init(fiber *f, uint8_t *stack_hi) {
   uint16_t cw = 0x037f;
   memcpy(sp, &mx, 4);
   memcpy(sp + 4, &cw, 2);
-  w[1] = 0;                        /* r15 */
-  w[2] = 0;                        /* r14 */
-  w[3] = 0;                        /* r13 */
-  w[4] = (uint64_t)(uintptr_t)f;   /* r12: the fiber, for its start */
-  w[5] = 0;                        /* rbx */
-  w[6] = 0;                        /* rbp */
+  w[1] = 0;                      /* r15 */
+  w[2] = 0;                      /* r14 */
+  w[3] = 0;                      /* r13 */
+  w[4] = (uint64_t)(uintptr_t)f; /* r12: the fiber, for its start */
+  w[5] = 0;                      /* rbx */
+  w[6] = 0;                      /* rbp */
   w[7] = (uint64_t)(uintptr_t)spcsim_fiber_start;
   return sp;
 }
@@ -269,9 +268,11 @@ static void run_launch(void *a, int *status) {
           if (waiting == 0)
             break;
           if (done != 0)
-            sim_violation("syncthreads-divergent", L->f->name, "block "
+            sim_violation("syncthreads-divergent", L->f->name,
+                          "block "
                           "(%u,%u,%u): %u thread(s) wait at __syncthreads "
-                          "while %u have exited", bx, by, bz, waiting, done);
+                          "while %u have exited",
+                          bx, by, bz, waiting, done);
         }
       }
   syscall(SYS_munmap, stacks, (size_t)nt * STACK);
@@ -286,9 +287,11 @@ int sim_launch(const void *p, int is_kernel, sim_dim3 grid, sim_dim3 block,
   if (f == NULL)
     return SIM_ENOKERNEL;
   if (f->entry == NULL) {
-    sim_violation("kernel-no-host-build", "cudaLaunchKernel", "kernel %s "
+    sim_violation("kernel-no-host-build", "cudaLaunchKernel",
+                  "kernel %s "
                   "has no host build in the simulator (tests/gpusim/"
-                  "kernels_host.cc)", f->name);
+                  "kernels_host.cc)",
+                  f->name);
     return SIM_ENOKERNEL;
   }
   uint64_t nt = (uint64_t)block.x * block.y * block.z;

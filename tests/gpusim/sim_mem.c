@@ -51,8 +51,8 @@ static void link_map(sim_map *m) {
 static sim_map *find_locked(const void *p, uint64_t len) {
   const uint8_t *a = p;
   for (sim_map *m = maps; m != NULL; m = m->next)
-    if (a >= m->ptr && a < m->ptr + m->size && len <= m->size -
-        (uint64_t)(a - m->ptr))
+    if (a >= m->ptr && a < m->ptr + m->size &&
+        len <= m->size - (uint64_t)(a - m->ptr))
       return m;
   return NULL;
 }
@@ -130,18 +130,22 @@ int sim_free(void *p, const char *call) {
     int kind = m ? m->kind : -1;
     pthread_mutex_unlock(&mu);
     if (kind == SIM_M_IMPORT)
-      sim_violation("ipc-unmap-not-close", call, "%p was mapped with "
+      sim_violation("ipc-unmap-not-close", call,
+                    "%p was mapped with "
                     "cudaIpcOpenMemHandle: only cudaIpcCloseMemHandle may "
-                    "unmap it", p);
+                    "unmap it",
+                    p);
     return SIM_EINVAL;
   }
   int imp = __atomic_load_n(&m->hdr->importers, __ATOMIC_ACQUIRE);
   if (imp > 0) {
     pthread_mutex_unlock(&mu);
-    sim_violation("ipc-free-while-imported", call, "allocation %p (%llu "
+    sim_violation("ipc-free-while-imported", call,
+                  "allocation %p (%llu "
                   "bytes, GPU %d) is still open in %d other process(es) "
                   "through cudaIpcOpenMemHandle: importers must close it "
-                  "first", p, (unsigned long long)m->size, m->dev, imp);
+                  "first",
+                  p, (unsigned long long)m->size, m->dev, imp);
     pthread_mutex_lock(&mu);
   }
   __atomic_store_n(&m->hdr->freed, 1, __ATOMIC_RELEASE);
@@ -191,8 +195,10 @@ void sim_free_pool_now(void *p) {
   sim_map *m = find_locked(p, 1);
   if (m == NULL || m->ptr != p || m->kind != SIM_M_POOL) {
     pthread_mutex_unlock(&mu);
-    sim_violation("free-not-allocated", "cudaFreeAsync", "%p is not a "
-                  "cudaMallocAsync allocation", p);
+    sim_violation("free-not-allocated", "cudaFreeAsync",
+                  "%p is not a "
+                  "cudaMallocAsync allocation",
+                  p);
     return;
   }
   unlink_map(m);
@@ -252,14 +258,16 @@ int sim_lookup(const void *p, uint64_t len, sim_map *m_out) {
 
 int sim_accessible(const sim_map *m, int dev) {
   switch (m->kind) {
-  case SIM_M_PINNED: return 1;
+  case SIM_M_PINNED:
+    return 1;
   case SIM_M_POOL:
     return m->dev == dev ||
            (__atomic_load_n(&pool_access[m->dev], __ATOMIC_ACQUIRE) >> dev &
             1u);
   case SIM_M_IMPORT:
     return m->dev == dev || m->peer_lazy || sim_peer_enabled(dev, m->dev);
-  default: return sim_peer_enabled(dev, m->dev);
+  default:
+    return sim_peer_enabled(dev, m->dev);
   }
 }
 
@@ -268,13 +276,16 @@ void sim_check_access(const void *p, uint64_t len, int dev, const char *call) {
     return;
   sim_map m;
   if (!sim_lookup(p, len, &m)) {
-    sim_violation("access-not-device-memory", call, "%llu bytes at %p are "
+    sim_violation("access-not-device-memory", call,
+                  "%llu bytes at %p are "
                   "not (wholly) in one allocation of a simulated GPU, "
-                  "nor pinned host memory", (unsigned long long)len, p);
+                  "nor pinned host memory",
+                  (unsigned long long)len, p);
     return;
   }
   if (!sim_accessible(&m, dev))
-    sim_violation("access-from-device", call, "%s memory of GPU %d at %p "
+    sim_violation("access-from-device", call,
+                  "%s memory of GPU %d at %p "
                   "dereferenced from GPU %d, which has no access to it (%s)",
                   m.kind == SIM_M_POOL ? "pool (cudaMallocAsync)" : "device",
                   m.dev, p, dev,
@@ -290,8 +301,7 @@ int sim_pool_set_access(int pool_dev, int dev, int on) {
   if (on)
     __atomic_or_fetch(&pool_access[pool_dev], 1u << dev, __ATOMIC_ACQ_REL);
   else
-    __atomic_and_fetch(&pool_access[pool_dev], ~(1u << dev),
-                       __ATOMIC_ACQ_REL);
+    __atomic_and_fetch(&pool_access[pool_dev], ~(1u << dev), __ATOMIC_ACQ_REL);
   return SIM_OK;
 }
 
@@ -302,16 +312,22 @@ int sim_ipc_get(const void *p, sim_handle64 *hout, const char *call) {
   if (!sim_lookup(p, 1, &m))
     return SIM_EINVAL;
   if (m.kind != SIM_M_DEVICE || m.ptr != p) {
-    sim_violation("ipc-handle-not-base", call, "%p is %s: CUDA IPC shares "
-                  "only the base of a cudaMalloc allocation", p,
+    sim_violation("ipc-handle-not-base", call,
+                  "%p is %s: CUDA IPC shares "
+                  "only the base of a cudaMalloc allocation",
+                  p,
                   m.kind == SIM_M_POOL     ? "stream-ordered pool memory"
                   : m.kind == SIM_M_IMPORT ? "an imported mapping"
                   : m.kind == SIM_M_PINNED ? "pinned host memory"
                                            : "inside an allocation");
     return SIM_EINVAL;
   }
-  ipc_mem_handle h = {.magic = HMAGIC, .pid = getpid(), .fd = m.fd,
-                      .dev = m.dev, .ino = m.ino, .id = m.hdr->id,
+  ipc_mem_handle h = {.magic = HMAGIC,
+                      .pid = getpid(),
+                      .fd = m.fd,
+                      .dev = m.dev,
+                      .ino = m.ino,
+                      .id = m.hdr->id,
                       .size = m.size};
   memcpy(hout, &h, sizeof(h));
   return SIM_OK;
@@ -324,19 +340,22 @@ int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
   if (h.magic != HMAGIC)
     return SIM_EMAPFAIL; /* garbage: an error, as CUDA returns one */
   if (h.pid == getpid()) {
-    sim_violation("ipc-open-own-process", call, "the handle of allocation "
+    sim_violation("ipc-open-own-process", call,
+                  "the handle of allocation "
                   "%llx was made by this process: CUDA IPC handles open "
-                  "only in another process", (unsigned long long)h.id);
+                  "only in another process",
+                  (unsigned long long)h.id);
     return SIM_EINVAL;
   }
   pthread_mutex_lock(&mu);
   for (sim_map *m = maps; m != NULL; m = m->next)
     if (m->kind == SIM_M_IMPORT && m->hdr->id == h.id) {
       pthread_mutex_unlock(&mu);
-      sim_violation("ipc-open-twice", call, "allocation %llx of pid %d is "
+      sim_violation("ipc-open-twice", call,
+                    "allocation %llx of pid %d is "
                     "already open in this process at %p: a handle opens "
-                    "once per process", (unsigned long long)h.id, h.pid,
-                    (void *)m->ptr);
+                    "once per process",
+                    (unsigned long long)h.id, h.pid, (void *)m->ptr);
       return SIM_EINVAL;
     }
   pthread_mutex_unlock(&mu);
@@ -390,8 +409,10 @@ int sim_ipc_close(void *p, const char *call) {
   sim_map *m = find_locked(p, 1);
   if (m == NULL || m->ptr != p || m->kind != SIM_M_IMPORT) {
     pthread_mutex_unlock(&mu);
-    sim_violation("ipc-close-not-open", call, "%p is not the address "
-                  "cudaIpcOpenMemHandle returned", p);
+    sim_violation("ipc-close-not-open", call,
+                  "%p is not the address "
+                  "cudaIpcOpenMemHandle returned",
+                  p);
     return SIM_EINVAL;
   }
   unlink_map(m);
@@ -428,27 +449,26 @@ int sim_munmap(void *addr, size_t len) {
   void *ptr = hit ? hit->ptr : NULL;
   pthread_mutex_unlock(&mu);
   if (hit != NULL)
-    sim_violation(kind == SIM_M_IMPORT ? "ipc-unmap-not-close"
-                                       : "unmap-device-memory",
-                  "munmap", "%zu bytes at %p overlap %s at %p: unmap it with "
-                  "%s", len, addr,
-                  kind == SIM_M_IMPORT ? "a CUDA IPC mapping"
-                                       : "simulated device memory",
-                  ptr, kind == SIM_M_IMPORT ? "cudaIpcCloseMemHandle"
-                                            : "cudaFree");
+    sim_violation(
+        kind == SIM_M_IMPORT ? "ipc-unmap-not-close" : "unmap-device-memory",
+        "munmap",
+        "%zu bytes at %p overlap %s at %p: unmap it with "
+        "%s",
+        len, addr,
+        kind == SIM_M_IMPORT ? "a CUDA IPC mapping" : "simulated device memory",
+        ptr, kind == SIM_M_IMPORT ? "cudaIpcCloseMemHandle" : "cudaFree");
   return raw_munmap(addr, len);
 }
 
 void sim_mem_leaks(void) {
   pthread_mutex_lock(&mu);
   for (sim_map *m = maps; m != NULL; m = m->next) {
-    static const char *const what[] = {"cudaMalloc allocation",
-                                       "cudaIpcOpenMemHandle mapping",
-                                       "cudaMallocAsync allocation",
-                                       "cudaMallocHost memory"};
+    static const char *const what[] = {
+        "cudaMalloc allocation", "cudaIpcOpenMemHandle mapping",
+        "cudaMallocAsync allocation", "cudaMallocHost memory"};
     sim_leak_note("%s of %llu bytes at %p (GPU %d) never released",
-                  what[m->kind], (unsigned long long)m->size,
-                  (void *)m->ptr, m->dev);
+                  what[m->kind], (unsigned long long)m->size, (void *)m->ptr,
+                  m->dev);
   }
   pthread_mutex_unlock(&mu);
 }

@@ -57,10 +57,10 @@ static void die(const char *what) {
   _exit(3);
 }
 
-#define S(call)                                                              \
-  do {                                                                       \
-    if ((call) != 0)                                                         \
-      die(#call);                                                            \
+#define S(call)                                                                \
+  do {                                                                         \
+    if ((call) != 0)                                                           \
+      die(#call);                                                              \
   } while (0)
 
 /* A helper process that owns what `make` makes and passes its handle up
@@ -98,8 +98,8 @@ static void make_mem(void *h) {
 
 static void make_event(void *h) {
   cudaEvent_t e;
-  S(cudaEventCreateWithFlags(&e, cudaEventInterprocess |
-                                     cudaEventDisableTiming));
+  S(cudaEventCreateWithFlags(&e,
+                             cudaEventInterprocess | cudaEventDisableTiming));
   S(cudaIpcGetEventHandle((cudaIpcEventHandle_t *)h, e));
 }
 
@@ -190,7 +190,8 @@ START_TEST(ipc_handle_not_allocation_base) {
 }
 END_TEST
 
-/* ---- access across devices --------------------------------------------------- */
+/* ---- access across devices
+ * --------------------------------------------------- */
 
 /* Pool memory of GPU 0 sent to GPU 1 by NCCL, which in one process reads
  * it directly, with no cudaMemPoolSetAccess: defect 3 of issue 15. */
@@ -219,7 +220,8 @@ START_TEST(pool_memory_from_another_device) {
 }
 END_TEST
 
-/* ---- events --------------------------------------------------------------------- */
+/* ---- events
+ * --------------------------------------------------------------------- */
 
 static void ipc_event_timing(void) {
   cudaEvent_t e;
@@ -234,8 +236,8 @@ END_TEST
 static void event_destroyed_while_imported(void) {
   cudaEvent_t e;
   cudaIpcEventHandle_t h;
-  S(cudaEventCreateWithFlags(&e, cudaEventInterprocess |
-                                     cudaEventDisableTiming));
+  S(cudaEventCreateWithFlags(&e,
+                             cudaEventInterprocess | cudaEventDisableTiming));
   S(cudaIpcGetEventHandle(&h, e));
   int up[2];
   S(pipe(up));
@@ -275,7 +277,8 @@ START_TEST(ipc_event_orders_across_processes) {
 }
 END_TEST
 
-/* ---- the last error -------------------------------------------------------------- */
+/* ---- the last error
+ * -------------------------------------------------------------- */
 
 static void *other_thread(void *arg) {
   *(int *)arg = (int)cudaGetLastError();
@@ -299,7 +302,8 @@ START_TEST(last_error_is_per_thread_and_cleared_on_read) {
 }
 END_TEST
 
-/* ---- copies ------------------------------------------------------------------------ */
+/* ---- copies
+ * ------------------------------------------------------------------------ */
 
 static void pageable_async(void) {
   setenv("SPCSIM_FORBID_PAGEABLE_ASYNC", "1", 1);
@@ -316,7 +320,8 @@ START_TEST(pageable_async_copy_synchronizes) {
 }
 END_TEST
 
-/* ---- NCCL -------------------------------------------------------------------------- */
+/* ---- NCCL
+ * -------------------------------------------------------------------------- */
 
 static void two_ranks_one_device(void) {
   ncclComm_t comms[2];
@@ -373,7 +378,8 @@ START_TEST(nccl_collective_of_one_rank_outside_group) {
 }
 END_TEST
 
-/* ---- memory ------------------------------------------------------------------------- */
+/* ---- memory
+ * ------------------------------------------------------------------------- */
 
 /* Device memory is one budget across processes (SPCSIM_STATE): what a
  * helper holds is not there for this process; exhaustion is an error

@@ -36,7 +36,7 @@ struct sim_stream {
   pthread_cond_t cv;
   sim_op *head, *tail;
   int busy, stop;
-  int status;                  /* first failure of an op: sticky */
+  int status; /* first failure of an op: sticky */
   pthread_t worker;
 };
 
@@ -140,9 +140,7 @@ sim_stream *sim_stream_resolve(sim_stream *s) {
   return l;
 }
 
-int sim_stream_dev(sim_stream *s) {
-  return sim_stream_resolve(s)->dev;
-}
+int sim_stream_dev(sim_stream *s) { return sim_stream_resolve(s)->dev; }
 
 int sim_stream_sync(sim_stream *s) {
   s = sim_stream_resolve(s);
@@ -272,27 +270,28 @@ void sim_stream_leaks(void) {
     sim_leak_note("%d event(s) never destroyed", n);
 }
 
-/* ---- events ---------------------------------------------------------------- */
+/* ---- events ----------------------------------------------------------------
+ */
 
 #define EMAGIC 0x53504345u
 
 typedef struct {
   uint32_t magic;
-  uint32_t gen;                /* futex word: bumped at every completion */
+  uint32_t gen; /* futex word: bumped at every completion */
   uint64_t id;
-  uint64_t recorded;           /* records so far (the last one's target) */
-  uint64_t completed;          /* highest target completed */
+  uint64_t recorded;  /* records so far (the last one's target) */
+  uint64_t completed; /* highest target completed */
   int32_t importers, creator;
   int32_t dev, flags;
 } ev_shared;
 
 struct sim_event {
   ev_shared *sh;
-  int fd;                      /* IPC: the memfd importers open */
+  int fd; /* IPC: the memfd importers open */
   uint64_t ino;
   int imported;
-  int refs;                    /* the handle, + queued records/waits */
-  struct timespec t_done;      /* timing events: when the record completed */
+  int refs;               /* the handle, + queued records/waits */
+  struct timespec t_done; /* timing events: when the record completed */
 };
 
 typedef struct {
@@ -318,12 +317,13 @@ static void ev_unref(sim_event *e) {
   free(e);
 }
 
-
 int sim_event_create(int dev, unsigned flags, sim_event **e_p,
                      const char *call) {
   if ((flags & SIM_EV_IPC) && !(flags & SIM_EV_NOTIMING)) {
-    sim_violation("ipc-event-timing", call, "an interprocess event must be "
-                  "made with DisableTiming too (flags 0x%x)", flags);
+    sim_violation("ipc-event-timing", call,
+                  "an interprocess event must be "
+                  "made with DisableTiming too (flags 0x%x)",
+                  flags);
     return SIM_EINVAL;
   }
   sim_event *e = calloc(1, sizeof(*e));
@@ -372,10 +372,11 @@ int sim_event_destroy(sim_event *e, const char *call) {
   if (!e->imported && e->fd >= 0) {
     int imp = __atomic_load_n(&e->sh->importers, __ATOMIC_ACQUIRE);
     if (imp > 0)
-      sim_violation("ipc-event-destroyed-while-imported", call, "event %llx "
+      sim_violation("ipc-event-destroyed-while-imported", call,
+                    "event %llx "
                     "is still open in %d other process(es) through "
-                    "cudaIpcOpenEventHandle", (unsigned long long)e->sh->id,
-                    imp);
+                    "cudaIpcOpenEventHandle",
+                    (unsigned long long)e->sh->id, imp);
   }
   if (e->imported)
     __atomic_sub_fetch(&e->sh->importers, 1, __ATOMIC_ACQ_REL);
@@ -483,13 +484,18 @@ int sim_event_elapsed(float *ms, sim_event *a, sim_event *b) {
 
 int sim_event_ipc_get(sim_event *e, sim_handle64 *hout, const char *call) {
   if (e->fd < 0 || e->imported) {
-    sim_violation("ipc-event-flags", call, "event %llx was not made with "
+    sim_violation("ipc-event-flags", call,
+                  "event %llx was not made with "
                   "the Interprocess flag (or is itself imported)",
                   (unsigned long long)e->sh->id);
     return SIM_EHANDLE;
   }
-  ipc_ev_handle h = {.magic = EMAGIC, .pid = getpid(), .fd = e->fd,
-                     .dev = e->sh->dev, .ino = e->ino, .id = e->sh->id};
+  ipc_ev_handle h = {.magic = EMAGIC,
+                     .pid = getpid(),
+                     .fd = e->fd,
+                     .dev = e->sh->dev,
+                     .ino = e->ino,
+                     .id = e->sh->id};
   memcpy(hout, &h, sizeof(h));
   return SIM_OK;
 }
@@ -501,8 +507,10 @@ int sim_event_ipc_open(const sim_handle64 *hin, sim_event **e_p,
   if (h.magic != EMAGIC)
     return SIM_EHANDLE;
   if (h.pid == getpid()) {
-    sim_violation("ipc-open-own-process", call, "event %llx was made by "
-                  "this process", (unsigned long long)h.id);
+    sim_violation("ipc-open-own-process", call,
+                  "event %llx was made by "
+                  "this process",
+                  (unsigned long long)h.id);
     return SIM_EINVAL;
   }
   char path[64];

@@ -1,9 +1,9 @@
-/* The CUDA shim for building the kernels (kernels/ .cu files) for the host (spcsim): the
- * kernel source compiles unchanged with g++; each CUDA thread of a block
- * is a fiber of the stream's worker thread, __syncthreads switches to
- * the next one (sim_kernel.c), __shared__ variables are per worker
- * thread (blocks of a launch run one after another on it). Only what the
- * project's kernels use is here. */
+/* The CUDA shim for building the kernels (kernels/ .cu files) for the
+ * host, in spcsim: the kernel source compiles unchanged with g++; each
+ * CUDA thread of a block is a fiber of the stream's worker thread,
+ * __syncthreads switches to the next one (sim_kernel.c), __shared__
+ * variables are per worker thread (blocks of a launch run one after
+ * another on it). Only what the project's kernels use is here. */
 #ifndef SPCSIM_SHIM_CUDA_RUNTIME_H
 #define SPCSIM_SHIM_CUDA_RUNTIME_H
 
