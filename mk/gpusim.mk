@@ -60,7 +60,7 @@ $(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/libspcsim.so
 
 # The rules suite: the misuse of each rule, rejected (tests/run.sh runs it
 # through tests/gpusim/simrun.sh).
-$(GPUSIM_DIR)/sim_rules: tests/gpusim/sim_rules.c tests/check_run.h
+$(GPUSIM_DIR)/sim_rules: tests/gpusim/sim_rules.c tests/check_run.h $(CU_OBJ)
 	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -isystem $(CUDA_HOME)/include \
-	  -Itests -o $@ $< $(LDFLAGS_ALL) $(CHECK_LIBS) -L$(CUDA_HOME)/lib64 \
-	  -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl
+	  -Itests -o $@ $< $(CU_OBJ) $(LDFLAGS_ALL) $(CHECK_LIBS) \
+	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl

@@ -260,8 +260,7 @@ API cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t h) {
                               "cudaIpcOpenEventHandle"));
 }
 
-/* ---- streams and events
- * ------------------------------------------------------ */
+/* ---- streams and events ---- */
 
 API cudaError_t cudaStreamCreate(cudaStream_t *s) {
   return R(sim_stream_create(sim_cur_dev(), 0, (sim_stream **)s));
@@ -365,8 +364,7 @@ API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
   return R(sim_event_elapsed(ms, (sim_event *)a, (sim_event *)b));
 }
 
-/* ---- kernels
- * ----------------------------------------------------------------- */
+/* ---- kernels ---- */
 
 API void **__cudaRegisterFatBinary(void *fatbin) {
   return sim_register_fatbin(fatbin);

@@ -200,8 +200,7 @@ static void comm_release(ncclComm_t c) {
   __atomic_store_n(&c->owner, 0, __ATOMIC_RELEASE);
 }
 
-/* ---- reductions
- * -------------------------------------------------------------- */
+/* ---- reductions ---- */
 
 static size_t dt_size(ncclDataType_t t) {
   switch (t) {
@@ -321,8 +320,7 @@ static void ring(int n, int c, int *order) {
     order[j] = rank_order() ? j : (c + 1 + j) % n;
 }
 
-/* ---- batches
- * -------------------------------------------------------------------- */
+/* ---- batches ---- */
 
 typedef struct {
   nop *ops;

@@ -19,6 +19,7 @@ struct spcsim_kernel_entry {
   int nargs;
   void (*sizes)(size_t *);
   void (*run)(void **);
+  void (*access)(void **, int);
 };
 extern const struct spcsim_kernel_entry spcsim_kernels[];
 
@@ -219,6 +220,10 @@ static void run_launch(void *a, int *status) {
     free(L->argv);
     return;
   }
+  /* What it will touch is checked first: a kernel cannot be stopped at
+   * its first bad access, its arguments say where it goes. */
+  if (L->f->entry->access != NULL)
+    L->f->entry->access(L->argv, L->dev);
   unsigned nt = L->block.x * L->block.y * L->block.z;
   fiber *fs = calloc(nt, sizeof(*fs));
   uint8_t *stacks = mmap(NULL, (size_t)nt * STACK, PROT_READ | PROT_WRITE,

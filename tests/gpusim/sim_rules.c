@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "plan_cuda.h"
 
 #define OK(call) ck_assert_int_eq((int)(call), 0)
 
@@ -190,8 +191,7 @@ START_TEST(ipc_handle_not_allocation_base) {
 }
 END_TEST
 
-/* ---- access across devices
- * --------------------------------------------------- */
+/* ---- access across devices ---- */
 
 /* Pool memory of GPU 0 sent to GPU 1 by NCCL, which in one process reads
  * it directly, with no cudaMemPoolSetAccess: defect 3 of issue 15. */
@@ -220,8 +220,70 @@ START_TEST(pool_memory_from_another_device) {
 }
 END_TEST
 
-/* ---- events
- * --------------------------------------------------------------------- */
+/* The plan kernel (nvcc's own object, run by the simulator's host build
+ * of the same source) copying 64 bytes on GPU 0, its descriptor in the
+ * memory pool of GPU desc_dev; got: what arrived. */
+static int plan_copy(int desc_dev, unsigned char *got) {
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  unsigned char pattern[64];
+  for (int i = 0; i < 64; i++)
+    pattern[i] = (unsigned char)(i * 7 + 1);
+  S(cudaSetDevice(desc_dev));
+  S(cudaStreamCreateWithFlags(&sd, cudaStreamNonBlocking));
+  S(cudaMallocAsync(&descs, sizeof(spk_cdesc), sd));
+  S(cudaSetDevice(0));
+  S(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  S(cudaMalloc(&src, 64));
+  S(cudaMalloc(&dst, 64));
+  S(cudaMemcpy(src, pattern, 64, cudaMemcpyHostToDevice));
+  spk_cdesc d;
+  memset(&d, 0, sizeof(d));
+  d.src = (uint64_t)(uintptr_t)src;
+  d.dst = (uint64_t)(uintptr_t)dst;
+  d.run = d.piece = 64;
+  d.rows = d.rows_per_chunk = d.nchunks = 1;
+  d.kind = SPK_CU_COPY;
+  d.vec = d.esize = 1;
+  S(cudaStreamSynchronize(sd));
+  S(cudaMemcpy(descs, &d, sizeof(d), cudaMemcpyHostToDevice));
+  spk_claunch L;
+  memset(&L, 0, sizeof(L));
+  L.descs = descs;
+  L.ndesc = L.nchunks = 1;
+  L.dtype = SPK_U8;
+  L.world = 1;
+  char msg[256];
+  if (spk_cuda_launch(&L, 1, s0, msg, sizeof(msg)) < 0)
+    die(msg);
+  S(cudaStreamSynchronize(s0));
+  S(cudaMemcpy(got, dst, 64, cudaMemcpyDeviceToHost));
+  S(cudaFreeAsync(descs, sd));
+  S(cudaStreamSynchronize(sd));
+  S(cudaFree(src));
+  S(cudaFree(dst));
+  S(cudaStreamDestroy(sd));
+  S(cudaStreamDestroy(s0));
+  return memcmp(got, pattern, 64) == 0 ? 0 : -1;
+}
+
+START_TEST(plan_kernel_runs_from_its_own_source) {
+  unsigned char got[64];
+  ck_assert_int_eq(plan_copy(0, got), 0);
+}
+END_TEST
+
+static void kernel_reads_other_pool(void) {
+  unsigned char got[64];
+  plan_copy(1, got);
+}
+
+START_TEST(kernel_reading_another_devices_pool) {
+  ck_assert(rejected(kernel_reads_other_pool, "access-from-device"));
+}
+END_TEST
+
+/* ---- events ---- */
 
 static void ipc_event_timing(void) {
   cudaEvent_t e;
@@ -277,8 +339,7 @@ START_TEST(ipc_event_orders_across_processes) {
 }
 END_TEST
 
-/* ---- the last error
- * -------------------------------------------------------------- */
+/* ---- the last error ---- */
 
 static void *other_thread(void *arg) {
   *(int *)arg = (int)cudaGetLastError();
@@ -302,8 +363,7 @@ START_TEST(last_error_is_per_thread_and_cleared_on_read) {
 }
 END_TEST
 
-/* ---- copies
- * ------------------------------------------------------------------------ */
+/* ---- copies ---- */
 
 static void pageable_async(void) {
   setenv("SPCSIM_FORBID_PAGEABLE_ASYNC", "1", 1);
@@ -320,8 +380,7 @@ START_TEST(pageable_async_copy_synchronizes) {
 }
 END_TEST
 
-/* ---- NCCL
- * -------------------------------------------------------------------------- */
+/* ---- NCCL ---- */
 
 static void two_ranks_one_device(void) {
   ncclComm_t comms[2];
@@ -378,8 +437,7 @@ START_TEST(nccl_collective_of_one_rank_outside_group) {
 }
 END_TEST
 
-/* ---- memory
- * ------------------------------------------------------------------------- */
+/* ---- memory ---- */
 
 /* Device memory is one budget across processes (SPCSIM_STATE): what a
  * helper holds is not there for this process; exhaustion is an error
@@ -429,6 +487,8 @@ int main(void) {
   tcase_add_test(tc, ipc_open_twice);
   tcase_add_test(tc, ipc_handle_not_allocation_base);
   tcase_add_test(tc, pool_memory_from_another_device);
+  tcase_add_test(tc, plan_kernel_runs_from_its_own_source);
+  tcase_add_test(tc, kernel_reading_another_devices_pool);
   tcase_add_test(tc, ipc_event_without_disable_timing);
   tcase_add_test(tc, ipc_event_destroyed_while_imported);
   tcase_add_test(tc, ipc_event_orders_across_processes);
