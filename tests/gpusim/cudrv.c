@@ -4,6 +4,7 @@
  * is its device's primary context; push/pop keep a per-thread stack. */
 #include <cuda.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim.h"
@@ -41,6 +42,18 @@ static int dev_of_ctx(CUcontext c) {
 static __thread int ctx_stack[16];
 static __thread int ctx_n;
 static int retained[SIM_MAX_DEV];
+
+/* Primary contexts retained and never released: part of the leak report. */
+static void ctx_leaks(void) {
+  for (int d = 0; d < SIM_MAX_DEV; d++)
+    if (__atomic_load_n(&retained[d], __ATOMIC_ACQUIRE) > 0)
+      sim_leak_note("GPU %d's primary context retained %d more time(s) "
+                    "than released", d, retained[d]);
+}
+
+__attribute__((constructor)) static void cudrv_init(void) {
+  atexit(ctx_leaks);
+}
 
 API CUresult cuInit(unsigned flags) {
   return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
