@@ -3,7 +3,9 @@
 # $BUILD/gpusim: its libcudart/libcuda/libnccl come first in the library
 # path, 4 simulated GPUs of 8 GiB each (memory is only used as it is touched), memory counted across the
 # processes of the run, a non-empty leak report at exit is a failure, and
-# spcolld may not block on pageable async copies.
+# spcolld may not block on pageable async copies. UCX's memory hooks are
+# off: they would catch spcolld's munmap before the simulator's check
+# (an IPC mapping may only be undone with cudaIpcCloseMemHandle).
 # Usage: tests/gpusim/simrun.sh BUILD PROGRAM [ARGS...]
 BUILD=$1
 shift
