@@ -92,6 +92,7 @@ typedef struct {
   cudaStream_t s;
   int rank, world;
   FILE *csv;
+  int simulated;               /* spcsim, not a GPU (rank 0) */
 } rk;
 
 static int barrier(rk *k) {
@@ -185,14 +186,14 @@ static int bench_point(rk *k, int op, size_t bytes) {
   }
   if (k->rank == 0) {
     double gbps = (double)total / dt_s / 1e9;
-    printf("%-12s %6d %12zu %12.1f %12.1f %10.1f %10.1f %6.2f\n",
+    printf("%-12s %6d %12zu %12.1f %12.1f %10.1f %10.1f %6.2f%s\n",
            op_names[op], w, in_b, dt_s * 1e6, mover * 1e6, gbps, d2d_gbps,
-           gbps / d2d_gbps);
+           gbps / d2d_gbps, k->simulated ? "  simulated" : "");
     fflush(stdout);
     if (k->csv)
-      fprintf(k->csv, "%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f\n",
+      fprintf(k->csv, "%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f,%d\n",
               op_names[op], w, in_b, total, dt_s * 1e6, mover * 1e6, gbps,
-              d2d_gbps, gbps / d2d_gbps);
+              d2d_gbps, gbps / d2d_gbps, k->simulated);
   }
   spc_buffer_free(bin);
   spc_buffer_free(bout);
@@ -219,6 +220,12 @@ static int rank_main(int rank, int world, void *arg) {
   if (rank == 0) {
     struct cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
+    /* On spcsim (tests/gpusim) the numbers time the host simulator: every
+     * row says so, and they are never a GPU result. */
+    k.simulated = strncmp(p.name, "spcsim", 6) == 0;
+    if (k.simulated)
+      printf("# SIMULATED: no GPU, spcsim stands in for CUDA and NCCL; "
+             "these numbers are not GPU measurements\n");
     printf("# device: %s, %d SMs, %.1f GiB; %d ranks on GPU 0; mover %s\n",
            p.name, p.multiProcessorCount,
            (double)p.totalGlobalMem / (1 << 30), world,
@@ -228,7 +235,7 @@ static int rank_main(int rank, int world, void *arg) {
            "ratio");
     if (o.csv && (k.csv = fopen(o.csv, "w")) != NULL)
       fprintf(k.csv, "op,ranks,bytes_per_rank,bytes_total,op_us,mover_us,"
-              "copy_GBps,d2d_GBps,ratio\n");
+              "copy_GBps,d2d_GBps,ratio,simulated\n");
   }
   int bad = 0;
   for (int op = 0; op < OP_COUNT && !bad; op++)
@@ -237,6 +244,7 @@ static int rank_main(int rank, int world, void *arg) {
   if (k.csv)
     fclose(k.csv);
   spc_disconnect(k.c);
+  cudaStreamDestroy(k.s);
   return bad;
 }
 

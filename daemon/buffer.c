@@ -169,6 +169,14 @@ void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
     return;
   if (buf->peer_memh != NULL)
     spd_peer_buffer_release(ctx, buf);
+  if (buf->kind == SPD_BUF_DEVICE) {
+    /* An IPC mapping is undone only by cudaIpcCloseMemHandle (once its
+     * allocation's last buffer goes), never by munmap: the client frees
+     * the memory after this release returns. */
+    spd_gpu_ipc_close(ctx, buf->gpu_mem);
+    free(buf);
+    return;
+  }
   if (munmap(buf->base, buf->size) < 0)
     SPD_ERROR(&ctx->log, "munmap(buffer %llu, %zu bytes) failed: %m",
               (unsigned long long)buf->id, buf->size);

@@ -67,10 +67,10 @@ int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
   g->dev = b->device;
   if (nr)
     rc = spd_gpu_event_open(ctx->gpu, r->session->id, rq->ready_event.data,
-                            g->dev, &g->ready, err);
+                            g->dev, b->gpu_mem, &g->ready, err);
   if (rc == SPK_OK && nd)
     rc = spd_gpu_event_open(ctx->gpu, r->session->id, rq->done_event.data,
-                            g->dev, &g->done, err);
+                            g->dev, b->gpu_mem, &g->done, err);
   return rc;
 }
 

@@ -53,6 +53,8 @@ typedef struct spd_gpu_event {
   int dev;
   cudaEvent_t ev;
   int refs;                    /* op ranks holding it */
+  void *mem;                   /* the IPC mapping it came with: the event
+                                * is closed with it (gpu_ipc.c) */
 } spd_gpu_event;
 
 struct spd_nccl_set;
@@ -67,6 +69,9 @@ typedef struct spd_gpu {
   int nevents;
   int range_warned;            /* cuMemGetAddressRange unavailable: said */
   struct spd_nccl_set *nccl_sets;
+  struct spd_nccl_watch *nccl_watch; /* mover_nccl.c's watchdog */
+  struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
+  int npinned;
 } spd_gpu;
 
 /* Per rank of an op on device tensors: its stream events. */
@@ -98,10 +103,17 @@ int spd_gpu_stream_get(spd_gpu *gpu, int dev, cudaStream_t *s_p,
 void spd_gpu_stream_put(spd_gpu *gpu, int dev, cudaStream_t s);
 
 /* The client's event `handle` of session on dev, opened once; put drops
- * the reference the open gave. */
+ * the reference the open gave. `mem` is the IPC mapping of the op's
+ * tensor it came with: when that mapping closes (the client released its
+ * buffers, which it does before destroying its events), the event is
+ * closed too, so no client event dies while the daemon holds it open. */
 int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
-                       int dev, spd_gpu_event **ev_p, spk_err *err);
+                       int dev, void *mem, spd_gpu_event **ev_p,
+                       spk_err *err);
 void spd_gpu_event_put(spd_gpu_event *ev);
+/* Close the cached events that came with mapping mem (held ones are only
+ * detached from it). */
+void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem);
 
 /* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
 
@@ -142,6 +154,15 @@ void spd_gpu_job_drop(spd_gpu_job *job);
 int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err);
 /* Record the done event of every rank on `dev` on stream s. */
 int spd_gpu_record_done(spd_op *op, int dev, cudaStream_t s, spk_err *err);
+
+/* Pinned host memory for descriptors on their way up: an async copy
+ * from pageable memory would be synchronous, and the loop thread would
+ * wait for the clients' streams (their ready events) before it. Blocks
+ * are kept for reuse; put them back once the copy is done (the job's
+ * finish). */
+int spd_gpu_pinned_get(spd_gpu *gpu, size_t bytes, void **p_out,
+                       spk_err *err);
+void spd_gpu_pinned_put(spd_gpu *gpu, void *p);
 
 /* Stream-ordered allocation on s's device (cudaMallocAsync), and the
  * copy of host descriptors into it; free with cudaFreeAsync on s after

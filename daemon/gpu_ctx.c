@@ -107,6 +107,59 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
   return SPK_OK;
 }
 
+/* ---- pinned blocks ------------------------------------------------------ */
+
+/* Free blocks kept beyond this many are given back. */
+#define PINNED_KEEP 32
+
+typedef struct spd_gpu_pinned {
+  struct spd_gpu_pinned *next;
+  size_t cap;                  /* bytes after the header */
+} spd_gpu_pinned;
+
+#define PINNED_HDR 64 /* keeps the block's data 64-byte aligned */
+_Static_assert(sizeof(spd_gpu_pinned) <= PINNED_HDR, "header fits");
+
+int spd_gpu_pinned_get(spd_gpu *gpu, size_t bytes, void **p_out,
+                       spk_err *err) {
+  for (spd_gpu_pinned **p = &gpu->pinned; *p != NULL; p = &(*p)->next)
+    if ((*p)->cap >= bytes) {
+      spd_gpu_pinned *b = *p;
+      *p = b->next;
+      gpu->npinned--;
+      *p_out = (uint8_t *)b + PINNED_HDR;
+      return SPK_OK;
+    }
+  size_t cap = 4096;
+  while (cap < bytes)
+    cap *= 2;
+  void *m = NULL;
+  cudaError_t e = cudaMallocHost(&m, cap + PINNED_HDR);
+  if (e != cudaSuccess)
+    return spk_err_set(err, SPK_EDEVICE, "cudaMallocHost of %zu bytes for "
+                       "descriptors: %s", cap + PINNED_HDR,
+                       cudaGetErrorString(e));
+  ((spd_gpu_pinned *)m)->cap = cap;
+  *p_out = (uint8_t *)m + PINNED_HDR;
+  return SPK_OK;
+}
+
+void spd_gpu_pinned_put(spd_gpu *gpu, void *p) {
+  if (p == NULL)
+    return;
+  spd_gpu_pinned *b = (spd_gpu_pinned *)((uint8_t *)p - PINNED_HDR);
+  if (gpu->npinned >= PINNED_KEEP) {
+    cudaError_t e = cudaFreeHost(b);
+    if (e != cudaSuccess)
+      SPD_WARN(&gpu->ctx->log, "cudaFreeHost of a descriptor block: %s",
+               cudaGetErrorString(e));
+    return;
+  }
+  b->next = gpu->pinned;
+  gpu->pinned = b;
+  gpu->npinned++;
+}
+
 void spd_gpu_state_free(spd_gpu *gpu) {
 #ifdef SPC_HAVE_NCCL
   spd_mover_nccl_free(gpu);
@@ -116,6 +169,11 @@ void spd_gpu_state_free(spd_gpu *gpu) {
     gpu->ev_head = ev->next;
     cudaEventDestroy(ev->ev);
     free(ev);
+  }
+  while (gpu->pinned != NULL) {
+    spd_gpu_pinned *b = gpu->pinned;
+    gpu->pinned = b->next;
+    cudaFreeHost(b);
   }
   for (int d = 0; d < gpu->ndev; d++) {
     for (int i = 0; i < gpu->dev[d].nstreams; i++)
@@ -229,7 +287,8 @@ static void ev_trim(spd_gpu *gpu) {
 }
 
 int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
-                       int dev, spd_gpu_event **ev_p, spk_err *err) {
+                       int dev, void *mem, spd_gpu_event **ev_p,
+                       spk_err *err) {
   for (spd_gpu_event *ev = gpu->ev_head; ev != NULL; ev = ev->next)
     if (ev->session == session && ev->dev == dev &&
         memcmp(ev->handle, handle, SPD_GPU_HANDLE) == 0) {
@@ -259,6 +318,7 @@ int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
   }
   ev->session = session;
   ev->dev = dev;
+  ev->mem = mem;
   memcpy(ev->handle, handle, SPD_GPU_HANDLE);
   ev->refs = 1;
   ev_push_front(gpu, ev);
@@ -270,6 +330,25 @@ int spd_gpu_event_open(spd_gpu *gpu, uint64_t session, const uint8_t *handle,
 
 void spd_gpu_event_put(spd_gpu_event *ev) {
   ev->refs--;
+}
+
+void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem) {
+  spd_gpu_event *ev = gpu->ev_head;
+  while (ev != NULL) {
+    spd_gpu_event *next = ev->next;
+    if (ev->mem == mem && ev->refs > 0) {
+      ev->mem = NULL;
+    } else if (ev->mem == mem) {
+      ev_unlink(gpu, ev);
+      cudaError_t e = cudaEventDestroy(ev->ev);
+      if (e != cudaSuccess)
+        SPD_WARN(&gpu->ctx->log, "cudaEventDestroy of a client event: %s",
+                 cudaGetErrorString(e));
+      free(ev);
+      gpu->nevents--;
+    }
+    ev = next;
+  }
 }
 
 _Static_assert(sizeof(cudaIpcEventHandle_t) == SPD_GPU_HANDLE &&

@@ -105,6 +105,7 @@ static int mem_open(spd_gpu *gpu, const uint8_t *handle, int dev,
 }
 
 static void mem_close(spd_gpu *gpu, spd_gpu_mem *m) {
+  spd_gpu_events_drop_mem(gpu, m);
   for (spd_gpu_mem **p = &gpu->mems; *p != NULL; p = &(*p)->next)
     if (*p == m) {
       *p = m->next;

@@ -20,13 +20,15 @@ static void on_job_closed(uv_handle_t *h) {
   spd_op *op = job->op;
   if (job->finish != NULL)
     job->finish(job);
-  if (job->status != cudaSuccess) {
+  /* The mover's own finding first: it says why (an aborted NCCL set
+   * also fails its streams, with a less telling error). */
+  if (job->fail_status < 0) {
+    op->fail_status = job->fail_status;
+    snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", job->fail_msg);
+  } else if (job->status != cudaSuccess) {
     op->fail_status = SPK_EDEVICE;
     snprintf(op->fail_msg, sizeof(op->fail_msg), "a CUDA stream of the op "
              "failed: %s", cudaGetErrorString((cudaError_t)job->status));
-  } else if (job->fail_status < 0) {
-    op->fail_status = job->fail_status;
-    snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", job->fail_msg);
   }
   if (op->fail_status < 0)
     SPD_ERROR(&job->gpu->ctx->log, "group '%s' op %llu failed on the GPU: "

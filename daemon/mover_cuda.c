@@ -27,7 +27,7 @@ static void cuda_finish(spd_gpu_job *j) {
              "failed");
   free(cj->helper_dev);
   free(cj->helper);
-  free(cj->host);
+  spd_gpu_pinned_put(j->gpu, cj->host);
 }
 
 /* Peer access from dev to every other GPU the op's tensors are on. */
@@ -107,11 +107,10 @@ static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
   size_t total = at1 + spd_cdesc_packed_size(&l[1]);
   void *d = NULL;
   spk_claunch L[2];
-  cj->host = malloc(total ? total : 1);
-  if (cj->host == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu descriptor bytes "
-                       "failed", total);
-  int rc = spd_gpu_wait_ready(op, cj->stream, err);
+  int rc = spd_gpu_pinned_get(gpu, total, &cj->host, err);
+  if (rc < 0)
+    return rc;
+  rc = spd_gpu_wait_ready(op, cj->stream, err);
   if (rc == SPK_OK)
     rc = spd_gpu_alloc(cj->stream, total, &d, err);
   if (rc < 0)

@@ -24,6 +24,9 @@ typedef struct spd_nccl_set {
   ncclComm_t *comms;
   cudaStream_t *streams;
   int state;
+  int broken;                 /* aborted: out of gpu->nccl_sets, freed
+                               * when its last job finishes */
+  nccl_job *inflight;         /* jobs on the streams, oldest last */
   ncclResult_t init_rc;
   uv_work_t work;
   nccl_job *waiting, **wait_tail; /* ops that came during the init */
@@ -36,7 +39,13 @@ struct nccl_job {
   int *rank_dev;              /* rank -> index in set->devs */
   void **host;                /* per device: its descriptors */
   nccl_job *next_wait;
+  nccl_job *next_in;          /* in set->inflight */
+  int in_flight;
+  uint64_t start_ms;          /* uv_now when its work was queued */
 };
+
+static void set_free(spd_nccl_set *set);
+static void inflight_remove(nccl_job *nj);
 
 static void set_str(const spd_nccl_set *set, char *buf, size_t len) {
   size_t at = 0;
@@ -58,9 +67,10 @@ static int nccl_err(int rc_nccl, const char *call, const spd_nccl_set *set,
 
 static void nccl_finish(spd_gpu_job *j) {
   nccl_job *nj = (nccl_job *)j;
+  inflight_remove(nj);
   if (nj->host != NULL)
     for (int i = 0; i < nj->ndev; i++)
-      free(nj->host[i]);
+      spd_gpu_pinned_put(j->gpu, nj->host[i]);
   free(nj->host);
   free(nj->rank_dev);
 }
@@ -81,6 +91,31 @@ static void set_init_work(uv_work_t *w) {
 }
 
 static int nccl_run(nccl_job *nj, spk_err *err);
+
+/* Staging and descriptor buffers come from each GPU's default pool
+ * (cudaMallocAsync). In one process NCCL's peers use each other's buffers
+ * directly, and pool memory is reachable from another GPU only once the
+ * pool grants it access: grant it to every other GPU of the set. */
+static int pools_share(spd_nccl_set *set, spk_err *err) {
+  for (int i = 0; i < set->n && set->n > 1; i++) {
+    cudaMemPool_t pool;
+    cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, set->devs[i]);
+    for (int j = 0; e == cudaSuccess && j < set->n; j++) {
+      if (j == i)
+        continue;
+      struct cudaMemAccessDesc a = {0};
+      a.location.type = cudaMemLocationTypeDevice;
+      a.location.id = set->devs[j];
+      a.flags = cudaMemAccessFlagsProtReadWrite;
+      e = cudaMemPoolSetAccess(pool, &a, 1);
+    }
+    if (e != cudaSuccess)
+      return spk_err_set(err, SPK_EDEVICE, "cudaMemPoolSetAccess of GPU %d's "
+                         "pool for the other GPUs of an NCCL set: %s",
+                         set->devs[i], cudaGetErrorString(e));
+  }
+  return SPK_OK;
+}
 
 static void set_init_after(uv_work_t *w, int status) {
   spd_nccl_set *set = w->data;
@@ -103,6 +138,8 @@ static void set_init_after(uv_work_t *w, int status) {
       rc = spk_err_set(&err, SPK_EDEVICE, "cudaStreamCreateWithFlags on GPU "
                        "%d: %s", set->devs[i], cudaGetErrorString(e));
   }
+  if (rc == SPK_OK)
+    rc = pools_share(set, &err);
   nccl_job *waiting = set->waiting;
   set->waiting = NULL;
   set->wait_tail = &set->waiting;
@@ -182,6 +219,140 @@ static int set_get(spd_gpu *gpu, const int *dev, int world,
   return SPK_OK;
 }
 
+/* ---- the watchdog ------------------------------------------------------- */
+
+/* NCCL's communicators here are blocking: a peer that never arrives (a
+ * rank's stream stuck before its ready event, a failed GPU) holds every
+ * stream of the set, and every later op behind it, forever. A timer
+ * checks the sets with work in flight: an asynchronous NCCL error, or an
+ * op older than SPCOLL_NCCL_TIMEOUT_S (default 300 s), aborts the set's
+ * communicators (ncclCommAbort), fails its ops with the reason, and
+ * takes the set out of use; the next op on those GPUs makes a new one.
+ * Nothing of this waits on the loop thread. */
+typedef struct spd_nccl_watch {
+  uv_timer_t timer;
+  spd_gpu *gpu;
+} spd_nccl_watch;
+
+#define WATCH_MS 200
+
+static uint64_t timeout_ms(void) {
+  const char *v = getenv("SPCOLL_NCCL_TIMEOUT_S");
+  double s = v != NULL && *v ? atof(v) : 300.0;
+  return s > 0 ? (uint64_t)(s * 1000.0) : 300000;
+}
+
+static void inflight_remove(nccl_job *nj) {
+  if (!nj->in_flight)
+    return;
+  spd_nccl_set *set = nj->set;
+  for (nccl_job **p = &set->inflight; *p != NULL; p = &(*p)->next_in)
+    if (*p == nj) {
+      *p = nj->next_in;
+      break;
+    }
+  nj->in_flight = 0;
+  if (set->broken && set->inflight == NULL) {
+    /* Its communicators are gone (aborted); its streams have run dry. */
+    for (int i = 0; i < set->n; i++)
+      if (set->streams[i] != NULL &&
+          cudaStreamDestroy(set->streams[i]) != cudaSuccess)
+        cudaGetLastError();
+    set_free(set);
+  }
+}
+
+static void set_abort(spd_nccl_set *set, const char *why) {
+  spd_gpu *gpu = set->gpu;
+  char devs[128];
+  set_str(set, devs, sizeof(devs));
+  for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
+    if (*p == set) {
+      *p = set->next;
+      break;
+    }
+  set->broken = 1;
+  for (int i = 0; i < set->n; i++) {
+    ncclResult_t r = ncclCommAbort(set->comms[i]);
+    if (r != ncclSuccess)
+      SPD_WARN(&gpu->ctx->log, "ncclCommAbort on GPU %d: %s", set->devs[i],
+               ncclGetErrorString(r));
+  }
+  SPD_ERROR(&gpu->ctx->log, "NCCL communicators over GPUs %s aborted: %s",
+            devs, why);
+  for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in) {
+    nj->job.fail_status = SPK_EDEVICE;
+    snprintf(nj->job.fail_msg, sizeof(nj->job.fail_msg), "NCCL over GPUs "
+             "%s: %s; its communicators were aborted (the next op makes "
+             "new ones)", devs, why);
+  }
+}
+
+static void watch_tick(uv_timer_t *t) {
+  spd_nccl_watch *w = t->data;
+  spd_gpu *gpu = w->gpu;
+  uint64_t now = uv_now(gpu->ctx->loop), limit = timeout_ms();
+  int busy = 0;
+  spd_nccl_set *next;
+  for (spd_nccl_set *set = gpu->nccl_sets; set != NULL; set = next) {
+    next = set->next;
+    if (set->inflight == NULL || set->state != SET_READY)
+      continue;
+    busy = 1;
+    ncclResult_t bad = ncclSuccess;
+    for (int i = 0; i < set->n && bad == ncclSuccess; i++) {
+      ncclResult_t e = ncclSuccess;
+      ncclResult_t r = ncclCommGetAsyncError(set->comms[i], &e);
+      bad = r != ncclSuccess ? r : e == ncclInProgress ? ncclSuccess : e;
+    }
+    uint64_t oldest = now;
+    for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in)
+      oldest = nj->start_ms < oldest ? nj->start_ms : oldest;
+    char why[160];
+    if (bad != ncclSuccess) {
+      snprintf(why, sizeof(why), "asynchronous error %s",
+               ncclGetErrorString(bad));
+      set_abort(set, why);
+    } else if (now - oldest > limit) {
+      snprintf(why, sizeof(why), "an op made no progress in %.1f s "
+               "(SPCOLL_NCCL_TIMEOUT_S)", (double)(now - oldest) / 1000.0);
+      set_abort(set, why);
+    }
+  }
+  if (!busy)
+    uv_timer_stop(t);
+}
+
+static void watch_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+/* nj's work is on the streams: watch it. */
+static void inflight_add(nccl_job *nj) {
+  spd_gpu *gpu = nj->job.gpu;
+  nj->start_ms = uv_now(gpu->ctx->loop);
+  nj->next_in = nj->set->inflight;
+  nj->set->inflight = nj;
+  nj->in_flight = 1;
+  spd_nccl_watch *w = gpu->nccl_watch;
+  if (w == NULL) {
+    w = calloc(1, sizeof(*w));
+    if (w == NULL || uv_timer_init(gpu->ctx->loop, &w->timer) < 0) {
+      SPD_WARN(&gpu->ctx->log, "no NCCL watchdog: calloc or uv_timer_init "
+               "failed");
+      free(w);
+      return;
+    }
+    w->gpu = gpu;
+    w->timer.data = w;
+    /* It must not keep the loop alive at shutdown. */
+    uv_unref((uv_handle_t *)&w->timer);
+    gpu->nccl_watch = w;
+  }
+  if (!uv_is_active((uv_handle_t *)&w->timer))
+    uv_timer_start(&w->timer, watch_tick, WATCH_MS, WATCH_MS);
+}
+
 /* ---- running a plan ----------------------------------------------------- */
 
 static ncclDataType_t nccl_type(spk_dtype dt) {
@@ -232,6 +403,14 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
   if (version == 0 && ncclGetVersion(&version) != ncclSuccess)
     version = -1;
   if (c == SPD_COLL_ALL_TO_ALL && version < 22800)
+    c = SPD_COLL_NONE;
+  /* NCCL adds floats in its ring's order (not rank order) and its max/min
+   * ignore NaN (spcoll's NaN wins): float reductions go through send/recv
+   * and the kernel's rank-order reduce, so they are bitwise the host
+   * mover's. Integer reductions do not depend on the order. */
+  spk_dtype dt = op->plan.dtype;
+  int fp = dt == SPK_F32 || dt == SPK_F64 || dt == SPK_F16 || dt == SPK_BF16;
+  if (fp && (c == SPD_COLL_REDUCE_SCATTER || c == SPD_COLL_ALL_REDUCE))
     c = SPD_COLL_NONE;
   return c;
 }
@@ -315,11 +494,10 @@ static int upload_lists(nccl_job *nj, spd_route *rt, int i, void **d_p,
     at[k] = total;
     total += (spd_cdesc_packed_size(lists[k]) + 255) & ~(size_t)255;
   }
-  nj->host[i] = malloc(total ? total : 1);
-  if (nj->host[i] == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %zu descriptor bytes "
-                       "failed", total);
-  int rc = spd_gpu_alloc(nj->set->streams[i], total, d_p, err);
+  int rc = spd_gpu_pinned_get(nj->job.gpu, total, &nj->host[i], err);
+  if (rc < 0)
+    return rc;
+  rc = spd_gpu_alloc(nj->set->streams[i], total, d_p, err);
   if (rc < 0)
     return rc;
   for (int k = 0; k < 4; k++)
@@ -431,6 +609,7 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
     streams_sync(set);
     return rc;
   }
+  inflight_add(nj);
   spd_gpu_job_arm(&nj->job);
   return SPK_OK;
 }
@@ -475,6 +654,11 @@ int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
 }
 
 void spd_mover_nccl_free(spd_gpu *gpu) {
+  if (gpu->nccl_watch != NULL) {
+    uv_timer_stop(&gpu->nccl_watch->timer);
+    uv_close((uv_handle_t *)&gpu->nccl_watch->timer, watch_closed);
+    gpu->nccl_watch = NULL;
+  }
   while (gpu->nccl_sets != NULL) {
     spd_nccl_set *set = gpu->nccl_sets;
     gpu->nccl_sets = set->next;

@@ -380,8 +380,14 @@ extern "C" int spk_cuda_launch(const spk_claunch *l, int blocks, void *stream,
     blocks = 1;
   if ((uint64_t)blocks > l->nchunks)
     blocks = (int)l->nchunks;
-  plan_kernel<<<blocks, THREADS, 0, (cudaStream_t)stream>>>(*l);
-  cudaError_t e = cudaGetLastError();
+  /* The launch's own status, not cudaGetLastError: that reports the
+   * last failure of any earlier call on this thread too (a tolerated
+   * one, say a client's bad IPC handle), which is not this launch's. */
+  spk_claunch arg = *l;
+  void *args[] = {&arg};
+  cudaError_t e = cudaLaunchKernel((const void *)plan_kernel, dim3(blocks),
+                                   dim3(THREADS), args, 0,
+                                   (cudaStream_t)stream);
   if (e != cudaSuccess) {
     snprintf(msg, len, "launch of the plan kernel (%d blocks of %d threads, "
              "%llu chunks): %s", blocks, THREADS,

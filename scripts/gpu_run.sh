@@ -10,6 +10,10 @@
 #       the repository root, with .gpurun and .devlibs carried there: the
 #       GPU suites and the benchmark, every log under $OUT (./gpu-out when
 #       unset), a summary at the end.
+#   sh scripts/gpu_run.sh sim [tests|bench|all] [BUILD]   here, on spcsim
+#       (the CUDA/NCCL simulator of tests/gpusim, built by make): the same
+#       run end to end from BUILD (build), every line marked "simulated":
+#       what it shows is that the path works, never how fast a GPU is.
 #
 # libnccl is not copied (218 MB): the GPU machine has it in its Python
 # wheel (nvidia.nccl). libcudart.so.13 is copied: the wheel's runtime may
@@ -63,42 +67,75 @@ EOF
 
 run() {
   what=${1:-all}
-  OUT=${OUT:-$PWD/gpu-out}
+  if [ "${SIM:-0}" = 1 ]; then
+    # spcsim: the build's own binaries, each suite that needs a GPU run
+    # through simrun.sh (the stand-in libraries first in the path).
+    b=${2:-build}
+    OUT=${OUT:-$PWD/gpu-out-sim}
+    bins=$b/bin tests=$b/tests label="simulated "
+    max=${SIM_MAX_BYTES:-16M}
+    [ -f "$b/gpusim/libcudart.so.13" ] ||
+      { echo "gpu_run: no simulator under $b/gpusim (make all)" >&2; exit 1; }
+    cp "$b/gpusim/sim_rules" "$b/tests/sim_rules" || exit 1
+    export SPCOLLD="$PWD/$b/bin/spcolld"
+  else
+    OUT=${OUT:-$PWD/gpu-out}
+    bins=.gpurun/bin tests=.gpurun/tests label="" max=1G
+    nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' \
+      2>/dev/null)
+    export LD_LIBRARY_PATH="$PWD/.devlibs${nccl:+:$nccl/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export UCX_MODULE_DIR="$PWD/.devlibs/ucx"
+    export SPCOLLD="$PWD/.gpurun/bin/spcolld"
+  fi
   mkdir -p "$OUT"
-  nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' \
-    2>/dev/null)
-  export LD_LIBRARY_PATH="$PWD/.devlibs${nccl:+:$nccl/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export UCX_MODULE_DIR="$PWD/.devlibs/ucx"
-  export SPCOLLD="$PWD/.gpurun/bin/spcolld"
   export SPCOLL_GPU_LOGS=1 # the daemons' logs go into each suite's log
   summary="$OUT/summary.txt"
   : > "$summary"
-  {
-    date -u
-    nvidia-smi -L
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.memory --format=csv
-    echo "nccl from: ${nccl:-not found (python3 nvidia.nccl)}"
-    ldd "$SPCOLLD"
-  } > "$OUT/device.txt" 2>&1
+  if [ "${SIM:-0}" = 1 ]; then
+    {
+      date -u
+      echo "SIMULATED: no GPU; spcsim (tests/gpusim) stands in for libcuda,"
+      echo "libcudart and libnccl: results show the path works, numbers are"
+      echo "not GPU measurements"
+      ldd "$SPCOLLD"
+    } > "$OUT/device.txt" 2>&1
+  else
+    {
+      date -u
+      nvidia-smi -L
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.memory --format=csv
+      echo "nccl from: ${nccl:-not found (python3 nvidia.nccl)}"
+      ldd "$SPCOLLD"
+    } > "$OUT/device.txt" 2>&1
+  fi
   head -n 4 "$OUT/device.txt" | tee -a "$summary"
   if [ "$what" = all ] || [ "$what" = tests ]; then
-    for t in $stage_tests; do
+    list=$stage_tests
+    [ "${SIM:-0}" = 1 ] && list="unit_daemon_cuda_desc unit_client_cuda_abi \
+test_gpu_absent sim:test_gpu_errors sim:test_gpu_ops sim:sim_rules"
+    for t in $list; do
+      wrap=""
+      case $t in
+        sim:*) t=${t#sim:}; wrap="sh tests/gpusim/simrun.sh $b" ;;
+      esac
       start=$(date +%s)
-      ".gpurun/tests/$t" > "$OUT/$t.log" 2>&1
+      $wrap "$tests/$t" > "$OUT/$t.log" 2>&1
       rc=$?
       case $rc in
         0) verdict=PASS ;;
         77) verdict=SKIP ;;
         *) verdict=FAIL ;;
       esac
-      echo "$verdict $t (exit $rc, $(( $(date +%s) - start )) s): $(grep -E '^[0-9]+%: Checks|^skipped' "$OUT/$t.log" | tail -n 1)" |
+      echo "$label$verdict $t (exit $rc, $(( $(date +%s) - start )) s): $(grep -E '^[0-9]+%: Checks|^skipped' "$OUT/$t.log" | tail -n 1)" |
         tee -a "$summary"
     done
   fi
   if [ "$what" = all ] || [ "$what" = bench ]; then
-    .gpurun/bin/spcoll-gpu-bench --ranks 4 --min-bytes 1M --max-bytes 1G \
+    wrap=""
+    [ "${SIM:-0}" = 1 ] && wrap="sh tests/gpusim/simrun.sh $b"
+    $wrap "$bins/spcoll-gpu-bench" --ranks 4 --min-bytes 1M --max-bytes "$max" \
       --csv "$OUT/gpu_bench.csv" > "$OUT/gpu_bench.txt" 2> "$OUT/gpu_bench.err"
-    echo "bench exit $?" | tee -a "$summary"
+    echo "${label}bench exit $?" | tee -a "$summary"
     cat "$OUT/gpu_bench.txt"
   fi
 }
@@ -106,5 +143,7 @@ run() {
 case "${1:-}" in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare [BUILD] | run [tests|bench|all]" >&2; exit 2 ;;
+  sim) shift; SIM=1 run "$@" ;;
+  *) echo "usage: $0 prepare [BUILD] | run [tests|bench|all] |" \
+       "sim [tests|bench|all] [BUILD]" >&2; exit 2 ;;
 esac

@@ -18,7 +18,7 @@ run() {
     CK_FORK=no valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
       --error-exitcode=99 --trace-children=no "$1" >"$log" 2>&1
   else
-    "$1" >"$log" 2>&1
+    ${WRAP:-} "$1" >"$log" 2>&1
   fi
   rc=$?
   if [ $rc -eq 77 ]; then
@@ -46,5 +46,16 @@ for t in test_ops_copy test_ops_reduce; do
   [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue
   SPT_NODES=3 run "$BUILD/tests/$t" "multinode_${t#test_}"
 done
+# The GPU suites again on spcsim, the CUDA/NCCL simulator (tests/gpusim),
+# when the build has it: 4 simulated GPUs, strict CUDA/NCCL rules, the
+# same production binaries. Counted apart from a real GPU's run above.
+if [ -f "$BUILD/gpusim/libcudart.so.13" ] && [ "$ONLY" != client ]; then
+  for t in tests/test_gpu_ops tests/test_gpu_errors gpusim/sim_rules; do
+    [ -x "$BUILD/$t" ] || continue
+    n=$(basename "$t")
+    WRAP="sh $(dirname "$0")/gpusim/simrun.sh $BUILD" run "$BUILD/$t" \
+      "simulated_${n#test_}"
+  done
+fi
 echo "suites: $pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ] || { echo "failed:$failed"; exit 1; }

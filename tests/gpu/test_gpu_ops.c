@@ -11,6 +11,7 @@
  * through NCCL's collectives), 3 ranks, and across GPUs when there are
  * several. Without a GPU: "skipped: no GPU", exit 77. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,13 @@ typedef struct {
   int nd;
   int64_t shape[SPC_MAX_DIMS];
   int d, g;
-  int flags;          /* reduce op (K_AR), else a grad scale */
+  int flags;          /* reduce op (K_AR), else a grad scale; and H_* */
 } gcase;
+
+/* Values that expose the summation order, or NaNs for max/min. */
+#define H_ORDER 0x100
+#define H_NAN 0x200
+#define FLAGS(c) ((c)->flags & 0xff)
 
 #define MB (1 << 20)
 static const int64_t seq_lens[4] = {5, 7, 3, 9};
@@ -69,6 +75,19 @@ static const gcase cases[] = {
     {"packed-split", K_PKS, SPC_FLOAT32, 2, {0, 6}, 0, 0, 0},
     {"packed-gather-down", K_PKG, SPC_FLOAT32, 2, {0, 6}, 0, 0,
      SPC_SCALE_DOWN},
+    /* Sums whose value depends on the order of the additions (NCCL's ring
+     * order is not rank order), and NaNs, which win in spcoll's max/min
+     * but not in NCCL's (fmaxf): the device result must still be the host
+     * mover's, bit for bit. */
+    {"allreduce-sum-f32-order", K_AR, SPC_FLOAT32, 1, {4099}, 0, 0,
+     SPC_SUM | H_ORDER},
+    {"allreduce-sum-bf16-order", K_AR, SPC_BFLOAT16, 1, {777}, 0, 0,
+     SPC_SUM | H_ORDER},
+    {"allreduce-max-f32-nan", K_AR, SPC_FLOAT32, 1, {1000}, 0, 0,
+     SPC_MAX | H_NAN},
+    {"allreduce-min-f64-nan", K_AR, SPC_FLOAT64, 1, {999}, 0, 0,
+     SPC_MIN | H_NAN},
+    {"reducescatter-f32-order", K_RS, SPC_FLOAT32, 2, {64, 33}, 0, 0, H_ORDER},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 #define HOST_BYTES ((size_t)96 * MB)
@@ -77,8 +96,7 @@ static const gcase cases[] = {
 /* What a run of the suite asks of each rank. */
 typedef struct {
   const char *group;
-  int per_gpu;        /* rank r on GPU r % ngpu, else all on GPU 0 */
-  int ngpu;
+  int ngpu;           /* rank r on GPU r % ngpu; 0: all on GPU 0 */
   const char *mover;  /* counter that must have moved: mover_cuda_ops... */
   const char *other;  /* counter that must not have */
 } mode_t_;
@@ -119,7 +137,7 @@ static spc_op case_op(const gcase *c, int r, int w, int64_t *shape,
     }
     op = spc_op_all_to_all_v(in_splits, out_splits);
     break;
-  case K_AR: return spc_op_all_reduce((spc_reduce_op)c->flags);
+  case K_AR: return spc_op_all_reduce((spc_reduce_op)FLAGS(c));
   case K_RS: op = spc_op_reduce_scatter(c->d, NULL); break;
   case K_ZZS:
     shape[d] *= 2 * w;
@@ -142,7 +160,31 @@ static spc_op case_op(const gcase *c, int r, int w, int64_t *shape,
     op = spc_op_packed_gather(c->d, seq_lens, 4);
     break;
   }
-  return c->flags ? spc_op_scaled(op, (spc_grad_scale)c->flags) : op;
+  return FLAGS(c) ? spc_op_scaled(op, (spc_grad_scale)FLAGS(c)) : op;
+}
+
+/* Floats of magnitudes 2^-k .. 2^k, so a sum's rounding depends on the
+ * order of the additions; with nan, some elements of some ranks are NaN. */
+static void fill_hard(void *p, spc_dtype dt, size_t n, int rank,
+                      uint64_t seed, int nan) {
+  int k = dt == SPC_FLOAT16 ? 10 : 24;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = (seed + 1) * 0x9e3779b97f4a7c15ull ^
+                 ((uint64_t)rank * 0xbf58476d1ce4e5b9ull +
+                  i * 0x94d049bb133111ebull);
+    v ^= v >> 29;
+    double x = ldexp(1.0 + (double)(v % 1024) / 1024.0,
+                     (int)((v >> 10) % (uint64_t)(2 * k + 1)) - k);
+    x = (v >> 40) & 1 ? -x : x;
+    if (nan && i % 5 == (size_t)rank % 5)
+      x = NAN;
+    switch (dt) {
+    case SPC_FLOAT32: ((float *)p)[i] = (float)x; break;
+    case SPC_FLOAT64: ((double *)p)[i] = x; break;
+    case SPC_FLOAT16: ((uint16_t *)p)[i] = spk_f32_to_f16((float)x); break;
+    default: ((uint16_t *)p)[i] = spk_f32_to_bf16((float)x); break;
+    }
+  }
 }
 
 /* spt_fill's values, but 16-bit floats get finite values (NaN payloads
@@ -247,8 +289,12 @@ static int run_case(rank_t *k, const gcase *c, int use_stream) {
     rc = spc_tensor_init(&hout, k->host, out_at, c->dt, ond, oshape);
   if (rc < 0)
     return rank_fail(k, c->name, "host tensors", rc);
-  fill(spc_tensor_data(&hin), c->dt, in_b / spc_dtype_size(c->dt), k->rank,
-       77 + (uint64_t)(c - cases));
+  if (c->flags & (H_ORDER | H_NAN))
+    fill_hard(spc_tensor_data(&hin), c->dt, in_b / spc_dtype_size(c->dt),
+              k->rank, 77 + (uint64_t)(c - cases), (c->flags & H_NAN) != 0);
+  else
+    fill(spc_tensor_data(&hin), c->dt, in_b / spc_dtype_size(c->dt), k->rank,
+         77 + (uint64_t)(c - cases));
   memset(spc_tensor_data(&hout), 0x11, out_b);
   rc = spc_run(k->g, &op, &hin, &hout);
   if (rc < 0)
@@ -269,7 +315,7 @@ static int run_case(rank_t *k, const gcase *c, int use_stream) {
 static int rank_main(int rank, int world, void *arg) {
   const mode_t_ *m = arg;
   rank_t k = {.rank = rank, .world = world};
-  int dev = m->per_gpu ? rank % m->ngpu : 0, bad = 0;
+  int dev = m->ngpu ? rank % m->ngpu : 0, bad = 0;
   GPT_CUDA(cudaSetDevice(dev));
   GPT_CUDA(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
   GPT_CUDA(cudaMalloc((void **)&k.dev, DEV_BYTES));
@@ -323,7 +369,6 @@ static void run_mode(const char *mover_env, int world, mode_t_ *m) {
   const char *const extra[] = {"--log-level", "debug", NULL};
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
   unsetenv("SPCOLL_GPU_MOVER");
-  m->ngpu = ngpu;
   int failed = spt_run_ranks(world, rank_main, m, 240);
   gpt_keep_log(&daemon_);
   if (failed)
@@ -333,36 +378,42 @@ static void run_mode(const char *mover_env, int world, mode_t_ *m) {
 }
 
 START_TEST(cuda_mover_4_ranks_one_gpu) {
-  mode_t_ m = {"gpu-cuda-4", 0, 0, "mover_cuda_ops", "mover_nccl_ops"};
+  mode_t_ m = {"gpu-cuda-4", 0, "mover_cuda_ops", "mover_nccl_ops"};
   run_mode(NULL, 4, &m);
 }
 END_TEST
 
 START_TEST(cuda_mover_3_ranks_one_gpu) {
-  mode_t_ m = {"gpu-cuda-3", 0, 0, "mover_cuda_ops", "mover_nccl_ops"};
+  mode_t_ m = {"gpu-cuda-3", 0, "mover_cuda_ops", "mover_nccl_ops"};
   run_mode(NULL, 3, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_4_ranks_one_gpu) {
-  mode_t_ m = {"gpu-nccl-4", 0, 0, "mover_nccl_ops", "mover_cuda_ops"};
+  mode_t_ m = {"gpu-nccl-4", 0, "mover_nccl_ops", "mover_cuda_ops"};
   run_mode("nccl", 4, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_1_rank_collectives) {
-  mode_t_ m = {"gpu-nccl-1", 0, 0, "mover_nccl_ops", "mover_cuda_ops"};
+  mode_t_ m = {"gpu-nccl-1", 0, "mover_nccl_ops", "mover_cuda_ops"};
   run_mode("nccl", 1, &m);
 }
 END_TEST
 
-START_TEST(nccl_across_gpus) {
-  if (ngpu < 2) {
-    fprintf(stderr, "one GPU: the multi-GPU NCCL case does not apply\n");
-    return;
-  }
-  mode_t_ m = {"gpu-multi", 1, 0, "mover_nccl_ops", "mover_cuda_ops"};
-  run_mode(NULL, 4, &m); /* rank r on GPU r % ngpu */
+/* One rank per GPU: NCCL's collectives where a plan is one, else grouped
+ * send/recv between the GPUs. */
+START_TEST(nccl_4_ranks_4_gpus) {
+  mode_t_ m = {"gpu-nccl-4x4", 4, "mover_nccl_ops", "mover_cuda_ops"};
+  run_mode(NULL, 4, &m);
+}
+END_TEST
+
+/* Two ranks on each of two GPUs (rank r on GPU r % 2): NCCL between the
+ * GPUs, the kernel for what stays on one. */
+START_TEST(mixed_2x2) {
+  mode_t_ m = {"gpu-mixed-2x2", 2, "mover_nccl_ops", "mover_cuda_ops"};
+  run_mode(NULL, 4, &m);
 }
 END_TEST
 
@@ -375,7 +426,15 @@ int main(void) {
   tcase_add_test(tc, cuda_mover_3_ranks_one_gpu);
   tcase_add_test(tc, nccl_forced_4_ranks_one_gpu);
   tcase_add_test(tc, nccl_forced_1_rank_collectives);
-  tcase_add_test(tc, nccl_across_gpus);
+  /* Placements that need more GPUs are not run (and not counted) here. */
+  if (ngpu >= 4)
+    tcase_add_test(tc, nccl_4_ranks_4_gpus);
+  else
+    printf("not run: nccl_4_ranks_4_gpus needs 4 GPUs, %d found\n", ngpu);
+  if (ngpu >= 2)
+    tcase_add_test(tc, mixed_2x2);
+  else
+    printf("not run: mixed_2x2 needs 2 GPUs, %d found\n", ngpu);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

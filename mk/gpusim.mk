@@ -1,0 +1,66 @@
+# spcsim, the CUDA/NCCL simulator (tests/gpusim): stand-ins for
+# libcudart.so.13, libcuda.so.1 and libnccl.so.2 under $(BUILD)/gpusim,
+# loaded in place of the real ones through LD_LIBRARY_PATH so spcolld,
+# libspclient, the GPU suites and the GPU benchmark run unmodified on a
+# machine without a GPU. Built whenever CUDA's headers are found (their
+# signatures are checked against the real cuda.h, cuda_runtime_api.h and
+# nccl.h); never sanitized itself, so the ASan build loads the same code.
+CXX ?= g++
+GPUSIM_DIR := $(BUILD)/gpusim
+GPUSIM_LIBS := $(GPUSIM_DIR)/libcudart.so.13 $(GPUSIM_DIR)/libcuda.so.1 \
+  $(GPUSIM_DIR)/libnccl.so.2
+GPUSIM_CFLAGS := -std=gnu11 -g -O2 -fPIC -D_GNU_SOURCE -pthread \
+  -Wall -Wextra -Werror -Itests/gpusim -Ikernels
+GPUSIM_CORE_OBJ := $(patsubst %,$(GPUSIM_DIR)/%.o,sim_core sim_mem \
+  sim_stream sim_copy sim_kernel half kernels_host)
+
+ifeq ($(HAVE_CUDA)$(HAVE_NCCL),11)
+all: $(GPUSIM_LIBS) $(GPUSIM_DIR)/sim_rules
+endif
+
+$(GPUSIM_DIR)/%.o: tests/gpusim/%.c tests/gpusim/sim.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(GPUSIM_CFLAGS) -c $< -o $@
+
+$(GPUSIM_DIR)/half.o: kernels/half.c kernels/half.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(GPUSIM_CFLAGS) -c $< -o $@
+
+# The kernel source as it is, but for its host launcher's <<<...>>>.
+$(GPUSIM_DIR)/plan_cuda_host.inc: kernels/plan_cuda.cu
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's/<<<\([^>]*\)>>>/ SPCSIM_CHEVRONS(\1)/' $< > $@
+
+$(GPUSIM_DIR)/kernels_host.o: tests/gpusim/kernels_host.cc \
+  $(GPUSIM_DIR)/plan_cuda_host.inc tests/gpusim/shim/cuda_runtime.h \
+  kernels/plan_cuda.h
+	$(Q)$(CXX) -std=c++17 -g -O2 -fPIC -fno-exceptions -fno-rtti \
+	  -fno-threadsafe-statics -Wall -Wno-unknown-pragmas -Werror \
+	  -Itests/gpusim/shim -Ikernels -I$(GPUSIM_DIR) -c $< -o $@
+
+$(GPUSIM_DIR)/libspcsim.so: $(GPUSIM_CORE_OBJ)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libspcsim.so -o $@ $^ -ldl -lm
+
+# The fronts see the real CUDA/NCCL headers.
+$(GPUSIM_DIR)/cudart.o $(GPUSIM_DIR)/cudrv.o $(GPUSIM_DIR)/nccl.o: \
+  GPUSIM_CFLAGS += -isystem $(CUDA_HOME)/include -fvisibility=hidden
+
+GPUSIM_SO = $(CC) -shared -pthread -Wl,-soname,$(notdir $@) -o $@ $< \
+  -L$(GPUSIM_DIR) -lspcsim -Wl,-rpath,'$$ORIGIN' -lm
+
+$(GPUSIM_DIR)/libcudart.so.13: $(GPUSIM_DIR)/cudart.o tests/gpusim/cudart.map \
+  $(GPUSIM_DIR)/libspcsim.so
+	$(Q)$(GPUSIM_SO) -Wl,--version-script=tests/gpusim/cudart.map
+
+$(GPUSIM_DIR)/libcuda.so.1: $(GPUSIM_DIR)/cudrv.o $(GPUSIM_DIR)/libspcsim.so
+	$(Q)$(GPUSIM_SO)
+
+$(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/libspcsim.so
+	$(Q)$(GPUSIM_SO)
+
+# The rules suite: the misuse of each rule, rejected (tests/run.sh runs it
+# through tests/gpusim/simrun.sh).
+$(GPUSIM_DIR)/sim_rules: tests/gpusim/sim_rules.c tests/check_run.h $(CU_OBJ)
+	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -isystem $(CUDA_HOME)/include \
+	  -Itests -o $@ $< $(CU_OBJ) $(LDFLAGS_ALL) $(CHECK_LIBS) \
+	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl

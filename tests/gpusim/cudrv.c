@@ -1,0 +1,239 @@
+/* libcuda.so.1 of the simulator: the driver entry points libspclient
+ * loads (client/client_gpu_cu.h), compiled against the real cuda.h (which
+ * maps the plain names to the _v2 symbols the client looks up). A context
+ * is its device's primary context; push/pop keep a per-thread stack. */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+#define API __attribute__((visibility("default")))
+
+static CUresult C(int e) {
+  switch (e) {
+  case SIM_OK:
+    return CUDA_SUCCESS;
+  case SIM_ENOMEM:
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  case SIM_EDEVICE:
+    return CUDA_ERROR_INVALID_DEVICE;
+  case SIM_EHANDLE:
+    return CUDA_ERROR_INVALID_HANDLE;
+  case SIM_ENOTREADY:
+    return CUDA_ERROR_NOT_READY;
+  case SIM_EMAPFAIL:
+    return CUDA_ERROR_MAP_FAILED;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+static CUcontext ctx_of(int d) { return (CUcontext)(uintptr_t)(0x2000 + d); }
+
+static int dev_of_ctx(CUcontext c) {
+  uintptr_t v = (uintptr_t)c;
+  return v >= 0x2000 && v < 0x2000 + (uintptr_t)sim_cfg()->ndev
+             ? (int)(v - 0x2000)
+             : -1;
+}
+
+static __thread int ctx_stack[16];
+static __thread int ctx_n;
+static int retained[SIM_MAX_DEV];
+
+/* Primary contexts retained and never released: part of the leak report. */
+static void ctx_leaks(void) {
+  for (int d = 0; d < SIM_MAX_DEV; d++)
+    if (__atomic_load_n(&retained[d], __ATOMIC_ACQUIRE) > 0)
+      sim_leak_note("GPU %d's primary context retained %d more time(s) "
+                    "than released", d, retained[d]);
+}
+
+__attribute__((constructor)) static void cudrv_init(void) {
+  atexit(ctx_leaks);
+}
+
+API CUresult cuInit(unsigned flags) {
+  return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuGetErrorString(CUresult r, const char **s) {
+  switch (r) {
+  case CUDA_SUCCESS:
+    *s = "no error";
+    break;
+  case CUDA_ERROR_INVALID_VALUE:
+    *s = "invalid argument";
+    break;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    *s = "out of memory";
+    break;
+  case CUDA_ERROR_INVALID_DEVICE:
+    *s = "invalid device ordinal";
+    break;
+  case CUDA_ERROR_INVALID_HANDLE:
+    *s = "invalid resource handle";
+    break;
+  case CUDA_ERROR_NOT_READY:
+    *s = "device not ready";
+    break;
+  case CUDA_ERROR_MAP_FAILED:
+    *s = "mapping of buffer object failed";
+    break;
+  default:
+    *s = "unknown error";
+    break;
+  }
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetCount(int *n) {
+  *n = sim_cfg()->ndev;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+  if (ordinal < 0 || ordinal >= sim_cfg()->ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d) {
+  if (d < 0 || d >= sim_cfg()->ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  sim_uuid(d, (uint8_t *)u->bytes);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+  if (d < 0 || d >= sim_cfg()->ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  __atomic_add_fetch(&retained[d], 1, __ATOMIC_ACQ_REL);
+  *c = ctx_of(d);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
+  if (d < 0 || d >= sim_cfg()->ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  if (__atomic_sub_fetch(&retained[d], 1, __ATOMIC_ACQ_REL) < 0) {
+    sim_violation("ctx-release-unretained", "cuDevicePrimaryCtxRelease",
+                  "GPU %d's primary context released more often than "
+                  "retained",
+                  d);
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxPushCurrent(CUcontext c) {
+  int d = dev_of_ctx(c);
+  if (d < 0 || ctx_n >= 16)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_stack[ctx_n++] = sim_cur_dev();
+  sim_set_cur_dev(d);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxPopCurrent(CUcontext *c) {
+  if (ctx_n == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (c)
+    *c = ctx_of(sim_cur_dev());
+  sim_set_cur_dev(ctx_stack[--ctx_n]);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxSynchronize(void) {
+  return C(sim_device_sync(sim_cur_dev()));
+}
+
+API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
+                                   CUdeviceptr p) {
+  sim_map m;
+  if (!sim_lookup((const void *)(uintptr_t)p, 1, &m))
+    return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    *(unsigned *)data =
+        m.kind == SIM_M_PINNED ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    *(unsigned *)data = 0;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    *(int *)data = m.dev;
+    return m.dev >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  case CU_POINTER_ATTRIBUTE_CONTEXT:
+    *(CUcontext *)data = ctx_of(m.dev);
+    return m.dev >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    *(unsigned long long *)data = m.buffer_id;
+    return CUDA_SUCCESS;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+int spcsim_cu_mem_get_address_range(unsigned long long *base, size_t *size,
+                                    unsigned long long p);
+
+API CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
+                                  CUdeviceptr p) {
+  unsigned long long b = 0;
+  int r = spcsim_cu_mem_get_address_range(&b, size, p);
+  if (base)
+    *base = b;
+  return r == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+  return C(sim_ipc_get((const void *)(uintptr_t)p, (sim_handle64 *)h,
+                       "cuIpcGetMemHandle"));
+}
+
+API CUresult cuMemAlloc(CUdeviceptr *p, size_t n) {
+  void *v = NULL;
+  int rc = sim_malloc(sim_cur_dev(), n, &v);
+  if (rc == SIM_OK)
+    *p = (CUdeviceptr)(uintptr_t)v;
+  return C(rc);
+}
+
+API CUresult cuMemFree(CUdeviceptr p) {
+  return C(sim_free((void *)(uintptr_t)p, "cuMemFree"));
+}
+
+API CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
+  return C(sim_memset((void *)(uintptr_t)p, v, n, NULL, 1));
+}
+
+API CUresult cuEventCreate(CUevent *e, unsigned flags) {
+  return C(
+      sim_event_create(sim_cur_dev(), flags, (sim_event **)e, "cuEventCreate"));
+}
+
+API CUresult cuEventDestroy(CUevent e) {
+  return C(sim_event_destroy((sim_event *)e, "cuEventDestroy"));
+}
+
+API CUresult cuEventRecord(CUevent e, CUstream s) {
+  return C(sim_event_record((sim_event *)e, (sim_stream *)s));
+}
+
+API CUresult cuEventSynchronize(CUevent e) {
+  return C(sim_event_sync((sim_event *)e));
+}
+
+API CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) {
+  return C(sim_event_ipc_get((sim_event *)e, (sim_handle64 *)h,
+                             "cuIpcGetEventHandle"));
+}
+
+API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+  (void)flags;
+  return C(sim_stream_wait((sim_stream *)s, (sim_event *)e));
+}

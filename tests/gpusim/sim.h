@@ -1,0 +1,176 @@
+/* spcsim: a strict CUDA/NCCL simulator for CI machines without a GPU.
+ * libspcsim.so holds the state every front library shares (devices,
+ * device memory in memfds, IPC, streams with a worker thread each,
+ * events, kernels run on the host); libcudart.so.13, libcuda.so.1 and
+ * libnccl.so.2 are thin fronts compiled against the real headers.
+ * Misuse that CUDA or NCCL document as undefined or erroneous is a
+ * violation: one line "spcsim: RULE <id>: <call>: <detail>" on stderr,
+ * then abort (SPCSIM_ON_VIOLATION=continue only logs it). */
+#ifndef SPCSIM_H
+#define SPCSIM_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SIM_MAX_DEV 16
+#define SIM_HDR 4096 /* shared header page before device memory */
+
+/* Error codes the core returns; the fronts map them to their own enums
+ * (equal to cudaError_t values where one exists). */
+enum {
+  SIM_OK = 0,
+  SIM_EINVAL = 1,      /* cudaErrorInvalidValue */
+  SIM_ENOMEM = 2,      /* cudaErrorMemoryAllocation */
+  SIM_EDEVICE = 101,   /* cudaErrorInvalidDevice */
+  SIM_EHANDLE = 400,   /* cudaErrorInvalidResourceHandle */
+  SIM_ENOTREADY = 600, /* cudaErrorNotReady */
+  SIM_EMAPFAIL = 205,  /* cudaErrorMapBufferObjectFailed */
+  SIM_EPEERON = 704,   /* cudaErrorPeerAccessAlreadyEnabled */
+  SIM_ELAUNCH = 719,   /* cudaErrorLaunchFailure */
+  SIM_ENOKERNEL = 98,  /* cudaErrorInvalidDeviceFunction */
+  SIM_ECONFIG = 9      /* cudaErrorInvalidConfiguration */
+};
+
+/* ---- core: config, devices, rules ---------------------------------- */
+
+typedef struct {
+  int ndev;
+  uint64_t mem_limit; /* bytes per device */
+  int sms;
+} sim_config;
+
+const sim_config *sim_cfg(void);
+/* Report a broken rule; aborts unless SPCSIM_ON_VIOLATION=continue. */
+void sim_violation(const char *rule, const char *call, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Per-thread current device (cudaSetDevice, context push/pop). */
+int sim_cur_dev(void);
+void sim_set_cur_dev(int dev);
+void sim_uuid(int dev, uint8_t out[16]);
+/* Bytes of device dev in use, across processes sharing SPCSIM_STATE. */
+int sim_dev_reserve(int dev, uint64_t bytes);
+void sim_dev_unreserve(int dev, uint64_t bytes);
+/* Devices dev has enabled peer access to (cudaDeviceEnablePeerAccess). */
+int sim_peer_enabled(int from, int to);
+int sim_peer_enable(int from, int to);
+void sim_leak_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- memory ----------------------------------------------------------- */
+
+enum { SIM_M_DEVICE, SIM_M_IMPORT, SIM_M_POOL, SIM_M_PINNED };
+
+/* The shared header of a cudaMalloc allocation (first page of its memfd). */
+typedef struct {
+  uint64_t magic;
+  uint64_t id;
+  int32_t dev, exporter;
+  uint64_t size;
+  int32_t importers; /* processes that hold it open */
+  int32_t freed;
+} sim_mhdr;
+
+typedef struct sim_map {
+  struct sim_map *next;
+  int kind; /* SIM_M_* */
+  int dev;
+  uint8_t *ptr; /* what the API hands out */
+  uint64_t size;
+  uint8_t *map; /* the mmap (header included) */
+  uint64_t map_size;
+  sim_mhdr *hdr; /* DEVICE, IMPORT */
+  int fd;        /* DEVICE: the memfd, for importers */
+  uint64_t ino;
+  int peer_lazy; /* IMPORT: opened with lazy peer access */
+  uint64_t buffer_id;
+} sim_map;
+
+int sim_malloc(int dev, uint64_t size, void **p_out);
+int sim_free(void *p, const char *call);
+int sim_malloc_pool(int dev, uint64_t size, void **p_out);
+void sim_free_pool_now(void *p);
+int sim_host_alloc(uint64_t size, void **p_out);
+int sim_host_free(void *p);
+/* The mapping holding [p, p+len), or NULL; *m_p is a snapshot copy. */
+int sim_lookup(const void *p, uint64_t len, sim_map *m_out);
+/* Whether device `dev` may dereference mapping m (a snapshot). */
+int sim_accessible(const sim_map *m, int dev);
+/* Whole-range check for a device access; violation when not allowed. */
+void sim_check_access(const void *p, uint64_t len, int dev, const char *call);
+int sim_pool_set_access(int pool_dev, int dev, int on);
+
+typedef struct {
+  char reserved[64];
+} sim_handle64;
+int sim_ipc_get(const void *p, sim_handle64 *h, const char *call);
+int sim_ipc_open(const sim_handle64 *h, int lazy_peer, void **p_out,
+                 const char *call);
+int sim_ipc_close(void *p, const char *call);
+int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p);
+/* munmap with the device-memory check (cudart.c interposes munmap). */
+int sim_munmap(void *addr, size_t len);
+
+/* ---- streams and events ------------------------------------------------ */
+
+typedef struct sim_stream sim_stream;
+typedef struct sim_event sim_event;
+typedef void (*sim_op_fn)(void *arg, int *status);
+
+/* NULL: the legacy default stream of the current device. */
+sim_stream *sim_stream_resolve(sim_stream *s);
+int sim_stream_create(int dev, unsigned flags, sim_stream **s_p);
+int sim_stream_destroy(sim_stream *s);
+int sim_stream_dev(sim_stream *s);
+/* Queue fn(arg) on s; it runs on the stream's worker in order. free_arg:
+ * free(arg) after it ran. */
+int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg);
+int sim_stream_sync(sim_stream *s);
+int sim_stream_query(sim_stream *s);
+int sim_device_sync(int dev);
+/* Host callback with the stream's status. */
+int sim_stream_callback(sim_stream *s, void (*cb)(void *, int, void *),
+                        void *arg);
+
+enum { SIM_EV_NOTIMING = 2, SIM_EV_IPC = 4 };
+int sim_event_create(int dev, unsigned flags, sim_event **e_p,
+                     const char *call);
+int sim_event_destroy(sim_event *e, const char *call);
+int sim_event_record(sim_event *e, sim_stream *s);
+int sim_stream_wait(sim_stream *s, sim_event *e);
+int sim_event_sync(sim_event *e);
+int sim_event_query(sim_event *e);
+int sim_event_elapsed(float *ms, sim_event *a, sim_event *b);
+int sim_event_ipc_get(sim_event *e, sim_handle64 *h, const char *call);
+int sim_event_ipc_open(const sim_handle64 *h, sim_event **e_p,
+                       const char *call);
+
+/* Copies: synchronous ones wait; pageable host memory in an async copy
+ * makes it synchronous (CUDA's behaviour), a violation under
+ * SPCSIM_FORBID_PAGEABLE_ASYNC=1. */
+int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
+               const char *call);
+int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async);
+
+/* ---- kernels --------------------------------------------------------------
+ */
+
+typedef struct {
+  unsigned x, y, z;
+} sim_dim3;
+void **sim_register_fatbin(void *fatbin);
+void sim_unregister_fatbin(void **h);
+void sim_register_function(void **h, const char *host_fun,
+                           const char *device_name);
+int sim_get_kernel(void **k_p, const void *host_fun);
+int sim_launch(const void *host_fun_or_kernel, int is_kernel, sim_dim3 grid,
+               sim_dim3 block, void **args, size_t shmem, sim_stream *s);
+void sim_push_config(sim_dim3 grid, sim_dim3 block, size_t shmem, void *s);
+int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem, void **s);
+
+/* ---- last error (the runtime's, per thread) ------------------------------ */
+
+int sim_set_last(int e); /* returns e */
+int sim_get_last(int clear);
+
+#endif

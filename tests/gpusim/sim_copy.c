@@ -1,0 +1,80 @@
+/* Copies and fills. Device-side work runs on the stream's worker; an
+ * async copy touching pageable host memory is synchronous, as CUDA makes
+ * it (the stream drains first), which is how a loop thread ends up
+ * waiting on clients' streams: SPCSIM_FORBID_PAGEABLE_ASYNC=1 makes it a
+ * violation for processes that must never block. */
+#include "sim.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  void *dst;
+  const void *src;
+  uint64_t n;
+  int v, set;
+} copy_op;
+
+static void run_copy(void *a, int *status) {
+  copy_op *c = a;
+  (void)status;
+  if (c->set)
+    memset(c->dst, c->v, c->n);
+  else
+    memmove(c->dst, c->src, c->n);
+}
+
+/* 1: pageable host memory (in no simulated mapping). */
+static int pageable(const void *p, uint64_t n) {
+  sim_map m;
+  return !sim_lookup(p, n, &m);
+}
+
+int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
+               const char *call) {
+  if (n == 0)
+    return SIM_OK;
+  int pg = pageable(dst, n) || pageable(src, n);
+  s = sim_stream_resolve(s);
+  if (s == NULL)
+    return SIM_ENOMEM;
+  if (async && pg) {
+    /* "1", or the name of the programs it applies to (the daemon must
+     * never block, a test rank may). */
+    const char *f = getenv("SPCSIM_FORBID_PAGEABLE_ASYNC");
+    if (f != NULL &&
+        (strcmp(f, "1") == 0 || strcmp(f, program_invocation_short_name) == 0))
+      sim_violation("pageable-async-copy", call,
+                    "%llu bytes between %p and "
+                    "%p, pageable host memory: the call waits for the "
+                    "stream's earlier work (use pinned memory)",
+                    (unsigned long long)n, src, dst);
+  }
+  if (!async || pg) {
+    int rc = sim_stream_sync(s);
+    memmove(dst, src, n);
+    return rc;
+  }
+  copy_op *c = malloc(sizeof(*c));
+  if (c == NULL)
+    return SIM_ENOMEM;
+  *c = (copy_op){.dst = dst, .src = src, .n = n};
+  return sim_enqueue(s, run_copy, c, 1);
+}
+
+int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async) {
+  sim_map m;
+  if (n == 0)
+    return SIM_OK;
+  if (!sim_lookup(dst, n, &m) || m.kind == SIM_M_PINNED)
+    return SIM_EINVAL;
+  copy_op *c = malloc(sizeof(*c));
+  if (c == NULL)
+    return SIM_ENOMEM;
+  *c = (copy_op){.dst = dst, .n = n, .v = v, .set = 1};
+  int rc = sim_enqueue(s, run_copy, c, 1);
+  if (rc == SIM_OK && !async)
+    rc = sim_stream_sync(s);
+  return rc;
+}

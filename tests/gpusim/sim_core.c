@@ -1,0 +1,188 @@
+/* spcsim core: configuration from the environment, the rule report, the
+ * per-thread current device and last error, device memory accounting
+ * (shared between processes through SPCSIM_STATE), peer access, and the
+ * leak report at exit. */
+#include "sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static sim_config cfg;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static __thread int cur_dev;
+static __thread int last_err;
+static uint64_t local_used[SIM_MAX_DEV];
+static uint64_t *shared_used; /* SPCSIM_STATE: a file of SIM_MAX_DEV u64 */
+static uint32_t peers[SIM_MAX_DEV]; /* bit t of peers[f]: f reaches t */
+static pthread_mutex_t core_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t env_u64(const char *name, uint64_t def) {
+  const char *v = getenv(name);
+  if (v == NULL || *v == '\0')
+    return def;
+  char *end;
+  uint64_t x = strtoull(v, &end, 0);
+  if (*end == 'G' || *end == 'g')
+    x <<= 30;
+  else if (*end == 'M' || *end == 'm')
+    x <<= 20;
+  return x;
+}
+
+static void cfg_init(void) {
+  cfg.ndev = (int)env_u64("SPCSIM_GPUS", 1);
+  if (cfg.ndev > SIM_MAX_DEV)
+    cfg.ndev = SIM_MAX_DEV;
+  cfg.mem_limit = env_u64("SPCSIM_GPU_MEM", (uint64_t)1 << 30);
+  cfg.sms = (int)env_u64("SPCSIM_SMS", 4);
+  const char *st = getenv("SPCSIM_STATE");
+  if (st != NULL && *st != '\0') {
+    int fd = open(st, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    size_t len = SIM_MAX_DEV * sizeof(uint64_t);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+      fprintf(stderr,
+              "spcsim: SPCSIM_STATE %s: open/ftruncate: %s; "
+              "memory is counted per process\n",
+              st, strerror(errno));
+    } else {
+      void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED)
+        fprintf(stderr, "spcsim: mmap of SPCSIM_STATE %s: %s\n", st,
+                strerror(errno));
+      else
+        shared_used = p;
+    }
+    if (fd >= 0)
+      close(fd);
+  }
+}
+
+const sim_config *sim_cfg(void) {
+  pthread_once(&cfg_once, cfg_init);
+  return &cfg;
+}
+
+void sim_violation(const char *rule, const char *call, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  /* One write, so lines of concurrent processes do not interleave. */
+  char line[1024];
+  int n = snprintf(line, sizeof(line), "spcsim: RULE %s: %s: %s (pid %d)\n",
+                   rule, call, msg, (int)getpid());
+  if (write(2, line,
+            n > 0 && (size_t)n < sizeof(line) ? (size_t)n : strlen(line)) < 0)
+    (void)0; /* stderr gone: the abort below still says it */
+  const char *on = getenv("SPCSIM_ON_VIOLATION");
+  if (on != NULL && strcmp(on, "continue") == 0)
+    return;
+  abort();
+}
+
+int sim_cur_dev(void) { return cur_dev; }
+void sim_set_cur_dev(int dev) { cur_dev = dev; }
+
+void sim_uuid(int dev, uint8_t out[16]) {
+  /* Stable across processes: the same simulated GPU has one UUID. */
+  static const uint8_t base[16] = {0x5c, 0x51, 0x3d, 0x00, 0xa1, 0x1c,
+                                   0x4e, 0x57, 0x8e, 0x10, 0x00, 0x00,
+                                   0x00, 0x00, 0x00, 0x00};
+  memcpy(out, base, 16);
+  out[15] = (uint8_t)dev;
+}
+
+int sim_dev_reserve(int dev, uint64_t bytes) {
+  const sim_config *c = sim_cfg();
+  uint64_t *u = shared_used ? &shared_used[dev] : &local_used[dev];
+  uint64_t old = __atomic_load_n(u, __ATOMIC_RELAXED);
+  do {
+    if (old + bytes > c->mem_limit || old + bytes < old) {
+      fprintf(stderr,
+              "spcsim: simulated GPU %d out of memory: %llu bytes "
+              "asked, %llu of %llu in use\n",
+              dev, (unsigned long long)bytes, (unsigned long long)old,
+              (unsigned long long)c->mem_limit);
+      return SIM_ENOMEM;
+    }
+  } while (!__atomic_compare_exchange_n(u, &old, old + bytes, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  return SIM_OK;
+}
+
+void sim_dev_unreserve(int dev, uint64_t bytes) {
+  uint64_t *u = shared_used ? &shared_used[dev] : &local_used[dev];
+  __atomic_sub_fetch(u, bytes, __ATOMIC_ACQ_REL);
+}
+
+int sim_peer_enabled(int from, int to) {
+  pthread_mutex_lock(&core_mu);
+  int on = from == to || (peers[from] >> to) & 1u;
+  pthread_mutex_unlock(&core_mu);
+  return on;
+}
+
+int sim_peer_enable(int from, int to) {
+  pthread_mutex_lock(&core_mu);
+  int was = (peers[from] >> to) & 1u;
+  peers[from] |= 1u << to;
+  pthread_mutex_unlock(&core_mu);
+  return was ? SIM_EPEERON : SIM_OK;
+}
+
+int sim_set_last(int e) {
+  if (e != SIM_OK)
+    last_err = e;
+  return e;
+}
+
+int sim_get_last(int clear) {
+  int e = last_err;
+  if (clear)
+    last_err = SIM_OK;
+  return e;
+}
+
+/* ---- leak report ----------------------------------------------------------
+ */
+
+static int leaks;
+
+void sim_leak_note(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "spcsim: leak: %s (pid %d)\n", msg, (int)getpid());
+  leaks++;
+}
+
+void sim_mem_leaks(void);
+void sim_stream_leaks(void);
+
+/* At exit: what the process still holds of the simulated GPUs. With
+ * SPCSIM_LEAKS_FATAL=1 a non-empty report turns the exit status into 98,
+ * so a test that ends leaking fails. */
+static void leak_report(void) {
+  sim_mem_leaks();
+  sim_stream_leaks();
+  const char *f = getenv("SPCSIM_LEAKS_FATAL");
+  if (leaks > 0 && f != NULL && strcmp(f, "1") == 0) {
+    fprintf(stderr, "spcsim: %d leak(s) at exit (pid %d)\n", leaks,
+            (int)getpid());
+    _exit(98);
+  }
+}
+
+__attribute__((constructor)) static void sim_init(void) {
+  sim_cfg();
+  atexit(leak_report);
+}

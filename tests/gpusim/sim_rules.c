@@ -1,0 +1,503 @@
+/* One test per strict rule of spcsim: the misuse runs in a child process,
+ * which the simulator must stop with SIGABRT after naming the rule on
+ * stderr ("spcsim: RULE <id>: <call>: ..."); a child that survives its
+ * misuse fails the test. Rules about return codes (the per-thread last
+ * error, memory exhaustion) are checked as values. Runs only on the
+ * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77). */
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "plan_cuda.h"
+
+#define OK(call) ck_assert_int_eq((int)(call), 0)
+
+/* Run scenario in a child with stderr in a file; 1 when it died of
+ * SIGABRT after a line naming `rule`. */
+static int rejected(void (*scenario)(void), const char *rule) {
+  char path[] = "/tmp/spcsim-rule-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    dup2(fd, 2);
+    scenario();
+    fprintf(stderr, "the scenario survived its misuse\n");
+    _exit(0);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  char buf[4096] = "";
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+  char want[128];
+  snprintf(want, sizeof(want), "spcsim: RULE %s: ", rule);
+  int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(buf, want);
+  if (!ok)
+    fprintf(stderr, "rule %s not enforced (status 0x%x), child said:\n%s\n",
+            rule, st, buf);
+  return ok;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "scenario setup failed: %s\n", what);
+  _exit(3);
+}
+
+#define S(call)                                                                \
+  do {                                                                         \
+    if ((call) != 0)                                                           \
+      die(#call);                                                              \
+  } while (0)
+
+/* A helper process that owns what `make` makes and passes its handle up
+ * a pipe, then lives until the scenario process is gone (EOF on hold). */
+static void helper(void (*make)(void *h64), void *h64) {
+  int up[2], hold[2];
+  S(pipe(up));
+  S(pipe(hold));
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork");
+  if (pid == 0) {
+    close(up[0]);
+    close(hold[1]);
+    char h[64];
+    make(h);
+    if (write(up[1], h, 64) != 64)
+      _exit(3);
+    char c;
+    while (read(hold[0], &c, 1) > 0)
+      ;
+    _exit(0); /* no leak report: the scenario is what is judged */
+  }
+  close(up[1]);
+  close(hold[0]);
+  if (read(up[0], h64, 64) != 64)
+    die("the helper's handle");
+}
+
+static void make_mem(void *h) {
+  void *p;
+  S(cudaMalloc(&p, 1 << 16));
+  S(cudaIpcGetMemHandle((cudaIpcMemHandle_t *)h, p));
+}
+
+static void make_event(void *h) {
+  cudaEvent_t e;
+  S(cudaEventCreateWithFlags(&e,
+                             cudaEventInterprocess | cudaEventDisableTiming));
+  S(cudaIpcGetEventHandle((cudaIpcEventHandle_t *)h, e));
+}
+
+/* ---- CUDA IPC ------------------------------------------------------------ */
+
+static void free_while_imported(void) {
+  void *p;
+  cudaIpcMemHandle_t h;
+  S(cudaMalloc(&p, 1 << 16));
+  S(cudaIpcGetMemHandle(&h, p));
+  int up[2];
+  S(pipe(up));
+  if (fork() == 0) {
+    void *q;
+    S(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess));
+    if (write(up[1], "x", 1) != 1)
+      _exit(3);
+    pause();
+    _exit(0);
+  }
+  char c;
+  if (read(up[0], &c, 1) != 1)
+    die("importer");
+  cudaFree(p); /* the importer still maps it */
+}
+
+START_TEST(ipc_free_while_imported) {
+  ck_assert(rejected(free_while_imported, "ipc-free-while-imported"));
+}
+END_TEST
+
+static void unmap_not_close(void) {
+  cudaIpcMemHandle_t h;
+  void *q;
+  helper(make_mem, &h);
+  S(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess));
+  munmap(q, 1 << 16);
+}
+
+START_TEST(ipc_unmap_not_close) {
+  ck_assert(rejected(unmap_not_close, "ipc-unmap-not-close"));
+}
+END_TEST
+
+static void open_own(void) {
+  void *p, *q;
+  cudaIpcMemHandle_t h;
+  S(cudaMalloc(&p, 4096));
+  S(cudaIpcGetMemHandle(&h, p));
+  cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess);
+}
+
+START_TEST(ipc_open_own_process) {
+  ck_assert(rejected(open_own, "ipc-open-own-process"));
+}
+END_TEST
+
+static void open_twice(void) {
+  cudaIpcMemHandle_t h;
+  void *q, *r;
+  helper(make_mem, &h);
+  S(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess));
+  cudaIpcOpenMemHandle(&r, h, cudaIpcMemLazyEnablePeerAccess);
+}
+
+START_TEST(ipc_open_twice) {
+  ck_assert(rejected(open_twice, "ipc-open-twice"));
+}
+END_TEST
+
+static void handle_of_pool(void) {
+  void *p;
+  cudaIpcMemHandle_t h;
+  S(cudaMallocAsync(&p, 4096, 0));
+  cudaIpcGetMemHandle(&h, p);
+}
+
+static void handle_inside(void) {
+  void *p;
+  cudaIpcMemHandle_t h;
+  S(cudaMalloc(&p, 4096));
+  cudaIpcGetMemHandle(&h, (char *)p + 256);
+}
+
+START_TEST(ipc_handle_not_allocation_base) {
+  ck_assert(rejected(handle_of_pool, "ipc-handle-not-base"));
+  ck_assert(rejected(handle_inside, "ipc-handle-not-base"));
+}
+END_TEST
+
+/* ---- access across devices ---- */
+
+/* Pool memory of GPU 0 sent to GPU 1 by NCCL, which in one process reads
+ * it directly, with no cudaMemPoolSetAccess: defect 3 of issue 15. */
+static void pool_across(void) {
+  ncclComm_t comms[2];
+  int devs[2] = {0, 1};
+  cudaStream_t s[2];
+  void *a, *b;
+  S(ncclCommInitAll(comms, 2, devs));
+  for (int i = 0; i < 2; i++) {
+    S(cudaSetDevice(i));
+    S(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+  }
+  S(cudaMallocAsync(&a, 4096, s[0]));
+  S(cudaMallocAsync(&b, 4096, s[1]));
+  S(ncclGroupStart());
+  S(ncclSend(a, 4096, ncclUint8, 1, comms[0], s[0]));
+  S(ncclRecv(b, 4096, ncclUint8, 0, comms[1], s[1]));
+  S(ncclGroupEnd());
+  cudaStreamSynchronize(s[0]);
+  cudaStreamSynchronize(s[1]);
+}
+
+START_TEST(pool_memory_from_another_device) {
+  ck_assert(rejected(pool_across, "access-from-device"));
+}
+END_TEST
+
+/* The plan kernel (nvcc's own object, run by the simulator's host build
+ * of the same source) copying 64 bytes on GPU 0, its descriptor in the
+ * memory pool of GPU desc_dev; got: what arrived. */
+static int plan_copy(int desc_dev, unsigned char *got) {
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  unsigned char pattern[64];
+  for (int i = 0; i < 64; i++)
+    pattern[i] = (unsigned char)(i * 7 + 1);
+  S(cudaSetDevice(desc_dev));
+  S(cudaStreamCreateWithFlags(&sd, cudaStreamNonBlocking));
+  S(cudaMallocAsync(&descs, sizeof(spk_cdesc), sd));
+  S(cudaSetDevice(0));
+  S(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  S(cudaMalloc(&src, 64));
+  S(cudaMalloc(&dst, 64));
+  S(cudaMemcpy(src, pattern, 64, cudaMemcpyHostToDevice));
+  spk_cdesc d;
+  memset(&d, 0, sizeof(d));
+  d.src = (uint64_t)(uintptr_t)src;
+  d.dst = (uint64_t)(uintptr_t)dst;
+  d.run = d.piece = 64;
+  d.rows = d.rows_per_chunk = d.nchunks = 1;
+  d.kind = SPK_CU_COPY;
+  d.vec = d.esize = 1;
+  S(cudaStreamSynchronize(sd));
+  S(cudaMemcpy(descs, &d, sizeof(d), cudaMemcpyHostToDevice));
+  spk_claunch L;
+  memset(&L, 0, sizeof(L));
+  L.descs = descs;
+  L.ndesc = L.nchunks = 1;
+  L.dtype = SPK_U8;
+  L.world = 1;
+  char msg[256];
+  if (spk_cuda_launch(&L, 1, s0, msg, sizeof(msg)) < 0)
+    die(msg);
+  S(cudaStreamSynchronize(s0));
+  S(cudaMemcpy(got, dst, 64, cudaMemcpyDeviceToHost));
+  S(cudaFreeAsync(descs, sd));
+  S(cudaStreamSynchronize(sd));
+  S(cudaFree(src));
+  S(cudaFree(dst));
+  S(cudaStreamDestroy(sd));
+  S(cudaStreamDestroy(s0));
+  return memcmp(got, pattern, 64) == 0 ? 0 : -1;
+}
+
+START_TEST(plan_kernel_runs_from_its_own_source) {
+  unsigned char got[64];
+  ck_assert_int_eq(plan_copy(0, got), 0);
+}
+END_TEST
+
+static void kernel_reads_other_pool(void) {
+  unsigned char got[64];
+  plan_copy(1, got);
+}
+
+START_TEST(kernel_reading_another_devices_pool) {
+  ck_assert(rejected(kernel_reads_other_pool, "access-from-device"));
+}
+END_TEST
+
+/* ---- events ---- */
+
+static void ipc_event_timing(void) {
+  cudaEvent_t e;
+  cudaEventCreateWithFlags(&e, cudaEventInterprocess);
+}
+
+START_TEST(ipc_event_without_disable_timing) {
+  ck_assert(rejected(ipc_event_timing, "ipc-event-timing"));
+}
+END_TEST
+
+static void event_destroyed_while_imported(void) {
+  cudaEvent_t e;
+  cudaIpcEventHandle_t h;
+  S(cudaEventCreateWithFlags(&e,
+                             cudaEventInterprocess | cudaEventDisableTiming));
+  S(cudaIpcGetEventHandle(&h, e));
+  int up[2];
+  S(pipe(up));
+  if (fork() == 0) {
+    cudaEvent_t o;
+    S(cudaIpcOpenEventHandle(&o, h));
+    if (write(up[1], "x", 1) != 1)
+      _exit(3);
+    pause();
+    _exit(0);
+  }
+  char c;
+  if (read(up[0], &c, 1) != 1)
+    die("importer");
+  cudaEventDestroy(e);
+}
+
+START_TEST(ipc_event_destroyed_while_imported) {
+  ck_assert(rejected(event_destroyed_while_imported,
+                     "ipc-event-destroyed-while-imported"));
+}
+END_TEST
+
+/* The importer side works across processes: a wait on an event recorded
+ * in another process holds the stream until it completes. */
+START_TEST(ipc_event_orders_across_processes) {
+  cudaIpcEventHandle_t h;
+  helper(make_event, &h);
+  cudaEvent_t e;
+  OK(cudaIpcOpenEventHandle(&e, h));
+  cudaStream_t s;
+  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  OK(cudaStreamWaitEvent(s, e, 0)); /* never recorded: no wait */
+  OK(cudaStreamSynchronize(s));
+  OK(cudaEventDestroy(e));
+  OK(cudaStreamDestroy(s));
+}
+END_TEST
+
+/* ---- the last error ---- */
+
+static void *other_thread(void *arg) {
+  *(int *)arg = (int)cudaGetLastError();
+  return NULL;
+}
+
+START_TEST(last_error_is_per_thread_and_cleared_on_read) {
+  ck_assert_int_ne((int)cudaSetDevice(1000), 0);
+  int other = -1;
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, other_thread, &other), 0);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(other, (int)cudaSuccess); /* not that thread's error */
+  ck_assert_int_eq((int)cudaPeekAtLastError(), (int)cudaErrorInvalidDevice);
+  ck_assert_int_eq((int)cudaGetLastError(), (int)cudaErrorInvalidDevice);
+  ck_assert_int_eq((int)cudaGetLastError(), (int)cudaSuccess);
+  /* A later success does not clear it: only reading does. */
+  ck_assert_int_ne((int)cudaSetDevice(1000), 0);
+  OK(cudaSetDevice(0));
+  ck_assert_int_eq((int)cudaGetLastError(), (int)cudaErrorInvalidDevice);
+}
+END_TEST
+
+/* ---- copies ---- */
+
+static void pageable_async(void) {
+  setenv("SPCSIM_FORBID_PAGEABLE_ASYNC", "1", 1);
+  void *d;
+  char *h = malloc(4096);
+  if (h == NULL)
+    die("malloc");
+  S(cudaMalloc(&d, 4096));
+  cudaMemcpyAsync(d, h, 4096, cudaMemcpyHostToDevice, 0);
+}
+
+START_TEST(pageable_async_copy_synchronizes) {
+  ck_assert(rejected(pageable_async, "pageable-async-copy"));
+}
+END_TEST
+
+/* ---- NCCL ---- */
+
+static void two_ranks_one_device(void) {
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ncclCommInitAll(comms, 2, devs);
+}
+
+START_TEST(nccl_two_ranks_on_one_device) {
+  ck_assert(rejected(two_ranks_one_device, "nccl-two-ranks-one-device"));
+}
+END_TEST
+
+static ncclComm_t shared[2];
+static volatile int held;
+
+static void *hold_comm(void *arg) {
+  void *buf = arg;
+  S(ncclGroupStart());
+  S(ncclSend(buf, 16, ncclUint8, 1, shared[0], 0));
+  held = 1;
+  for (;;)
+    pause();
+  return NULL;
+}
+
+static void concurrent_comm(void) {
+  S(ncclCommInitAll(shared, 2, NULL));
+  void *buf;
+  S(cudaMalloc(&buf, 4096));
+  pthread_t t;
+  if (pthread_create(&t, NULL, hold_comm, buf) != 0)
+    die("pthread_create");
+  while (!held)
+    usleep(1000);
+  S(ncclGroupStart());
+  ncclSend(buf, 16, ncclUint8, 1, shared[0], 0);
+}
+
+START_TEST(nccl_comm_from_two_threads) {
+  ck_assert(rejected(concurrent_comm, "nccl-concurrent-comm"));
+}
+END_TEST
+
+static void collective_outside_group(void) {
+  ncclComm_t comms[2];
+  void *buf;
+  S(ncclCommInitAll(comms, 2, NULL));
+  S(cudaMalloc(&buf, 4096));
+  ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comms[0], 0);
+}
+
+START_TEST(nccl_collective_of_one_rank_outside_group) {
+  ck_assert(rejected(collective_outside_group, "nccl-group-required"));
+}
+END_TEST
+
+/* ---- memory ---- */
+
+/* Device memory is one budget across processes (SPCSIM_STATE): what a
+ * helper holds is not there for this process; exhaustion is an error
+ * code, loud on stderr, and the process goes on. */
+START_TEST(device_memory_exhaustion) {
+  size_t total = (size_t)1 << 30;
+  struct cudaDeviceProp p;
+  OK(cudaGetDeviceProperties(&p, 0));
+  total = p.totalGlobalMem;
+  void *a = NULL, *b = NULL;
+  ck_assert_int_eq((int)cudaMalloc(&a, total + 1),
+                   (int)cudaErrorMemoryAllocation);
+  ck_assert_int_eq((int)cudaGetLastError(), (int)cudaErrorMemoryAllocation);
+  OK(cudaMalloc(&a, total / 2 + 4096));
+  int up[2];
+  OK(pipe(up));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *c = NULL;
+    int rc = cudaMalloc(&c, total / 2 + 4096);
+    _exit(rc == cudaErrorMemoryAllocation ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "another process got memory this one holds");
+  OK(cudaFree(a));
+  OK(cudaMalloc(&b, total / 2 + 4096));
+  OK(cudaFree(b));
+  close(up[0]);
+  close(up[1]);
+}
+END_TEST
+
+int main(void) {
+  if (dlsym(RTLD_DEFAULT, "sim_cfg") == NULL) {
+    printf("skipped: not running on spcsim (tests/gpusim/simrun.sh)\n");
+    return 77;
+  }
+  Suite *s = suite_create("spcsim_rules");
+  TCase *tc = tcase_create("rules");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, ipc_free_while_imported);
+  tcase_add_test(tc, ipc_unmap_not_close);
+  tcase_add_test(tc, ipc_open_own_process);
+  tcase_add_test(tc, ipc_open_twice);
+  tcase_add_test(tc, ipc_handle_not_allocation_base);
+  tcase_add_test(tc, pool_memory_from_another_device);
+  tcase_add_test(tc, plan_kernel_runs_from_its_own_source);
+  tcase_add_test(tc, kernel_reading_another_devices_pool);
+  tcase_add_test(tc, ipc_event_without_disable_timing);
+  tcase_add_test(tc, ipc_event_destroyed_while_imported);
+  tcase_add_test(tc, ipc_event_orders_across_processes);
+  tcase_add_test(tc, last_error_is_per_thread_and_cleared_on_read);
+  tcase_add_test(tc, pageable_async_copy_synchronizes);
+  tcase_add_test(tc, nccl_two_ranks_on_one_device);
+  tcase_add_test(tc, nccl_comm_from_two_threads);
+  tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);
+  tcase_add_test(tc, device_memory_exhaustion);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
