@@ -410,6 +410,47 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
         raise RuntimeError("spcoll: recv from any source is not supported "
                            "(pass src)")
 
+    # ---- torch 2.x names of the single-tensor forms ----
+    def all_gather_single(self, out, inp, opts=None):
+        return self._allgather_base(out, inp, opts)
+
+    def reduce_scatter_single(self, out, inp, opts=None):
+        return self._reduce_scatter_base(out, inp, opts)
+
+    def all_to_all_single(self, out, inp, out_splits, in_splits, opts=None):
+        return self.alltoall_base(out, inp, out_splits, in_splits, opts)
+
+    def gather_single(self, out, inp, opts):
+        """gather into one tensor on the root (torch 2.x's gather_single)."""
+        c = self._coll
+        root = opts.rootRank
+        n = inp.numel()
+        if c.r == root and out.numel() != n * c.w:
+            raise ValueError("spcoll: gather: the root's output has %d "
+                             "elements, want %d x %d" % (out.numel(), c.w, n))
+
+        def go():
+            x = c.flat_in(inp)
+            ins = [n if j == root else 0 for j in range(c.w)]
+            osz = [n] * c.w if c.r == root else [0] * c.w
+            y, back = c.flat_out(out) if c.r == root else (c.empty(0, inp.dtype), None)
+            fin = (lambda: _copy_to(back, y)) if back is not None else None
+            return c.start("gather", _a2av(ins, osz), x, y, fin)
+        return self._work(go, [out], "gather")
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def _get_backend(self, device=None):
+        """torch 2.x asks a group for its backend per device: this Python
+        group is its own (CPU) backend."""
+        return self
+
+    supports_coalescing = False
+
     def _start_coalescing(self, *args):
         pass
 
@@ -519,6 +560,11 @@ def empty(shape, dtype=torch.float32, group=None):
     (all_gather_into_tensor, all_to_all_single, scatter) it is written in
     place, with no copy back."""
     return default_client(os.environ.get("SPCOLL_SOCKET")).empty(shape, dtype)
+
+
+def is_zero_copy(t):
+    """Whether the backend takes t (as input or output) without a copy."""
+    return default_client(os.environ.get("SPCOLL_SOCKET")).is_shared(t)
 
 
 _register()

@@ -1,0 +1,39 @@
+"""torch.distributed backend "spcoll" (spcoll.distributed) with a real
+spcolld and 2, 3 and 4 rank processes: every check of backend_checks is
+its own test per world size (see that module)."""
+import os
+
+import pytest
+
+import backend_checks
+import launch
+
+_launched = {}
+
+
+@pytest.fixture(scope="module")
+def results(daemon, workdir):
+    def get(world):
+        if world not in _launched:
+            d = os.path.join(workdir, "backend-w%d" % world)
+            _launched[world] = launch.run_ranks(
+                world, backend_checks.run,
+                (daemon, os.path.join(d, "store"), str(os.getpid())), d,
+                guard=400)
+        return _launched[world]
+    return get
+
+
+NAMES = [f.__name__ for f in backend_checks.CHECKS]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("name", NAMES)
+def test_backend(results, world, name):
+    bad = []
+    for r, res in enumerate(results(world)):
+        if "__error__" in res:
+            bad.append(res["__error__"])
+        else:
+            bad.extend("rank %d: %s" % (r, f) for f in res.get(name, ["not run"]))
+    assert not bad, "\n".join(bad[:20])
