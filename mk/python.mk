@@ -32,7 +32,7 @@ check-python: $(LIBSO) $(SPCOLLD) $(CPEER)
 	    tests/python; \
 	fi
 
-CHECK_EXTRA += check-python check-python-torch-latest
+CHECK_EXTRA += check-python check-python-torch-latest check-python-upstream
 
 # The same suites on the newest torch from PyPI, in a virtualenv under
 # $(BUILD) made once and then reused (stamp file). PyPI's Linux torch wheel
@@ -74,6 +74,38 @@ check-python-torch-latest: $(LIBSO) $(SPCOLLD) $(CPEER)
 	  SPCOLL_CPEER=$(abspath $(CPEER)) PYTHONPATH=$(CURDIR)/client/python \
 	  PYTHONDONTWRITEBYTECODE=1 $(TORCH_VENV)/bin/python -m pytest -q -rs \
 	    -p no:cacheprovider tests/python; \
+	fi
+
+# Upstream sequence-parallel code from PyPI, unchanged (megatron-core,
+# yunchang, DeepSpeed), in the same virtualenv, checked on backend "spcoll"
+# against "gloo" (tests/python_upstream). DeepSpeed is an sdist: built
+# against the venv's torch (--no-build-isolation), no ops compiled ahead.
+UPSTREAM_STAMP := $(TORCH_VENV)/.upstream
+UPSTREAM_PKGS  ?= megatron-core yunchang deepspeed
+$(UPSTREAM_STAMP): $(TORCH_VENV_STAMP)
+	$(Q)echo "== installing $(UPSTREAM_PKGS) from PyPI into $(TORCH_VENV) (once) =="
+	$(Q)if DS_BUILD_OPS=0 timeout $(TORCH_INSTALL_TIMEOUT) $(TORCH_VENV)/bin/pip \
+	    install --disable-pip-version-check -q --no-build-isolation \
+	    $(UPSTREAM_PKGS) > $(BUILD)/torch-upstream.log 2>&1; then \
+	  $(TORCH_VENV)/bin/pip list 2>/dev/null | grep -iE \
+	    '^(megatron-core|yunchang|deepspeed) ' > $@; \
+	else echo "upstream install failed: see $(BUILD)/torch-upstream.log"; fi
+
+.PHONY: check-python-upstream
+check-python-upstream: $(LIBSO) $(SPCOLLD)
+	$(Q)$(MAKE) --no-print-directory $(TORCH_VENV_STAMP) || true
+	$(Q)if [ -f $(TORCH_VENV_STAMP) ]; then \
+	  $(MAKE) --no-print-directory $(UPSTREAM_STAMP) || true; fi
+	$(Q)if [ ! -f $(UPSTREAM_STAMP) ]; then \
+	  echo "SKIP check-python-upstream: the upstream libraries did not" \
+	    "install (see $(BUILD)/torch-latest.log, $(BUILD)/torch-upstream.log)"; \
+	else \
+	  echo "== upstream code on backend spcoll vs gloo (torch" \
+	    "$$(cat $(TORCH_VENV_STAMP));" $$(cat $(UPSTREAM_STAMP) | tr -s ' ') ") =="; \
+	  SPCOLL_LIB=$(abspath $(LIBSO)) SPCOLLD=$(abspath $(SPCOLLD)) \
+	  PYTHONPATH=$(CURDIR)/client/python PYTHONDONTWRITEBYTECODE=1 \
+	  $(TORCH_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider \
+	    -W ignore::UserWarning -W ignore::FutureWarning tests/python_upstream; \
 	fi
 
 torch-latest-refresh:
