@@ -356,6 +356,17 @@ def mismatch_fails_everywhere(c):
            torch.full((2,), float(c.world)))
 
 
+@check
+def train_ulysses_three_steps(c):
+    import backend_train
+    sp = backend_train.train(dist.group.WORLD, c.rank, c.world)
+    gl = backend_train.train(c.gloo, c.rank, c.world)
+    c.true("losses spcoll %s vs gloo %s" % (sp, gl),
+           len(sp) == 3 and all(abs(a - b) <= 1e-5 * max(1.0, abs(b))
+                                for a, b in zip(sp, gl)))
+    c.true("the loss went down %s" % sp, sp[2] < sp[0])
+
+
 def run(rank, world, socket, store, tag):
     os.environ["SPCOLL_SOCKET"] = socket
     torch.set_num_threads(1)
