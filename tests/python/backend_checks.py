@@ -314,6 +314,30 @@ def barrier_and_sub_groups(c):
 
 
 @check
+def subgroups_and_objects(c):
+    """new_subgroups_by_enumeration (DeviceMesh-style grouping) and the
+    object collectives trainers use for metadata."""
+    lists = [[0, c.world - 1]] + ([list(range(1, c.world - 1))]
+                                  if c.world > 2 else [])
+    mine = [r for r in lists if c.rank in r][0]
+    if int(torch.__version__.split(".")[0]) >= 2:
+        cur, subs = dist.new_subgroups_by_enumeration(lists)
+    else:   # 1.13's new_subgroups* refuse to run without CUDA
+        subs = [dist.new_group(r) for r in lists]
+        cur = subs[lists.index(mine)]
+    t = torch.tensor([float(c.rank)])
+    dist.all_reduce(t, group=cur)
+    c.same("sub-group sum", t, torch.tensor([float(sum(mine))]))
+    objs = [None] * c.world
+    dist.all_gather_object(objs, {"rank": c.rank, "s": "x" * c.rank})
+    c.true("all_gather_object", objs == [{"rank": r, "s": "x" * r}
+                                         for r in range(c.world)])
+    lst = [c.rank, None] if c.rank == 1 else [None, None]
+    dist.broadcast_object_list(lst, src=1)
+    c.true("broadcast_object_list %s" % lst, lst == [1, None])
+
+
+@check
 def p2p_ring(c):
     nxt, prv = (c.rank + 1) % c.world, (c.rank - 1) % c.world
     for dt in (torch.float32, torch.bfloat16, torch.bool):
