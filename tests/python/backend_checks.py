@@ -374,6 +374,15 @@ def mismatch_fails_everywhere(c):
             c.true("mismatched all_reduce raised", False)
         except RuntimeError as e:
             c.true("the daemon's message (%s)" % e, "spcoll" in str(e))
+    # a bad argument found in Python on one rank only: every rank raises
+    outs = [torch.zeros(2) for _ in range(c.world + (c.rank == 0))]
+    try:
+        dist.all_gather(outs, torch.ones(2))
+        c.true("one rank's bad output list raised", False)
+    except (RuntimeError, ValueError) as e:
+        c.true("error names the bad list (%s)" % e,
+               "list of %d output" % c.world in str(e) or
+               "rank 0" in str(e))
     t = torch.ones(2)
     dist.all_reduce(t)
     c.same("the group works after a mismatch", t,

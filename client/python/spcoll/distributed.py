@@ -23,6 +23,7 @@ Work; torch's blocking calls wait() on it. See _dist_coll for how each
 collective maps to spcoll's ops, and docs/python.md.
 """
 import datetime
+import functools
 import os
 import threading
 import uuid
@@ -33,6 +34,7 @@ import torch.distributed as dist
 from .client import default_client
 from ._dist_coll import Coll, reduce_kind
 from . import _p2p
+from .errors import SpcollError
 
 BACKEND = "spcoll"
 _job = None            # this process's job id (from the world group's store)
@@ -104,6 +106,24 @@ class _Done(Work):
         super().__init__(pg, c, outputs)
 
 
+def _collective(method):
+    """A collective whose local argument checks fail on one rank must still
+    fail on the others, which are waiting in the daemon for this rank's op:
+    on a ValueError/TypeError raised here before anything was sent, send a
+    poison op (an all_reduce whose output has the wrong size) that the
+    daemon fails on every rank, then raise the local error."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (ValueError, TypeError) as e:
+            if isinstance(e, SpcollError) or self._broken is not None:
+                raise
+            self._poison(method.__name__, e)
+            raise
+    return wrapper
+
+
 def _one(tensors, what):
     if len(tensors) != 1:
         raise ValueError("spcoll: %s takes one tensor per process, got %d"
@@ -154,6 +174,20 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             except Exception:
                 pass
 
+    def _poison(self, what, err):
+        c = self._coll
+        x = c.empty(1, torch.int32)
+        y = c.empty(2, torch.int32)
+        from ._dist_coll import _DAEMON
+        from ._lib import lib
+        from .ops import _Op
+        op = _Op("%s (rank %d: %s)" % (what, c.r, str(err)[:120]),
+                 lib.spc_op_all_reduce, _DAEMON["sum"])
+        try:
+            c.start(op.name, op, x, y).wait(self._timeout_s)
+        except Exception:
+            pass            # it fails: that is its purpose
+
     def _work(self, fn, outputs, what):
         if self._broken is not None:
             raise RuntimeError("spcoll: process group %r is broken (%s); "
@@ -163,6 +197,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
         return Work(self, call, outputs)
 
     # ---- reductions ----
+    @_collective
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "all_reduce")
         kind = reduce_kind(opts.reduceOp if opts else dist.ReduceOp.SUM)
@@ -173,6 +208,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return _then(call, lambda y: _copy_to(t, y))
         return self._work(go, [t], "all_reduce")
 
+    @_collective
     def allreduce_coalesced(self, tensors, opts=None):
         kind = reduce_kind(opts.reduceOp if opts else dist.ReduceOp.SUM)
         if not tensors:
@@ -192,6 +228,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return _then(c.reduce("all_reduce_coalesced", x, kind), fin)
         return self._work(go, tensors, "all_reduce_coalesced")
 
+    @_collective
     def reduce(self, tensors, opts):
         t = _one(tensors, "reduce")
         kind = reduce_kind(opts.reduceOp)
@@ -206,6 +243,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return _then(call, lambda y: _copy_to(t, y) if c.r == root else None)
         return self._work(go, [t], "reduce")
 
+    @_collective
     def reduce_scatter(self, outputs, inputs, opts=None):
         out = _one(outputs, "reduce_scatter")
         ins = inputs[0] if len(inputs) == 1 else None
@@ -222,6 +260,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
                          lambda y: _copy_to(out, y))
         return self._work(go, [out], "reduce_scatter")
 
+    @_collective
     def _reduce_scatter_base(self, out, inp, opts=None):
         kind = reduce_kind(opts.reduceOp if opts else dist.ReduceOp.SUM)
         c = self._coll
@@ -237,6 +276,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
         return self._work(go, [out], "reduce_scatter_tensor")
 
     # ---- copies ----
+    @_collective
     def broadcast(self, tensors, opts):
         t = _one(tensors, "broadcast")
         root, c = opts.rootRank, self._coll
@@ -250,6 +290,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return c.start("broadcast", c._all_gather(x, sizes), x, y, fin)
         return self._work(go, [t], "broadcast")
 
+    @_collective
     def allgather(self, outputs, inputs, opts=None):
         t = _one(inputs, "all_gather")
         outs = outputs[0] if len(outputs) == 1 else None
@@ -271,6 +312,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return c.start("all_gather", c._all_gather(x, sizes), x, y, fin)
         return self._work(go, outputs, "all_gather")
 
+    @_collective
     def _allgather_base(self, out, inp, opts=None):
         c = self._coll
         if out.numel() != inp.numel() * c.w:
@@ -295,6 +337,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
                  for o, i in zip(outputs, inputs)]
         return _Several(self, works, outputs)
 
+    @_collective
     def gather(self, outputs, inputs, opts):
         t = _one(inputs, "gather")
         root, c = opts.rootRank, self._coll
@@ -318,6 +361,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return c.start("gather", _a2av(ins, osz), x, y, fin)
         return self._work(go, outputs, "gather")
 
+    @_collective
     def scatter(self, outputs, inputs, opts):
         t = _one(outputs, "scatter")
         root, c = opts.rootRank, self._coll
@@ -339,6 +383,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return c.start("scatter", _a2av(isz, osz), x, y, fin)
         return self._work(go, [t], "scatter")
 
+    @_collective
     def alltoall_base(self, out, inp, out_splits, in_splits, opts=None):
         c = self._coll
         w = c.w
@@ -368,6 +413,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return c.start("all_to_all_single", _a2av(isz, osz), x, y, fin)
         return self._work(go, [out], "all_to_all_single")
 
+    @_collective
     def alltoall(self, outputs, inputs, opts=None):
         c = self._coll
         if len(outputs) != c.w or len(inputs) != c.w:
@@ -420,6 +466,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
     def all_to_all_single(self, out, inp, out_splits, in_splits, opts=None):
         return self.alltoall_base(out, inp, out_splits, in_splits, opts)
 
+    @_collective
     def gather_single(self, out, inp, opts):
         """gather into one tensor on the root (torch 2.x's gather_single)."""
         c = self._coll
