@@ -400,7 +400,11 @@ def train_ulysses_three_steps(c):
     c.true("the loss went down %s" % sp, sp[2] < sp[0])
 
 
-def run(rank, world, socket, store, tag):
+def run(rank, world, socket, store, tag, only=None):
+    """socket: the daemon's, or a list (rank r uses socket[r]: ranks on
+    several nodes). only: the names of the checks to run (None: all)."""
+    if isinstance(socket, (list, tuple)):
+        socket = socket[rank]
     os.environ["SPCOLL_SOCKET"] = socket
     torch.set_num_threads(1)
     dist.init_process_group("spcoll", init_method="file://" + store,
@@ -408,6 +412,8 @@ def run(rank, world, socket, store, tag):
     gloo = dist.new_group(backend="gloo")
     results = {}
     for fn in CHECKS:
+        if only is not None and fn.__name__ not in only:
+            continue
         c = Ctx(rank, world, gloo)
         c.name = fn.__name__
         try:
