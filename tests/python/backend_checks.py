@@ -31,6 +31,7 @@ class Ctx:
     def __init__(self, rank, world, gloo):
         self.rank, self.world, self.gloo = rank, world, gloo
         self.failures, self.compared, self.name = [], 0, ""
+        self.gloo_compared, self.gloo_lacks = 0, []
 
     def data(self, r, shape, dtype, salt=0):
         key = repr((self.name, r, salt, tuple(shape), str(dtype))).encode()
@@ -57,6 +58,18 @@ class Ctx:
             self.failures.append("%s %s: got %s, want %s" % (
                 self.name, label, got.flatten()[:8].tolist(),
                 want.flatten()[:8].tolist()))
+
+    def vs_gloo(self, label, got, fn, tol=False):
+        """Compare got with fn(), the same call on the gloo group; where
+        gloo lacks the op or dtype (it raises before moving anything, on
+        every rank alike) nothing is compared and the case is counted."""
+        try:
+            want = fn()
+        except (RuntimeError, ValueError) as e:
+            self.gloo_lacks.append("%s: %s" % (label, str(e).split("\n")[0][:80]))
+            return
+        self.gloo_compared += 1
+        self.same("vs gloo " + label, got, want, tol)
 
     def true(self, label, cond):
         self.compared += 1
@@ -104,8 +117,9 @@ def _wait(w, async_op):
 
 
 @check
-def all_reduce(c, g=None, ranks=None):
+def all_reduce(c, g=None, ranks=None, gl=None):
     ranks = ranks or list(range(c.world))
+    gl = gl if g is not None else c.gloo
     me = ranks.index(c.rank)
     for dt in DTYPES:
         for k in _kinds(dt):
@@ -117,6 +131,12 @@ def all_reduce(c, g=None, ranks=None):
                     c.true("async wait", w.wait() is True)
                 c.same("%s %s async=%s" % (dt, k, a), t, ref_reduce(xs, k),
                        tol=k == "avg" and _small(dt))
+                if gl is not None and not a:
+                    def on_gloo():
+                        u = xs[me].clone()
+                        dist.all_reduce(u, op=KINDS[k], group=gl)
+                        return u
+                    c.vs_gloo("%s %s" % (dt, k), t, on_gloo, tol=_small(dt))
 
 
 @check
@@ -138,8 +158,9 @@ def all_reduce_noncontiguous(c):
 
 
 @check
-def all_gather(c, g=None, ranks=None):
+def all_gather(c, g=None, ranks=None, gl=None):
     ranks = ranks or list(range(c.world))
+    gl = gl if g is not None else c.gloo
     n, me = len(ranks), ranks.index(c.rank)
     for dt in DTYPES:
         for a in (False, True):
@@ -152,6 +173,12 @@ def all_gather(c, g=None, ranks=None):
                        len(fut[0]) == n)
             for r in range(n):
                 c.same("%s list[%d] async=%s" % (dt, r, a), outs[r], xs[r])
+            if gl is not None and not a:
+                def on_gloo():
+                    o = [torch.zeros(3, 2, dtype=dt) for _ in range(n)]
+                    dist.all_gather(o, xs[me], group=gl)
+                    return torch.cat(o)
+                c.vs_gloo("%s all_gather" % dt, torch.cat(outs), on_gloo)
             out = torch.zeros(n * 3, 2, dtype=dt)
             w = dist.all_gather_into_tensor(out, xs[me], group=g, async_op=a)
             _wait(w, a)
@@ -203,8 +230,9 @@ def reduce_scatter(c, g=None, ranks=None):
 
 
 @check
-def all_to_all(c, g=None, ranks=None):
+def all_to_all(c, g=None, ranks=None, gl=None):
     ranks = ranks or list(range(c.world))
+    gl = gl if g is not None else c.gloo
     n, me = len(ranks), ranks.index(c.rank)
 
     def cnt(i, j):                  # rows rank i sends rank j: unequal
@@ -227,6 +255,14 @@ def all_to_all(c, g=None, ranks=None):
             _wait(w, a)
             c.same("%s single splits" % dt, out,
                    torch.cat([ins[j][me] for j in range(n)]))
+            if gl is not None and not a:
+                def on_gloo():
+                    o = torch.zeros_like(out)
+                    dist.all_to_all_single(o, x, [cnt(j, me) for j in range(n)],
+                                           [cnt(me, j) for j in range(n)],
+                                           group=gl)
+                    return o
+                c.vs_gloo("%s all_to_all_single uneven" % dt, out, on_gloo)
             # single, equal split
             xs = [c.data(i, (2 * n, 3), dt, "eq") for i in range(n)]
             out = torch.zeros(2 * n, 3, dtype=dt)
@@ -246,8 +282,9 @@ def all_to_all_single_vs_gloo(c):
 
 
 @check
-def rooted(c, g=None, ranks=None):
+def rooted(c, g=None, ranks=None, gl=None):
     ranks = ranks or list(range(c.world))
+    gl = gl if g is not None else c.gloo
     n, me = len(ranks), ranks.index(c.rank)
     for dt in DTYPES:
         for root in range(n):
@@ -257,6 +294,12 @@ def rooted(c, g=None, ranks=None):
             t = xs[me].clone()
             _wait(dist.broadcast(t, groot, group=g, async_op=a), a)
             c.same("%s broadcast root %d" % (dt, root), t, xs[root])
+            if gl is not None:
+                def on_gloo():
+                    u = xs[me].clone()
+                    dist.broadcast(u, groot, group=gl)
+                    return u
+                c.vs_gloo("%s broadcast" % dt, t, on_gloo)
             for k in ("sum", "max"):
                 t = xs[me].clone()
                 _wait(dist.reduce(t, groot, op=KINDS[k], group=g, async_op=a), a)
@@ -272,6 +315,13 @@ def rooted(c, g=None, ranks=None):
             _wait(dist.scatter(out, pieces if me == root else None, groot,
                                group=g, async_op=a), a)
             c.same("%s scatter root %d" % (dt, root), out, pieces[me])
+            if gl is not None:
+                def on_gloo():
+                    u = torch.zeros(3, dtype=dt)
+                    dist.scatter(u, pieces if me == root else None, groot,
+                                 group=gl)
+                    return u
+                c.vs_gloo("%s scatter" % dt, out, on_gloo)
 
 
 @check
@@ -305,7 +355,7 @@ def barrier_and_sub_groups(c):
             continue
         c.true("backend of sub-group", dist.get_backend(g) == "spcoll")
         for fn in (all_reduce, all_gather, all_to_all, rooted):
-            fn(c, g, ranks)
+            fn(c, g, ranks, gl)
         x = c.data(c.rank, (2 * len(ranks), 3), torch.float32)
         a, b = torch.zeros_like(x), torch.zeros_like(x)
         dist.all_to_all_single(a, x, group=g)
@@ -423,5 +473,6 @@ def run(rank, world, socket, store, tag, only=None):
         except Exception:
             c.failures.append("raised:\n" + traceback.format_exc())
         results[fn.__name__] = c.failures
+        results["gloo:" + fn.__name__] = (c.gloo_compared, c.gloo_lacks)
     dist.destroy_process_group()
     return results

@@ -37,3 +37,17 @@ def test_backend(results, world, name):
         else:
             bad.extend("rank %d: %s" % (r, f) for f in res.get(name, ["not run"]))
     assert not bad, "\n".join(bad[:20])
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_gloo_was_compared(results, world):
+    """The checks compared with gloo wherever gloo has the op and dtype
+    (torch 1.13's gloo lacks bfloat16, bool and AVG; those cases compare
+    with the local reference only)."""
+    for r, res in enumerate(results(world)):
+        if "__error__" in res:
+            continue        # reported by the checks' own tests
+        n = sum(v[0] for k, v in res.items() if k.startswith("gloo:"))
+        lacks = [x for k, v in res.items() if k.startswith("gloo:") for x in v[1]]
+        assert n >= 100, "rank %d compared %d results with gloo" % (r, n)
+        assert all(("Invalid scalar type" in x or "AVG" in x) for x in lacks), lacks
