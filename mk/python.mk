@@ -77,18 +77,19 @@ check-python-torch-latest: $(LIBSO) $(SPCOLLD) $(CPEER)
 	fi
 
 # Upstream sequence-parallel code from PyPI, unchanged (megatron-core,
-# yunchang, DeepSpeed), in the same virtualenv, checked on backend "spcoll"
+# yunchang, DeepSpeed, axolotl-ringmaster), in the same virtualenv, checked on backend "spcoll"
 # against "gloo" (tests/python_upstream). DeepSpeed is an sdist: built
 # against the venv's torch (--no-build-isolation), no ops compiled ahead.
-UPSTREAM_STAMP := $(TORCH_VENV)/.upstream
-UPSTREAM_PKGS  ?= megatron-core yunchang deepspeed
+# (the stamp's suffix changes with the list, so a new list is installed)
+UPSTREAM_STAMP := $(TORCH_VENV)/.upstream-2
+UPSTREAM_PKGS  ?= megatron-core yunchang deepspeed axolotl-ringmaster
 $(UPSTREAM_STAMP): $(TORCH_VENV_STAMP)
 	$(Q)echo "== installing $(UPSTREAM_PKGS) from PyPI into $(TORCH_VENV) (once) =="
 	$(Q)if DS_BUILD_OPS=0 timeout $(TORCH_INSTALL_TIMEOUT) $(TORCH_VENV)/bin/pip \
 	    install --disable-pip-version-check -q --no-build-isolation \
 	    $(UPSTREAM_PKGS) > $(BUILD)/torch-upstream.log 2>&1; then \
 	  $(TORCH_VENV)/bin/pip list 2>/dev/null | grep -iE \
-	    '^(megatron-core|yunchang|deepspeed) ' > $@; \
+	    '^(megatron-core|yunchang|deepspeed|axolotl-ringmaster) ' > $@; \
 	else echo "upstream install failed: see $(BUILD)/torch-upstream.log"; fi
 
 .PHONY: check-python-upstream

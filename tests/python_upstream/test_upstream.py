@@ -26,7 +26,9 @@ NAMES = (["megatron." + n for n in (
     ["yunchang." + n for n in ("SeqAllToAll4D_seq_to_head "
                                "SeqAllToAll4D_head_to_seq "
                                "RingComm_kv_ring").split()] +
-    ["deepspeed.DistributedAttention"])
+    ["deepspeed.DistributedAttention"] +
+    ["ringmaster." + n for n in ("seq_all_to_all ring_p2p_attention "
+                                 "ring_p2p_attention_causal").split()])
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -41,7 +43,7 @@ def test_upstream(daemon, workdir, world, name):
     for r, out in enumerate(_res[world]):
         if "__error__" in out:
             bad.append(out["__error__"])
-        for lib in ("megatron", "yunchang", "deepspeed"):
+        for lib in ("megatron", "yunchang", "deepspeed", "ringmaster"):
             if lib in out:
                 bad.extend(out[lib])
         bad.extend("rank %d: %s" % (r, f) for f in out.get(name, ["not run"]))

@@ -103,6 +103,28 @@ def yunchang_cases(world):
     }
 
 
+def ringmaster_cases(world):
+    """axolotl-ringmaster: its Ulysses exchange (seq_all_to_all, over
+    dist.all_to_all on spcoll, an all_gather emulation on gloo) and its
+    P2P ring attention (ring_p2p_attention: K/V and their gradients rotate
+    with batch_isend_irecv; the explicit-softmax path it takes on CPU)."""
+    from ringmaster.comm import seq_all_to_all
+    from ringmaster.ring.p2p_attn import ring_p2p_attention
+    b, s, h, d = 2, 3, 2 * world, 4
+
+    def ring(causal):
+        def f(x, g):
+            q, k, v = x.chunk(3, dim=-1)
+            return ring_p2p_attention(q, k, v, group=g, causal=causal,
+                                      scaling=None)
+        return f
+    return {
+        "seq_all_to_all": ((b, s, h, d), lambda x, g: seq_all_to_all(x, 2, 1, g)),
+        "ring_p2p_attention": ((b, 2, s, 3 * d), ring(False)),
+        "ring_p2p_attention_causal": ((b, 2, s, 3 * d), ring(True)),
+    }
+
+
 def _no_grad(fn, x, g):
     # RingComm moves tensors without autograd: the output is made to depend
     # on x so that backward runs (gradient: x's own contribution, zero)
@@ -144,7 +166,8 @@ def run(rank, world, socket, store):
     cases = {}
     refs = _local_refs(world, rank)
     for lib, make in (("megatron", megatron_cases), ("yunchang", yunchang_cases),
-                      ("deepspeed", deepspeed_cases)):
+                      ("deepspeed", deepspeed_cases),
+                      ("ringmaster", ringmaster_cases)):
         try:
             for k, v in make(world).items():
                 cases["%s.%s" % (lib, k)] = v
