@@ -364,6 +364,33 @@ def barrier_and_sub_groups(c):
 
 
 @check
+def async_does_not_block(c):
+    """Rank 0 starts an all_reduce that cannot complete (rank 1 is held in a
+    gloo barrier until rank 0 has looked): is_completed() says False and
+    returns; then the ranks meet and wait() and the future give the sum."""
+    t = torch.full((3,), float(c.rank + 1))
+    if c.rank == 0:
+        w = dist.all_reduce(t, async_op=True)
+        fut = w.get_future()
+        seen = []
+        fut2 = fut.then(lambda f: seen.append(f.value()[0].clone()) or 1)
+        c.true("not completed while rank 1 has not issued it",
+               not w.is_completed())
+        c.true("future not done yet", not fut.done())
+        dist.barrier(group=c.gloo)
+        c.true("wait", w.wait())
+        fut2.wait()
+        c.true("callback ran with the result %s" % seen,
+               len(seen) == 1 and torch.equal(seen[0], t))
+    else:
+        dist.barrier(group=c.gloo)
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()
+    want = float(sum(range(1, c.world + 1)))
+    c.same("sum", t, torch.full((3,), want))
+
+
+@check
 def subgroups_and_objects(c):
     """new_subgroups_by_enumeration (DeviceMesh-style grouping) and the
     object collectives trainers use for metadata."""
