@@ -30,7 +30,8 @@ def _job(args):
     for attempt in range(3):
         d = os.path.join(workdir, "init-%s-%d-%d" % (method, value, attempt))
         res = launch.run_ranks(2, backend_init.run,
-                               (daemon, method, port, value), d, guard=90)
+                               (daemon, method, port, value,
+                                os.path.join(d, "sync")), d, guard=90)
         port = _ports(1)[0]
         if not any("EADDRINUSE" in r.get("__error__", "") for r in res):
             return res

@@ -174,6 +174,33 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             except Exception:
                 pass
 
+    def shutdown(self):
+        """Leave the spcoll group and the P2P pair groups (torch 2.x calls
+        this from destroy_process_group; on 1.13 the group's collection
+        does). Other ranks' ops still waiting on them fail with
+        SPC_EPEERLOST. Idempotent."""
+        groups = [self._group] + list(getattr(self._p2p, "groups", {}).values())
+        if getattr(self, "_left", False):
+            return
+        self._left = True
+        if self._broken is None:
+            self._broken = "destroyed"
+        for g in groups:
+            try:
+                g.leave()
+            except Exception:     # client closed, forked child: nothing held
+                pass
+
+    def abort(self):
+        self.shutdown()
+
+    def __del__(self):
+        try:
+            if self._group.client._pid == os.getpid():
+                self.shutdown()
+        except Exception:         # interpreter shutdown
+            pass
+
     def _poison(self, what, err):
         c = self._coll
         x = c.empty(1, torch.int32)
