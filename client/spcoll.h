@@ -30,6 +30,9 @@ extern "C" {
 
 #define SPC_VERSION "0.1.0"
 #define SPC_MAX_DIMS 8
+/* Bumped whenever a public struct's layout or a function's signature
+ * changes; spc_abi() reports it with the layouts. */
+#define SPC_ABI_VERSION 1
 
 /* Status codes: negative values are errors. */
 enum {
@@ -82,6 +85,14 @@ typedef struct {
 
 /* Name of a status code ("invalid argument", ...). Never NULL. */
 const char *spc_strerror(int status);
+
+/* The library's version, SPC_ABI_VERSION and the size and field offsets of
+ * spc_tensor, spc_op and spc_timing, as one line ("spcoll 0.1.0 abi 1;
+ * spc_tensor 88 buf 0 offset 8 ...; ..."). Bindings that lay these structs
+ * out themselves (Python's ctypes) compare it with their own layout and
+ * refuse a library that differs. Never NULL; thread-safe after the first
+ * call returns. */
+const char *spc_abi(void);
 
 /* Size in bytes of one element of dtype; 0 for an unknown dtype. */
 size_t spc_dtype_size(spc_dtype dtype);

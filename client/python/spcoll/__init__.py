@@ -40,6 +40,7 @@ from .batch import (sp_pad_len, keep_mask, sp_slice_and_pad_input,
 from .hooks import AllGatherWithGrad, SequenceParallelContextManager
 from .data import SPDataProcessor
 from .ulysses import ulysses_attention
+from . import distributed   # registers torch.distributed backend "spcoll"
 
 __version__ = "0.1.0"
 

@@ -77,6 +77,7 @@ _I, _I64, _SZ, _S = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t, ctypes.c_char
 
 # name: (restype, argtypes)
 _PROTOS = {
+    "spc_abi": (_S, []),
     "spc_strerror": (_S, [_I]),
     "spc_dtype_size": (_SZ, [_I]),
     "spc_default_socket": (_S, [ctypes.c_char_p, _SZ]),
@@ -106,11 +107,39 @@ _PROTOS = {
     "spc_op_scaled": (Op, [Op, _I]),
     "spc_out_shape": (_I, [_P, _OPP, _TP, _I64P, ctypes.POINTER(_I)]),
     "spc_run": (_I, [_P, _OPP, _TP, _TP]),
+    "spc_start": (_I, [_P, _OPP, _TP, _TP, _PP]),
+    "spc_wait": (_I, [_PP]),
+    "spc_test": (_I, [_PP, ctypes.POINTER(_I)]),
     "spc_last_timing": (_I, [_P, ctypes.POINTER(Timing)]),
     "spc_sp_pad_len": (_I64, [_I64, _I]),
     "spc_sp_positions": (_I, [_I64, _I, _I, _I64P]),
     "spc_sp_keep_mask": (_I, [_I64, _I64, _I, _I, ctypes.POINTER(ctypes.c_uint8)]),
 }
+
+
+# The layouts this package's ctypes structs have, in spc_abi()'s format;
+# the library's line must match (its version apart) or import fails.
+ABI_VERSION = 1
+
+
+def abi_line(version="0.1.0"):
+    def fields(cls):
+        return "".join(" %s %d" % (n, getattr(cls, n).offset)
+                       for n, _ in cls._fields_)
+    return ("spcoll %s abi %d; spc_tensor %d%s; spc_op %d%s; spc_timing %d; "
+            "SPC_MAX_DIMS %d" % (version, ABI_VERSION, ctypes.sizeof(Tensor),
+                                 fields(Tensor), ctypes.sizeof(Op), fields(Op),
+                                 ctypes.sizeof(Timing), SPC_MAX_DIMS))
+
+
+def check_abi(line, path):
+    """Raise ImportError unless the library's spc_abi() line is ours."""
+    version = line.split(" ", 2)[1] if line.startswith("spcoll ") else "?"
+    if line != abi_line(version):
+        raise ImportError(
+            "spcoll: %s has another ABI than this package: the library says "
+            "%r, the package's ctypes layout is %r; use the package and the "
+            "library of one build" % (path, line, abi_line(version)))
 
 
 def _candidates():
@@ -144,10 +173,16 @@ def _load():
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
             continue
+        missing = [n for n in _PROTOS if not hasattr(lib, n)]
+        if missing:
+            raise ImportError("spcoll: %s lacks %s: it is another version of "
+                              "libspclient than this package (%s) expects"
+                              % (path, ", ".join(missing), ABI_VERSION))
         for name, (res, args) in _PROTOS.items():
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
+        check_abi(lib.spc_abi().decode(), path)
         lib.spcoll_path = path
         return lib
     raise ImportError("spcoll: cannot load libspclient; tried: " +

@@ -20,6 +20,7 @@ from . import _lib
 from .errors import raise_status
 from .memory import spc_dtype
 from .state import resolve
+from ._inflight import Call
 
 lib = _lib.lib
 
@@ -72,8 +73,30 @@ class _Op:
             self.op = lib.spc_op_scaled(self.op, scale)
 
 
+class Handle:
+    """An op started with async_op=True: the daemon runs it while Python
+    goes on. wait() returns its output (raising its error); is_completed()
+    polls without blocking. Do not change the input until it is done."""
+
+    def __init__(self, call, y, bad, post):
+        self._call, self._y, self._bad, self._post = call, y, bad, post
+
+    def is_completed(self):
+        return self._call.poll()
+
+    def wait(self, timeout=None):
+        """timeout: seconds (None: no limit); past it, an SpcollError with
+        status SPC_ETIMEDOUT (the op is abandoned, its memory kept)."""
+        try:
+            self._call.wait(timeout)
+        finally:
+            if self._bad is not None:
+                raise_status(self._bad[0], self._bad[1], self._call.name)
+        return self._post(self._y) if self._post else self._y
+
+
 def _run(group, op, x, what="input", out_shape=None, zero_out=False,
-         reducing=False):
+         reducing=False, async_op=False, post=None):
     """Run op on x through group; return the output tensor (spcoll memory).
 
     A bad argument of this rank (found by spc_out_shape before anything is
@@ -107,6 +130,10 @@ def _run(group, op, x, what="input", out_shape=None, zero_out=False,
         if zero_out:
             y.zero_()
         cout = pool.spc_tensor(y, pool.locate(y), spc_dtype(x.dtype), "output")
+        if async_op:
+            call = Call(c, op.name, (op, cin, cout, keep, y))
+            call.start(g, op.op, cin, cout)
+            return Handle(call, y, bad, post)
         rc = lib.spc_run(g, ctypes.byref(op.op), ctypes.byref(cin),
                          ctypes.byref(cout))
         del keep
@@ -114,7 +141,7 @@ def _run(group, op, x, what="input", out_shape=None, zero_out=False,
             raise_status(bad[0], bad[1], op.name)
         if rc < 0:
             c._raise(rc, op.name)
-    return y
+    return post(y) if post else y
 
 
 def _dim(x, dim, what="dim"):
@@ -132,37 +159,42 @@ def _dim(x, dim, what="dim"):
 
 # ---- forward ops ---------------------------------------------------------
 
-def split(x, group=None, dim=-1, sizes=None, scale=None):
+def split(x, group=None, dim=-1, sizes=None, scale=None, async_op=False):
     """Every rank passes the same full x; rank r gets piece r along dim
     (sizes, or the rule)."""
     group = resolve(group)
     s = _sizes(sizes, "split sizes", group.size)
     arr = _lib.int64_array(s)
     return _run(group, _Op("split", lib.spc_op_split, int(dim), arr,
-                           arrays=(arr,), scale=_scale(scale, "scale")), x)
+                           arrays=(arr,), scale=_scale(scale, "scale")), x,
+                async_op=async_op)
 
 
-def all_gather(x, group=None, dim=-1, sizes=None, scale=None):
+def all_gather(x, group=None, dim=-1, sizes=None, scale=None, async_op=False):
     """Concatenation along dim of every rank's x in rank order. Ranks may
     hold different sizes along dim: pass sizes (every rank's) then."""
     group = resolve(group)
     s = _sizes(sizes, "gather sizes", group.size)
     arr = _lib.int64_array(s)
     return _run(group, _Op("all_gather", lib.spc_op_all_gather, int(dim), arr,
-                           arrays=(arr,), scale=_scale(scale, "scale")), x)
+                           arrays=(arr,), scale=_scale(scale, "scale")), x,
+                async_op=async_op)
 
 
-def all_to_all(x, group=None, scatter_dim=2, gather_dim=1, gather_size=None):
+def all_to_all(x, group=None, scatter_dim=2, gather_dim=1, gather_size=None,
+               async_op=False):
     """x cut in w pieces along scatter_dim (rule), piece j to rank j; the
     received pieces concatenated along gather_dim. gather_size: the total
     along gather_dim when the ranks' sizes differ (default local * w)."""
     group = resolve(group)
     G = 0 if gather_size is None else int(gather_size)
     return _run(group, _Op("all_to_all", lib.spc_op_all_to_all,
-                           int(scatter_dim), int(gather_dim), G), x)
+                           int(scatter_dim), int(gather_dim), G), x,
+                async_op=async_op)
 
 
-def all_to_all_v(x, group=None, in_splits=None, out_splits=None):
+def all_to_all_v(x, group=None, in_splits=None, out_splits=None,
+                 async_op=False):
     """Along dim 0: rows in_splits[j] go to rank j; rows out_splits[i] come
     from rank i. None: the rule over x's rows (every rank the same rows)."""
     group = resolve(group)
@@ -176,10 +208,10 @@ def all_to_all_v(x, group=None, in_splits=None, out_splits=None):
         outs = [split_sizes(n, w)[r]] * w
     a_in, a_out = _lib.int64_array(ins), _lib.int64_array(outs)
     return _run(group, _Op("all_to_all_v", lib.spc_op_all_to_all_v, a_in,
-                           a_out, arrays=(a_in, a_out)), x)
+                           a_out, arrays=(a_in, a_out)), x, async_op=async_op)
 
 
-def all_reduce(x, group=None, op="sum"):
+def all_reduce(x, group=None, op="sum", async_op=False):
     """Elementwise op ('sum', 'max', 'min') over ranks; out of place."""
     group = resolve(group)
     try:
@@ -187,18 +219,20 @@ def all_reduce(x, group=None, op="sum"):
     except (KeyError, TypeError):
         raise ValueError("spcoll all_reduce: op must be 'sum', 'max' or "
                          "'min', got %r" % (op,)) from None
-    y = _run(group, _Op("all_reduce", lib.spc_op_all_reduce, red), x,
-             reducing=True)
-    return y.view(x.shape)
+    shape = x.shape
+    return _run(group, _Op("all_reduce", lib.spc_op_all_reduce, red), x,
+                reducing=True, async_op=async_op,
+                post=lambda y: y.view(shape))
 
 
-def reduce_scatter(x, group=None, dim=0, sizes=None):
+def reduce_scatter(x, group=None, dim=0, sizes=None, async_op=False):
     """Piece r along dim (sizes or rule) of the sum over ranks of x."""
     group = resolve(group)
     s = _sizes(sizes, "reduce-scatter sizes", group.size)
     arr = _lib.int64_array(s)
     return _run(group, _Op("reduce_scatter", lib.spc_op_reduce_scatter,
-                           int(dim), arr, arrays=(arr,)), x, reducing=True)
+                           int(dim), arr, arrays=(arr,)), x, reducing=True,
+                async_op=async_op)
 
 
 def zigzag_split(x, group=None, dim=0, scale=None):

@@ -11,6 +11,7 @@ _tp_group = None
 def set_sequence_parallel_group(group):
     """Make `group` (a spcoll.Group, or None to clear) the default group."""
     global _sp_group
+    group = _as_group(group)
     _check(group, "group")
     _sp_group = group
 
@@ -30,6 +31,7 @@ def get_sequence_parallel_rank():
 
 def set_tensor_model_parallel_group(group):
     global _tp_group
+    group = _as_group(group)
     _check(group, "group")
     _tp_group = group
 
@@ -38,16 +40,29 @@ def get_tensor_model_parallel_group():
     return _tp_group if _tp_group is not None else _sp_group
 
 
+def _as_group(group):
+    """group itself (a spcoll.Group), or the spcoll.Group under a
+    torch.distributed process group of backend "spcoll"."""
+    from .client import Group
+    if group is None or isinstance(group, Group):
+        return group
+    from .distributed import process_group_of
+    pg = process_group_of(group)
+    return pg.spcoll_group if pg is not None else group
+
+
 def _check(group, what):
     from .client import Group
     if group is not None and not isinstance(group, Group):
         raise TypeError("spcoll: %s must be a spcoll.Group (from "
-                        "spcoll.join or Group.split), got %s"
+                        "spcoll.join or Group.split) or a process group of "
+                        "backend \"spcoll\", got %s"
                         % (what, type(group).__name__))
 
 
 def resolve(group, default=None):
     """group, else the default for the call, else a clear error."""
+    group = _as_group(group)
     if group is None:
         group = default if default is not None else _sp_group
     if group is None:

@@ -1,0 +1,61 @@
+"""Faults under backend "spcoll": a rank killed in the middle of a job and
+a rank that never issues an op (timeout). The others must get an error
+(RuntimeError-family, spcoll's message), never hang: launch's guard kills
+a hung rank and the test then fails."""
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import spcoll  # noqa: F401
+
+
+def _init(rank, world, socket, store, timeout=None):
+    os.environ["SPCOLL_SOCKET"] = socket
+    torch.set_num_threads(1)
+    kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+    dist.init_process_group("spcoll", init_method="file://" + store,
+                            rank=rank, world_size=world, **kw)
+
+
+def killed_rank(rank, world, socket, store):
+    """The last rank dies after one all_reduce; the others' next ops fail."""
+    _init(rank, world, socket, store)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == world - 1:
+        os._exit(0)             # no goodbye: the daemon sees the socket close
+    out = {"first": t.tolist(), "errors": []}
+    for async_op in (False, True):
+        try:
+            w = dist.all_reduce(torch.ones(4), async_op=async_op)
+            if async_op:
+                w.wait()
+            out["errors"].append(None)
+        except RuntimeError as e:
+            out["errors"].append(str(e))
+    return out
+
+
+def timeout(rank, world, socket, store):
+    """Rank 1 skips an op: rank 0 times out (3 s) and breaks the group, so
+    rank 1's next op fails too; neither hangs."""
+    _init(rank, world, socket, store, timeout=3)
+    out = {"error": None, "after": None}
+    t0 = time.monotonic()
+    try:
+        if rank == 0:
+            dist.all_reduce(torch.ones(2))
+        else:
+            time.sleep(4)
+            dist.all_reduce(torch.ones(3))
+    except RuntimeError as e:
+        out["error"] = str(e)
+    out["seconds"] = time.monotonic() - t0
+    try:
+        dist.all_reduce(torch.ones(2))
+    except RuntimeError as e:
+        out["after"] = str(e)
+    return out
