@@ -267,7 +267,7 @@ void spd_engine_ucx_abort(spd_op *op, int status, const char *msg,
   if (dead_node < 0)
     return;
   x->dead |= 1ull << dead_node;
-  for (size_t i = 1; i < x->nstreams; i += 2)
+  for (size_t i = 0; i < x->nstreams; i++)
     if (x->streams[i].iov != NULL && (int)(i / 2) == dead_node)
       spd_peer_stream_cancel(op->group->ctx, &x->streams[i]);
 }

@@ -32,6 +32,7 @@ typedef struct {
   int sms;                     /* multiprocessors: sizes kernel launches */
   cudaStream_t *streams;       /* free streams of the pool */
   int nstreams, cap;
+  int opened;                  /* the daemon has a context here */
 } spd_gpu_dev;
 
 /* An allocation of a client, opened with cudaIpcOpenMemHandle. */
@@ -95,6 +96,9 @@ int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,
 
 /* "set device" with the call named on failure. */
 int spd_gpu_set_device(int dev, spk_err *err);
+/* Make dev current, setting it up on its first use (gpu_ctx.c). Called
+ * when a buffer on dev is first opened: every GPU a group uses. */
+int spd_gpu_dev_open(spd_gpu *gpu, int dev, spk_err *err);
 
 /* A stream of dev's pool (made when the pool is empty); put it back when
  * the work on it is done. */
@@ -146,6 +150,13 @@ void spd_gpu_job_arm(spd_gpu_job *job);
 /* Complete the job at once with an error for every rank (the mover found
  * it after submission succeeded; nothing of it is on a stream). */
 void spd_gpu_job_fail(spd_gpu_job *job, int status, const char *msg);
+/* A submission failed after queueing work on streams[0..n) (NULL entries
+ * skipped): that work reads the op's buffers, so the op must outlive it.
+ * Rather than waiting on the loop thread, the job watches the streams and
+ * completes, failed with status and msg, once they are done; the mover
+ * reports the submission as made and the op fails through its done path. */
+void spd_gpu_job_fail_after(spd_gpu_job *job, const cudaStream_t *streams,
+                            int n, int status, const char *msg);
 /* Forget a job that was never armed and has nothing queued (submission
  * failed): frees it without calling done. */
 void spd_gpu_job_drop(spd_gpu_job *job);

@@ -45,15 +45,6 @@ static int dev_init(spd_gpu *gpu, int d, spk_err *err) {
                        cudaGetErrorString(e));
   memcpy(gpu->dev[d].uuid, prop.uuid.bytes, 16);
   gpu->dev[d].sms = prop.multiProcessorCount;
-  cudaMemPool_t pool;
-  uint64_t keep = POOL_KEEP;
-  e = cudaDeviceGetDefaultMemPool(&pool, d);
-  if (e == cudaSuccess)
-    e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-  if (e != cudaSuccess)
-    SPD_WARN(&gpu->ctx->log, "GPU %d: keeping %llu bytes in the memory pool "
-             "failed (cudaMemPoolSetAttribute: %s); going on", d,
-             (unsigned long long)keep, cudaGetErrorString(e));
   char u[64];
   uuid_str(gpu->dev[d].uuid, u, sizeof(u));
   SPD_INFO(&gpu->ctx->log, "GPU %d: %s, %s, %d multiprocessors", d,
@@ -198,6 +189,28 @@ int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,
   return spk_err_set(err, SPK_EUNSUPPORTED, "the buffer's %s is not one of "
                      "the %d GPU(s) spcolld sees (CUDA_VISIBLE_DEVICES of "
                      "the daemon?)", u, gpu->ndev);
+}
+
+/* A GPU's first use by a group: only then does the daemon make a context
+ * there (cudaSetDevice does since CUDA 12). A context costs GPU memory and
+ * fails on a GPU that another job holds in EXCLUSIVE_PROCESS mode, so the
+ * daemon never opens one on a GPU none of its groups use; device
+ * properties (UUIDs, SM counts) need none. */
+int spd_gpu_dev_open(spd_gpu *gpu, int dev, spk_err *err) {
+  int rc = spd_gpu_set_device(dev, err);
+  if (rc < 0 || gpu->dev[dev].opened)
+    return rc;
+  gpu->dev[dev].opened = 1;
+  cudaMemPool_t pool;
+  uint64_t keep = POOL_KEEP;
+  cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, dev);
+  if (e == cudaSuccess)
+    e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess)
+    SPD_WARN(&gpu->ctx->log, "GPU %d: keeping %llu bytes in the memory pool "
+             "failed (cudaMemPoolSetAttribute: %s); going on", dev,
+             (unsigned long long)keep, cudaGetErrorString(e));
+  return SPK_OK;
 }
 
 int spd_gpu_set_device(int dev, spk_err *err) {

@@ -77,7 +77,7 @@ static int mem_open(spd_gpu *gpu, const uint8_t *handle, int dev,
   if (m == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a mapping record "
                        "failed");
-  int rc = spd_gpu_set_device(dev, err);
+  int rc = spd_gpu_dev_open(gpu, dev, err);
   if (rc < 0) {
     free(m);
     return rc;

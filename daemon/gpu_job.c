@@ -100,6 +100,21 @@ void spd_gpu_job_fail(spd_gpu_job *job, int status, const char *msg) {
   spd_gpu_job_arm(job);
 }
 
+void spd_gpu_job_fail_after(spd_gpu_job *job, const cudaStream_t *streams,
+                            int n, int status, const char *msg) {
+  spk_err err;
+  for (int i = 0; i < n; i++)
+    if (streams[i] != NULL && spd_gpu_job_watch(job, streams[i], &err) < 0) {
+      /* A stream that takes no callback (a broken context) returns at
+       * once from a synchronize: the only wait left on the loop. */
+      SPD_WARN(&job->gpu->ctx->log, "a failed GPU op waits for its queued "
+               "work: %s", err.msg);
+      if (cudaStreamSynchronize(streams[i]) != cudaSuccess)
+        cudaGetLastError();
+    }
+  spd_gpu_job_fail(job, status, msg);
+}
+
 static void on_dropped(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
   if (job->finish != NULL)

@@ -229,8 +229,10 @@ void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
   spd_op *op = TAILQ_FIRST(&g->ops), *next;
   for (; op != NULL; op = next) {
     next = TAILQ_NEXT(op, link);
-    if (!op->running)
-      spd_op_fail(op, status, msg);
+    if (op->running)
+      continue;
+    spd_group_peer_op_failed(g, op, status, msg);
+    spd_op_fail(op, status, msg);
   }
 }
 

@@ -112,6 +112,12 @@ void spd_group_announce_ready(spd_group *g);
  * joined or left; " (node N)"-style text for messages. */
 void spd_group_peer_joined(spd_group *g, int rank, uid_t uid);
 void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why);
+/* A pending op of g fails here: the other nodes, which may already run
+ * it with every rank's arguments, hear it, so they stop waiting for this
+ * node's part (one node failing an op it never started left the others
+ * waiting for its streams forever). */
+void spd_group_peer_op_failed(spd_group *g, struct spd_op *op, int status,
+                              const char *msg);
 /* The nodes other than this one holding a rank of g, into nodes[] (room
  * for SPD_MAX_NODES); returns their count. */
 int spd_group_other_nodes(const spd_group *g, int *nodes);

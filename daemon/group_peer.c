@@ -9,6 +9,7 @@
 
 #include "group.h"
 #include "op.h"
+#include "engine_ucx.h"
 #include "peer.h"
 #include "tensor_check.h"
 
@@ -52,6 +53,12 @@ void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why) {
   m.body_case = SPCOLL__PEER__MSG__BODY_LEAVE;
   m.leave = &l;
   send_all(g->ctx, &m);
+}
+
+void spd_group_peer_op_failed(spd_group *g, spd_op *op, int status,
+                              const char *msg) {
+  if (g->multinode && spd_peers_enabled(g->ctx))
+    spd_engine_ucx_tell_failed(op, status, msg);
 }
 
 int spd_group_other_nodes(const spd_group *g, int *nodes) {

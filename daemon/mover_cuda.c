@@ -136,6 +136,16 @@ static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
   return rc;
 }
 
+/* The job's streams: its own and the helpers on other GPUs. */
+static void cuda_fail_after(cuda_job *cj, int rc, const spk_err *err) {
+  cudaStream_t s[1 + SPD_GPU_MAX_DEV];
+  int n = 0;
+  s[n++] = cj->stream;
+  for (int i = 0; i < cj->nhelpers && n < 1 + SPD_GPU_MAX_DEV; i++)
+    s[n++] = cj->helper[i];
+  spd_gpu_job_fail_after(&cj->job, s, n, rc, err->msg);
+}
+
 int spd_mover_cuda_submit(spd_gpu *gpu, spd_op *op, int dev,
                           spd_mover_done_cb done, spk_err *err) {
   cuda_job *cj = calloc(1, sizeof(*cj));
@@ -169,14 +179,13 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_op *op, int dev,
             (unsigned long long)l[1].nchunks, (unsigned long long)chunk);
   spd_cdesc_list_free(&l[0]);
   spd_cdesc_list_free(&l[1]);
+  if (rc < 0 && queued) {
+    /* Whatever was queued reads the op's buffers: the op fails once it is
+     * done, through the job, and the loop never waits for the GPU. */
+    cuda_fail_after(cj, rc, err);
+    return SPK_OK;
+  }
   if (rc < 0) {
-    /* Whatever was queued reads the op's buffers, which the failure frees:
-     * let it finish first. */
-    if (queued && cudaStreamSynchronize(cj->stream) != cudaSuccess)
-      cudaGetLastError();
-    for (int i = 0; i < cj->nhelpers; i++)
-      if (cudaStreamSynchronize(cj->helper[i]) != cudaSuccess)
-        cudaGetLastError();
     spd_gpu_job_drop(&cj->job);
     return rc;
   }

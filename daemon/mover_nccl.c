@@ -568,12 +568,6 @@ static int run_route(nccl_job *nj, spk_err *err) {
   return rc;
 }
 
-static void streams_sync(spd_nccl_set *set) {
-  for (int i = 0; i < set->n; i++)
-    if (cudaStreamSynchronize(set->streams[i]) != cudaSuccess)
-      cudaGetLastError();
-}
-
 static int nccl_run(nccl_job *nj, spk_err *err) {
   spd_op *op = nj->job.op;
   spd_nccl_set *set = nj->set;
@@ -605,9 +599,11 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
       rc = spd_gpu_job_watch(&nj->job, set->streams[i], err);
   }
   if (rc < 0) {
-    /* What was queued reads the op's buffers, which the failure frees. */
-    streams_sync(set);
-    return rc;
+    /* What was queued reads the op's buffers: the op fails once it is
+     * done (or the NCCL watchdog aborts the set), never by waiting here. */
+    spd_gpu_job_fail_after(&nj->job, set->streams, n, rc, err->msg);
+    inflight_add(nj);
+    return SPK_OK;
   }
   inflight_add(nj);
   spd_gpu_job_arm(&nj->job);

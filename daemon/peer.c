@@ -382,6 +382,9 @@ static void event_handle(spd_peers *P, spd_peer_event *ev) {
   case EV_XFER:
     spd_peer_xfer_finish(P, ev->xfer); /* ev lives in the stream */
     return;
+  case EV_XFER_GIVEN_UP:
+    spd_peer_xfer_given_up(P, ev->xfer); /* likewise */
+    return;
   }
   free(ev);
 }

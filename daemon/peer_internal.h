@@ -14,7 +14,7 @@
  * no callback sends, closes or frees from inside the worker. */
 typedef struct spd_peer_event {
   TAILQ_ENTRY(spd_peer_event) link;
-  enum { EV_MSG, EV_EP_ERROR, EV_XFER } kind;
+  enum { EV_MSG, EV_EP_ERROR, EV_XFER, EV_XFER_GIVEN_UP } kind;
   int node;
   uint64_t incarnation;       /* of the sender, from the header */
   Spcoll__Peer__Msg *msg;
@@ -30,9 +30,11 @@ typedef struct spd_xfer {
   int node, recv, done;
   uint64_t bytes;
   void *req;
-  spd_xfer_cb cb;
+  spd_xfer_cb cb;             /* NULL once its op was told (given up) */
   void *arg;
+  int given_up;               /* a send its receiver will never take */
   spd_peer_event ev;          /* its completion, queued without allocating */
+  spd_peer_event given_up_ev; /* the op told early, queued likewise */
 } spd_xfer;
 
 /* An endpoint a peer made to us, known by node once its Hello came. */
@@ -97,6 +99,8 @@ void spd_peer_ep_close(spd_peers *P, ucp_ep_h ep);
 /* Cancel the streams of node; their callbacks report status. */
 void spd_peer_xfers_cancel(spd_peers *P, int node);
 void spd_peer_xfer_finish(spd_peers *P, spd_xfer *x);
+/* A send given up (spd_peer_stream_cancel): its op hears now. */
+void spd_peer_xfer_given_up(spd_peers *P, spd_xfer *x);
 void spd_peer_unmap_all(spd_peers *P);
 
 #endif

@@ -37,15 +37,35 @@ static void on_received(void *req, ucs_status_t status,
   xfer_report(user_data, status, status == UCS_OK ? info : NULL);
 }
 
+/* Streams given up stay listed until UCX is done with them, but need no
+ * progress timer of their own. */
+static int xfers_active(spd_peers *P) {
+  spd_xfer *x;
+  TAILQ_FOREACH(x, &P->xfers, link)
+    if (!x->given_up)
+      return 1;
+  return 0;
+}
+
 /* The stream's event came out of the queue: it is over. */
 void spd_peer_xfer_finish(spd_peers *P, spd_xfer *x) {
   TAILQ_REMOVE(&P->xfers, x, link);
   if (x->req != NULL)
     ucp_request_free(x->req);
-  if (TAILQ_EMPTY(&P->xfers) && !P->stopping)
+  if (!xfers_active(P) && !P->stopping)
     uv_timer_stop(&P->kick);
-  x->cb(x->arg, x->ev.status, x->ev.status < 0 ? x->ev.why : "");
+  if (x->cb != NULL)
+    x->cb(x->arg, x->ev.status, x->ev.status < 0 ? x->ev.why : "");
   free(x);
+}
+
+void spd_peer_xfer_given_up(spd_peers *P, spd_xfer *x) {
+  spd_xfer_cb cb = x->cb;
+  x->cb = NULL;
+  if (!xfers_active(P) && !P->stopping)
+    uv_timer_stop(&P->kick);
+  if (cb != NULL)
+    cb(x->arg, x->given_up_ev.status, x->given_up_ev.why);
 }
 
 /* The worker's fd wakes the loop for network events; this timer is the
@@ -106,9 +126,29 @@ void spd_peer_stream_cancel(spd_ctx *ctx, void *arg) {
   spd_xfer *x;
   if (P == NULL)
     return;
-  TAILQ_FOREACH(x, &P->xfers, link)
-    if (x->arg == arg && x->recv && !x->done && x->req != NULL)
+  TAILQ_FOREACH(x, &P->xfers, link) {
+    if (x->arg != arg || x->done || x->req == NULL || x->given_up)
+      continue;
+    if (x->recv) {
       ucp_request_cancel(P->worker, x->req);
+      continue;
+    }
+    /* A peer that gave up the op never posts the receive, and a
+     * rendezvous send waits for it forever (UCX cannot cancel a send):
+     * the op hears now; the request stays until UCX ends it (at the
+     * latest when the endpoint closes), the receiver never reads. */
+    x->given_up = 1;
+    SPD_DEBUG(&P->ctx->log, "send of %llu bytes to node %d given up",
+              (unsigned long long)x->bytes, x->node);
+    spd_peer_event *ev = &x->given_up_ev;
+    ev->kind = EV_XFER_GIVEN_UP;
+    ev->node = x->node;
+    ev->xfer = x;
+    ev->status = SPK_ENODE_LOST;
+    snprintf(ev->why, sizeof(ev->why), "send to node %d given up: that "
+             "node dropped the op", x->node);
+    spd_peer_event_push(P, ev);
+  }
 }
 
 int spd_peer_map(spd_ctx *ctx, spd_buffer *buf, spk_err *err) {

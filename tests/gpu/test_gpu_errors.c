@@ -207,29 +207,66 @@ static int hang_main(int rank, int world, void *arg) {
   return bad;
 }
 
-START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
+/* A daemon whose environment has var=value (none when var is NULL), and
+ * two ranks running fn against it. */
+static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
   const char *const extra[] = {"--log-level", "debug", NULL};
-  setenv("SPCOLL_NCCL_TIMEOUT_S", "1", 1);
+  if (var != NULL)
+    setenv(var, value, 1);
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
-  unsetenv("SPCOLL_NCCL_TIMEOUT_S");
-  int failed = spt_run_ranks(2, hang_main, NULL, 120);
+  if (var != NULL)
+    unsetenv(var);
+  int failed = spt_run_ranks(2, fn, NULL, 120);
   gpt_keep_log(&daemon_);
   if (failed)
     spt_daemon_dump_log(&daemon_);
   ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
   ck_assert_int_eq(failed, 0);
 }
+
+START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
+  run_pair("SPCOLL_NCCL_TIMEOUT_S", "1", hang_main);
+}
+END_TEST
+
+/* The daemon's first kernel launch fails (the simulator's fault
+ * injection) after the op's waits were queued on its stream: the op fails
+ * on both ranks with the device error once that queued work is done; the
+ * daemon never blocks its event loop on the GPU to get there (the
+ * simulator forbids spcolld any host synchronization); the next op runs. */
+static int launch_fail_main(int rank, int world, void *arg) {
+  (void)arg;
+  int bad = 0;
+  GPT_CUDA(cudaSetDevice(0));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *d;
+  if (c == NULL || spc_group_join(c, "gpu-launch", world, rank, &g) < 0 ||
+      spc_buffer_alloc_device(c, 0, 1 << 16, &d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  int64_t in_s[1] = {64}, out_s[1] = {64 * 2};
+  spc_tensor dx, dy;
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, 4096, SPC_FLOAT32, 1, out_s);
+  int rc = spc_all_gather(g, &dx, &dy, 0, NULL);
+  bad |= expect(c, rank, "op whose kernel launch fails", rc, SPC_EDEVICE,
+                "launch");
+  rc = spc_all_gather(g, &dx, &dy, 0, NULL);
+  bad |= expect(c, rank, "the next op", rc, SPC_OK, NULL);
+  bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
+  spc_disconnect(c);
+  return bad;
+}
+
+START_TEST(failed_launch_fails_the_op_without_blocking) {
+  run_pair("SPCSIM_FAIL_LAUNCH", "spcolld:1", launch_fail_main);
+}
 END_TEST
 
 START_TEST(device_errors_are_clear_and_contained) {
-  const char *const extra[] = {"--log-level", "debug", NULL};
-  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
-  int failed = spt_run_ranks(2, rank_main, NULL, 120);
-  gpt_keep_log(&daemon_);
-  if (failed)
-    spt_daemon_dump_log(&daemon_);
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-  ck_assert_int_eq(failed, 0);
+  run_pair(NULL, NULL, rank_main);
 }
 END_TEST
 
@@ -238,6 +275,11 @@ int main(void) {
   Suite *s = suite_create("gpu_errors");
   TCase *tc = tcase_create("gpu_errors");
   tcase_set_timeout(tc, 180);
+  if (getenv("SPCSIM_STATE") != NULL)
+    tcase_add_test(tc, failed_launch_fails_the_op_without_blocking);
+  else
+    printf("not run: failed_launch_fails_the_op_without_blocking needs the "
+           "simulator's fault injection\n");
   tcase_add_test(tc, device_errors_are_clear_and_contained);
   /* NCCL between two GPUs: not run (nor counted) with one. */
   if (ngpu >= 2)

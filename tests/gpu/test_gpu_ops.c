@@ -361,6 +361,23 @@ static int rank_main(int rank, int world, void *arg) {
 
 static int ngpu;
 
+/* The GPUs on which process pid made a context, as a bit mask, from the
+ * simulator's SPCSIM_CONTEXT_LOG; -1 when there is no such log (a real
+ * GPU: nvidia-smi shows it there, docs/gpu.md). */
+static long contexts_of(pid_t pid) {
+  const char *path = getenv("SPCSIM_CONTEXT_LOG");
+  FILE *f = path && *path ? fopen(path, "r") : NULL;
+  if (f == NULL)
+    return -1;
+  long mask = 0;
+  int p, d;
+  while (fscanf(f, "%d %d", &p, &d) == 2)
+    if (p == (int)pid && d >= 0 && d < 63)
+      mask |= 1L << d;
+  fclose(f);
+  return mask;
+}
+
 static void run_mode(const char *mover_env, int world, mode_t_ *m) {
   if (mover_env)
     setenv("SPCOLL_GPU_MOVER", mover_env, 1);
@@ -373,8 +390,16 @@ static void run_mode(const char *mover_env, int world, mode_t_ *m) {
   gpt_keep_log(&daemon_);
   if (failed)
     spt_daemon_dump_log(&daemon_);
+  pid_t pid = daemon_.pid;
   ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
   ck_assert_msg(failed == 0, "%s: %d rank(s) failed", m->group, failed);
+  /* The daemon makes a context (which costs GPU memory, and fails on a GPU
+   * in EXCLUSIVE_PROCESS mode used by someone else) only on the GPUs its
+   * groups use. */
+  long used = m->ngpu ? (1L << m->ngpu) - 1 : 1, made = contexts_of(pid);
+  if (made >= 0)
+    ck_assert_msg((made & ~used) == 0, "%s: spcolld made contexts on GPUs "
+                  "0x%lx, its groups use 0x%lx", m->group, made, used);
 }
 
 START_TEST(cuda_mover_4_ranks_one_gpu) {

@@ -3,6 +3,7 @@
  * real one. Each failing call sets the calling thread's last error, which
  * cudaGetLastError returns and clears (CUDA's rule). */
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
 API cudaError_t cudaSetDevice(int d) {
   if (!dev_ok(d))
     return R(SIM_EDEVICE);
+  sim_ctx_touch(d); /* CUDA 12+ makes the primary context here */
   sim_set_cur_dev(d);
   return cudaSuccess;
 }
@@ -104,7 +106,10 @@ API cudaError_t cudaGetDevice(int *d) {
   return cudaSuccess;
 }
 
+static void no_host_sync(const char *call);
+
 API cudaError_t cudaDeviceSynchronize(void) {
+  no_host_sync("cudaDeviceSynchronize");
   return R(sim_device_sync(sim_cur_dev()));
 }
 
@@ -159,6 +164,7 @@ API cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
 API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int d) {
   if (!dev_ok(d))
     return R(SIM_EDEVICE);
+  sim_ctx_touch(d); /* the pool is the device context's */
   *pool = (cudaMemPool_t)(uintptr_t)(0x1000 + d);
   return cudaSuccess;
 }
@@ -274,7 +280,16 @@ API cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return R(sim_stream_destroy((sim_stream *)s));
 }
 
+/* A program whose thread must never block on the GPU (the daemon's event
+ * loop: SPCSIM_FORBID_SYNC=spcolld) breaks a rule when it does. */
+static void no_host_sync(const char *call) {
+  if (sim_applies_here("SPCSIM_FORBID_SYNC"))
+    sim_violation("host-sync", call, "%s blocks on the GPU (use a stream "
+                  "callback or event query)", program_invocation_short_name);
+}
+
 API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  no_host_sync("cudaStreamSynchronize");
   return R(sim_stream_sync((sim_stream *)s));
 }
 
@@ -353,6 +368,7 @@ API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  no_host_sync("cudaEventSynchronize");
   return R(sim_event_sync((sim_event *)e));
 }
 
@@ -420,6 +436,8 @@ API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 grid, dim3 block,
 
 API cudaError_t cudaLaunchKernel(const void *f, dim3 grid, dim3 block,
                                  void **args, size_t shmem, cudaStream_t s) {
+  if (sim_launch_should_fail())
+    return R(SIM_ECONFIG);
   return R(sim_launch(f, 0, (sim_dim3){grid.x, grid.y, grid.z},
                       (sim_dim3){block.x, block.y, block.z}, args, shmem,
                       (sim_stream *)s));

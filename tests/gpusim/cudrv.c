@@ -112,6 +112,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
   if (d < 0 || d >= sim_cfg()->ndev)
     return CUDA_ERROR_INVALID_DEVICE;
   __atomic_add_fetch(&retained[d], 1, __ATOMIC_ACQ_REL);
+  sim_ctx_touch(d);
   *c = ctx_of(d);
   return CUDA_SUCCESS;
 }

@@ -56,6 +56,19 @@ void sim_dev_unreserve(int dev, uint64_t bytes);
 int sim_peer_enabled(int from, int to);
 int sim_peer_enable(int from, int to);
 void sim_leak_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A call that needs dev's primary context made this process create it (as
+ * CUDA does lazily: cudaSetDevice since CUDA 12, allocations, streams,
+ * events, IPC, memory pools). The first time per device and process it is
+ * appended as "pid dev" to SPCSIM_CONTEXT_LOG, so a test can see on which
+ * GPUs a process holds a context (each costs real GPU memory). */
+void sim_ctx_touch(int dev);
+/* Whether the environment variable names this program: "1" (every
+ * program) or its short name (e.g. spcolld). */
+int sim_applies_here(const char *var);
+/* SPCSIM_FAIL_LAUNCH=PROGRAM:N: the Nth kernel launch of PROGRAM fails
+ * (cudaErrorInvalidConfiguration, as a bad launch does), to test how a
+ * failure in the middle of queueing an op is handled. */
+int sim_launch_should_fail(void);
 
 /* ---- memory ----------------------------------------------------------- */
 

@@ -42,9 +42,7 @@ int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
   if (async && pg) {
     /* "1", or the name of the programs it applies to (the daemon must
      * never block, a test rank may). */
-    const char *f = getenv("SPCSIM_FORBID_PAGEABLE_ASYNC");
-    if (f != NULL &&
-        (strcmp(f, "1") == 0 || strcmp(f, program_invocation_short_name) == 0))
+    if (sim_applies_here("SPCSIM_FORBID_PAGEABLE_ASYNC"))
       sim_violation("pageable-async-copy", call,
                     "%llu bytes between %p and "
                     "%p, pageable host memory: the call waits for the "

@@ -122,6 +122,47 @@ void sim_dev_unreserve(int dev, uint64_t bytes) {
   __atomic_sub_fetch(u, bytes, __ATOMIC_ACQ_REL);
 }
 
+void sim_ctx_touch(int dev) {
+  static uint32_t made; /* bit d: this process has a context on GPU d */
+  pthread_mutex_lock(&core_mu);
+  int first = dev >= 0 && dev < SIM_MAX_DEV && !((made >> dev) & 1u);
+  if (first)
+    made |= 1u << dev;
+  pthread_mutex_unlock(&core_mu);
+  const char *path = getenv("SPCSIM_CONTEXT_LOG");
+  if (!first || path == NULL || *path == '\0')
+    return;
+  char line[48];
+  int n = snprintf(line, sizeof(line), "%d %d\n", (int)getpid(), dev);
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  /* One short O_APPEND write: lines of concurrent processes stay whole. */
+  if (fd < 0 || write(fd, line, (size_t)n) != n)
+    fprintf(stderr, "spcsim: SPCSIM_CONTEXT_LOG %s: %s\n", path,
+            strerror(errno));
+  if (fd >= 0)
+    close(fd);
+}
+
+int sim_applies_here(const char *var) {
+  const char *f = getenv(var);
+  return f != NULL &&
+         (strcmp(f, "1") == 0 || strcmp(f, program_invocation_short_name) == 0);
+}
+
+int sim_launch_should_fail(void) {
+  static int launches;
+  const char *f = getenv("SPCSIM_FAIL_LAUNCH");
+  const char *colon = f ? strrchr(f, ':') : NULL;
+  if (colon == NULL ||
+      strncmp(f, program_invocation_short_name, (size_t)(colon - f)) != 0 ||
+      program_invocation_short_name[colon - f] != '\0')
+    return 0;
+  pthread_mutex_lock(&core_mu);
+  int n = ++launches;
+  pthread_mutex_unlock(&core_mu);
+  return n == atoi(colon + 1);
+}
+
 int sim_peer_enabled(int from, int to) {
   pthread_mutex_lock(&core_mu);
   int on = from == to || (peers[from] >> to) & 1u;

@@ -380,6 +380,58 @@ START_TEST(pageable_async_copy_synchronizes) {
 }
 END_TEST
 
+/* A program told never to block on the GPU (spcolld's event loop). */
+static void host_sync(void) {
+  setenv("SPCSIM_FORBID_SYNC", "1", 1);
+  cudaStream_t s;
+  S(cudaStreamCreate(&s));
+  cudaStreamSynchronize(s);
+}
+
+START_TEST(host_sync_in_a_program_that_must_not_block) {
+  ck_assert(rejected(host_sync, "host-sync"));
+}
+END_TEST
+
+/* Contexts: a process makes one on a GPU only when a call needs it there,
+ * and the log says which (device properties need none). */
+START_TEST(contexts_only_where_used) {
+  char path[] = "/tmp/spcsim-ctx-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("SPCSIM_CONTEXT_LOG", path, 1);
+    struct cudaDeviceProp prop;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2)
+      _exit(2);
+    for (int d = 0; d < n; d++)
+      if (cudaGetDeviceProperties(&prop, d) != cudaSuccess)
+        _exit(3);
+    void *p;
+    if (cudaSetDevice(1) != cudaSuccess || cudaMalloc(&p, 64) != cudaSuccess ||
+        cudaFree(p) != cudaSuccess)
+      _exit(4);
+    _exit(0);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  int p, d, lines = 0, dev = -1;
+  while (fscanf(f, "%d %d", &p, &d) == 2)
+    lines++, dev = d;
+  fclose(f);
+  unlink(path);
+  ck_assert_int_eq(lines, 1);
+  ck_assert_int_eq(dev, 1);
+}
+END_TEST
+
 /* ---- NCCL ---- */
 
 static void two_ranks_one_device(void) {
@@ -494,6 +546,8 @@ int main(void) {
   tcase_add_test(tc, ipc_event_orders_across_processes);
   tcase_add_test(tc, last_error_is_per_thread_and_cleared_on_read);
   tcase_add_test(tc, pageable_async_copy_synchronizes);
+  tcase_add_test(tc, host_sync_in_a_program_that_must_not_block);
+  tcase_add_test(tc, contexts_only_where_used);
   tcase_add_test(tc, nccl_two_ranks_on_one_device);
   tcase_add_test(tc, nccl_comm_from_two_threads);
   tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);

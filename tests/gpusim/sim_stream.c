@@ -105,6 +105,7 @@ static int stream_new(int dev, unsigned flags, int is_legacy,
 int sim_stream_create(int dev, unsigned flags, sim_stream **s_p) {
   if (dev < 0 || dev >= sim_cfg()->ndev)
     return SIM_EDEVICE;
+  sim_ctx_touch(dev);
   return stream_new(dev, flags, 0, s_p);
 }
 
@@ -319,6 +320,7 @@ static void ev_unref(sim_event *e) {
 
 int sim_event_create(int dev, unsigned flags, sim_event **e_p,
                      const char *call) {
+  sim_ctx_touch(dev);
   if ((flags & SIM_EV_IPC) && !(flags & SIM_EV_NOTIMING)) {
     sim_violation("ipc-event-timing", call,
                   "an interprocess event must be "
@@ -502,6 +504,7 @@ int sim_event_ipc_get(sim_event *e, sim_handle64 *hout, const char *call) {
 
 int sim_event_ipc_open(const sim_handle64 *hin, sim_event **e_p,
                        const char *call) {
+  sim_ctx_touch(sim_cur_dev());
   ipc_ev_handle h;
   memcpy(&h, hin, sizeof(h));
   if (h.magic != EMAGIC)

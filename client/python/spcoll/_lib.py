@@ -85,6 +85,7 @@ _PROTOS = {
     "spc_disconnect": (None, [_P]),
     "spc_last_error": (_S, [_P]),
     "spc_group_join": (_I, [_P, _S, _I, _I, _PP]),
+    "spc_set_op_timeout": (_I, [_P, ctypes.c_int64]),
     "spc_group_leave": (_I, [_P]),
     "spc_group_rank": (_I, [_P]),
     "spc_group_size": (_I, [_P]),

@@ -1,7 +1,7 @@
 """Point-to-point send/recv for the torch backend, over spcoll groups.
 
-A message from src to dst travels on the two-rank group "<group>.p2p.<src>
-to <dst>" (rank 0 the sender, rank 1 the receiver) as one all_to_all_v that
+A message from src to dst travels on the two-rank group
+"<group>.p2p.<src>-<dst>" (rank 0 the sender, rank 1 the receiver) as one all_to_all_v that
 moves n elements from rank 0 to rank 1. Ops on one spcoll group are matched
 in issue order, so messages are matched per (group, src, dst) in order, as
 torch's send/recv are; the daemon checks the sizes (and dtype) the two
@@ -40,9 +40,11 @@ class Links:
         for s in range(self.w):
             for d in range(self.w):
                 if s != d and self.r in (s, d):
-                    name = "%s.p2p.%d>%d" % (g.name, s, d)
+                    name = "%s.p2p.%d-%d" % (g.name, s, d)
+                    t = pg._timeout_s
                     self.groups[(s, d)] = g.client.join(
-                        name, 2, 0 if self.r == s else 1)
+                        name, 2, 0 if self.r == s else 1,
+                        timeout=t if t > 0 else None)
 
     def _coll(self, s, d):
         from ._dist_coll import Coll

@@ -63,15 +63,22 @@ class Client:
         raise_status(rc, msg, call)
 
     # -- groups --
-    def join(self, name, world_size, rank):
+    def join(self, name, world_size, rank, timeout=None):
         """Join group `name` as `rank` of `world_size`; blocks until every
-        rank has joined (another framework's ranks included)."""
+        rank has joined (another framework's ranks included). `timeout`
+        (seconds): the daemon fails an op of this group that some rank has
+        not issued in that time, on every rank (None: the daemon's
+        op_timeout, 30 minutes by default)."""
         # ctypes would pass "job\0x" as "job": refuse the NUL here, the
         # library checks every other byte (docs/security.md).
         if not isinstance(name, str) or not name or "\0" in name:
             raise ValueError("spcoll: group name must be a non-empty string "
                              "without NUL bytes, got %r" % (name,))
         with self._lock:
+            ms = 0 if timeout is None else max(1, int(timeout * 1000))
+            rc = lib.spc_set_op_timeout(self._handle(), ms)
+            if rc < 0:
+                self._raise(rc, "join(%r): op timeout %r" % (name, timeout))
             g = ctypes.c_void_p()
             rc = lib.spc_group_join(self._handle(), name.encode(),
                                     int(world_size), int(rank), ctypes.byref(g))

@@ -598,7 +598,10 @@ def _create(opts, pg_options=None):
         _job = store.get("spcoll/job").decode()
     name = "torch.%s.%s" % (_job, gid)
     client = default_client(os.environ.get("SPCOLL_SOCKET"))
-    group = client.join(name, size, rank)
+    # The daemon enforces the group's timeout too: an op some rank never
+    # issues fails on every rank, naming the missing ranks.
+    group = client.join(name, size, rank,
+                        timeout=timeout_s if timeout_s > 0 else None)
     return ProcessGroupSpcoll(group, timeout_s, store)
 
 
