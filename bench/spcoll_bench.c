@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
   bench_opts o = {.world = 4, .threads = cores > 0 ? (int)cores : 1,
                   .iters = 0, .guard = 3600, .verify = 1,
                   .max_bytes = (size_t)1 << 30, .ops = (1u << BENCH_NOPS) - 1, .csv = NULL, .json = NULL};
-  const char *fast_bytes = "65536";
+  const char *fast_bytes = "262144";
   int opt;
   while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (opt) {

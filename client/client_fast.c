@@ -34,8 +34,16 @@
 #include "fast_seg.h"
 #include "planner.h"
 
-#define SPIN_POLLS 2000  /* checks before yielding: ~a microsecond each */
-#define YIELD_POLLS 64   /* sched_yield rounds before sleeping */
+/* How long a waiter spins before yielding, and sched_yield rounds before
+ * it sleeps. The spin is bounded in time, not in rounds: when the rank it
+ * waits for shares its CPU (another job took the other one), every round
+ * of spin delays that rank, so it must stay short. When the group has
+ * more ranks than the node has CPUs, that is the rule, so a waiter yields
+ * and sleeps almost at once (OVER_*). */
+#define SPIN_NS 2000
+#define YIELD_POLLS 16
+#define OVER_SPIN_NS 500
+#define OVER_YIELD_POLLS 2
 #define SLEEP_NS 200000000L /* futex sleep between checks of the daemon */
 
 typedef struct spc_fast {
@@ -43,6 +51,8 @@ typedef struct spc_fast {
   uint64_t size;
   uint64_t seq;                 /* last sequence number this rank took */
   uint64_t last_fast;           /* last one that ran here */
+  uint64_t spin_ns;             /* wait_for's budget (see SPIN_NS) */
+  unsigned yield;
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
 } spc_fast;
@@ -150,6 +160,10 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   }
   f->hdr = h;
   f->size = size;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int over = cpus > 0 && g->world > cpus;
+  f->spin_ns = over ? OVER_SPIN_NS : SPIN_NS;
+  f->yield = over ? OVER_YIELD_POLLS : YIELD_POLLS;
   spk_plan_init(&f->plan, g->world);
   g->fast = f;
   return SPC_OK;
@@ -237,16 +251,19 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   spc_fast *f = g->fast;
   spk_fseg_hdr *h = f->hdr;
   int rc;
+  uint64_t t0 = now_ns();
+  unsigned yields = 0;
   for (unsigned i = 0;; i++) {
     if (all_at_least(f, g->world, field, v))
       return SPC_OK;
     if ((rc = broken(g)) < 0)
       return rc;
-    if (i < SPIN_POLLS) {
+    if (yields == 0 && ((i & 15) != 0 || now_ns() - t0 < f->spin_ns)) {
       __builtin_ia32_pause();
       continue;
     }
-    if (i < SPIN_POLLS + YIELD_POLLS) {
+    if (yields < f->yield) {
+      yields++;
       sched_yield();
       continue;
     }

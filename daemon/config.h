@@ -60,7 +60,7 @@ typedef struct {
     "queued are dropped")                                                    \
   X(metrics_groups, "metrics-groups", 0, 0, 1,                               \
     "1: /metrics shows per-group series too (names of every uid's groups)") \
-  X(fast_bytes, "fast-bytes", 65536, 0, 64LL << 20,                          \
+  X(fast_bytes, "fast-bytes", 262144, 0, 64LL << 20,                         \
     "ops whose input and output are at most this many bytes per rank run "  \
     "through the group's shared segment, without the daemon (groups of "    \
     "this node only; 0: never)")

@@ -5,7 +5,7 @@
  * waiter (through the daemon's op timeout, not a time limit here); stats
  * count the segment's ops exactly (another uid: test_fast_uid.c).
  * Every other integration suite runs its small ops through the segment too
- * (the default fast_bytes is 64 KiB), against the same references. */
+ * (the default fast_bytes is 256 KiB), against the same references. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 #include "harness.h"
 
 #define NOBODY 65534
-#define BIG 40000 /* floats: 160 KB, over fast_bytes, so the daemon's */
+#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
 
 static spt_daemon daemon_;
 static char stats_sock[300];

@@ -18,7 +18,7 @@
 #include "harness.h"
 
 #define NOBODY 65534
-#define BIG 40000 /* floats: 160 KB, over fast_bytes, so the daemon's */
+#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
 
 static spt_daemon daemon_;
 
