@@ -35,12 +35,16 @@
 #include "planner.h"
 
 /* How long a waiter spins before yielding, and sched_yield rounds before
- * it sleeps. The spin is bounded in time, not in rounds: when the rank it
- * waits for shares its CPU (another job took the other one), every round
- * of spin delays that rank, so it must stay short. When the group has
- * more ranks than the node has CPUs, that is the rule, so a waiter yields
- * and sleeps almost at once (OVER_*). */
-#define SPIN_NS 2000
+ * it sleeps. The spin is bounded in time, not in rounds, and adapts
+ * between SPIN_MIN_NS and SPIN_MAX_NS: a wait that ends while spinning
+ * doubles it (the others run on other CPUs: a long spin keeps the round
+ * trip near a microsecond, as busy-polling MPI does), a wait that had to
+ * yield halves it (the rank waited for shares this CPU, because another
+ * job holds the other one: every round of spin delays it). When the group
+ * has more ranks than the node has CPUs, that is the rule, so a waiter
+ * yields and sleeps almost at once (OVER_*). */
+#define SPIN_MIN_NS 1000
+#define SPIN_MAX_NS 100000
 #define YIELD_POLLS 16
 #define OVER_SPIN_NS 500
 #define OVER_YIELD_POLLS 2
@@ -51,7 +55,7 @@ typedef struct spc_fast {
   uint64_t size;
   uint64_t seq;                 /* last sequence number this rank took */
   uint64_t last_fast;           /* last one that ran here */
-  uint64_t spin_ns;             /* wait_for's budget (see SPIN_NS) */
+  uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   unsigned yield;
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
@@ -162,7 +166,8 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   f->size = size;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int over = cpus > 0 && g->world > cpus;
-  f->spin_ns = over ? OVER_SPIN_NS : SPIN_NS;
+  f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
+  f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->yield = over ? OVER_YIELD_POLLS : YIELD_POLLS;
   spk_plan_init(&f->plan, g->world);
   g->fast = f;
@@ -254,8 +259,15 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   uint64_t t0 = now_ns();
   unsigned yields = 0;
   for (unsigned i = 0;; i++) {
-    if (all_at_least(f, g->world, field, v))
+    if (all_at_least(f, g->world, field, v)) {
+      if (yields == 0 && f->spin_ns < f->spin_max)
+        f->spin_ns = f->spin_ns * 2 < f->spin_max ? f->spin_ns * 2
+                                                  : f->spin_max;
+      else if (yields > 0 && f->spin_ns > SPIN_MIN_NS)
+        f->spin_ns = f->spin_ns / 2 > SPIN_MIN_NS ? f->spin_ns / 2
+                                                  : SPIN_MIN_NS;
       return SPC_OK;
+    }
     if ((rc = broken(g)) < 0)
       return rc;
     if (yields == 0 && ((i & 15) != 0 || now_ns() - t0 < f->spin_ns)) {
