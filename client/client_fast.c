@@ -528,7 +528,11 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
   spc_fast *f = g->fast;
   *handled_p = 1;
-  if (f == NULL || !tensors_fit(f, g->client, op->kind, in, out)) {
+  /* A draining daemon refuses new ops: through it, in its words. The
+   * ranks that read the flag late still see this one's descriptor say so,
+   * and follow it to the daemon. */
+  if (f == NULL || __atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE) ||
+      !tensors_fit(f, g->client, op->kind, in, out)) {
     int rc = spc__fast_slow(g, op, in, out);
     *handled_p = rc < 0;
     return rc;

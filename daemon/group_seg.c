@@ -213,6 +213,13 @@ void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
           (unsigned long long)g->seg->hdr->stage_bytes);
 }
 
+void spd_gseg_close_all(spd_ctx *ctx) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    if (g->seg != NULL)
+      __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_RELEASE);
+}
+
 void spd_gseg_destroy(spd_group *g) {
   spd_gseg *seg = g->seg;
   if (seg == NULL)

@@ -59,6 +59,9 @@ void spd_gseg_harvest(struct spd_group *g);
  * through its segment (none printed without a segment). */
 void spd_gseg_line(struct spd_group *g, const char *label, FILE *out);
 
+/* The daemon drains: every segment sends its new ops to the daemon. */
+void spd_gseg_close_all(spd_ctx *ctx);
+
 void spd_gseg_destroy(struct spd_group *g);
 
 /* Send frame f to s with fd attached (SCM_RIGHTS); fd stays the caller's. */

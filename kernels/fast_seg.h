@@ -92,7 +92,9 @@ typedef struct {
   int32_t broken;
   uint32_t wake;           /* futex word: bumped by every publish */
   uint32_t sleepers;       /* processes in futex_wait on `wake` */
-  uint32_t pad0;
+  /* 1: the daemon drains: new ops take the daemon path, which refuses
+   * them in its words; ops already under way finish. */
+  uint32_t closed;
   char broken_msg[SPK_FSEG_MSG];
 } spk_fseg_hdr;
 

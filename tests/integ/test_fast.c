@@ -32,6 +32,7 @@ typedef struct {
   char msg[8][400];
   int rc[8];
   pid_t pid[8];
+  int drained;
   char group[64];
 } shared_t;
 static shared_t *sh;
@@ -347,6 +348,41 @@ START_TEST(killed_stopped_aborted) {
 }
 END_TEST
 
+/* A drain reaches the segment: after it, small ops go to the daemon and
+ * are refused there, on every rank, in its words ("no new ops"), or find
+ * it gone (a drained daemon with nothing in flight exits at once). Never
+ * do they still run through the segment. */
+static int drain_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0 || reduce_once(&k, rank, w, 8, 0, 0))
+    return 1;
+  if (rank == 0) {
+    if (ctl("drain") != 0)
+      return rk_close(&k, 1);
+    __atomic_store_n(&sh->drained, 1, __ATOMIC_RELEASE);
+  }
+  while (!__atomic_load_n(&sh->drained, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  int64_t s[1] = {8};
+  spc_tensor in, out;
+  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
+    return rk_close(&k, 1);
+  int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k.c), "no new ops")
+                                : rc != SPC_ECONNECTION;
+  if (bad)
+    fprintf(stderr, "rank %d after drain: %d '%s'\n", rank, rc,
+            spc_last_error(k.c));
+  return rk_close(&k, bad);
+}
+
+START_TEST(drain_reaches_the_segment) {
+  snprintf(sh->group, sizeof(sh->group), "drain");
+  ck_assert_int_eq(spt_run_ranks(2, drain_rank, NULL, 120), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("fast");
   TCase *tc = tcase_create("fast");
@@ -356,6 +392,7 @@ int main(void) {
   tcase_add_test(tc, stats_exact_and_disagreement);
   tcase_add_test(tc, disagreement_across_paths);
   tcase_add_test(tc, killed_stopped_aborted);
+  tcase_add_test(tc, drain_reaches_the_segment);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
