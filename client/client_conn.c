@@ -10,7 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "client_fast.h"
 
 /* spc_connect has no client to hold its message yet. */
 static __thread char connect_error[512];
@@ -158,6 +158,10 @@ static spc_request *request_find(spc_client *c, uint64_t id) {
 /* Hand a decoded frame to its request; takes ownership of f. */
 static void route(spc_client *c, Spcoll__Frame *f) {
   spc_request *req = request_find(c, f->id);
+  if (f->body_case == SPCOLL__FRAME__BODY_GROUP_JOINED &&
+      f->group_joined->fast_seg_size != 0) /* its descriptor came first */
+    spc__seg_keep(c, req != NULL && !req->done, f->group_joined->group_id,
+                  f->group_joined->fast_seg_size);
   int is_error = f->body_case == SPCOLL__FRAME__BODY_ERROR;
   if (req == NULL || req->done) {
     /* An unsolicited error is the daemon closing us for a protocol error. */
@@ -186,9 +190,21 @@ static int read_some(spc_client *c, int block) {
   if (spf_reader_space(&c->reader, 64 * 1024, &space, &avail, &err) < 0)
     return spc__fail(c, SPC_ENOMEM, "%s", err.msg);
   ssize_t n;
-  do
-    n = recv(c->fd, space, avail, block ? 0 : MSG_DONTWAIT);
-  while (n < 0 && errno == EINTR);
+  /* A frame may bring a descriptor (a group's shared segment, issue 18):
+   * keep it for the reply that announces it. */
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } cbuf;
+  struct iovec iov = {space, avail};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  do {
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    n = recvmsg(c->fd, &msg, (block ? 0 : MSG_DONTWAIT) | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n > 0)
+    spc__fds_take(c, &msg);
   if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
     return 0;
   if (n <= 0)

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "client_fast.h"
 #include "client_gpu.h"
 
 static int socket_open(spc_client *c, const char *path) {
@@ -59,6 +60,7 @@ static void client_free(spc_client *c) {
   while (c->groups != NULL) {
     spc_group *g = c->groups;
     c->groups = g->next;
+    spc__fast_detach(g);
     free(g);
   }
   while (c->buffers != NULL) {
@@ -71,6 +73,7 @@ static void client_free(spc_client *c) {
     free(b);
   }
   spc__gpu_client_free(c);
+  spc__seg_forget(c);
   if (c->fd >= 0)
     close(c->fd);
   spf_reader_free(&c->reader);

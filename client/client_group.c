@@ -1,8 +1,9 @@
 /* Group membership: join (blocks until every rank joined) and leave. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "client_fast.h"
 #include "tensor_check.h"
 
 int spc_set_op_timeout(spc_client *c, int64_t timeout_ms) {
@@ -13,6 +14,15 @@ int spc_set_op_timeout(spc_client *c, int64_t timeout_ms) {
                      (long long)timeout_ms);
   c->op_timeout_ms = timeout_ms;
   return SPC_OK;
+}
+
+static int leave_send(spc_group *g) {
+  Spcoll__GroupLeave l = SPCOLL__GROUP_LEAVE__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  l.group_id = g->id;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_LEAVE;
+  f.group_leave = &l;
+  return spc__call(g->client, &f, -1, NULL);
 }
 
 int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
@@ -53,6 +63,15 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
   g->rank = rank;
   g->world = world_size;
   spcoll__frame__free_unpacked(reply, NULL);
+  /* Issue 18: a group of this node's ranks comes with a shared segment.
+   * A rank that cannot map it cannot take part: the join fails. */
+  if ((rc = spc__seg_claim(g)) < 0) {
+    char why[sizeof(c->last_error)];
+    snprintf(why, sizeof(why), "%s", c->last_error);
+    leave_send(g); /* the others hear this rank go */
+    free(g);
+    return spc__fail(c, rc, "%s", why);
+  }
   g->next = c->groups;
   c->groups = g;
   *group_p = g;
@@ -70,14 +89,9 @@ static void group_unlink(spc_client *c, spc_group *g) {
 int spc_group_leave(spc_group *g) {
   if (g == NULL)
     return SPC_EINVAL;
-  spc_client *c = g->client;
-  Spcoll__GroupLeave l = SPCOLL__GROUP_LEAVE__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  l.group_id = g->id;
-  f.body_case = SPCOLL__FRAME__BODY_GROUP_LEAVE;
-  f.group_leave = &l;
-  int rc = spc__call(c, &f, -1, NULL);
-  group_unlink(c, g);
+  int rc = leave_send(g);
+  group_unlink(g->client, g);
+  spc__fast_detach(g);
   free(g);
   return rc;
 }
@@ -107,7 +121,12 @@ int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
   f.body_case = SPCOLL__FRAME__BODY_OP;
   f.op = &rq;
   Spcoll__Frame *reply;
-  int rc = spc__call(c, &f, -1, &reply);
+  /* A split is one of the group's ops on the daemon path: the ranks that
+   * wait in the shared segment must hear it (issue 18). */
+  spc_op op = {.kind = 100};
+  int rc = spc__fast_slow(g, &op, NULL, NULL);
+  if (rc == SPC_OK)
+    rc = spc__call(c, &f, -1, &reply);
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {
     rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered group split with %s",
                    spf_body_name(reply->body_case));

@@ -23,6 +23,7 @@ struct spc_group {
   spc_client *client;
   uint64_t id;
   int rank, world;
+  struct spc_fast *fast;      /* shared segment (client_fast.c), or NULL */
 };
 
 struct spc_buffer {
@@ -47,6 +48,13 @@ struct spc_client {
   spc_timing last_timing;     /* from the last Done of an op */
   void *gpu;                  /* client_gpu.c's state, made on first use */
   int64_t op_timeout_ms;      /* asked at join; 0: the daemon's */
+  int fds[8];                 /* received with frames, not yet taken */
+  int nfds;
+  struct {                    /* shared segments of joins not yet done */
+    uint64_t group_id, size;
+    int fd;
+  } segs[8];
+  int nsegs;
 };
 
 /* Record the message of a failure on c and return status. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_fast.h"
 #include "client_gpu.h"
 #include "planner.h"
 
@@ -71,8 +72,11 @@ int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
   return spc__start(g, op, in, out, NULL, req_p);
 }
 
-int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
-               const spc_tensor *out, void *stream, spc_request **req_p) {
+/* fast: -1 the op takes the daemon path (the other ranks hear so through
+ * the group's segment), 1 it may run through the segment (spc_run). */
+static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
+                 const spc_tensor *out, void *stream, int fast,
+                 spc_request **req_p) {
   if (g == NULL || op == NULL || req_p == NULL)
     return SPC_EINVAL;
   spc_client *c = g->client;
@@ -91,14 +95,30 @@ int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
     return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
+  /* Issue 18: the shared-memory fast path, when the group has one. */
+  if (fast > 0 && g->fast != NULL) {
+    int handled;
+    rc = spc__fast_run(g, op, in, out, &handled);
+    if (handled) {
+      *req_p = NULL;
+      return rc;
+    }
+  } else if ((rc = spc__fast_slow(g, op, in, out)) < 0) {
+    return rc;
+  }
   return op_send(g, op, in, out, stream, req_p);
+}
+
+int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
+               const spc_tensor *out, void *stream, spc_request **req_p) {
+  return start(g, op, in, out, stream, -1, req_p);
 }
 
 int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
             const spc_tensor *out) {
-  spc_request *req;
-  int rc = spc_start(g, op, in, out, &req);
-  if (rc < 0)
+  spc_request *req = NULL;
+  int rc = start(g, op, in, out, NULL, 1, &req);
+  if (rc < 0 || req == NULL) /* failed, or done through the segment */
     return rc;
   return spc_wait(&req);
 }

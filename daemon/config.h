@@ -59,7 +59,11 @@ typedef struct {
     "reply bytes queued to all clients; past it, clients with over 1 MiB "   \
     "queued are dropped")                                                    \
   X(metrics_groups, "metrics-groups", 0, 0, 1,                               \
-    "1: /metrics shows per-group series too (names of every uid's groups)")
+    "1: /metrics shows per-group series too (names of every uid's groups)") \
+  X(fast_bytes, "fast-bytes", 262144, 0, 64LL << 20,                         \
+    "ops whose input and output are at most this many bytes per rank run "  \
+    "through the group's shared segment, without the daemon (groups of "    \
+    "this node only; 0: never)")
 
 /* Operator commands (drain, abort): root, the daemon's own uid, and these. */
 #define SPD_MAX_OPERATORS 16

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "group.h"
+#include "group_seg.h"
 
 /* An operator names a group as its owner would, "@UID/NAME", or by NAME
  * alone when one uid has a group of that name. */
@@ -58,6 +59,7 @@ void spd_drain(spd_ctx *ctx) {
   if (ctx->draining || ctx->stopping)
     return;
   ctx->draining = 1;
+  spd_gseg_close_all(ctx); /* fast-path ops too (issue 18) */
   ctx->drain_started_ns = spd_now_ns();
   SPD_INFO(&ctx->log, "draining: no new groups or ops; exiting when the "
            "ops in flight are done, at most %lld s from now (drain_timeout)",

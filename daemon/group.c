@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "group_seg.h"
 #include "op.h"
 
 /* The record a local join goes to: one still gathering ranks first, else
@@ -140,6 +141,7 @@ void spd_group_announce_ready(spd_group *g) {
            g->world, g->nlocal);
   if (g->nlocal == 0)
     g->detached = 1; /* none of it is ours: kept only to hear it leave */
+  spd_gseg_create(g); /* issue 18: the shared-memory fast path */
   for (int r = 0; r < g->world; r++) {
     spd_rank_slot *slot = &g->ranks[r];
     if (slot->session == NULL)
@@ -152,7 +154,7 @@ void spd_group_announce_ready(spd_group *g) {
     f.id = slot->join_req;
     f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
     f.group_joined = &joined;
-    spd_session_send(slot->session, &f);
+    spd_gseg_send_joined(g, slot->session, &f); /* with the segment's fd */
   }
   spd_group_kick(g); /* ops of other nodes' ranks may be waiting */
 }
@@ -226,6 +228,11 @@ int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req) {
 }
 
 void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
+  /* Fast-path ops fail with the same error (issue 18). */
+  if (g->broken)
+    spd_gseg_break(g, g->broken_status, g->broken_reason);
+  else if (status == SPK_ESHUTDOWN)
+    spd_gseg_break(g, status, msg);
   spd_op *op = TAILQ_FIRST(&g->ops), *next;
   for (; op != NULL; op = next) {
     next = TAILQ_NEXT(op, link);
@@ -298,6 +305,7 @@ void spd_group_maybe_free(spd_group *g) {
   spd_group_fail_pending(g, SPK_EPEER_LOST, "every rank left the group");
   TAILQ_REMOVE(&g->ctx->groups, g, link);
   SPD_DEBUG(&g->ctx->log, "group '%s' freed", g->name);
+  spd_gseg_destroy(g);
   free(g->ranks);
   free(g);
 }

@@ -46,6 +46,7 @@ typedef struct spd_group {
   int running;                /* an op of this group is in the mover */
   uint64_t ops_done;
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* this group's share */
+  struct spd_gseg *seg;       /* shared segment (group_seg.c), or NULL */
 } spd_group;
 
 /* Join `name` as `rank`. Replies GroupJoined to every rank once all have

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "group.h"
+#include "group_seg.h"
 #include "op.h"
 #include "session.h"
 
@@ -25,6 +26,9 @@ int spd_stats_sees_client(const spd_ctx *ctx, const spd_session *s) {
 
 char *spd_stats_render(spd_ctx *ctx, const char *format, uid_t viewer) {
   ctx->stats_viewer = viewer;
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    spd_gseg_harvest(g); /* fast-path ops count too (issue 18) */
   static const struct {
     const char *name;
     void (*render)(spd_ctx *, FILE *);
@@ -126,6 +130,13 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
               spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
               (double)(now - op->created_ns) * 1e-9, op->running,
               op->stuck_reported, spd_stats_missing(op, miss, sizeof(miss)));
+    spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
+    if (spd_gseg_pending(g, now, &fw))
+      fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=0 stuck=0 "
+              "waiting_for=%s path=shm\n", label, (unsigned long long)fw.seq,
+              spd_op_slot_name(spd_op_slot(fw.kind)),
+              (double)fw.age_ns * 1e-9, fw.missing);
+    spd_gseg_line(g, label, out); /* "shm LABEL ops=..." (issue 18) */
     char prefix[160];
     snprintf(prefix, sizeof(prefix), "group_op %s ", label);
     text_ops(out, prefix, g->op_stats);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "group.h"
+#include "group_seg.h"
 #include "op.h"
 #include "session.h"
 #include "stats.h"
@@ -74,6 +75,13 @@ static void json_pending(FILE *out, const spd_group *g, uint64_t now) {
             (double)(now - op->created_ns) * 1e-9,
             op->running ? "true" : "false",
             spd_stats_missing(op, miss, sizeof(miss)));
+  spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
+  if (spd_gseg_pending((spd_group *)g, now, &fw))
+    fprintf(out, "%s{\"seq\":%llu,\"op\":\"%s\",\"age_s\":%.3f,"
+            "\"running\":false,\"waiting_for\":[%s],\"path\":\"shm\"}",
+            TAILQ_EMPTY(&g->ops) ? "" : ",", (unsigned long long)fw.seq,
+            spd_op_slot_name(spd_op_slot(fw.kind)), (double)fw.age_ns * 1e-9,
+            fw.missing);
   fprintf(out, "]");
 }
 

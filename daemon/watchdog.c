@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "group.h"
+#include "group_seg.h"
 #include "op.h"
 #include "stats.h"
 
@@ -43,6 +44,7 @@ static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
 
 static void group_tick(spd_group *g, uint64_t now) {
   spd_ctx *ctx = g->ctx;
+  spd_gseg_tick(g, now); /* fast-path ops stalled past the op timeout */
   uint64_t stuck = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link) {

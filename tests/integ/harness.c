@@ -1,5 +1,5 @@
 #include "harness.h"
-#include "client_internal.h"
+#include "client_fast.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -145,8 +145,13 @@ spc_group *spt_join_finish(spc_client *c, spc_request *req, int world,
   if (reply->body_case == SPCOLL__FRAME__BODY_GROUP_JOINED &&
       (g = calloc(1, sizeof(*g))) != NULL) {
     *g = (spc_group){c->groups, c, reply->group_joined->group_id, rank,
-                     world};
+                     world, NULL};
     c->groups = g;
+    if (spc__seg_claim(g) < 0) { /* the group's shared segment, if any */
+      c->groups = g->next;
+      free(g);
+      g = NULL;
+    }
   }
   spcoll__frame__free_unpacked(reply, NULL);
   return g;

@@ -1,0 +1,48 @@
+/* libspclient's shared-memory fast path (client_fast.c): small host ops of
+ * a group whose ranks are all on this node run through the segment the
+ * daemon made for it (kernels/fast_seg.h), with no message to the daemon. */
+#ifndef SPC_CLIENT_FAST_H
+#define SPC_CLIENT_FAST_H
+
+#include <stdint.h>
+
+#include "client_internal.h"
+
+/* Map the group's segment (fd, size bytes, from GroupJoined) and check
+ * its header. Takes fd (closed here in every case). */
+int spc__fast_attach(spc_group *g, int fd, uint64_t size);
+
+/* Unmap the group's segment; NULL segment is a no-op. */
+void spc__fast_detach(spc_group *g);
+
+/* Run op through the segment when every rank can (blocking, as spc_run).
+ * *handled_p = 0: some rank cannot, so every rank takes the daemon path
+ * and so must the caller; the op keeps its place in the group's order.
+ * Otherwise the op is done and the return is its status. */
+int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
+                  const spc_tensor *out, int *handled_p);
+
+/* Tell the other ranks that this rank's next op takes the daemon path
+ * (spc_start, device tensors), so that theirs does too. */
+int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,
+                   const spc_tensor *out);
+
+/* Descriptors that came with frames (SCM_RIGHTS), oldest first: the
+ * connection stores them, GroupJoined takes one. */
+void spc__fd_push(spc_client *c, int fd);
+/* GroupJoined announced a segment of size bytes for group_id: keep the
+ * oldest descriptor received for it (wanted) or close it (an answer
+ * nobody waits for). */
+void spc__seg_keep(spc_client *c, int wanted, uint64_t group_id,
+                   uint64_t size);
+/* Map the segment kept for g's group id into g, if one was announced. */
+int spc__seg_claim(spc_group *g);
+/* Close every descriptor kept (at disconnect). */
+void spc__seg_forget(spc_client *c);
+
+/* Keep the descriptors that came with msg (closing any beyond room). */
+struct msghdr;
+void spc__fds_take(spc_client *c, struct msghdr *msg);
+int spc__fd_pop(spc_client *c);
+
+#endif

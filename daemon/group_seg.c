@@ -1,0 +1,232 @@
+/* A group's shared segment, daemon side: see group_seg.h. The daemon makes
+ * the segment, so its size and seals are its own; the clients only get a
+ * descriptor of it over their socket, so nobody outside the group (no
+ * path, no other uid) can reach it. */
+#include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "group.h"
+#include "group_seg.h"
+
+void spd_gseg_create(spd_group *g) {
+  spd_ctx *ctx = g->ctx;
+  uint64_t stage = (uint64_t)ctx->cfg.fast_bytes;
+  if (g->seg != NULL || stage == 0 || g->multinode || g->nlocal != g->world ||
+      g->world > SPK_FSEG_MAXWORLD)
+    return;
+  uint64_t size = spk_fseg_size(g->world, stage);
+  spd_gseg *seg = calloc(1, sizeof(*seg));
+  if (seg == NULL) {
+    SPD_WARN(&ctx->log, "group '%s': no fast path: calloc of %zu bytes "
+             "failed", g->name, sizeof(*seg));
+    return;
+  }
+  const char *what = "memfd_create";
+  int fd = memfd_create("spcoll-group", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void *p = MAP_FAILED;
+  if (fd >= 0 && (what = "ftruncate", ftruncate(fd, (off_t)size)) == 0 &&
+      (what = "mmap", p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                MAP_SHARED, fd, 0)) != MAP_FAILED &&
+      (what = "fcntl(F_ADD_SEALS)",
+       fcntl(fd, F_ADD_SEALS,
+             F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == 0) {
+    seg->fd = fd;
+    seg->hdr = p;
+    spk_fseg_init(seg->hdr, g->world, stage);
+    seg->since_ns = spd_now_ns();
+    g->seg = seg;
+    SPD_DEBUG(&ctx->log, "group '%s': shared segment of %llu bytes", g->name,
+              (unsigned long long)size);
+    return;
+  }
+  SPD_WARN(&ctx->log, "group '%s': no fast path: %s (segment of %llu "
+           "bytes) failed: %m", g->name, what, (unsigned long long)size);
+  if (p != MAP_FAILED)
+    munmap(p, size);
+  if (fd >= 0)
+    close(fd);
+  free(seg);
+}
+
+void spd_gseg_send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
+  if (g->seg == NULL) {
+    spd_session_send(s, f);
+    return;
+  }
+  f->group_joined->fast_seg_size = g->seg->hdr->size;
+  if (spd_session_send_fd(s, f, g->seg->fd) < 0) {
+    /* This rank cannot take the segment, so no rank may use it: marking
+     * it broken now makes every rank keep the daemon path. */
+    f->group_joined->fast_seg_size = 0;
+    spd_session_send(s, f);
+  }
+}
+
+static void wake_all(spk_fseg_hdr *h) {
+  __atomic_add_fetch(&h->wake, 1, __ATOMIC_SEQ_CST);
+  /* Not FUTEX_PRIVATE: the waiters are other processes. */
+  syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+void spd_gseg_break(spd_group *g, int status, const char *msg) {
+  spd_gseg *seg = g->seg;
+  if (seg == NULL || __atomic_load_n(&seg->hdr->broken, __ATOMIC_ACQUIRE))
+    return;
+  spd_gseg_harvest(g); /* ops done before the break still count */
+  snprintf(seg->hdr->broken_msg, sizeof(seg->hdr->broken_msg), "%s", msg);
+  __atomic_store_n(&seg->hdr->broken, status < 0 ? status : SPK_EABORTED,
+                   __ATOMIC_RELEASE);
+  wake_all(seg->hdr);
+}
+
+/* A fast op waits while some rank waits in the segment; it is stalled
+ * when no rank has published anything since (the sum of their progress
+ * words is unchanged). A rank that is stopped may be stopped inside a
+ * wait, so who is late is told by the counters: a rank behind the others
+ * on any of them is one the op waits for, as the daemon path names the
+ * ranks that have not issued an op. */
+static int observe(spd_group *g, uint64_t now) {
+  spd_gseg *seg = g->seg;
+  uint64_t sum = 0;
+  int waiting = 0;
+  for (int r = 0; r < g->world; r++) {
+    const spk_fseg_rank *a = spk_fseg_rank_at(seg->hdr, r);
+    sum += __atomic_load_n(&a->progress, __ATOMIC_ACQUIRE);
+    waiting += __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0;
+  }
+  if (sum != seg->progress_seen || !waiting) {
+    seg->progress_seen = sum;
+    seg->since_ns = now;
+  }
+  return waiting > 0;
+}
+
+static const size_t counter_fields[] = {
+    offsetof(spk_fseg_rank, published), offsetof(spk_fseg_rank, consumed),
+    offsetof(spk_fseg_rank, fdone), offsetof(spk_fseg_rank, reduced)};
+#define NFIELDS (sizeof(counter_fields) / sizeof(counter_fields[0]))
+
+static uint64_t counter(const spk_fseg_rank *a, size_t field) {
+  return __atomic_load_n((const uint64_t *)((const uint8_t *)a + field),
+                         __ATOMIC_ACQUIRE);
+}
+
+int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
+  spd_gseg *seg = g->seg;
+  if (seg == NULL || g->broken || !observe(g, now))
+    return 0;
+  uint64_t max[NFIELDS] = {0};
+  for (int r = 0; r < g->world; r++)
+    for (size_t i = 0; i < NFIELDS; i++) {
+      uint64_t v = counter(spk_fseg_rank_at(seg->hdr, r), counter_fields[i]);
+      max[i] = v > max[i] ? v : max[i];
+    }
+  size_t n = 0;
+  w->seq = max[0];
+  w->kind = 0;
+  w->age_ns = now - seg->since_ns;
+  w->missing[0] = '\0';
+  for (int r = 0; r < g->world; r++) {
+    const spk_fseg_rank *a = spk_fseg_rank_at(seg->hdr, r);
+    int behind = 0;
+    for (size_t i = 0; i < NFIELDS; i++)
+      behind |= counter(a, counter_fields[i]) < max[i];
+    if (behind && n < sizeof(w->missing) - 16)
+      n += (size_t)snprintf(w->missing + n, sizeof(w->missing) - n, "%s%d",
+                            n ? "," : "", r);
+    if (!behind) /* an up-to-date rank's descriptor tells the op's kind */
+      w->kind = a->ring[w->seq % SPK_FSEG_RING].op;
+  }
+  if (n == 0) /* nobody is behind: every rank waits (a bug, not a user's) */
+    snprintf(w->missing, sizeof(w->missing), "none (every rank waits)");
+  return 1;
+}
+
+/* A fast op is stalled when some rank published a sequence number that
+ * another has not reached, and neither end moved for the op timeout. */
+void spd_gseg_tick(spd_group *g, uint64_t now) {
+  spd_gseg_wait w;
+  if (!spd_gseg_pending(g, now, &w) || w.age_ns <= g->op_timeout_ns)
+    return;
+  char msg[400];
+  snprintf(msg, sizeof(msg), "op %llu (%s, shared-memory path) of group "
+           "'%s' timed out after %.1f s: rank(s) %s never issued it",
+           (unsigned long long)w.seq, spd_op_slot_name(spd_op_slot(w.kind)),
+           g->name, (double)w.age_ns * 1e-9, w.missing);
+  SPD_WARN(&g->ctx->log, "%s", msg);
+  g->ctx->stats.ops_timed_out++;
+  spd_group_break(g, SPK_ETIMEDOUT, msg);
+  spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
+}
+
+void spd_gseg_harvest(spd_group *g) {
+  spd_gseg *seg = g->seg;
+  if (seg == NULL)
+    return;
+  spd_ctx *ctx = g->ctx;
+  const spk_fseg_rank *r0 = spk_fseg_rank_at(seg->hdr, 0);
+  for (int k = 0; k < SPK_OP_COUNT; k++) {
+    /* Rank 0 bumps count last (release), so what it counts is whole. */
+    const spk_fseg_counters *c = &r0->counters[k];
+    spk_fseg_counters *seen = &seg->seen[k];
+    uint64_t count = __atomic_load_n(&c->count, __ATOMIC_ACQUIRE);
+    uint64_t errors = __atomic_load_n(&c->errors, __ATOMIC_ACQUIRE);
+    if (count == seen->count && errors == seen->errors)
+      continue;
+    int slot = spd_op_slot(k);
+    spd_op_stats *sts[2] = {&ctx->op_stats[slot], &g->op_stats[slot]};
+    uint64_t dc = count - seen->count, db = c->bytes - seen->bytes;
+    double ds = (double)(c->ns - seen->ns) * 1e-9;
+    g->ops_done += dc;
+    ctx->stats.ops_completed += dc;
+    ctx->stats.bytes_moved += db;
+    ctx->stats.ops_failed += errors - seen->errors;
+    for (int i = 0; i < 2; i++) {
+      sts[i]->count += dc;
+      sts[i]->errors += errors - seen->errors;
+      sts[i]->bytes += db;
+      sts[i]->seconds += ds;
+      for (int j = 0; j < SPK_FSEG_HIST && j < SPD_LAT_BUCKETS; j++)
+        sts[i]->lat[j] += c->lat[j] - seen->lat[j];
+    }
+    *seen = *c;
+    seen->count = count, seen->errors = errors;
+  }
+}
+
+void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
+  if (g->seg == NULL)
+    return;
+  uint64_t ops = 0, errors = 0;
+  for (int k = 0; k < SPK_OP_COUNT; k++)
+    ops += g->seg->seen[k].count, errors += g->seg->seen[k].errors;
+  fprintf(out, "shm %s ops=%llu errors=%llu stage_bytes=%llu\n", label,
+          (unsigned long long)ops, (unsigned long long)errors,
+          (unsigned long long)g->seg->hdr->stage_bytes);
+}
+
+void spd_gseg_close_all(spd_ctx *ctx) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    if (g->seg != NULL)
+      __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_RELEASE);
+}
+
+void spd_gseg_destroy(spd_group *g) {
+  spd_gseg *seg = g->seg;
+  if (seg == NULL)
+    return;
+  spd_gseg_harvest(g);
+  munmap(seg->hdr, seg->hdr->size);
+  close(seg->fd);
+  free(seg);
+  g->seg = NULL;
+}

@@ -1,0 +1,70 @@
+/* A group's shared segment (kernels/fast_seg.h): made when a group of this
+ * node's ranks only becomes ready, handed to its ranks with GroupJoined,
+ * marked broken (waking every waiter) when the group breaks, watched for
+ * stalled fast ops by the watchdog, and read for stats. Loop thread only. */
+#ifndef SPD_GROUP_SEG_H
+#define SPD_GROUP_SEG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fast_seg.h"
+#include "session.h"
+
+struct spd_group;
+
+typedef struct spd_gseg {
+  int fd;                     /* the sealed memfd; dup'd for each rank */
+  spk_fseg_hdr *hdr;          /* the daemon's own mapping */
+  uint64_t progress_seen;     /* sum of the ranks' progress words */
+  uint64_t since_ns;          /* since when it has not changed while some
+                               * rank waits */
+  spk_fseg_counters seen[SPK_OP_COUNT]; /* rank 0's, as last added to the
+                                         * stats */
+} spd_gseg;
+
+/* Make g's segment when it qualifies (every rank here, fast_bytes > 0,
+ * world <= SPK_FSEG_MAXWORLD); g->seg stays NULL otherwise or when a call
+ * fails (logged: the group then keeps the daemon path only). */
+void spd_gseg_create(struct spd_group *g);
+
+/* Send GroupJoined f to s, with a dup of the segment's fd when g has one
+ * (f's fast_seg_size is set here). */
+void spd_gseg_send_joined(struct spd_group *g, spd_session *s,
+                          Spcoll__Frame *f);
+
+/* Mark the segment broken with status and msg (once) and wake every
+ * waiter: fast ops in progress fail with the daemon path's error. */
+void spd_gseg_break(struct spd_group *g, int status, const char *msg);
+
+/* A fast op some rank has published and another not: its sequence
+ * number, kind, age and the ranks that have not issued it. */
+typedef struct {
+  uint64_t seq;
+  int kind;
+  uint64_t age_ns;
+  char missing[200];
+} spd_gseg_wait;
+int spd_gseg_pending(struct spd_group *g, uint64_t now, spd_gseg_wait *w);
+
+/* Fast op stalled past the group's op timeout: break the group naming the
+ * ranks that never issued it, as the daemon path does. */
+void spd_gseg_tick(struct spd_group *g, uint64_t now);
+
+/* Add fast ops completed since the last call to the group's and the
+ * daemon's counters. */
+void spd_gseg_harvest(struct spd_group *g);
+
+/* "shm LABEL ops=N errors=N stage_bytes=N": the group's ops that ran
+ * through its segment (none printed without a segment). */
+void spd_gseg_line(struct spd_group *g, const char *label, FILE *out);
+
+/* The daemon drains: every segment sends its new ops to the daemon. */
+void spd_gseg_close_all(spd_ctx *ctx);
+
+void spd_gseg_destroy(struct spd_group *g);
+
+/* Send frame f to s with fd attached (SCM_RIGHTS); fd stays the caller's. */
+int spd_session_send_fd(spd_session *s, const Spcoll__Frame *f, int fd);
+
+#endif

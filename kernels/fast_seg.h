@@ -1,0 +1,138 @@
+/* The shared segment of a group whose ranks are all on this node: the
+ * layout the daemon creates (daemon/group_seg.c) and the clients map
+ * (client/client_fast.c). Small ops run through it with no message to the
+ * daemon: each rank publishes its op descriptor and its input in its own
+ * rank area, every rank checks and plans the op from all descriptors with
+ * the same planners the daemon runs, and copies into its output from the
+ * other ranks' staging areas.
+ *
+ * Every word that more than one process writes or waits on is touched only
+ * with __atomic builtins. Each counter has exactly one writer (its rank),
+ * except `broken` and `wake`. A process that writes garbage here can only
+ * hurt its own group: every member of it already trusts the others with
+ * its data, and the daemon reads only counters from it. */
+#ifndef SPK_FAST_SEG_H
+#define SPK_FAST_SEG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+
+#define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
+#define SPK_FSEG_VERSION 1u
+/* Descriptors a rank may publish ahead of the slowest reader. */
+#define SPK_FSEG_RING 16u
+/* Size list entries a descriptor holds; longer lists take the daemon. */
+#define SPK_FSEG_MAXLIST 32
+/* Groups above this many ranks get no segment: the ring and the staging
+ * grow with the world, and large groups are rarely one node's. */
+#define SPK_FSEG_MAXWORLD 16
+#define SPK_FSEG_MSG 400
+/* Latency histogram buckets: bucket i counts ops of < 2^i microseconds
+ * (the last one takes the rest), as the daemon's op stats do. */
+#define SPK_FSEG_HIST 31
+
+/* One rank's op, as it asked for it. */
+typedef struct {
+  uint64_t seq;
+  uint32_t eligible;       /* 1: this rank can run it here */
+  int32_t op;
+  uint32_t dtype;
+  uint32_t flags;
+  int32_t ndims;
+  int32_t dims[2];
+  int32_t in_ndim, out_ndim;
+  int32_t nsizes, nsizes2;
+  int64_t scalar;
+  int64_t in_shape[SPK_MAX_DIMS];
+  int64_t out_shape[SPK_MAX_DIMS];
+  int64_t sizes[SPK_FSEG_MAXLIST];
+  int64_t sizes2[SPK_FSEG_MAXLIST];
+} spk_fseg_desc;
+
+/* Counters of one rank, per op kind: written by that rank only; the
+ * daemon adds rank 0's to its stats (every rank runs every op, so one
+ * rank counts it, as the daemon counts an op once). bytes: what the whole
+ * plan writes, as the daemon counts. ns: publish to done on rank 0. */
+typedef struct {
+  uint64_t count;
+  uint64_t errors;
+  uint64_t bytes;
+  uint64_t ns;
+  uint64_t lat[SPK_FSEG_HIST];
+} spk_fseg_counters;
+
+typedef struct {
+  /* seq of the last descriptor this rank published / read every rank's
+   * descriptor of / finished as a fast op (its staging may be reused) /
+   * finished the reduce phase of. */
+  uint64_t published;
+  uint64_t consumed;
+  uint64_t fdone;
+  uint64_t reduced;
+  /* Bumped by every publish of this rank: the daemon's watchdog sees the
+   * group move. `waiting`: 1 while this rank waits for the others. */
+  uint64_t progress;
+  uint32_t waiting;
+  uint8_t pad[20];
+  spk_fseg_counters counters[SPK_OP_COUNT];
+  spk_fseg_desc ring[SPK_FSEG_RING];
+} spk_fseg_rank;
+
+typedef struct {
+  uint32_t magic, version;
+  uint32_t world, ring;
+  uint64_t stage_bytes;    /* per rank, for the input and for the output */
+  uint64_t rank_bytes;     /* stride of rank areas */
+  uint64_t size;           /* of the whole segment */
+  uint64_t rank_off;       /* offset of rank 0's area */
+  /* 0, or the negative SPK_E* status every op of the group now fails with
+   * (the daemon's broken_status), and its message. */
+  int32_t broken;
+  uint32_t wake;           /* futex word: bumped by every publish */
+  uint32_t sleepers;       /* processes in futex_wait on `wake` */
+  /* 1: the daemon drains: new ops take the daemon path, which refuses
+   * them in its words; ops already under way finish. */
+  uint32_t closed;
+  char broken_msg[SPK_FSEG_MSG];
+} spk_fseg_hdr;
+
+/* Rank areas are cache-line aligned: one rank's counters never share a
+ * line with another's. Staging (input, then output) follows the area. */
+static inline uint64_t spk_fseg_rank_bytes(uint64_t stage_bytes) {
+  uint64_t a = (sizeof(spk_fseg_rank) + 63) & ~(uint64_t)63;
+  return a + 2 * ((stage_bytes + 63) & ~(uint64_t)63);
+}
+
+static inline uint64_t spk_fseg_size(int world, uint64_t stage_bytes) {
+  uint64_t h = (sizeof(spk_fseg_hdr) + 4095) & ~(uint64_t)4095;
+  return h + (uint64_t)world * spk_fseg_rank_bytes(stage_bytes);
+}
+
+static inline spk_fseg_rank *spk_fseg_rank_at(spk_fseg_hdr *h, int r) {
+  return (spk_fseg_rank *)((uint8_t *)h + h->rank_off +
+                           (uint64_t)r * h->rank_bytes);
+}
+
+/* Staging of rank r: t = 0 input, 1 output. */
+static inline uint8_t *spk_fseg_stage(spk_fseg_hdr *h, int r, int t) {
+  uint64_t a = (sizeof(spk_fseg_rank) + 63) & ~(uint64_t)63;
+  uint64_t s = (h->stage_bytes + 63) & ~(uint64_t)63;
+  return (uint8_t *)spk_fseg_rank_at(h, r) + a + (uint64_t)t * s;
+}
+
+/* Fill a fresh (zeroed) segment's header. */
+static inline void spk_fseg_init(spk_fseg_hdr *h, int world,
+                                 uint64_t stage_bytes) {
+  h->magic = SPK_FSEG_MAGIC;
+  h->version = SPK_FSEG_VERSION;
+  h->world = (uint32_t)world;
+  h->ring = SPK_FSEG_RING;
+  h->stage_bytes = stage_bytes;
+  h->rank_bytes = spk_fseg_rank_bytes(stage_bytes);
+  h->rank_off = (sizeof(spk_fseg_hdr) + 4095) & ~(uint64_t)4095;
+  h->size = spk_fseg_size(world, stage_bytes);
+}
+
+#endif

@@ -1,0 +1,398 @@
+/* The shared-memory fast path (issue 18): small host ops of a group whose
+ * ranks are all on this node run through the group's segment. Mixed with
+ * the daemon path they keep one order; disagreements fail on every rank in
+ * the same words; a killed, a stopped and an aborted group fail every
+ * waiter (through the daemon's op timeout, not a time limit here); stats
+ * count the segment's ops exactly (another uid: test_fast_uid.c).
+ * Every other integration suite runs its small ops through the segment too
+ * (the default fast_bytes is 256 KiB), against the same references. */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "client_internal.h"
+#include "harness.h"
+
+#define NOBODY 65534
+#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
+
+static spt_daemon daemon_;
+static char stats_sock[300];
+
+/* What the ranks of one test share (fork keeps a MAP_SHARED mapping). */
+typedef struct {
+  char msg[8][400];
+  int rc[8];
+  pid_t pid[8];
+  int drained;
+  char group[64];
+} shared_t;
+static shared_t *sh;
+
+static void setup(void) {
+  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+  snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
+           daemon_.dir);
+  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert(sh != MAP_FAILED);
+  memset(sh, 0, sizeof(*sh));
+}
+
+static void teardown(void) {
+  munmap(sh, sizeof(*sh));
+  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+}
+
+static char *stats_text(void) {
+  spc_client *c = spt_connect(stats_sock);
+  if (c == NULL)
+    return NULL;
+  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &rq;
+  char *text = NULL;
+  if (spc__call(c, &f, -1, &reply) == 0)
+    text = strdup(reply->stats_reply->text);
+  if (reply)
+    spcoll__frame__free_unpacked(reply, NULL);
+  spc_disconnect(c);
+  return text;
+}
+
+static int stats_has(const char *needle) {
+  char *t = stats_text();
+  int ok = t && strstr(t, needle);
+  if (!ok)
+    fprintf(stderr, "stats lack '%s':\n%s\n", needle, t ? t : "(none)");
+  free(t);
+  return ok;
+}
+
+typedef struct {
+  spc_client *c;
+  spc_group *g;
+  spc_buffer *b;
+  size_t used;
+} rk;
+
+static int rk_open(rk *k, int rank, int world, int64_t timeout_ms) {
+  memset(k, 0, sizeof(*k));
+  k->c = spt_connect(daemon_.socket);
+  if (k->c == NULL || (timeout_ms && spc_set_op_timeout(k->c, timeout_ms)))
+    return -1;
+  if (spc_group_join(k->c, sh->group, world, rank, &k->g) < 0 ||
+      spc_buffer_alloc(k->c, 4 << 20, &k->b) < 0) {
+    fprintf(stderr, "rank %d: open: %s\n", rank, spc_last_error(k->c));
+    return -1;
+  }
+  return 0;
+}
+
+static float *rk_tensor(rk *k, spc_tensor *t, int nd, const int64_t *s) {
+  size_t n = 1;
+  for (int i = 0; i < nd; i++)
+    n *= (size_t)s[i];
+  if (spc_tensor_init(t, k->b, k->used, SPC_FLOAT32, nd, s) < 0)
+    return NULL;
+  k->used += (n * 4 + 63) & ~(size_t)63;
+  return spc_tensor_data(t);
+}
+
+static int rk_close(rk *k, int bad) {
+  spc_disconnect(k->c);
+  return bad;
+}
+
+/* Value i of rank r's input (exact in float sums). */
+static float val(int r, size_t i, int step) {
+  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)step * 5) % 64) - 32) /
+         8.0f;
+}
+
+/* all_reduce of n floats, then check against the rank-order sum. */
+static int reduce_once(rk *k, int rank, int w, size_t n, int step,
+                       int async) {
+  int64_t s[1] = {(int64_t)n};
+  spc_tensor in, out;
+  float *x = rk_tensor(k, &in, 1, s), *y = rk_tensor(k, &out, 1, s);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (size_t i = 0; i < n; i++)
+    x[i] = val(rank, i, step);
+  int rc;
+  if (async) {
+    spc_request *req;
+    spc_op op = spc_op_all_reduce(SPC_SUM);
+    rc = spc_start(k->g, &op, &in, &out, &req);
+    if (rc == 0)
+      rc = spc_wait(&req);
+  } else {
+    rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
+  }
+  if (rc < 0) {
+    fprintf(stderr, "rank %d step %d: all_reduce: %s\n", rank, step,
+            spc_last_error(k->c));
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float ref = val(0, i, step);
+    for (int r = 1; r < w; r++)
+      ref += val(r, i, step);
+    if (y[i] != ref) {
+      fprintf(stderr, "rank %d step %d: [%zu] = %g, want %g\n", rank, step,
+              i, y[i], ref);
+      return 1;
+    }
+  }
+  k->used = 0;
+  return 0;
+}
+
+/* all_gather of [2 + rank, 3] along 0 (unequal sizes), checked. */
+static int gather_once(rk *k, int rank, int w, int step) {
+  int64_t s[2] = {2 + rank, 3}, o[2] = {0, 3}, sizes[8];
+  for (int r = 0; r < w; r++)
+    sizes[r] = 2 + r, o[0] += 2 + r;
+  spc_tensor in, out;
+  float *x = rk_tensor(k, &in, 2, s), *y = rk_tensor(k, &out, 2, o);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (size_t i = 0; i < (size_t)(s[0] * 3); i++)
+    x[i] = val(rank, i, step);
+  if (spc_all_gather(k->g, &in, &out, 0, sizes) < 0) {
+    fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(k->c));
+    return 1;
+  }
+  size_t at = 0;
+  for (int r = 0; r < w; r++)
+    for (size_t i = 0; i < (size_t)(sizes[r] * 3); i++, at++)
+      if (y[at] != val(r, i, step)) {
+        fprintf(stderr, "rank %d: gather [%zu] wrong\n", rank, at);
+        return 1;
+      }
+  k->used = 0;
+  return 0;
+}
+
+/* fast, daemon (too big), fast, daemon (spc_start), fast, gather... */
+static int mixed_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = 0;
+  for (int step = 0; step < 12 && !bad; step++) {
+    switch (step % 4) {
+    case 0: bad = reduce_once(&k, rank, w, 16 + (size_t)step, step, 0); break;
+    case 1: bad = reduce_once(&k, rank, w, BIG, step, 0); break;
+    case 2: bad = gather_once(&k, rank, w, step); break;
+    case 3: bad = reduce_once(&k, rank, w, 33, step, 1); break;
+    }
+  }
+  return rk_close(&k, bad);
+}
+
+START_TEST(mixed_sequences) {
+  for (int w = 2; w <= 4; w++) {
+    snprintf(sh->group, sizeof(sh->group), "mixed%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, mixed_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
+/* Every rank of 3 counts: 6 fast ops of each (3 all_reduce, 3
+ * all_gather) ran through the segment; the rest went to the daemon. */
+static int count_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = 0;
+  for (int step = 0; step < 12 && !bad; step++)
+    bad = step % 4 == 1 ? reduce_once(&k, rank, w, BIG, step, 0)
+          : step % 4 == 3 ? reduce_once(&k, rank, w, 8, step, 1)
+          : step % 4 == 0 ? reduce_once(&k, rank, w, 8, step, 0)
+                          : gather_once(&k, rank, w, step);
+  /* one disagreement through the segment: every rank fails alike */
+  int64_t s[1] = {4 + (rank == w - 1)};
+  spc_tensor in, out;
+  if (!bad && (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s)))
+    bad = 1;
+  int rc = bad ? 0 : spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  sh->rc[rank] = rc;
+  snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", spc_last_error(k.c));
+  bad |= rc != SPC_EMISMATCH;
+  k.used = 0;
+  bad |= !bad && reduce_once(&k, rank, w, 8, 99, 0); /* still usable */
+  if (!bad && rank == 0) {
+    char want[128];
+    snprintf(want, sizeof(want), "shm %s ops=7 errors=1", sh->group);
+    bad = !stats_has(want) ||
+          !stats_has("all_reduce count=10 errors=1") ||
+          !stats_has("all_gather count=3 errors=0");
+  }
+  return rk_close(&k, bad);
+}
+
+START_TEST(stats_exact_and_disagreement) {
+  snprintf(sh->group, sizeof(sh->group), "count");
+  ck_assert_int_eq(spt_run_ranks(3, count_rank, NULL, 120), 0);
+  for (int r = 1; r < 3; r++)
+    ck_assert_str_eq(sh->msg[r], sh->msg[0]);
+  ck_assert_msg(strstr(sh->msg[0], "disagree on input shape"), "%s", sh->msg[0]);
+}
+END_TEST
+
+/* Rank 0 small, the last rank too big for the segment: both go to the
+ * daemon, which names the disagreement to every rank. */
+static int split_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int64_t s[1] = {rank == w - 1 ? BIG : 4};
+  spc_tensor in, out;
+  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
+    return rk_close(&k, 1);
+  sh->rc[rank] = spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", spc_last_error(k.c));
+  return rk_close(&k, sh->rc[rank] != SPC_EMISMATCH);
+}
+
+START_TEST(disagreement_across_paths) {
+  snprintf(sh->group, sizeof(sh->group), "split");
+  ck_assert_int_eq(spt_run_ranks(2, split_rank, NULL, 120), 0);
+  ck_assert_str_eq(sh->msg[1], sh->msg[0]);
+}
+END_TEST
+
+/* mode 0: the last rank is SIGKILLed; 1: it is SIGSTOPped (the op timeout
+ * fails the others, then rank 0 kills it); 2: the last rank aborts the
+ * group through spcollctl while the others wait in the segment. */
+static int ctl(const char *args) {
+  char cmd[512];
+  const char *bin = getenv("SPCOLLD");
+  char dir[256] = "build/bin";
+  if (bin && strrchr(bin, '/'))
+    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
+  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s %s", dir,
+           daemon_.socket, args);
+  return system(cmd);
+}
+
+static int fault_rank(int rank, int w, void *arg) {
+  int mode = *(const int *)arg;
+  rk k;
+  if (rk_open(&k, rank, w, mode == 1 ? 300 : 0) < 0)
+    return 1;
+  int bad = reduce_once(&k, rank, w, 8, 0, 0); /* all fine once */
+  if (bad)
+    return rk_close(&k, 1);
+  int last = rank == w - 1;
+  sh->pid[rank] = getpid();
+  if (last && mode == 0)
+    raise(SIGKILL);
+  if (last && mode == 1)
+    raise(SIGSTOP);
+  if (last && mode == 2) {
+    /* wait until the others sleep in the segment, shown as pending */
+    char want[96];
+    snprintf(want, sizeof(want), "waiting_for=%d path=shm", rank);
+    for (;;) {
+      char *t = stats_text();
+      int there = t && strstr(t, want);
+      free(t);
+      if (there)
+        break;
+      usleep(20000);
+    }
+    char args[128];
+    snprintf(args, sizeof(args), "abort %s", sh->group);
+    bad = ctl(args) != 0;
+  }
+  int64_t s[1] = {8};
+  spc_tensor in, out;
+  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
+    return rk_close(&k, 1);
+  int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  const char *msg = spc_last_error(k.c);
+  static const int want_rc[3] = {SPC_EPEERLOST, SPC_ETIMEDOUT, SPC_EABORTED};
+  static const char *const want_msg[3] = {"was lost", "never issued it",
+                                          "aborted by operator"};
+  if (rc != want_rc[mode] || !strstr(msg, want_msg[mode])) {
+    fprintf(stderr, "rank %d mode %d: got %d '%s'\n", rank, mode, rc, msg);
+    bad = 1;
+  }
+  if (mode == 1 && rank == 0)
+    kill(sh->pid[w - 1], SIGKILL);
+  return rk_close(&k, bad);
+}
+
+START_TEST(killed_stopped_aborted) {
+  for (int mode = 0; mode < 3; mode++) {
+    snprintf(sh->group, sizeof(sh->group), "fault%d", mode);
+    /* The killed and the stopped rank die by a signal: one failed rank. */
+    ck_assert_int_eq(spt_run_ranks(3, fault_rank, &mode, 120),
+                     mode == 2 ? 0 : 1);
+  }
+}
+END_TEST
+
+/* A drain reaches the segment: after it, small ops go to the daemon and
+ * are refused there, on every rank, in its words ("no new ops"), or find
+ * it gone (a drained daemon with nothing in flight exits at once). Never
+ * do they still run through the segment. */
+static int drain_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0 || reduce_once(&k, rank, w, 8, 0, 0))
+    return 1;
+  if (rank == 0) {
+    if (ctl("drain") != 0)
+      return rk_close(&k, 1);
+    __atomic_store_n(&sh->drained, 1, __ATOMIC_RELEASE);
+  }
+  while (!__atomic_load_n(&sh->drained, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  int64_t s[1] = {8};
+  spc_tensor in, out;
+  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
+    return rk_close(&k, 1);
+  int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k.c), "no new ops")
+                                : rc != SPC_ECONNECTION;
+  if (bad)
+    fprintf(stderr, "rank %d after drain: %d '%s'\n", rank, rc,
+            spc_last_error(k.c));
+  return rk_close(&k, bad);
+}
+
+START_TEST(drain_reaches_the_segment) {
+  snprintf(sh->group, sizeof(sh->group), "drain");
+  ck_assert_int_eq(spt_run_ranks(2, drain_rank, NULL, 120), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("fast");
+  TCase *tc = tcase_create("fast");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, mixed_sequences);
+  tcase_add_test(tc, stats_exact_and_disagreement);
+  tcase_add_test(tc, disagreement_across_paths);
+  tcase_add_test(tc, killed_stopped_aborted);
+  tcase_add_test(tc, drain_reaches_the_segment);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}

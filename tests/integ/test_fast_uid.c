@@ -1,0 +1,207 @@
+/* A group's shared segment (issue 18) is out of another uid's reach: as
+ * nobody, a forked attacker can open neither the daemon's descriptor of it
+ * nor a rank's (its fds, its map_files). Run as root (exit 77 otherwise),
+ * with the other uid made by setuid in a child, as test_access.c does. */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "client_internal.h"
+#include "harness.h"
+
+#define NOBODY 65534
+#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
+
+static spt_daemon daemon_;
+
+/* What the ranks of one test share (fork keeps a MAP_SHARED mapping). */
+typedef struct {
+  char msg[8][400];
+  int rc[8];
+  pid_t pid[8];
+  char group[64];
+} shared_t;
+static shared_t *sh;
+
+static void setup(void) {
+  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert(sh != MAP_FAILED);
+  memset(sh, 0, sizeof(*sh));
+}
+
+static void teardown(void) {
+  munmap(sh, sizeof(*sh));
+  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+}
+
+typedef struct {
+  spc_client *c;
+  spc_group *g;
+  spc_buffer *b;
+  size_t used;
+} rk;
+
+static int rk_open(rk *k, int rank, int world, int64_t timeout_ms) {
+  memset(k, 0, sizeof(*k));
+  k->c = spt_connect(daemon_.socket);
+  if (k->c == NULL || (timeout_ms && spc_set_op_timeout(k->c, timeout_ms)))
+    return -1;
+  if (spc_group_join(k->c, sh->group, world, rank, &k->g) < 0 ||
+      spc_buffer_alloc(k->c, 4 << 20, &k->b) < 0) {
+    fprintf(stderr, "rank %d: open: %s\n", rank, spc_last_error(k->c));
+    return -1;
+  }
+  return 0;
+}
+
+static float *rk_tensor(rk *k, spc_tensor *t, int nd, const int64_t *s) {
+  size_t n = 1;
+  for (int i = 0; i < nd; i++)
+    n *= (size_t)s[i];
+  if (spc_tensor_init(t, k->b, k->used, SPC_FLOAT32, nd, s) < 0)
+    return NULL;
+  k->used += (n * 4 + 63) & ~(size_t)63;
+  return spc_tensor_data(t);
+}
+
+static int rk_close(rk *k, int bad) {
+  spc_disconnect(k->c);
+  return bad;
+}
+
+/* Value i of rank r's input (exact in float sums). */
+static float val(int r, size_t i, int step) {
+  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)step * 5) % 64) - 32) /
+         8.0f;
+}
+
+/* all_reduce of n floats, then check against the rank-order sum. */
+static int reduce_once(rk *k, int rank, int w, size_t n, int step,
+                       int async) {
+  int64_t s[1] = {(int64_t)n};
+  spc_tensor in, out;
+  float *x = rk_tensor(k, &in, 1, s), *y = rk_tensor(k, &out, 1, s);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (size_t i = 0; i < n; i++)
+    x[i] = val(rank, i, step);
+  int rc;
+  if (async) {
+    spc_request *req;
+    spc_op op = spc_op_all_reduce(SPC_SUM);
+    rc = spc_start(k->g, &op, &in, &out, &req);
+    if (rc == 0)
+      rc = spc_wait(&req);
+  } else {
+    rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
+  }
+  if (rc < 0) {
+    fprintf(stderr, "rank %d step %d: all_reduce: %s\n", rank, step,
+            spc_last_error(k->c));
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float ref = val(0, i, step);
+    for (int r = 1; r < w; r++)
+      ref += val(r, i, step);
+    if (y[i] != ref) {
+      fprintf(stderr, "rank %d step %d: [%zu] = %g, want %g\n", rank, step,
+              i, y[i], ref);
+      return 1;
+    }
+  }
+  k->used = 0;
+  return 0;
+}
+
+/* As nobody: neither the daemon's descriptor of the segment nor a rank's
+ * mapping of it can be opened. */
+static int attack(const pid_t *pids) {
+  char path[300];
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pids[i]);
+    DIR *d = opendir(path);
+    if (d != NULL) {
+      closedir(d);
+      return 2; /* could list a root process's descriptors */
+    }
+    for (int fd = 0; fd < 256; fd++) {
+      snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pids[i], fd);
+      int x = open(path, O_RDWR);
+      if (x >= 0) {
+        close(x);
+        return 4; /* opened a descriptor of a root process */
+      }
+    }
+    snprintf(path, sizeof(path), "/proc/%d/map_files", (int)pids[i]);
+    if ((d = opendir(path)) != NULL) {
+      closedir(d);
+      return 3;
+    }
+  }
+  return 0;
+}
+
+static int holder_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0 || reduce_once(&k, rank, w, 8, 0, 0))
+    return 1;
+  int bad = 0;
+  if (rank == 0) {
+    /* The segment is mapped here, and the daemon holds it. */
+    FILE *m = fopen("/proc/self/maps", "r");
+    char line[512];
+    int seen = 0;
+    while (m && fgets(line, sizeof(line), m))
+      seen |= strstr(line, "memfd:spcoll-group") != NULL;
+    if (m)
+      fclose(m);
+    bad |= !seen;
+    pid_t pids[2] = {daemon_.pid, getpid()};
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+        _exit(10);
+      _exit(attack(pids));
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "the attacker got in (status %d)\n", st);
+      bad = 1;
+    }
+  }
+  bad |= reduce_once(&k, rank, w, 8, 1, 0); /* hold until rank 0 is done */
+  return rk_close(&k, bad);
+}
+
+START_TEST(other_uid_cannot_map) {
+  snprintf(sh->group, sizeof(sh->group), "held");
+  ck_assert_int_eq(spt_run_ranks(2, holder_rank, NULL, 120), 0);
+}
+END_TEST
+
+int main(void) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: cannot be a second uid\n");
+    return 77;
+  }
+  Suite *s = suite_create("fast_uid");
+  TCase *tc = tcase_create("fast_uid");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, other_uid_cannot_map);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
