@@ -62,11 +62,20 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra) {
     fprintf(stderr, "execv(%s): %s\n", bin, strerror(errno));
     _exit(127);
   }
-  /* Wait for the socket: readiness, not a timing check. */
+  /* Wait for both sockets (the stats socket listens after the control
+   * socket): readiness, not a timing check. */
+  char stats[160];
+  snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", d->dir);
+  for (int i = 0; extra && extra[i]; i++)
+    if (strcmp(extra[i], "--stats-socket") == 0 && extra[i + 1])
+      snprintf(stats, sizeof(stats), "%s", extra[i + 1]);
   for (int i = 0; i < 1000; i++) {
     int fd = spt_raw_connect(d->socket);
-    if (fd >= 0) {
+    int sfd = fd >= 0 ? spt_raw_connect(stats) : -1;
+    if (fd >= 0)
       close(fd);
+    if (sfd >= 0) {
+      close(sfd);
       return 0;
     }
     if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
