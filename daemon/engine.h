@@ -28,7 +28,9 @@ struct spd_buffer;
   X(NCCL, nccl, "Plans executed by the NCCL mover.",                         \
     "Bytes written by the NCCL mover.")                                      \
   X(UCX, ucx, "Ops whose cross-node part ran over UCX.",                     \
-    "Bytes sent to peer daemons over UCX.")
+    "Bytes sent to peer daemons over UCX.")                                  \
+  X(SERIAL, serial, "Plans executed by the serial (loop-thread) engine.",    \
+    "Bytes written by the serial engine.")
 
 typedef enum {
 #define SPD_ENGINE_ENUM(kind, name, ops_help, bytes_help) SPD_ENGINE_##kind,
