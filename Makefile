@@ -32,7 +32,9 @@ GPU_LIBS   := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(
   $(if $(HAVE_NCCL),-lnccl)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 OPT       ?= -O2
-BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
+# Symbols are hidden unless declared public: libspclient.so exports only
+# what spcoll.h declares (SPC_API), not the kernels, protobuf or internals.
+BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -fvisibility=hidden -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
   -I$(BUILD)/proto -Iproto -Ikernels -Iclient -Idaemon $(PBC_CFLAGS) $(UV_CFLAGS)
 WARN      := -Wall -Wextra -Werror -Wno-format-truncation
 CFLAGS_ALL = $(BASE_CFLAGS) $(WARN) $(CFLAGS)
