@@ -15,7 +15,7 @@ CU_SRC := $(wildcard kernels/*.cu)
 CU_OBJ := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC)))
 
 $(BUILD)/kernels/%.cu.o: kernels/%.cu kernels/plan_cuda.h kernels/plan.h \
-  kernels/types.h kernels/status.h
+  kernels/types.h kernels/status.h kernels/half_bits.h
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
