@@ -47,7 +47,7 @@ for t in test_ops_copy test_ops_reduce; do
   SPT_NODES=3 run "$BUILD/tests/$t" "multinode_${t#test_}"
 done
 # The op suites again with every op on the serial engine (--mover serial,
-# daemon/engine_serial.c): an engine added through the table alone runs
+# daemon/engine/engine_serial.c): an engine added through the table alone runs
 # them unchanged.
 for t in test_ops_copy test_ops_reduce; do
   [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue

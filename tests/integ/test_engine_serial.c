@@ -1,4 +1,4 @@
-/* The serial engine (daemon/engine_serial.c), chosen by config
+/* The serial engine (daemon/engine/engine_serial.c), chosen by config
  * (--mover serial): the ops of a daemon so configured run on it and not
  * on the host mover, and give the same results. The op suites also run
  * whole against such a daemon (tests/run.sh: SPT_MOVER=serial). */
