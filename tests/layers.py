@@ -33,7 +33,12 @@ EXCEPTIONS = {
     (1, "mover_nccl.c"): "reads the op's ranks (gpu.h includes op.h)",
     (1, "mover_nccl.h"): "takes an spd_op (gpu.h)",
     (2, "op.c"): "per-rank GPU events (spd_engine_gpu_rank_*) are not yet in the work item",
-    (2, "op_overlap.c"): "spd_engine_ucx_tell_failed: a peer-protocol message, to move to the peer layer",
+}
+
+# Engine functions any daemon file may still call (rule 2), each with why.
+ALLOWED_CALLS = {
+    "spd_engine_ucx_tell_failed": "a peer-protocol message (OpFail to the other nodes), "
+                                  "to move to the peer layer",
 }
 
 
@@ -114,7 +119,8 @@ def main():
                 or os.path.basename(p) in TABLE:
             continue
         text = open(os.path.join(ROOT, p)).read()
-        hits = sorted({n for n in call.findall(text) if n in defined})
+        hits = sorted({n for n in call.findall(text)
+                       if n in defined and n not in ALLOWED_CALLS})
         if hits:
             report(2, p, "calls " + ", ".join("%s (%s)" % (n, defined[n]) for n in hits))
 
@@ -137,6 +143,9 @@ def main():
         if h not in state:
             visit(h, [h])
 
+    for name in sorted(set(ALLOWED_CALLS) - set(defined)):
+        broken.append("rule 2: %s is allowed but no engine file defines it now: "
+                      "remove it from ALLOWED_CALLS" % name)
     for key in sorted(set(EXCEPTIONS) - used):
         broken.append("rule %d: %s: listed as an exception but keeps the rule now: "
                       "remove it from EXCEPTIONS" % key)
@@ -145,8 +154,8 @@ def main():
     if broken:
         return 1
     print("PASS layers: %d engine files below the op layer, table-only calls, "
-          "no include loop (%d known exceptions)" % (
-              sum(1 for p in files if is_engine(p)), len(used)))
+          "no include loop (%d known exceptions, %d allowed calls)" % (
+              sum(1 for p in files if is_engine(p)), len(used), len(ALLOWED_CALLS)))
     return 0
 
 
