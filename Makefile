@@ -32,15 +32,22 @@ GPU_LIBS   := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(
   $(if $(HAVE_NCCL),-lnccl)
 SAN_FLAGS := $(if $(SANITIZE),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 OPT       ?= -O2
-BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
-  -I$(BUILD)/proto -Iproto -Ikernels -Iclient -Idaemon $(PBC_CFLAGS) $(UV_CFLAGS)
+# The daemon's layers are its folders (docs/architecture.md): sources are
+# found by folder, and each folder is on the include path, so a file moves
+# between layers without its includes changing. Files still flat in
+# daemon/ build too.
+DAEMON_DIRS := daemon $(patsubst %/,%,$(sort $(dir $(wildcard daemon/*/*.c daemon/*/*.h))))
+# Symbols are hidden unless declared public: libspclient.so exports only
+# what spcoll.h declares (SPC_API), not the kernels, protobuf or internals.
+BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -fvisibility=hidden -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
+  -I$(BUILD)/proto -Iproto -Ikernels -Iclient $(addprefix -I,$(DAEMON_DIRS)) $(PBC_CFLAGS) $(UV_CFLAGS)
 WARN      := -Wall -Wextra -Werror -Wno-format-truncation
 CFLAGS_ALL = $(BASE_CFLAGS) $(WARN) $(CFLAGS)
 LDFLAGS_ALL = -pthread $(SAN_FLAGS) $(LDFLAGS)
 
 KERNEL_SRC := $(wildcard kernels/*.c)
 PROTO_SRC  := proto/frame.c
-DAEMON_SRC := $(wildcard daemon/*.c)
+DAEMON_SRC := $(wildcard $(addsuffix /*.c,$(DAEMON_DIRS)))
 CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c))
 UNIT_SRC   := $(filter-out tests/unit/plan_testlib.c,$(wildcard tests/unit/*.c))
 INTEG_SRC  := $(wildcard tests/integ/test_*.c)
@@ -100,7 +107,7 @@ $(SPCOLLD): $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS)
 
 # GPU code compiles whenever CUDA is found; nothing else sees its headers.
-$(BUILD)/daemon/gpu_probe.o: daemon/gpu_probe.c $(PB_H)
+$(BUILD)/daemon/gpu/gpu_probe.o: daemon/gpu/gpu_probe.c $(PB_H)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(GPU_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -139,7 +146,7 @@ $(BUILD)/demo/%.o: demo/%.c $(PB_H)
 	$(Q)$(CC) $(CFLAGS_ALL) -Itests/integ -MMD -MP -c $< -o $@
 
 # Unit suites of daemon pieces link the daemon's objects but its main.
-DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
+DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/core/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS) -lm

@@ -301,9 +301,8 @@ int main(int argc, char **argv) {
     printf("skipped: no GPU\n");
     return 77;
   }
-  if (o.mover)
-    setenv("SPCOLL_GPU_MOVER", o.mover, 1);
-  if (spt_daemon_start(&daemon_, NULL) < 0) {
+  const char *const extra[] = {"--mover", o.mover ? o.mover : "auto", NULL};
+  if (spt_daemon_start(&daemon_, extra) < 0) {
     fprintf(stderr, "spcolld did not start\n");
     return 1;
   }

@@ -15,15 +15,14 @@
 /* spc_connect has no client to hold its message yet. */
 static __thread char connect_error[512];
 
-_Static_assert((int)SPC_EINVAL == (int)SPK_EINVAL &&
-                   (int)SPC_EPEERLOST == (int)SPK_EPEER_LOST &&
-                   (int)SPC_ECONNECTION == (int)SPK_ECONNECTION &&
-                   (int)SPC_EPERM == (int)SPK_EPERM &&
-                   (int)SPC_ETIMEDOUT == (int)SPK_ETIMEDOUT &&
-                   (int)SPC_EUNSUPPORTED == (int)SPK_EUNSUPPORTED &&
-                   (int)SPC_EDEVICE == (int)SPK_EDEVICE &&
-                   (int)SPC_ENODELOST == (int)SPK_ENODE_LOST,
-               "public and internal status codes must match");
+/* Every status of the one list (kernels/status.h) has the same number in
+ * spcoll.h and on the wire. */
+#define SPC_STATUS_SAME(name, pub, wire, val, msg)                           \
+  _Static_assert((int)SPC_##pub == (int)SPK_E##name &&                       \
+                     (int)SPCOLL__STATUS__STATUS_##wire == (val),            \
+                 "SPC_" #pub " and STATUS_" #wire " must be " #val);
+SPK_STATUS_MAP(SPC_STATUS_SAME)
+#undef SPC_STATUS_SAME
 _Static_assert((int)SPC_INT64 == (int)SPK_I64 &&
                    (int)SPC_BFLOAT16 == (int)SPK_BF16,
                "public and internal dtypes must match");

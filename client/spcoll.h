@@ -28,6 +28,13 @@
 extern "C" {
 #endif
 
+/* The public API: every declaration of this header is exported from
+ * libspclient.so, which builds with -fvisibility=hidden (nothing else is).
+ * SPC_API marks one declaration; the pragma covers the whole header, so a
+ * function declared here is public without more. */
+#define SPC_API __attribute__((visibility("default")))
+#pragma GCC visibility push(default)
+
 #define SPC_VERSION "0.1.0"
 #define SPC_MAX_DIMS 8
 /* Bumped whenever a public struct's layout or a function's signature
@@ -452,6 +459,8 @@ int spc_sp_keep_mask(int64_t seq_len, int64_t keep, int world, int rank,
  * out gets the first seq_len positions along dim. */
 int spc_sp_unpad(const void *x, spc_dtype dtype, int ndim,
                  const int64_t *shape, int dim, int64_t seq_len, void *out);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -9,70 +9,30 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "half_bits.h"
 #include "plan_cuda.h"
 
 #define THREADS 512
 #define UNROLL 4
 
-/* ---- 16-bit floats: the conversions of kernels/half.[ch], bit for bit
- * (NaN payloads included), rather than the hardware's, whose NaNs differ */
+/* ---- 16-bit floats: kernels/half_bits.h, the host mover's conversions
+ * bit for bit (NaN payloads included), rather than the hardware's, whose
+ * NaNs differ */
 
 __device__ __forceinline__ float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-  if (exp == 0x1f) {
-    u = sign | 0x7f800000u | (man << 13);
-  } else if (exp != 0) {
-    u = sign | ((exp + 112u) << 23) | (man << 13);
-  } else if (man == 0) {
-    u = sign;
-  } else {
-    exp = 113;
-    while (!(man & 0x400u)) {
-      man <<= 1;
-      exp--;
-    }
-    u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
-  }
-  return __uint_as_float(u);
+  return __uint_as_float(spk_f16_to_f32_bits(h));
 }
 
 __device__ __forceinline__ uint16_t f32_to_f16(float f) {
-  uint32_t u = __float_as_uint(f);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u)
-    return sign | 0x7e00u;
-  if (a >= 0x477ff000u)
-    return sign | 0x7c00u;
-  if (a < 0x38800000u) {
-    if (a < 0x33000000u)
-      return sign;
-    uint32_t man = (a & 0x7fffffu) | 0x800000u;
-    int shift = 126 - (int)(a >> 23);
-    uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1);
-    uint32_t h = man >> shift;
-    if (rest > half || (rest == half && (h & 1u)))
-      h++;
-    return sign | (uint16_t)h;
-  }
-  uint32_t h = ((a >> 13) - (112u << 10));
-  uint32_t rest = a & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-    h++;
-  return sign | (uint16_t)h;
+  return spk_f32_bits_to_f16(__float_as_uint(f));
 }
 
 __device__ __forceinline__ float bf16_to_f32(uint16_t h) {
-  return __uint_as_float((uint32_t)h << 16);
+  return __uint_as_float(spk_bf16_to_f32_bits(h));
 }
 
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  return spk_f32_bits_to_bf16(__float_as_uint(f));
 }
 
 /* Element traits: a dtype's storage T, its accumulator A, and the

@@ -7,7 +7,7 @@ const char *spk_strerror(int status) {
   switch (status) {
   case SPK_OK:
     return "success";
-#define SPK_STATUS_CASE(name, val, msg) \
+#define SPK_STATUS_CASE(name, pub, wire, val, msg) \
   case -(val):                          \
     return msg;
     SPK_STATUS_MAP(SPK_STATUS_CASE)

@@ -1,31 +1,38 @@
-/* Status codes shared by every layer. Negative values are errors; the
- * positive twin of each is the wire protocol's Status value and the public
- * SPC_E* code has the same number. */
+/* Status codes shared by every layer, listed once. Negative values are
+ * errors; the positive twin of each is the wire protocol's Status value
+ * and the public SPC_E* code has the same number. A row: internal name
+ * (SPK_E<name>), public name (SPC_<pub>, client/spcoll.h), wire name
+ * (STATUS_<wire>, proto/spcoll.proto), value, message. The copies in
+ * spcoll.h, the .proto and the Python package are held against this list
+ * at build time (client/client_conn.c) and in the Python suite
+ * (tests/python/test_status_list.py). */
 #ifndef SPK_STATUS_H
 #define SPK_STATUS_H
 
-#define SPK_STATUS_MAP(X)                                              \
-  X(INVAL, 1, "invalid argument")                                      \
-  X(PROTOCOL, 2, "protocol error")                                     \
-  X(VERSION, 3, "protocol version mismatch")                           \
-  X(NOT_FOUND, 4, "no such object")                                    \
-  X(CONFLICT, 5, "conflicting membership")                             \
-  X(MISMATCH, 6, "ranks disagree on the op")                           \
-  X(PEER_LOST, 7, "a rank of the group was lost")                      \
-  X(SHUTDOWN, 8, "daemon shutting down")                               \
-  X(NO_MEMORY, 9, "out of memory")                                     \
-  X(SYSTEM, 10, "system call failed")                                  \
-  X(ABORTED, 11, "aborted")                                            \
-  X(CONNECTION, 12, "connection to the daemon failed")                  \
-  X(PERM, 13, "permission denied")                                     \
-  X(TIMEDOUT, 14, "timed out")                                         \
-  X(UNSUPPORTED, 15, "not supported by this daemon")                   \
-  X(DEVICE, 16, "device (CUDA/NCCL) error")                            \
-  X(NODE_LOST, 17, "a peer node was lost")
+#define SPK_STATUS_MAP(X)                                                 \
+  X(INVAL, EINVAL, INVALID, 1, "invalid argument")                        \
+  X(PROTOCOL, EPROTOCOL, PROTOCOL, 2, "protocol error")                   \
+  X(VERSION, EVERSION, VERSION, 3, "protocol version mismatch")           \
+  X(NOT_FOUND, ENOTFOUND, NOT_FOUND, 4, "no such object")                 \
+  X(CONFLICT, ECONFLICT, CONFLICT, 5, "conflicting membership")           \
+  X(MISMATCH, EMISMATCH, MISMATCH, 6, "ranks disagree on the op")         \
+  X(PEER_LOST, EPEERLOST, PEER_LOST, 7, "a rank of the group was lost")   \
+  X(SHUTDOWN, ESHUTDOWN, SHUTDOWN, 8, "daemon shutting down")             \
+  X(NO_MEMORY, ENOMEM, NO_MEMORY, 9, "out of memory")                     \
+  X(SYSTEM, ESYSTEM, SYSTEM, 10, "system call failed")                    \
+  X(ABORTED, EABORTED, ABORTED, 11, "aborted")                            \
+  X(CONNECTION, ECONNECTION, CONNECTION, 12,                              \
+    "connection to the daemon failed")                                    \
+  X(PERM, EPERM, PERMISSION, 13, "permission denied")                     \
+  X(TIMEDOUT, ETIMEDOUT, TIMEOUT, 14, "timed out")                        \
+  X(UNSUPPORTED, EUNSUPPORTED, UNSUPPORTED, 15,                           \
+    "not supported by this daemon")                                       \
+  X(DEVICE, EDEVICE, DEVICE, 16, "device (CUDA/NCCL) error")              \
+  X(NODE_LOST, ENODELOST, NODE_LOST, 17, "a peer node was lost")
 
 enum {
   SPK_OK = 0,
-#define SPK_STATUS_ENUM(name, val, msg) SPK_E##name = -(val),
+#define SPK_STATUS_ENUM(name, pub, wire, val, msg) SPK_E##name = -(val),
   SPK_STATUS_MAP(SPK_STATUS_ENUM)
 #undef SPK_STATUS_ENUM
 };

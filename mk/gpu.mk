@@ -15,7 +15,7 @@ CU_SRC := $(wildcard kernels/*.cu)
 CU_OBJ := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC)))
 
 $(BUILD)/kernels/%.cu.o: kernels/%.cu kernels/plan_cuda.h kernels/plan.h \
-  kernels/types.h kernels/status.h
+  kernels/types.h kernels/status.h kernels/half_bits.h
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
@@ -24,8 +24,9 @@ GPU_CFLAGS_SYS := $(subst -I$(CUDA_HOME)/include,-isystem $(CUDA_HOME)/include,$
 
 # The daemon's GPU sources see CUDA and NCCL; the kernels link into spcolld
 # and into the daemon unit suites (which link the daemon's objects).
-GPU_DAEMON_OBJ := $(call obj,daemon/engine_gpu.c daemon/gpu_ctx.c \
-  daemon/gpu_ipc.c daemon/gpu_job.c daemon/mover_cuda.c daemon/mover_nccl.c)
+GPU_DAEMON_OBJ := $(call obj,daemon/engine/engine_gpu.c daemon/gpu/gpu_ctx.c \
+  daemon/gpu/gpu_ipc.c daemon/gpu/gpu_job.c daemon/engine/mover_cuda.c \
+  daemon/engine/mover_nccl.c)
 $(GPU_DAEMON_OBJ): CFLAGS += $(GPU_CFLAGS_SYS)
 $(SPCOLLD): $(CU_OBJ)
 $(filter $(BUILD)/tests/unit_daemon_%,$(UNIT_BIN)): $(CU_OBJ)

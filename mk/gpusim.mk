@@ -22,7 +22,7 @@ $(GPUSIM_DIR)/%.o: tests/gpusim/%.c tests/gpusim/sim.h
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(GPUSIM_CFLAGS) -c $< -o $@
 
-$(GPUSIM_DIR)/half.o: kernels/half.c kernels/half.h
+$(GPUSIM_DIR)/half.o: kernels/half.c kernels/half.h kernels/half_bits.h
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(GPUSIM_CFLAGS) -c $< -o $@
 
@@ -33,7 +33,7 @@ $(GPUSIM_DIR)/plan_cuda_host.inc: kernels/plan_cuda.cu
 
 $(GPUSIM_DIR)/kernels_host.o: tests/gpusim/kernels_host.cc \
   $(GPUSIM_DIR)/plan_cuda_host.inc tests/gpusim/shim/cuda_runtime.h \
-  kernels/plan_cuda.h
+  kernels/plan_cuda.h kernels/half_bits.h
 	$(Q)$(CXX) -std=c++17 -g -O2 -fPIC -fno-exceptions -fno-rtti \
 	  -fno-threadsafe-statics -Wall -Wno-unknown-pragmas -Werror \
 	  -Itests/gpusim/shim -Ikernels -I$(GPUSIM_DIR) -c $< -o $@

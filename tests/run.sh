@@ -46,6 +46,13 @@ for t in test_ops_copy test_ops_reduce; do
   [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue
   SPT_NODES=3 run "$BUILD/tests/$t" "multinode_${t#test_}"
 done
+# The op suites again with every op on the serial engine (--mover serial,
+# daemon/engine/engine_serial.c): an engine added through the table alone runs
+# them unchanged.
+for t in test_ops_copy test_ops_reduce; do
+  [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue
+  SPT_MOVER=serial run "$BUILD/tests/$t" "serial_${t#test_}"
+done
 # The GPU suites again on spcsim, the CUDA/NCCL simulator (tests/gpusim),
 # when the build has it: 4 simulated GPUs, strict CUDA/NCCL rules, the
 # same production binaries. Counted apart from a real GPU's run above.

@@ -53,6 +53,14 @@ layout() {
   [ "$soname" = libspclient.so.1 ] || fail "$1: SONAME is '$soname'"
 }
 
+# The library's public face: only spc_ functions (spcoll.h) are exported,
+# no kernel, protobuf or internal (spc__) symbol.
+exports=$(nm -D --defined-only "$ROOT/$BUILD/lib/libspclient.so.1" | awk '{print $3}')
+[ -n "$exports" ] || fail "nm -D lists no symbol of libspclient.so.1"
+others=$(printf '%s\n' "$exports" | grep -v '^spc_[a-z0-9]' || true)
+[ -z "$others" ] || fail "libspclient.so.1 exports more than spc_ symbols: $(echo $others | head -c 400)"
+echo "PASS exports: $(printf '%s\n' "$exports" | wc -l) symbols, every one spc_"
+
 layout "$ROOT/$BUILD/lib"
 link_run build-tree "$ROOT/$BUILD/lib" "$ROOT/client"
 "$MAKE" --no-print-directory -s -C "$ROOT" BUILD="$BUILD" DESTDIR="$tmp/root" \

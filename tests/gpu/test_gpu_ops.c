@@ -378,14 +378,10 @@ static long contexts_of(pid_t pid) {
   return mask;
 }
 
-static void run_mode(const char *mover_env, int world, mode_t_ *m) {
-  if (mover_env)
-    setenv("SPCOLL_GPU_MOVER", mover_env, 1);
-  else
-    unsetenv("SPCOLL_GPU_MOVER");
-  const char *const extra[] = {"--log-level", "debug", NULL};
+static void run_mode(const char *mover, int world, mode_t_ *m) {
+  const char *const extra[] = {"--log-level", "debug", "--mover",
+                               mover ? mover : "auto", NULL};
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
-  unsetenv("SPCOLL_GPU_MOVER");
   int failed = spt_run_ranks(world, rank_main, m, 240);
   gpt_keep_log(&daemon_);
   if (failed)

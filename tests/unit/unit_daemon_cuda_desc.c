@@ -1,7 +1,7 @@
 /* The GPU movers' descriptors, executed on the host: plans of every op
  * (random shapes, dtypes and worlds) are flattened into the kernel's
- * descriptor lists (daemon/gpu_desc.c) and routed over emulated devices
- * as the NCCL mover does (daemon/gpu_route.c, memcpy standing in for
+ * descriptor lists (daemon/gpu/gpu_desc.c) and routed over emulated devices
+ * as the NCCL mover does (daemon/gpu/gpu_route.c, memcpy standing in for
  * ncclSend/ncclRecv). Each list is executed chunk by chunk with the very
  * geometry helpers the kernel uses (kernels/plan_cuda.h), and every output
  * byte must equal spk_plan_exec's. Also: which plans are exactly one NCCL

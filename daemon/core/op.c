@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
+#include "op_engine.h"
 #include "op_overlap.h"
 #include "planner.h"
 #include "tensor_check.h"
@@ -227,6 +227,7 @@ void spd_op_free(spd_op *op) {
     spd_engine_gpu_rank_free(r);
   }
   spk_plan_free(&op->plan);
+  free(op->work_dev);
   free(op->bases);
   free(op);
 }

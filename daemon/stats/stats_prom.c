@@ -95,6 +95,16 @@ void spd_stats_prometheus(spd_ctx *ctx, FILE *out) {
   fprintf(out, #metric " %llu\n", (unsigned long long)ctx->stats.name);
   SPD_COUNTERS(SPD_COUNTER_PROM)
 #undef SPD_COUNTER_PROM
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++)
+    for (int b = 0; b < 2; b++) {
+      char name[64];
+      snprintf(name, sizeof(name), "spcoll_mover_%s_%s_total",
+               spd_engine_name(k), b ? "bytes" : "ops");
+      family(out, name, "counter", spd_engine_help(k, b));
+      fprintf(out, "%s %llu\n", name,
+              (unsigned long long)(b ? ctx->engine_stats[k].bytes
+                                     : ctx->engine_stats[k].ops));
+    }
   family(out, "spcoll_ops_total", "counter", "Ops completed, per live group.");
   per_group(ctx, out, "spcoll_ops_total", f_count);
   family(out, "spcoll_op_errors_total", "counter",

@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 
 #include "buffer.h"
+#include "engine.h"
 #include "group.h"
 #include "plan.h"
 #include "types.h"
@@ -43,6 +44,9 @@ typedef struct spd_op {
   int running;
   int stuck_reported;         /* logged once as stuck */
   int engine;                 /* spd_engine_kind that ran it */
+  spd_work work;              /* what that engine sees (op_engine.c) */
+  int *work_dev;              /* owned: work.dev */
+  void (*finish)(void *op);   /* the op layer's completion */
   spk_plan plan;
   uint8_t **bases;            /* [world * SPK_T_COUNT]; NULL off-node */
   int fail_status;            /* set by an engine whose run failed */

@@ -6,6 +6,8 @@
 #define SPD_ENGINE_UCX_H
 
 #include "engine.h"
+#include "mover_host.h"
+#include "op.h"
 
 int spd_engine_ucx_submit(spd_op *op, spd_mover_done_cb done, spk_err *err);
 

@@ -24,19 +24,6 @@ static void uuid_str(const uint8_t *u, char *buf, size_t len) {
            u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-static int mover_policy(spd_ctx *ctx) {
-  const char *m = getenv("SPCOLL_GPU_MOVER");
-  if (m == NULL || m[0] == '\0' || strcmp(m, "auto") == 0)
-    return SPD_GPU_MOVER_AUTO;
-  if (strcmp(m, "cuda") == 0)
-    return SPD_GPU_MOVER_CUDA;
-  if (strcmp(m, "nccl") == 0)
-    return SPD_GPU_MOVER_NCCL;
-  SPD_WARN(&ctx->log, "SPCOLL_GPU_MOVER='%s' is not auto, cuda or nccl: "
-           "using auto", m);
-  return SPD_GPU_MOVER_AUTO;
-}
-
 static int dev_init(spd_gpu *gpu, int d, spk_err *err) {
   struct cudaDeviceProp prop;
   cudaError_t e = cudaGetDeviceProperties(&prop, d);
@@ -83,10 +70,12 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
       return rc;
     }
   }
-  gpu->mover = mover_policy(ctx);
-  static const char *const policy[] = {"auto", "cuda", "nccl"};
-  SPD_INFO(&ctx->log, "GPU movers ready: %d device(s), mover policy %s%s", n,
-           policy[gpu->mover],
+  if (getenv("SPCOLL_GPU_MOVER") != NULL)
+    SPD_WARN(&ctx->log, "SPCOLL_GPU_MOVER='%s' is no longer read: set "
+             "`mover` in the config (or --mover)",
+             getenv("SPCOLL_GPU_MOVER"));
+  SPD_INFO(&ctx->log, "GPU movers ready: %d device(s), mover %s%s", n,
+           ctx->cfg.mover,
 #ifdef SPC_HAVE_NCCL
            ""
 #else
@@ -152,9 +141,7 @@ void spd_gpu_pinned_put(spd_gpu *gpu, void *p) {
 }
 
 void spd_gpu_state_free(spd_gpu *gpu) {
-#ifdef SPC_HAVE_NCCL
-  spd_mover_nccl_free(gpu);
-#endif
+  /* The NCCL communicators went first: its engine's fini. */
   while (gpu->ev_head != NULL) {
     spd_gpu_event *ev = gpu->ev_head;
     gpu->ev_head = ev->next;

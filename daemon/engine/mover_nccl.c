@@ -517,8 +517,11 @@ static int run_route(nccl_job *nj, spk_err *err) {
   spk_claunch *L = calloc(4 * (size_t)n, sizeof(*L));
   uint64_t chunk = spd_cdesc_chunk_for(op->plan.bytes / (uint64_t)n,
                                        gpu->dev[set->devs[0]].sms);
-  rc = spd_route_init(&rt, &op->plan, nj->rank_dev, n,
-                      gpu->mover == SPD_GPU_MOVER_NCCL, chunk, err);
+  /* Asked for by name (mover = nccl), NCCL moves even a GPU's blocks to
+   * itself, so one GPU exercises the exchange. */
+  int self_p2p = spd_engine_find(gpu->ctx->cfg.mover) == SPD_ENGINE_NCCL;
+  rc = spd_route_init(&rt, &op->plan, nj->rank_dev, n, self_p2p, chunk,
+                      err);
   if (rc == SPK_OK && (!stage || !desc || !L))
     rc = spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
   for (int i = 0; rc == SPK_OK && i < n; i++) {

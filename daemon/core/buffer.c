@@ -10,6 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "gpu_ipc.h"
 
 /* A client could truncate an unsealed file under our mapping and make the
@@ -167,8 +168,7 @@ void spd_buffer_ref(spd_buffer *buf) {
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
   if (--buf->refs > 0)
     return;
-  if (buf->peer_memh != NULL)
-    spd_peer_buffer_release(ctx, buf);
+  spd_engines_forget_buffer(ctx, buf);
   if (buf->kind == SPD_BUF_DEVICE) {
     /* An IPC mapping is undone only by cudaIpcCloseMemHandle (once its
      * allocation's last buffer goes), never by munmap: the client frees

@@ -1,9 +1,9 @@
-/* The GPU engines: ops on device tensors go to the CUDA mover (a group's
- * tensors on one GPU) or the NCCL mover (across GPUs), as SPCOLL_GPU_MOVER
- * says (gpu.h). Also each rank's stream events: opened when the rank's
- * request arrives, waited on and recorded by the movers, and reported in
- * its Done. */
-#include "engine.h"
+/* The GPU engines' rows: ops on device tensors go to the CUDA mover (a
+ * group's tensors on one GPU) or the NCCL mover (across GPUs), unless the
+ * config's `mover` names one. Also each rank's stream events: opened when
+ * the rank's request arrives, waited on and recorded by the movers, and
+ * reported in its Done. */
+#include "op_engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,15 +16,6 @@
 #include "mover_cuda.h"
 #include "mover_nccl.h"
 #endif
-
-int spd_engine_gpu_wants(const spd_op *op) {
-  for (int i = 0; i < op->group->world; i++)
-    for (int t = 0; t < SPK_T_COUNT; t++)
-      if (op->ranks[i].buf[t] != NULL &&
-          op->ranks[i].buf[t]->kind == SPD_BUF_DEVICE)
-        return 1;
-  return 0;
-}
 
 /* Device tensors cross nodes only once the UCX engine moves device memory;
  * until then it must never see a device address. */
@@ -134,51 +125,58 @@ static int tensors_check(spd_op *op, int *dev, spk_err *err) {
   return SPK_OK;
 }
 
-int spd_engine_gpu_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
-  spd_ctx *ctx = op->group->ctx;
-  int world = op->group->world;
-  int *dev = malloc((size_t)world * sizeof(int));
+/* What both GPU rows do first: the tensors checked, dev[r] filled, the
+ * GPU state made on the first device op. */
+static int gpu_prepare(spd_work *w, int **dev_p, spd_gpu **gpu_p,
+                       spk_err *err) {
+  int *dev = malloc((size_t)w->world * sizeof(int));
   if (dev == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %d device numbers "
-                       "failed", world);
-  int rc = tensors_check(op, dev, err);
-  spd_gpu *gpu = NULL;
+                       "failed", w->world);
+  int rc = tensors_check(w->op, dev, err);
   if (rc == SPK_OK)
-    rc = spd_gpu_get(ctx, &gpu, err);
+    rc = spd_gpu_get(w->ctx, gpu_p, err);
   if (rc < 0) {
     free(dev);
     return rc;
   }
-  int one = 1, first = dev[0];
-  for (int i = 1; i < world; i++)
-    one = one && dev[i] == first;
-  int nccl = gpu->mover == SPD_GPU_MOVER_NCCL ||
-             (gpu->mover == SPD_GPU_MOVER_AUTO && !one);
-#ifndef SPC_HAVE_NCCL
-  if (nccl && gpu->mover == SPD_GPU_MOVER_NCCL) {
-    free(dev);
-    return spk_err_set(err, SPK_EUNSUPPORTED, "SPCOLL_GPU_MOVER=nccl, but "
-                       "spcolld was built without NCCL");
-  }
-  nccl = 0; /* across GPUs without NCCL: the CUDA mover with peer access */
-#endif
-  if (nccl) {
-    op->engine = SPD_ENGINE_NCCL;
+  *dev_p = dev;
+  return SPK_OK;
+}
+
+static int cuda_submit(spd_work *w, spk_err *err) {
+  int *dev;
+  spd_gpu *gpu;
+  int rc = gpu_prepare(w, &dev, &gpu, err);
+  if (rc < 0)
+    return rc;
+  /* Across GPUs, the kernels run on the lowest one and reach the others
+   * through peer access. */
+  int at = dev[0];
+  for (int i = 1; i < w->world; i++)
+    at = dev[i] < at ? dev[i] : at;
+  free(dev);
+  return spd_mover_cuda_submit(gpu, w->op, at, spd_work_op_done, err);
+}
+
 #ifdef SPC_HAVE_NCCL
-    rc = spd_mover_nccl_submit(gpu, op, dev, done, err);
-#endif
-  } else {
-    op->engine = SPD_ENGINE_CUDA;
-    /* Across GPUs, the kernels run on the lowest one and reach the others
-     * through peer access. */
-    int at = first;
-    for (int i = 1; i < world; i++)
-      at = dev[i] < at ? dev[i] : at;
-    rc = spd_mover_cuda_submit(gpu, op, at, done, err);
-  }
+static int nccl_submit(spd_work *w, spk_err *err) {
+  int *dev;
+  spd_gpu *gpu;
+  int rc = gpu_prepare(w, &dev, &gpu, err);
+  if (rc < 0)
+    return rc;
+  rc = spd_mover_nccl_submit(gpu, w->op, dev, spd_work_op_done, err);
   free(dev);
   return rc;
 }
+
+/* Before the GPU state goes (spd_gpu_free): the communicators. */
+static void nccl_fini(spd_ctx *ctx) {
+  if (ctx->gpu != NULL)
+    spd_mover_nccl_free(ctx->gpu);
+}
+#endif
 
 #else /* !SPC_HAVE_CUDA */
 
@@ -201,10 +199,51 @@ void spd_engine_gpu_done_fill(const spd_op *op, int rank, Spcoll__Done *done) {
   (void)op, (void)rank, (void)done;
 }
 
-int spd_engine_gpu_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
-  (void)op, (void)done;
+static int cuda_submit(spd_work *w, spk_err *err) {
+  (void)w;
   return spk_err_set(err, SPK_EUNSUPPORTED, "an op on device tensors, but "
                      "spcolld was built without CUDA");
 }
 
+#endif
+
+/* Whether every rank's tensors are on one GPU. */
+static int one_gpu(const spd_work *w) {
+  for (int i = 1; i < w->world; i++)
+    if (w->dev[i] != w->dev[0])
+      return 0;
+  return 1;
+}
+
+/* Within one GPU the CUDA mover is the engine (NCCL refuses several
+ * ranks on one device); across GPUs it can, through peer access. */
+static int cuda_wants(const spd_work *w) {
+  if (!w->device || w->multinode)
+    return 0;
+  return one_gpu(w) ? 2 : 1;
+}
+
+const spd_engine spd_engine_cuda = {
+    .built = 1, /* without CUDA no device buffer registers: never picked */
+    .wants = cuda_wants,
+    .submit = cuda_submit,
+};
+
+#if defined(SPC_HAVE_CUDA) && defined(SPC_HAVE_NCCL)
+/* Across GPUs, NCCL; within one it can (send/recv to itself): the way to
+ * exercise it on a one-GPU machine is `mover = nccl`. */
+static int nccl_wants(const spd_work *w) {
+  if (!w->device || w->multinode)
+    return 0;
+  return one_gpu(w) ? 1 : 2;
+}
+
+const spd_engine spd_engine_nccl = {
+    .built = 1,
+    .wants = nccl_wants,
+    .submit = nccl_submit,
+    .fini = nccl_fini,
+};
+#else
+const spd_engine spd_engine_nccl = {.built = 0};
 #endif

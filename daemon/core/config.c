@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "engine.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -22,6 +24,7 @@ void spd_config_defaults(spd_config *cfg) {
   cfg->socket_mode = 0660;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cfg->workers = cores > 0 ? (int)cores : 1;
+  snprintf(cfg->mover, sizeof(cfg->mover), "auto");
   cfg->log_level = SPD_LOG_INFO;
   cfg->stuck_seconds = 60;
   cfg->join_timeout = 1800;
@@ -69,6 +72,25 @@ static int parse_gid(spd_config *cfg, const char *arg, spk_err *err) {
   return SPK_OK;
 }
 
+/* "auto" or the name of an engine this spcolld was built with. */
+static int parse_mover(spd_config *cfg, const char *arg, spk_err *err) {
+  int k = spd_engine_find(arg);
+  if (strcmp(arg, "auto") != 0 && k < 0) {
+    char names[128] = "auto";
+    for (int i = 0; i < SPD_ENGINE_COUNT; i++)
+      if (spd_engines[i]->built)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names),
+                 ", %s", spd_engine_name(i));
+    return spk_err_set(err, SPK_EINVAL, "--mover: '%s' is not one of %s",
+                       arg, names);
+  }
+  if (k >= 0 && !spd_engines[k]->built)
+    return spk_err_set(err, SPK_EINVAL, "--mover: %s, but spcolld was built "
+                       "without it", arg);
+  snprintf(cfg->mover, sizeof(cfg->mover), "%s", arg);
+  return SPK_OK;
+}
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: spcolld [options]\n"
@@ -82,6 +104,7 @@ static void usage(FILE *out) {
           "                     beside the control socket)\n"
           "  --socket-mode MODE octal permissions of the sockets (0660)\n"
           "  --workers N        host mover threads (default: cores)\n"
+
           "  --stuck-seconds N  report ops pending longer than N s (60)\n"
           "  --join-timeout N   a group incomplete after N s fails its joins "
           "(1800)\n"
@@ -106,6 +129,12 @@ static void usage(FILE *out) {
           "entry)\n"
           "  --peer-timeout N   a peer silent for N s is lost (30)\n"
           "  --version, --help\n");
+  fprintf(out, "  --mover M          the engine an op goes to when it can run "
+          "it, or auto\n                     (default); engines:");
+  for (int i = 0; i < SPD_ENGINE_COUNT; i++)
+    if (spd_engines[i]->built)
+      fprintf(out, " %s", spd_engine_name(i));
+  fputc('\n', out);
   spd_limits_usage(out);
 }
 
@@ -117,6 +146,7 @@ static const struct option opts[] = {
     {"stats-socket", required_argument, NULL, 'S'},
     {"socket-mode", required_argument, NULL, 'm'},
     {"workers", required_argument, NULL, 'w'},
+    {"mover", required_argument, NULL, 'E'},
     {"stuck-seconds", required_argument, NULL, 'k'},
     {"join-timeout", required_argument, NULL, 'J'},
     {"metrics-port", required_argument, NULL, 'M'},
@@ -168,6 +198,9 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   case 'w':
     rc = parse_int("--workers", arg, 1, 1024, 10, &v, err);
     cfg->workers = (int)v;
+    break;
+  case 'E':
+    rc = parse_mover(cfg, arg, err);
     break;
   case 'g':
     if (strlen(arg) >= sizeof(cfg->socket_group))
@@ -401,6 +434,7 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
   fprintf(out, "stats_socket %s\n", cfg->stats_socket_path);
   fprintf(out, "socket_mode %04o\n", cfg->socket_mode);
   fprintf(out, "workers %d\n", cfg->workers);
+  fprintf(out, "mover %s\n", cfg->mover);
   fprintf(out, "stuck_seconds %d\n", cfg->stuck_seconds);
   fprintf(out, "join_timeout %d\n", cfg->join_timeout);
   fprintf(out, "metrics_port %d\n", cfg->metrics_port);

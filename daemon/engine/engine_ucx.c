@@ -1,5 +1,7 @@
 #include "engine_ucx.h"
 
+#include "op_engine.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,7 +191,7 @@ static void xop_step(spd_xop *x) {
   x->stepping = 0;
   if (x->inflight > 0)
     return;
-  ctx->stats.mover_ucx_bytes += x->sent;
+  ctx->engine_stats[SPD_ENGINE_UCX].bytes += x->sent;
   phase_end(x);
   spd_mover_done_cb done = x->done;
   xop_free(x);
@@ -242,7 +244,6 @@ int spd_engine_ucx_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
   x->op = op;
   x->done = done;
   op->xop = x;
-  op->engine = SPD_ENGINE_UCX;
   int rc = xop_prepare(x, err);
   if (rc < 0) {
     /* The others would wait on our streams: they hear we will not run. */
@@ -286,3 +287,31 @@ void spd_engine_ucx_tell_failed(spd_op *op, int status, const char *msg) {
   for (int i = 0; i < n; i++)
     spd_peer_send(g->ctx, nodes[i], &m);
 }
+
+static int ucx_wants(const spd_work *w) {
+  return w->multinode ? 2 : 0;
+}
+
+static int ucx_submit(spd_work *w, spk_err *err) {
+  return spd_engine_ucx_submit(w->op, spd_work_op_done, err);
+}
+
+static void ucx_abort(spd_work *w, int status, const char *msg,
+                      int dead_node) {
+  spd_engine_ucx_abort(w->op, status, msg, dead_node);
+}
+
+/* The buffer's UCX registration (made for its first cross-node op). */
+static void ucx_forget_buffer(spd_ctx *ctx, spd_buffer *buf) {
+  if (buf->peer_memh != NULL)
+    spd_peer_buffer_release(ctx, buf);
+}
+
+const spd_engine spd_engine_ucx = {
+    .built = 1,
+    .counts_own_bytes = 1, /* bytes as sent to peers */
+    .wants = ucx_wants,
+    .submit = ucx_submit,
+    .abort = ucx_abort,
+    .forget_buffer = ucx_forget_buffer,
+};

@@ -14,18 +14,12 @@
 
 #include "daemon.h"
 #include "engine.h"
+#include "mover_host.h"
 #include "gpu_desc.h"
 #include "op.h"
 
 #define SPD_GPU_MAX_DEV 64
 #define SPD_GPU_HANDLE 64 /* bytes of a CUDA IPC memory or event handle */
-
-/* Which mover runs device ops (SPCOLL_GPU_MOVER in spcolld's environment):
- * auto: CUDA when a group's tensors share one GPU, NCCL across GPUs;
- * cuda: always the CUDA mover (across GPUs through peer access);
- * nccl: always NCCL, even within one GPU (send/recv to itself): the way
- * to exercise the NCCL mover on a one-GPU machine. */
-enum { SPD_GPU_MOVER_AUTO, SPD_GPU_MOVER_CUDA, SPD_GPU_MOVER_NCCL };
 
 typedef struct {
   uint8_t uuid[16];
@@ -64,7 +58,6 @@ typedef struct spd_gpu {
   spd_ctx *ctx;
   int ndev;
   spd_gpu_dev dev[SPD_GPU_MAX_DEV];
-  int mover;                   /* SPD_GPU_MOVER_* */
   spd_gpu_mem *mems;
   spd_gpu_event *ev_head, *ev_tail; /* most recently used first */
   int nevents;

@@ -154,6 +154,11 @@ void spd_stats_text(spd_ctx *ctx, FILE *out) {
   fprintf(out, #name " %llu\n", (unsigned long long)ctx->stats.name);
   SPD_COUNTERS(SPD_COUNTER_PRINT)
 #undef SPD_COUNTER_PRINT
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++)
+    fprintf(out, "mover_%s_ops %llu\nmover_%s_bytes %llu\n",
+            spd_engine_name(k), (unsigned long long)ctx->engine_stats[k].ops,
+            spd_engine_name(k),
+            (unsigned long long)ctx->engine_stats[k].bytes);
   fprintf(out, "running_ops %d\n# clients\n", ctx->running_ops);
   spd_session *s;
   TAILQ_FOREACH(s, &ctx->sessions, link) {

@@ -6,7 +6,7 @@
 
 #include "daemon.h"
 #include "gpu_probe.h"
-#include "mover_host.h"
+#include "engine.h"
 #include "peer.h"
 #include "sd.h"
 
@@ -29,7 +29,7 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
   ctx->sig_term.data = ctx->sig_int.data = ctx;
   /* A client that vanishes mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
-  rc = spd_mover_start(ctx->loop, ctx->cfg.workers, &ctx->mover, err);
+  rc = spd_engines_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_watchdog_start(ctx, err);
   if (rc == SPK_OK)

@@ -2,7 +2,7 @@
 #include "daemon.h"
 #include "gpu_ipc.h"
 #include "group.h"
-#include "mover_host.h"
+#include "engine.h"
 #include "peer.h"
 #include "sd.h"
 #include "session.h"
@@ -42,10 +42,7 @@ void spd_shutdown_continue(spd_ctx *ctx) {
   spd_session *s;
   while ((s = TAILQ_FIRST(&ctx->sessions)) != NULL)
     spd_session_close(s);
-  if (ctx->mover != NULL) {
-    spd_mover_stop(ctx->mover);
-    ctx->mover = NULL;
-  }
+  spd_engines_fini(ctx); /* before the GPU state they may hold */
   spd_gpu_free(ctx);
   spd_watchdog_stop(ctx);
   spd_peers_stop(ctx);

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "engine.h"
 #include "log.h"
 #include "op_stats.h"
 #include "quota.h"
@@ -21,7 +22,8 @@ struct spd_mover;
 struct spd_gpu;
 struct spd_peers;
 
-/* Counters, declared once: field, Prometheus metric, help text. */
+/* Counters, declared once: field, Prometheus metric, help text. Each
+ * engine's two follow them, from SPD_ENGINES (engine.h). */
 #define SPD_COUNTERS(X)                                                      \
   X(clients_accepted, spcoll_clients_accepted_total,                         \
     "Client connections accepted.")                                          \
@@ -42,23 +44,7 @@ struct spd_peers;
   X(bytes_moved, spcoll_daemon_bytes_total,                                  \
     "Bytes written by completed ops since start.")                           \
   X(buffers_registered, spcoll_buffers_registered_total,                     \
-    "Buffers registered since start.")                                       \
-  X(mover_host_ops, spcoll_mover_host_ops_total,                             \
-    "Plans executed by the host mover.")                                     \
-  X(mover_host_bytes, spcoll_mover_host_bytes_total,                         \
-    "Bytes written by the host mover.")                                      \
-  X(mover_cuda_ops, spcoll_mover_cuda_ops_total,                             \
-    "Plans executed by the CUDA (same-GPU IPC) mover.")                      \
-  X(mover_cuda_bytes, spcoll_mover_cuda_bytes_total,                         \
-    "Bytes written by the CUDA mover.")                                      \
-  X(mover_nccl_ops, spcoll_mover_nccl_ops_total,                             \
-    "Plans executed by the NCCL mover.")                                     \
-  X(mover_nccl_bytes, spcoll_mover_nccl_bytes_total,                         \
-    "Bytes written by the NCCL mover.")                                      \
-  X(mover_ucx_ops, spcoll_mover_ucx_ops_total,                               \
-    "Ops whose cross-node part ran over UCX.")                               \
-  X(mover_ucx_bytes, spcoll_mover_ucx_bytes_total,                           \
-    "Bytes sent to peer daemons over UCX.")
+    "Buffers registered since start.")
 
 typedef struct {
 #define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;
@@ -95,6 +81,7 @@ typedef struct spd_ctx {
   int stopping;
   int draining;              /* no new groups or ops; exit when idle */
   spd_counters stats;
+  spd_engine_counters engine_stats[SPD_ENGINE_COUNT];
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
   uid_t stats_viewer;               /* uid the stats are rendered for */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ucx.h"
+#include "op_engine.h"
 #include "op.h"
 #include "peer.h"
 
@@ -128,7 +128,7 @@ void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
   int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
   spd_group_break(g, status, msg);
   if (op->running)
-    spd_engine_ucx_abort(op, status, msg, node);
+    spd_engine_abort(op, status, msg, node);
   else
     spd_op_fail(op, status, msg);
 }
@@ -138,5 +138,5 @@ void spd_op_peer_node_lost(spd_group *g, int node, const char *msg) {
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->running)
-      spd_engine_ucx_abort(op, SPK_ENODE_LOST, msg, -1);
+      spd_engine_abort(op, SPK_ENODE_LOST, msg, -1);
 }

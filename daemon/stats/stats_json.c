@@ -127,6 +127,11 @@ void spd_stats_json(spd_ctx *ctx, FILE *out) {
   sep = ",";
   SPD_COUNTERS(SPD_COUNTER_JSON)
 #undef SPD_COUNTER_JSON
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++)
+    fprintf(out, ",\"mover_%s_ops\":%llu,\"mover_%s_bytes\":%llu",
+            spd_engine_name(k), (unsigned long long)ctx->engine_stats[k].ops,
+            spd_engine_name(k),
+            (unsigned long long)ctx->engine_stats[k].bytes);
   fprintf(out, ",\"running_ops\":%d},", ctx->running_ops);
   json_clients(ctx, out);
   fputc(',', out);

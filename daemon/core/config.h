@@ -73,6 +73,8 @@ typedef struct {
   char stats_socket_path[108]; /* "" until defaulted beside socket_path */
   unsigned socket_mode;    /* permission bits of the control socket */
   int workers;             /* host mover threads */
+  char mover[16];          /* engine preferred when it can run an op
+                            * (engine.h's names), or "auto" */
   int stuck_seconds;       /* a pending op older than this is reported */
   int join_timeout;        /* seconds a group may wait for its ranks */
   int metrics_port;        /* HTTP /metrics on 127.0.0.1; 0: off */

@@ -1,0 +1,79 @@
+/* The engine table: rows from SPD_ENGINES, each defined in its engine's
+ * file; the choice of an engine for a work item; start and stop of all. */
+#include "engine.h"
+
+#include <stddef.h>
+#include <string.h>
+
+const spd_engine *const spd_engines[SPD_ENGINE_COUNT] = {
+#define SPD_ENGINE_ROW(kind, name, ops_help, bytes_help)                     \
+  [SPD_ENGINE_##kind] = &spd_engine_##name,
+    SPD_ENGINES(SPD_ENGINE_ROW)
+#undef SPD_ENGINE_ROW
+};
+
+static const char *const names[SPD_ENGINE_COUNT] = {
+#define SPD_ENGINE_NAME(kind, name, ops_help, bytes_help)                    \
+  [SPD_ENGINE_##kind] = #name,
+    SPD_ENGINES(SPD_ENGINE_NAME)
+#undef SPD_ENGINE_NAME
+};
+
+const char *spd_engine_name(int kind) {
+  return kind >= 0 && kind < SPD_ENGINE_COUNT ? names[kind] : "?";
+}
+
+int spd_engine_find(const char *name) {
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++)
+    if (strcmp(names[k], name) == 0)
+      return k;
+  return -1;
+}
+
+int spd_engine_pick(const spd_work *w, int prefer) {
+  if (prefer >= 0 && prefer < SPD_ENGINE_COUNT && spd_engines[prefer]->built &&
+      spd_engines[prefer]->wants(w) > 0)
+    return prefer;
+  int best = -1, score = 0;
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
+    int s = spd_engines[k]->built ? spd_engines[k]->wants(w) : 0;
+    if (s > score)
+      best = k, score = s;
+  }
+  return best;
+}
+
+int spd_engines_start(struct spd_ctx *ctx, spk_err *err) {
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
+    const spd_engine *e = spd_engines[k];
+    if (!e->built || e->start == NULL)
+      continue;
+    int rc = e->start(ctx, err);
+    if (rc < 0)
+      return rc; /* the daemon exits; spd_engines_fini stops the rest */
+  }
+  return SPK_OK;
+}
+
+/* Reverse order: an engine may lean on one listed before it. */
+void spd_engines_fini(struct spd_ctx *ctx) {
+  for (int k = SPD_ENGINE_COUNT - 1; k >= 0; k--)
+    if (spd_engines[k]->built && spd_engines[k]->fini != NULL)
+      spd_engines[k]->fini(ctx);
+}
+
+void spd_engines_forget_buffer(struct spd_ctx *ctx, struct spd_buffer *buf) {
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++)
+    if (spd_engines[k]->built && spd_engines[k]->forget_buffer != NULL)
+      spd_engines[k]->forget_buffer(ctx, buf);
+}
+
+const char *spd_engine_help(int kind, int bytes) {
+  static const char *const help[SPD_ENGINE_COUNT][2] = {
+#define SPD_ENGINE_HELP(kind, name, ops_help, bytes_help)                    \
+  [SPD_ENGINE_##kind] = {ops_help, bytes_help},
+      SPD_ENGINES(SPD_ENGINE_HELP)
+#undef SPD_ENGINE_HELP
+  };
+  return kind >= 0 && kind < SPD_ENGINE_COUNT ? help[kind][bytes != 0] : "";
+}

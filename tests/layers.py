@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The layer check (docs/architecture.md), over the includes and the calls
+of the daemon's sources. Exit 0 when every rule holds; else each broken
+rule with the file that breaks it.
+
+  1. Movers are below the op layer: no engine or mover file includes,
+     directly or through other headers, op.h, group.h or session.h.
+  2. The op layer reaches engines only through the table: no other daemon
+     file calls a function defined in an engine or mover file (engine.c,
+     the table itself, and op_engine.c, the op layer's side of it, aside).
+  3. Headers include one another without a loop.
+
+EXCEPTIONS lists what still breaks a rule, each with why; it may only
+shrink: an exception no longer needed is an error too, so the list stays
+true."""
+import glob
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIRS = ["daemon", "kernels", "client", "proto"]
+CORE_HEADERS = {"op.h", "group.h", "session.h"}
+TABLE = {"engine.c", "engine.h", "op_engine.c", "op_engine.h"}
+
+# (rule, file name) -> why; file names are unique across daemon/.
+EXCEPTIONS = {
+    (1, "engine_gpu.c"): "cuda/nccl rows read rank events and tensors through work.op",
+    (1, "engine_ucx.c"): "the ucx row runs the op's cut through work.op and its group",
+    (1, "engine_ucx.h"): "declares its entry points on spd_op",
+    (1, "mover_cuda.c"): "reads the op's ranks (gpu.h includes op.h)",
+    (1, "mover_cuda.h"): "takes an spd_op (gpu.h)",
+    (1, "mover_nccl.c"): "reads the op's ranks (gpu.h includes op.h)",
+    (1, "mover_nccl.h"): "takes an spd_op (gpu.h)",
+    (2, "op.c"): "per-rank GPU events (spd_engine_gpu_rank_*) are not yet in the work item",
+}
+
+# Engine functions any daemon file may still call (rule 2), each with why.
+ALLOWED_CALLS = {
+    "spd_engine_ucx_tell_failed": "a peer-protocol message (OpFail to the other nodes), "
+                                  "to move to the peer layer",
+}
+
+
+def is_engine(path):
+    """An engine or mover file: daemon/engine/ but the table itself (or,
+    in a flat daemon/, engine* and mover_* files)."""
+    base = os.path.basename(path)
+    if base in TABLE or not path.startswith("daemon/"):
+        return False
+    if path.startswith("daemon/engine/"):
+        return True
+    return os.path.dirname(path) == "daemon" and (
+        base.startswith("engine") or base.startswith("mover_"))
+
+
+def sources():
+    out = []
+    for d in DIRS:
+        for ext in ("*.c", "*.h"):
+            out += sorted(glob.glob(os.path.join(ROOT, d, "**", ext), recursive=True))
+    return [os.path.relpath(p, ROOT) for p in out]
+
+
+def includes(path, by_name):
+    with open(os.path.join(ROOT, path)) as f:
+        names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M)
+    here = os.path.dirname(path)
+    out = []
+    for n in names:
+        cand = os.path.normpath(os.path.join(here, n))
+        if os.path.exists(os.path.join(ROOT, cand)):
+            out.append(cand)
+        elif os.path.basename(n) in by_name:
+            out.append(by_name[os.path.basename(n)])
+    return out
+
+
+def main():
+    files = sources()
+    by_name = {os.path.basename(p): p for p in files if p.endswith(".h")}
+    inc = {p: includes(p, by_name) for p in files}
+    broken, used = [], set()
+
+    def closure(p):
+        seen, todo = set(), list(inc.get(p, []))
+        while todo:
+            h = todo.pop()
+            if h not in seen:
+                seen.add(h)
+                todo += inc.get(h, [])
+        return seen
+
+    def report(rule, path, msg):
+        key = (rule, os.path.basename(path))
+        if key in EXCEPTIONS:
+            used.add(key)
+        else:
+            broken.append("rule %d: %s: %s" % (rule, path, msg))
+
+    # 1. engines below the op layer
+    for p in files:
+        if is_engine(p):
+            bad = sorted(os.path.basename(h) for h in closure(p)
+                         if os.path.basename(h) in CORE_HEADERS)
+            if bad:
+                report(1, p, "includes " + ", ".join(bad))
+
+    # 2. engine functions called only through the table
+    defined = {}
+    for p in files:
+        if is_engine(p) and p.endswith(".c"):
+            text = open(os.path.join(ROOT, p)).read()
+            for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spd_\w+)\s*\([^;]*?\)\s*\{", text, re.M | re.S):
+                defined[name] = p
+    call = re.compile(r"\b(spd_\w+)\s*\(")
+    for p in files:
+        if not p.startswith("daemon/") or not p.endswith(".c") or is_engine(p) \
+                or os.path.basename(p) in TABLE:
+            continue
+        text = open(os.path.join(ROOT, p)).read()
+        hits = sorted({n for n in call.findall(text)
+                       if n in defined and n not in ALLOWED_CALLS})
+        if hits:
+            report(2, p, "calls " + ", ".join("%s (%s)" % (n, defined[n]) for n in hits))
+
+    # 3. no include loop among headers
+    state = {}
+
+    def visit(h, stack):
+        state[h] = 1
+        for n in inc.get(h, []):
+            if not n.endswith(".h"):
+                continue
+            if state.get(n) == 1:
+                loop = stack[stack.index(n):] + [n] if n in stack else [h, n]
+                broken.append("rule 3: include loop: " + " -> ".join(loop))
+            elif n not in state:
+                visit(n, stack + [n])
+        state[h] = 2
+
+    for h in sorted(p for p in files if p.endswith(".h")):
+        if h not in state:
+            visit(h, [h])
+
+    for name in sorted(set(ALLOWED_CALLS) - set(defined)):
+        broken.append("rule 2: %s is allowed but no engine file defines it now: "
+                      "remove it from ALLOWED_CALLS" % name)
+    for key in sorted(set(EXCEPTIONS) - used):
+        broken.append("rule %d: %s: listed as an exception but keeps the rule now: "
+                      "remove it from EXCEPTIONS" % key)
+    for b in broken:
+        print("FAIL layers: " + b)
+    if broken:
+        return 1
+    print("PASS layers: %d engine files below the op layer, table-only calls, "
+          "no include loop (%d known exceptions, %d allowed calls)" % (
+              sum(1 for p in files if is_engine(p)), len(used), len(ALLOWED_CALLS)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
