@@ -49,10 +49,14 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra) {
   const char *argv[32] = {bin, "--socket", d->socket, "--workers", "2",
                           "--log-level", level ? level : "info"};
   int n = 7;
-  /* SPT_MOVER: the engine every op of the suite goes to (tests/run.sh). */
+  /* SPT_MOVER: the engine every op of the suite goes to (tests/run.sh);
+   * the shared-memory fast path, which would take the small ones past
+   * every engine, is off then. */
   const char *mover = getenv("SPT_MOVER");
-  if (mover != NULL && mover[0] != '\0')
+  if (mover != NULL && mover[0] != '\0') {
     argv[n++] = "--mover", argv[n++] = mover;
+    argv[n++] = "--fast-bytes", argv[n++] = "0";
+  }
   for (int i = 0; extra && extra[i] && n < 31; i++)
     argv[n++] = extra[i];
   d->pid = fork();
