@@ -149,6 +149,17 @@ int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
     c->groups = sub;
   }
   spcoll__frame__free_unpacked(reply, NULL);
+  /* A sub-group of this node's ranks has its own shared segment; a rank
+   * that cannot map it leaves (the others hear it) rather than take the
+   * daemon's path alone. */
+  if (sub != NULL && (rc = spc__seg_claim(sub)) < 0) {
+    char why[sizeof(c->last_error)];
+    snprintf(why, sizeof(why), "%s", c->last_error);
+    leave_send(sub);
+    group_unlink(c, sub);
+    free(sub);
+    return spc__fail(c, rc, "%s", why);
+  }
   *sub_p = sub;
   return SPC_OK;
 }

@@ -348,6 +348,33 @@ START_TEST(killed_stopped_aborted) {
 }
 END_TEST
 
+/* Sub-groups of a split get their own segment: ranks of color rank % 2
+ * run an all_reduce there, counted on the sub-group's shm line. */
+static int split_sub_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  spc_group *sub;
+  if (rk_open(&k, rank, w, 0) < 0 ||
+      spc_group_split(k.g, rank % 2, rank, &sub) < 0 || sub == NULL)
+    return 1;
+  spc_group *parent = k.g;
+  k.g = sub;
+  int bad = reduce_once(&k, rank / 2, w / 2, 8, 3, 0);
+  k.g = parent;
+  bad |= reduce_once(&k, rank, w, 8, 4, 0); /* both done with the first */
+  if (!bad && rank == 0)
+    bad = !stats_has("/0 ops=1 errors=0") || !stats_has("/1 ops=1 errors=0");
+  /* Nobody leaves (freeing a sub-group) before rank 0 has looked. */
+  bad |= reduce_once(&k, rank, w, 8, 5, 0);
+  return rk_close(&k, bad);
+}
+
+START_TEST(split_groups_have_segments) {
+  snprintf(sh->group, sizeof(sh->group), "splitme");
+  ck_assert_int_eq(spt_run_ranks(4, split_sub_rank, NULL, 120), 0);
+}
+END_TEST
+
 /* A drain reaches the segment: after it, small ops go to the daemon and
  * are refused there, on every rank, in its words ("no new ops"), or find
  * it gone (a drained daemon with nothing in flight exits at once). Never
@@ -393,6 +420,7 @@ int main(void) {
   tcase_add_test(tc, disagreement_across_paths);
   tcase_add_test(tc, killed_stopped_aborted);
   tcase_add_test(tc, drain_reaches_the_segment);
+  tcase_add_test(tc, split_groups_have_segments);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
