@@ -176,6 +176,14 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harnes
 # Both conformance suites share the case runner.
 $(BUILD)/tests/test_conformance $(BUILD)/tests/test_conformance_batch: \
   $(BUILD)/tests/integ/conformance_cases.o
+# Both fast-path suites share their rank helpers (before the library on
+# the link line, which they call).
+FAST_TESTS := $(BUILD)/tests/test_fast $(BUILD)/tests/test_fast_uid
+$(FAST_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
+  $(BUILD)/tests/integ/fast_ranks.o $(BUILD)/tests/integ/harness.o \
+  $(BUILD)/tests/integ/harness_nodes.o $(BUILD)/tests/integ/ops_ref.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
 # Tests: unit suites, then integration suites against a real daemon.
 # `check` runs them plain, then under ASan+UBSan (build-asan/), then the

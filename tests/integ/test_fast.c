@@ -19,6 +19,7 @@
 
 #include "check_run.h"
 #include "client_internal.h"
+#include "fast_ranks.h"
 #include "harness.h"
 
 #define NOBODY 65534
@@ -78,84 +79,10 @@ static int stats_has(const char *needle) {
   return ok;
 }
 
-typedef struct {
-  spc_client *c;
-  spc_group *g;
-  spc_buffer *b;
-  size_t used;
-} rk;
+typedef spt_rk rk;
 
 static int rk_open(rk *k, int rank, int world, int64_t timeout_ms) {
-  memset(k, 0, sizeof(*k));
-  k->c = spt_connect(daemon_.socket);
-  if (k->c == NULL || (timeout_ms && spc_set_op_timeout(k->c, timeout_ms)))
-    return -1;
-  if (spc_group_join(k->c, sh->group, world, rank, &k->g) < 0 ||
-      spc_buffer_alloc(k->c, 4 << 20, &k->b) < 0) {
-    fprintf(stderr, "rank %d: open: %s\n", rank, spc_last_error(k->c));
-    return -1;
-  }
-  return 0;
-}
-
-static float *rk_tensor(rk *k, spc_tensor *t, int nd, const int64_t *s) {
-  size_t n = 1;
-  for (int i = 0; i < nd; i++)
-    n *= (size_t)s[i];
-  if (spc_tensor_init(t, k->b, k->used, SPC_FLOAT32, nd, s) < 0)
-    return NULL;
-  k->used += (n * 4 + 63) & ~(size_t)63;
-  return spc_tensor_data(t);
-}
-
-static int rk_close(rk *k, int bad) {
-  spc_disconnect(k->c);
-  return bad;
-}
-
-/* Value i of rank r's input (exact in float sums). */
-static float val(int r, size_t i, int step) {
-  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)step * 5) % 64) - 32) /
-         8.0f;
-}
-
-/* all_reduce of n floats, then check against the rank-order sum. */
-static int reduce_once(rk *k, int rank, int w, size_t n, int step,
-                       int async) {
-  int64_t s[1] = {(int64_t)n};
-  spc_tensor in, out;
-  float *x = rk_tensor(k, &in, 1, s), *y = rk_tensor(k, &out, 1, s);
-  if (x == NULL || y == NULL)
-    return 1;
-  for (size_t i = 0; i < n; i++)
-    x[i] = val(rank, i, step);
-  int rc;
-  if (async) {
-    spc_request *req;
-    spc_op op = spc_op_all_reduce(SPC_SUM);
-    rc = spc_start(k->g, &op, &in, &out, &req);
-    if (rc == 0)
-      rc = spc_wait(&req);
-  } else {
-    rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
-  }
-  if (rc < 0) {
-    fprintf(stderr, "rank %d step %d: all_reduce: %s\n", rank, step,
-            spc_last_error(k->c));
-    return 1;
-  }
-  for (size_t i = 0; i < n; i++) {
-    float ref = val(0, i, step);
-    for (int r = 1; r < w; r++)
-      ref += val(r, i, step);
-    if (y[i] != ref) {
-      fprintf(stderr, "rank %d step %d: [%zu] = %g, want %g\n", rank, step,
-              i, y[i], ref);
-      return 1;
-    }
-  }
-  k->used = 0;
-  return 0;
+  return spt_rk_open(k, daemon_.socket, sh->group, rank, world, timeout_ms);
 }
 
 /* all_gather of [2 + rank, 3] along 0 (unequal sizes), checked. */
@@ -164,11 +91,11 @@ static int gather_once(rk *k, int rank, int w, int step) {
   for (int r = 0; r < w; r++)
     sizes[r] = 2 + r, o[0] += 2 + r;
   spc_tensor in, out;
-  float *x = rk_tensor(k, &in, 2, s), *y = rk_tensor(k, &out, 2, o);
+  float *x = spt_rk_tensor(k, &in, 2, s), *y = spt_rk_tensor(k, &out, 2, o);
   if (x == NULL || y == NULL)
     return 1;
   for (size_t i = 0; i < (size_t)(s[0] * 3); i++)
-    x[i] = val(rank, i, step);
+    x[i] = spt_rk_val(rank, i, step);
   if (spc_all_gather(k->g, &in, &out, 0, sizes) < 0) {
     fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(k->c));
     return 1;
@@ -176,7 +103,7 @@ static int gather_once(rk *k, int rank, int w, int step) {
   size_t at = 0;
   for (int r = 0; r < w; r++)
     for (size_t i = 0; i < (size_t)(sizes[r] * 3); i++, at++)
-      if (y[at] != val(r, i, step)) {
+      if (y[at] != spt_rk_val(r, i, step)) {
         fprintf(stderr, "rank %d: gather [%zu] wrong\n", rank, at);
         return 1;
       }
@@ -193,13 +120,13 @@ static int mixed_rank(int rank, int w, void *arg) {
   int bad = 0;
   for (int step = 0; step < 12 && !bad; step++) {
     switch (step % 4) {
-    case 0: bad = reduce_once(&k, rank, w, 16 + (size_t)step, step, 0); break;
-    case 1: bad = reduce_once(&k, rank, w, BIG, step, 0); break;
+    case 0: bad = spt_rk_reduce_once(&k, rank, w, 16 + (size_t)step, step, 0); break;
+    case 1: bad = spt_rk_reduce_once(&k, rank, w, BIG, step, 0); break;
     case 2: bad = gather_once(&k, rank, w, step); break;
-    case 3: bad = reduce_once(&k, rank, w, 33, step, 1); break;
+    case 3: bad = spt_rk_reduce_once(&k, rank, w, 33, step, 1); break;
     }
   }
-  return rk_close(&k, bad);
+  return spt_rk_close(&k, bad);
 }
 
 START_TEST(mixed_sequences) {
@@ -219,21 +146,21 @@ static int count_rank(int rank, int w, void *arg) {
     return 1;
   int bad = 0;
   for (int step = 0; step < 12 && !bad; step++)
-    bad = step % 4 == 1 ? reduce_once(&k, rank, w, BIG, step, 0)
-          : step % 4 == 3 ? reduce_once(&k, rank, w, 8, step, 1)
-          : step % 4 == 0 ? reduce_once(&k, rank, w, 8, step, 0)
+    bad = step % 4 == 1 ? spt_rk_reduce_once(&k, rank, w, BIG, step, 0)
+          : step % 4 == 3 ? spt_rk_reduce_once(&k, rank, w, 8, step, 1)
+          : step % 4 == 0 ? spt_rk_reduce_once(&k, rank, w, 8, step, 0)
                           : gather_once(&k, rank, w, step);
   /* one disagreement through the segment: every rank fails alike */
   int64_t s[1] = {4 + (rank == w - 1)};
   spc_tensor in, out;
-  if (!bad && (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s)))
+  if (!bad && (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s)))
     bad = 1;
   int rc = bad ? 0 : spc_all_reduce(k.g, &in, &out, SPC_SUM);
   sh->rc[rank] = rc;
   snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", spc_last_error(k.c));
   bad |= rc != SPC_EMISMATCH;
   k.used = 0;
-  bad |= !bad && reduce_once(&k, rank, w, 8, 99, 0); /* still usable */
+  bad |= !bad && spt_rk_reduce_once(&k, rank, w, 8, 99, 0); /* still usable */
   if (!bad && rank == 0) {
     char want[128];
     snprintf(want, sizeof(want), "shm %s ops=7 errors=1", sh->group);
@@ -241,7 +168,7 @@ static int count_rank(int rank, int w, void *arg) {
           !stats_has("all_reduce count=10 errors=1") ||
           !stats_has("all_gather count=3 errors=0");
   }
-  return rk_close(&k, bad);
+  return spt_rk_close(&k, bad);
 }
 
 START_TEST(stats_exact_and_disagreement) {
@@ -262,11 +189,11 @@ static int split_rank(int rank, int w, void *arg) {
     return 1;
   int64_t s[1] = {rank == w - 1 ? BIG : 4};
   spc_tensor in, out;
-  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
-    return rk_close(&k, 1);
+  if (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s))
+    return spt_rk_close(&k, 1);
   sh->rc[rank] = spc_all_reduce(k.g, &in, &out, SPC_SUM);
   snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", spc_last_error(k.c));
-  return rk_close(&k, sh->rc[rank] != SPC_EMISMATCH);
+  return spt_rk_close(&k, sh->rc[rank] != SPC_EMISMATCH);
 }
 
 START_TEST(disagreement_across_paths) {
@@ -295,9 +222,9 @@ static int fault_rank(int rank, int w, void *arg) {
   rk k;
   if (rk_open(&k, rank, w, mode == 1 ? 300 : 0) < 0)
     return 1;
-  int bad = reduce_once(&k, rank, w, 8, 0, 0); /* all fine once */
+  int bad = spt_rk_reduce_once(&k, rank, w, 8, 0, 0); /* all fine once */
   if (bad)
-    return rk_close(&k, 1);
+    return spt_rk_close(&k, 1);
   int last = rank == w - 1;
   sh->pid[rank] = getpid();
   if (last && mode == 0)
@@ -322,8 +249,8 @@ static int fault_rank(int rank, int w, void *arg) {
   }
   int64_t s[1] = {8};
   spc_tensor in, out;
-  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
-    return rk_close(&k, 1);
+  if (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s))
+    return spt_rk_close(&k, 1);
   int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
   const char *msg = spc_last_error(k.c);
   static const int want_rc[3] = {SPC_EPEERLOST, SPC_ETIMEDOUT, SPC_EABORTED};
@@ -335,7 +262,7 @@ static int fault_rank(int rank, int w, void *arg) {
   }
   if (mode == 1 && rank == 0)
     kill(sh->pid[w - 1], SIGKILL);
-  return rk_close(&k, bad);
+  return spt_rk_close(&k, bad);
 }
 
 START_TEST(killed_stopped_aborted) {
@@ -359,14 +286,14 @@ static int split_sub_rank(int rank, int w, void *arg) {
     return 1;
   spc_group *parent = k.g;
   k.g = sub;
-  int bad = reduce_once(&k, rank / 2, w / 2, 8, 3, 0);
+  int bad = spt_rk_reduce_once(&k, rank / 2, w / 2, 8, 3, 0);
   k.g = parent;
-  bad |= reduce_once(&k, rank, w, 8, 4, 0); /* both done with the first */
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 4, 0); /* both done with the first */
   if (!bad && rank == 0)
     bad = !stats_has("/0 ops=1 errors=0") || !stats_has("/1 ops=1 errors=0");
   /* Nobody leaves (freeing a sub-group) before rank 0 has looked. */
-  bad |= reduce_once(&k, rank, w, 8, 5, 0);
-  return rk_close(&k, bad);
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 5, 0);
+  return spt_rk_close(&k, bad);
 }
 
 START_TEST(split_groups_have_segments) {
@@ -382,26 +309,26 @@ END_TEST
 static int drain_rank(int rank, int w, void *arg) {
   (void)arg;
   rk k;
-  if (rk_open(&k, rank, w, 0) < 0 || reduce_once(&k, rank, w, 8, 0, 0))
+  if (rk_open(&k, rank, w, 0) < 0 || spt_rk_reduce_once(&k, rank, w, 8, 0, 0))
     return 1;
   if (rank == 0) {
     if (ctl("drain") != 0)
-      return rk_close(&k, 1);
+      return spt_rk_close(&k, 1);
     __atomic_store_n(&sh->drained, 1, __ATOMIC_RELEASE);
   }
   while (!__atomic_load_n(&sh->drained, __ATOMIC_ACQUIRE))
     usleep(1000);
   int64_t s[1] = {8};
   spc_tensor in, out;
-  if (!rk_tensor(&k, &in, 1, s) || !rk_tensor(&k, &out, 1, s))
-    return rk_close(&k, 1);
+  if (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s))
+    return spt_rk_close(&k, 1);
   int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
   int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k.c), "no new ops")
                                 : rc != SPC_ECONNECTION;
   if (bad)
     fprintf(stderr, "rank %d after drain: %d '%s'\n", rank, rc,
             spc_last_error(k.c));
-  return rk_close(&k, bad);
+  return spt_rk_close(&k, bad);
 }
 
 START_TEST(drain_reaches_the_segment) {

@@ -15,6 +15,7 @@
 
 #include "check_run.h"
 #include "client_internal.h"
+#include "fast_ranks.h"
 #include "harness.h"
 
 #define NOBODY 65534
@@ -44,84 +45,10 @@ static void teardown(void) {
   ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
 }
 
-typedef struct {
-  spc_client *c;
-  spc_group *g;
-  spc_buffer *b;
-  size_t used;
-} rk;
+typedef spt_rk rk;
 
 static int rk_open(rk *k, int rank, int world, int64_t timeout_ms) {
-  memset(k, 0, sizeof(*k));
-  k->c = spt_connect(daemon_.socket);
-  if (k->c == NULL || (timeout_ms && spc_set_op_timeout(k->c, timeout_ms)))
-    return -1;
-  if (spc_group_join(k->c, sh->group, world, rank, &k->g) < 0 ||
-      spc_buffer_alloc(k->c, 4 << 20, &k->b) < 0) {
-    fprintf(stderr, "rank %d: open: %s\n", rank, spc_last_error(k->c));
-    return -1;
-  }
-  return 0;
-}
-
-static float *rk_tensor(rk *k, spc_tensor *t, int nd, const int64_t *s) {
-  size_t n = 1;
-  for (int i = 0; i < nd; i++)
-    n *= (size_t)s[i];
-  if (spc_tensor_init(t, k->b, k->used, SPC_FLOAT32, nd, s) < 0)
-    return NULL;
-  k->used += (n * 4 + 63) & ~(size_t)63;
-  return spc_tensor_data(t);
-}
-
-static int rk_close(rk *k, int bad) {
-  spc_disconnect(k->c);
-  return bad;
-}
-
-/* Value i of rank r's input (exact in float sums). */
-static float val(int r, size_t i, int step) {
-  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)step * 5) % 64) - 32) /
-         8.0f;
-}
-
-/* all_reduce of n floats, then check against the rank-order sum. */
-static int reduce_once(rk *k, int rank, int w, size_t n, int step,
-                       int async) {
-  int64_t s[1] = {(int64_t)n};
-  spc_tensor in, out;
-  float *x = rk_tensor(k, &in, 1, s), *y = rk_tensor(k, &out, 1, s);
-  if (x == NULL || y == NULL)
-    return 1;
-  for (size_t i = 0; i < n; i++)
-    x[i] = val(rank, i, step);
-  int rc;
-  if (async) {
-    spc_request *req;
-    spc_op op = spc_op_all_reduce(SPC_SUM);
-    rc = spc_start(k->g, &op, &in, &out, &req);
-    if (rc == 0)
-      rc = spc_wait(&req);
-  } else {
-    rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
-  }
-  if (rc < 0) {
-    fprintf(stderr, "rank %d step %d: all_reduce: %s\n", rank, step,
-            spc_last_error(k->c));
-    return 1;
-  }
-  for (size_t i = 0; i < n; i++) {
-    float ref = val(0, i, step);
-    for (int r = 1; r < w; r++)
-      ref += val(r, i, step);
-    if (y[i] != ref) {
-      fprintf(stderr, "rank %d step %d: [%zu] = %g, want %g\n", rank, step,
-              i, y[i], ref);
-      return 1;
-    }
-  }
-  k->used = 0;
-  return 0;
+  return spt_rk_open(k, daemon_.socket, sh->group, rank, world, timeout_ms);
 }
 
 /* As nobody: neither the daemon's descriptor of the segment nor a rank's
@@ -155,7 +82,7 @@ static int attack(const pid_t *pids) {
 static int holder_rank(int rank, int w, void *arg) {
   (void)arg;
   rk k;
-  if (rk_open(&k, rank, w, 0) < 0 || reduce_once(&k, rank, w, 8, 0, 0))
+  if (rk_open(&k, rank, w, 0) < 0 || spt_rk_reduce_once(&k, rank, w, 8, 0, 0))
     return 1;
   int bad = 0;
   if (rank == 0) {
@@ -182,8 +109,8 @@ static int holder_rank(int rank, int w, void *arg) {
       bad = 1;
     }
   }
-  bad |= reduce_once(&k, rank, w, 8, 1, 0); /* hold until rank 0 is done */
-  return rk_close(&k, bad);
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 1, 0); /* hold until rank 0 is done */
+  return spt_rk_close(&k, bad);
 }
 
 START_TEST(other_uid_cannot_map) {

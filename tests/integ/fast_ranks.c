@@ -1,0 +1,81 @@
+#include "fast_ranks.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+
+int spt_rk_open(spt_rk *k, const char *socket, const char *group, int rank,
+                int world, int64_t timeout_ms) {
+  memset(k, 0, sizeof(*k));
+  k->c = spt_connect(socket);
+  if (k->c == NULL || (timeout_ms && spc_set_op_timeout(k->c, timeout_ms)))
+    return -1;
+  if (spc_group_join(k->c, group, world, rank, &k->g) < 0 ||
+      spc_buffer_alloc(k->c, 4 << 20, &k->b) < 0) {
+    fprintf(stderr, "rank %d: open: %s\n", rank, spc_last_error(k->c));
+    return -1;
+  }
+  return 0;
+}
+
+float *spt_rk_tensor(spt_rk *k, spc_tensor *t, int nd, const int64_t *s) {
+  size_t n = 1;
+  for (int i = 0; i < nd; i++)
+    n *= (size_t)s[i];
+  if (spc_tensor_init(t, k->b, k->used, SPC_FLOAT32, nd, s) < 0)
+    return NULL;
+  k->used += (n * 4 + 63) & ~(size_t)63;
+  return spc_tensor_data(t);
+}
+
+int spt_rk_close(spt_rk *k, int bad) {
+  spc_disconnect(k->c);
+  return bad;
+}
+
+/* Value i of rank r's input (exact in float sums). */
+float spt_rk_val(int r, size_t i, int step) {
+  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)step * 5) % 64) - 32) /
+         8.0f;
+}
+
+/* all_reduce of n floats, then check against the rank-order sum. */
+int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
+                       int async) {
+  int64_t s[1] = {(int64_t)n};
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(k, &in, 1, s), *y = spt_rk_tensor(k, &out, 1, s);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (size_t i = 0; i < n; i++)
+    x[i] = spt_rk_val(rank, i, step);
+  int rc;
+  if (async) {
+    spc_request *req;
+    spc_op op = spc_op_all_reduce(SPC_SUM);
+    rc = spc_start(k->g, &op, &in, &out, &req);
+    if (rc == 0)
+      rc = spc_wait(&req);
+  } else {
+    rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
+  }
+  if (rc < 0) {
+    fprintf(stderr, "rank %d step %d: all_reduce: %s\n", rank, step,
+            spc_last_error(k->c));
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float ref = spt_rk_val(0, i, step);
+    for (int r = 1; r < w; r++)
+      ref += spt_rk_val(r, i, step);
+    if (y[i] != ref) {
+      fprintf(stderr, "rank %d step %d: [%zu] = %g, want %g\n", rank, step,
+              i, y[i], ref);
+      return 1;
+    }
+  }
+  k->used = 0;
+  return 0;
+}
+

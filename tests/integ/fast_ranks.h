@@ -1,0 +1,34 @@
+/* A rank of the fast-path suites (test_fast, test_fast_uid): a client in
+ * one group with a 4 MiB buffer carved into float tensors, and a verified
+ * all_reduce whose sums are exact. */
+#ifndef SPT_FAST_RANKS_H
+#define SPT_FAST_RANKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spcoll.h"
+
+typedef struct {
+  spc_client *c;
+  spc_group *g;
+  spc_buffer *b;
+  size_t used;
+} spt_rk;
+
+/* Connect to socket, ask for timeout_ms (0: the daemon's), join group as
+ * rank of world, allocate the buffer. -1 on failure (said on stderr). */
+int spt_rk_open(spt_rk *k, const char *socket, const char *group, int rank,
+                int world, int64_t timeout_ms);
+/* The next float tensor of shape s in the buffer; NULL on failure. */
+float *spt_rk_tensor(spt_rk *k, spc_tensor *t, int nd, const int64_t *s);
+/* Disconnect; returns bad. */
+int spt_rk_close(spt_rk *k, int bad);
+/* Value i of rank r's input at step (exact in float sums). */
+float spt_rk_val(int r, size_t i, int step);
+/* all_reduce of n floats (spc_start + spc_wait when async), checked
+ * against the rank-order sum; 0 when right. */
+int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
+                       int async);
+
+#endif
