@@ -58,33 +58,7 @@ int gpt_require_gpu(void) {
 }
 
 long long gpt_stat(const spt_daemon *d, const char *name) {
-  char path[160];
-  snprintf(path, sizeof(path), "%s/spcolld.stats.sock", d->dir);
-  spc_client *c = spt_connect(path);
-  if (c == NULL)
-    return -1;
-  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  rq.format = "text";
-  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
-  f.stats_request = &rq;
-  long long v = -1;
-  if (spc__call(c, &f, -1, &reply) == 0) {
-    /* "name value" lines; the name is a whole word at a line start */
-    size_t n = strlen(name);
-    for (const char *l = reply->stats_reply->text; l != NULL && *l;) {
-      if (strncmp(l, name, n) == 0 && l[n] == ' ') {
-        v = atoll(l + n + 1);
-        break;
-      }
-      l = strchr(l, '\n');
-      l = l ? l + 1 : NULL;
-    }
-  }
-  if (reply)
-    spcoll__frame__free_unpacked(reply, NULL);
-  spc_disconnect(c);
-  return v;
+  return spt_daemon_stat(d, name);
 }
 
 void gpt_keep_log(const spt_daemon *d) {

@@ -174,6 +174,36 @@ spc_group *spt_join_finish(spc_client *c, spc_request *req, int world,
   return g;
 }
 
+long long spt_daemon_stat(const spt_daemon *d, const char *name) {
+  char path[160];
+  snprintf(path, sizeof(path), "%s/spcolld.stats.sock", d->dir);
+  spc_client *c = spt_connect(path);
+  if (c == NULL)
+    return -1;
+  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  rq.format = "text";
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &rq;
+  long long v = -1;
+  if (spc__call(c, &f, -1, &reply) == 0) {
+    /* "name value" lines; the name is a whole word at a line start */
+    size_t n = strlen(name);
+    for (const char *l = reply->stats_reply->text; l != NULL && *l;) {
+      if (strncmp(l, name, n) == 0 && l[n] == ' ') {
+        v = atoll(l + n + 1);
+        break;
+      }
+      l = strchr(l, '\n');
+      l = l ? l + 1 : NULL;
+    }
+  }
+  if (reply)
+    spcoll__frame__free_unpacked(reply, NULL);
+  spc_disconnect(c);
+  return v;
+}
+
 int spt_daemon_maps(const spt_daemon *d) {
   char path[64], line[512];
   snprintf(path, sizeof(path), "/proc/%d/maps", (int)d->pid);

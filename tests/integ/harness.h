@@ -25,6 +25,9 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra);
 int spt_daemon_stop(spt_daemon *d);
 /* Number of open fds of the daemon (from /proc). */
 int spt_daemon_fds(const spt_daemon *d);
+/* A counter of the daemon's text stats ("name value" lines, read through
+ * its stats socket); -1 when it cannot be read. */
+long long spt_daemon_stat(const spt_daemon *d, const char *name);
 /* Number of the daemon's memory mappings and its resident set in KiB
  * (from /proc), -1 when unreadable. */
 int spt_daemon_maps(const spt_daemon *d);

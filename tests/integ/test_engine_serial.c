@@ -15,35 +15,6 @@ static spt_daemon daemon_;
 
 enum { WORLD = 4, ROWS = 3, ITERS = 5 };
 
-/* A counter from the daemon's text stats; -1 when it cannot be read. */
-static long long stat_of(const char *name) {
-  char path[160];
-  snprintf(path, sizeof(path), "%s/spcolld.stats.sock", daemon_.dir);
-  spc_client *c = spt_connect(path);
-  if (c == NULL)
-    return -1;
-  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  rq.format = "text";
-  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
-  f.stats_request = &rq;
-  long long v = -1;
-  if (spc__call(c, &f, -1, &reply) == 0) {
-    size_t n = strlen(name);
-    for (const char *l = reply->stats_reply->text; l != NULL && *l;) {
-      if (strncmp(l, name, n) == 0 && l[n] == ' ') {
-        v = atoll(l + n + 1);
-        break;
-      }
-      l = strchr(l, '\n');
-      l = l ? l + 1 : NULL;
-    }
-  }
-  if (reply)
-    spcoll__frame__free_unpacked(reply, NULL);
-  spc_disconnect(c);
-  return v;
-}
 
 /* All-gather along dim 0, checked against the reference, ITERS times. */
 static int gather_rank(int rank, int world, void *arg) {
@@ -85,8 +56,8 @@ START_TEST(ops_run_on_the_configured_engine) {
                                NULL};
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
   int failed = spt_run_ranks(WORLD, gather_rank, NULL, 60);
-  long long serial = stat_of("mover_serial_ops");
-  long long host = stat_of("mover_host_ops");
+  long long serial = spt_daemon_stat(&daemon_, "mover_serial_ops");
+  long long host = spt_daemon_stat(&daemon_, "mover_host_ops");
   if (failed)
     spt_daemon_dump_log(&daemon_);
   ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);

@@ -353,21 +353,6 @@ END_TEST
  * the loop thread, the result is right, and others are served meanwhile. */
 enum { BIG = 128 };
 
-static long stats_counter(const spt_daemon *d, const char *name) {
-  char path[160], line[128];
-  snprintf(path, sizeof(path), "%s/spcolld.stats.sock", d->dir);
-  spc_client *s = spt_connect(path);
-  Spcoll__StatsRequest sr = SPCOLL__STATS_REQUEST__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST, f.stats_request = &sr;
-  ck_assert_int_eq(spc__call(s, &f, -1, &reply), 0);
-  snprintf(line, sizeof(line), "\n%s ", name);
-  const char *at = strstr(reply->stats_reply->text, line);
-  long v = at ? atol(at + strlen(line)) : -1;
-  spcoll__frame__free_unpacked(reply, NULL);
-  spc_disconnect(s);
-  return v;
-}
 
 START_TEST(large_group_plans_off_loop) {
   spt_daemon d;
@@ -399,7 +384,7 @@ START_TEST(large_group_plans_off_loop) {
   for (int r = 0; r < BIG; r++)
     for (int k = 0; k < BIG; k++)
       ck_assert_int_eq(base[(per * r + 4) / 4 + k], 1000 + k);
-  ck_assert_int_eq(stats_counter(&d, "plans_off_loop"), 1);
+  ck_assert_int_eq(spt_daemon_stat(&d, "plans_off_loop"), 1);
   spc_disconnect(c);
   ck_assert_int_eq(spt_daemon_stop(&d), 0);
 }
@@ -447,7 +432,7 @@ START_TEST(fd_flood_leaves_room) {
       ck_assert_int_eq(spc_buffer_free(b[r]), 0);
     }
   }
-  ck_assert_int_ge(stats_counter(&d, "clients_rejected"), 400 - 64);
+  ck_assert_int_ge(spt_daemon_stat(&d, "clients_rejected"), 400 - 64);
   for (int i = 0; i < 400; i++)
     close(fds[i]);
   spc_disconnect(c[0]);
