@@ -32,6 +32,8 @@ EXCEPTIONS = {
     (1, "mover_cuda.h"): "takes an spd_op (gpu.h)",
     (1, "mover_nccl.c"): "reads the op's ranks (gpu.h includes op.h)",
     (1, "mover_nccl.h"): "takes an spd_op (gpu.h)",
+    (1, "mover_nccl_internal.h"): "includes mover_nccl.h (gpu.h)",
+    (1, "mover_nccl_watch.c"): "includes mover_nccl.h (gpu.h); reads no op",
     (2, "op.c"): "per-rank GPU events (spd_engine_gpu_rank_*) are not yet in the work item",
 }
 

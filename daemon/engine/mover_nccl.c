@@ -8,46 +8,9 @@
 #include <string.h>
 
 #include "gpu_route.h"
+#include "mover_nccl_internal.h"
 
-enum { SET_INIT, SET_READY };
-
-typedef struct nccl_job nccl_job;
-
-/* Communicators over one set of GPUs, with a stream per GPU. Every op on
- * the set goes through these streams, so ops on a communicator are issued
- * in one order on every device (NCCL requires it). */
-typedef struct spd_nccl_set {
-  struct spd_nccl_set *next;
-  spd_gpu *gpu;
-  int n;
-  int *devs;                  /* ascending; NCCL rank i is on devs[i] */
-  ncclComm_t *comms;
-  cudaStream_t *streams;
-  int state;
-  int broken;                 /* aborted: out of gpu->nccl_sets, freed
-                               * when its last job finishes */
-  nccl_job *inflight;         /* jobs on the streams, oldest last */
-  ncclResult_t init_rc;
-  uv_work_t work;
-  nccl_job *waiting, **wait_tail; /* ops that came during the init */
-} spd_nccl_set;
-
-struct nccl_job {
-  spd_gpu_job job;            /* first: the job callbacks get this struct */
-  spd_nccl_set *set;          /* may be freed before the job (failed init) */
-  int ndev;
-  int *rank_dev;              /* rank -> index in set->devs */
-  void **host;                /* per device: its descriptors */
-  nccl_job *next_wait;
-  nccl_job *next_in;          /* in set->inflight */
-  int in_flight;
-  uint64_t start_ms;          /* uv_now when its work was queued */
-};
-
-static void set_free(spd_nccl_set *set);
-static void inflight_remove(nccl_job *nj);
-
-static void set_str(const spd_nccl_set *set, char *buf, size_t len) {
+void spd_nccl_set_str(const spd_nccl_set *set, char *buf, size_t len) {
   size_t at = 0;
   buf[0] = '\0';
   for (int i = 0; i < set->n && at < len; i++) {
@@ -59,7 +22,7 @@ static void set_str(const spd_nccl_set *set, char *buf, size_t len) {
 static int nccl_err(int rc_nccl, const char *call, const spd_nccl_set *set,
                     spk_err *err) {
   char devs[128];
-  set_str(set, devs, sizeof(devs));
+  spd_nccl_set_str(set, devs, sizeof(devs));
   return spk_err_set(err, SPK_EDEVICE, "%s over GPUs %s: %s (%s)", call, devs,
                      ncclGetErrorString((ncclResult_t)rc_nccl),
                      ncclGetLastError(NULL));
@@ -67,7 +30,7 @@ static int nccl_err(int rc_nccl, const char *call, const spd_nccl_set *set,
 
 static void nccl_finish(spd_gpu_job *j) {
   nccl_job *nj = (nccl_job *)j;
-  inflight_remove(nj);
+  spd_nccl_inflight_remove(nj);
   if (nj->host != NULL)
     for (int i = 0; i < nj->ndev; i++)
       spd_gpu_pinned_put(j->gpu, nj->host[i]);
@@ -77,7 +40,7 @@ static void nccl_finish(spd_gpu_job *j) {
 
 /* ---- communicator sets -------------------------------------------------- */
 
-static void set_free(spd_nccl_set *set) {
+void spd_nccl_set_free(spd_nccl_set *set) {
   free(set->devs);
   free(set->comms);
   free(set->streams);
@@ -123,7 +86,7 @@ static void set_init_after(uv_work_t *w, int status) {
   spk_err err;
   int rc = SPK_OK;
   char devs[128];
-  set_str(set, devs, sizeof(devs));
+  spd_nccl_set_str(set, devs, sizeof(devs));
   if (status < 0)
     rc = spk_err_set(&err, SPK_ESYSTEM, "NCCL init over GPUs %s did not run: "
                      "%s", devs, uv_strerror(status));
@@ -167,7 +130,7 @@ static void set_init_after(uv_work_t *w, int status) {
       spd_gpu_job_fail(&nj->job, jrc, rc == SPK_OK ? jerr.msg : err.msg);
   }
   if (rc < 0)
-    set_free(set);
+    spd_nccl_set_free(set);
 }
 
 static int set_get(spd_gpu *gpu, const int *dev, int world,
@@ -196,7 +159,7 @@ static int set_get(spd_gpu *gpu, const int *dev, int world,
   }
   if (set == NULL || !set->devs || !set->comms || !set->streams) {
     if (set)
-      set_free(set);
+      spd_nccl_set_free(set);
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of an NCCL set of %d "
                        "GPUs failed", n);
   }
@@ -209,7 +172,7 @@ static int set_get(spd_gpu *gpu, const int *dev, int world,
   int rc = uv_queue_work(gpu->ctx->loop, &set->work, set_init_work,
                          set_init_after);
   if (rc < 0) {
-    set_free(set);
+    spd_nccl_set_free(set);
     return spk_err_set(err, SPK_ESYSTEM, "uv_queue_work for NCCL init: %s",
                        uv_strerror(rc));
   }
@@ -217,140 +180,6 @@ static int set_get(spd_gpu *gpu, const int *dev, int world,
   gpu->nccl_sets = set;
   *set_p = set;
   return SPK_OK;
-}
-
-/* ---- the watchdog ------------------------------------------------------- */
-
-/* NCCL's communicators here are blocking: a peer that never arrives (a
- * rank's stream stuck before its ready event, a failed GPU) holds every
- * stream of the set, and every later op behind it, forever. A timer
- * checks the sets with work in flight: an asynchronous NCCL error, or an
- * op older than SPCOLL_NCCL_TIMEOUT_S (default 300 s), aborts the set's
- * communicators (ncclCommAbort), fails its ops with the reason, and
- * takes the set out of use; the next op on those GPUs makes a new one.
- * Nothing of this waits on the loop thread. */
-typedef struct spd_nccl_watch {
-  uv_timer_t timer;
-  spd_gpu *gpu;
-} spd_nccl_watch;
-
-#define WATCH_MS 200
-
-static uint64_t timeout_ms(void) {
-  const char *v = getenv("SPCOLL_NCCL_TIMEOUT_S");
-  double s = v != NULL && *v ? atof(v) : 300.0;
-  return s > 0 ? (uint64_t)(s * 1000.0) : 300000;
-}
-
-static void inflight_remove(nccl_job *nj) {
-  if (!nj->in_flight)
-    return;
-  spd_nccl_set *set = nj->set;
-  for (nccl_job **p = &set->inflight; *p != NULL; p = &(*p)->next_in)
-    if (*p == nj) {
-      *p = nj->next_in;
-      break;
-    }
-  nj->in_flight = 0;
-  if (set->broken && set->inflight == NULL) {
-    /* Its communicators are gone (aborted); its streams have run dry. */
-    for (int i = 0; i < set->n; i++)
-      if (set->streams[i] != NULL &&
-          cudaStreamDestroy(set->streams[i]) != cudaSuccess)
-        cudaGetLastError();
-    set_free(set);
-  }
-}
-
-static void set_abort(spd_nccl_set *set, const char *why) {
-  spd_gpu *gpu = set->gpu;
-  char devs[128];
-  set_str(set, devs, sizeof(devs));
-  for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
-    if (*p == set) {
-      *p = set->next;
-      break;
-    }
-  set->broken = 1;
-  for (int i = 0; i < set->n; i++) {
-    ncclResult_t r = ncclCommAbort(set->comms[i]);
-    if (r != ncclSuccess)
-      SPD_WARN(&gpu->ctx->log, "ncclCommAbort on GPU %d: %s", set->devs[i],
-               ncclGetErrorString(r));
-  }
-  SPD_ERROR(&gpu->ctx->log, "NCCL communicators over GPUs %s aborted: %s",
-            devs, why);
-  for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in) {
-    nj->job.fail_status = SPK_EDEVICE;
-    snprintf(nj->job.fail_msg, sizeof(nj->job.fail_msg), "NCCL over GPUs "
-             "%s: %s; its communicators were aborted (the next op makes "
-             "new ones)", devs, why);
-  }
-}
-
-static void watch_tick(uv_timer_t *t) {
-  spd_nccl_watch *w = t->data;
-  spd_gpu *gpu = w->gpu;
-  uint64_t now = uv_now(gpu->ctx->loop), limit = timeout_ms();
-  int busy = 0;
-  spd_nccl_set *next;
-  for (spd_nccl_set *set = gpu->nccl_sets; set != NULL; set = next) {
-    next = set->next;
-    if (set->inflight == NULL || set->state != SET_READY)
-      continue;
-    busy = 1;
-    ncclResult_t bad = ncclSuccess;
-    for (int i = 0; i < set->n && bad == ncclSuccess; i++) {
-      ncclResult_t e = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(set->comms[i], &e);
-      bad = r != ncclSuccess ? r : e == ncclInProgress ? ncclSuccess : e;
-    }
-    uint64_t oldest = now;
-    for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in)
-      oldest = nj->start_ms < oldest ? nj->start_ms : oldest;
-    char why[160];
-    if (bad != ncclSuccess) {
-      snprintf(why, sizeof(why), "asynchronous error %s",
-               ncclGetErrorString(bad));
-      set_abort(set, why);
-    } else if (now - oldest > limit) {
-      snprintf(why, sizeof(why), "an op made no progress in %.1f s "
-               "(SPCOLL_NCCL_TIMEOUT_S)", (double)(now - oldest) / 1000.0);
-      set_abort(set, why);
-    }
-  }
-  if (!busy)
-    uv_timer_stop(t);
-}
-
-static void watch_closed(uv_handle_t *h) {
-  free(h->data);
-}
-
-/* nj's work is on the streams: watch it. */
-static void inflight_add(nccl_job *nj) {
-  spd_gpu *gpu = nj->job.gpu;
-  nj->start_ms = uv_now(gpu->ctx->loop);
-  nj->next_in = nj->set->inflight;
-  nj->set->inflight = nj;
-  nj->in_flight = 1;
-  spd_nccl_watch *w = gpu->nccl_watch;
-  if (w == NULL) {
-    w = calloc(1, sizeof(*w));
-    if (w == NULL || uv_timer_init(gpu->ctx->loop, &w->timer) < 0) {
-      SPD_WARN(&gpu->ctx->log, "no NCCL watchdog: calloc or uv_timer_init "
-               "failed");
-      free(w);
-      return;
-    }
-    w->gpu = gpu;
-    w->timer.data = w;
-    /* It must not keep the loop alive at shutdown. */
-    uv_unref((uv_handle_t *)&w->timer);
-    gpu->nccl_watch = w;
-  }
-  if (!uv_is_active((uv_handle_t *)&w->timer))
-    uv_timer_start(&w->timer, watch_tick, WATCH_MS, WATCH_MS);
 }
 
 /* ---- running a plan ----------------------------------------------------- */
@@ -605,10 +434,10 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
     /* What was queued reads the op's buffers: the op fails once it is
      * done (or the NCCL watchdog aborts the set), never by waiting here. */
     spd_gpu_job_fail_after(&nj->job, set->streams, n, rc, err->msg);
-    inflight_add(nj);
+    spd_nccl_inflight_add(nj);
     return SPK_OK;
   }
-  inflight_add(nj);
+  spd_nccl_inflight_add(nj);
   spd_gpu_job_arm(&nj->job);
   return SPK_OK;
 }
@@ -653,11 +482,7 @@ int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
 }
 
 void spd_mover_nccl_free(spd_gpu *gpu) {
-  if (gpu->nccl_watch != NULL) {
-    uv_timer_stop(&gpu->nccl_watch->timer);
-    uv_close((uv_handle_t *)&gpu->nccl_watch->timer, watch_closed);
-    gpu->nccl_watch = NULL;
-  }
+  spd_nccl_watch_stop(gpu);
   while (gpu->nccl_sets != NULL) {
     spd_nccl_set *set = gpu->nccl_sets;
     gpu->nccl_sets = set->next;
@@ -672,7 +497,7 @@ void spd_mover_nccl_free(spd_gpu *gpu) {
                  set->devs[i], ncclGetErrorString(r));
       cudaStreamDestroy(set->streams[i]);
     }
-    set_free(set);
+    spd_nccl_set_free(set);
   }
 }
 

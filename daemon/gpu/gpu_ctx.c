@@ -267,6 +267,16 @@ static void ev_push_front(spd_gpu *gpu, spd_gpu_event *ev) {
     gpu->ev_tail = ev;
 }
 
+static void ev_destroy(spd_gpu *gpu, spd_gpu_event *ev) {
+  ev_unlink(gpu, ev);
+  cudaError_t e = cudaEventDestroy(ev->ev);
+  if (e != cudaSuccess)
+    SPD_WARN(&gpu->ctx->log, "cudaEventDestroy of a client event: %s",
+             cudaGetErrorString(e));
+  free(ev);
+  gpu->nevents--;
+}
+
 /* Events of clients that went away are never looked up again: the cache
  * bound retires them, oldest first, unless an op still holds them. */
 static void ev_trim(spd_gpu *gpu) {
@@ -274,13 +284,7 @@ static void ev_trim(spd_gpu *gpu) {
   while (gpu->nevents > EVENT_CACHE && ev != NULL) {
     spd_gpu_event *prev = ev->prev;
     if (ev->refs == 0) {
-      ev_unlink(gpu, ev);
-      cudaError_t e = cudaEventDestroy(ev->ev);
-      if (e != cudaSuccess)
-        SPD_WARN(&gpu->ctx->log, "cudaEventDestroy of a client event: %s",
-                 cudaGetErrorString(e));
-      free(ev);
-      gpu->nevents--;
+      ev_destroy(gpu, ev);
     }
     ev = prev;
   }
@@ -339,13 +343,7 @@ void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem) {
     if (ev->mem == mem && ev->refs > 0) {
       ev->mem = NULL;
     } else if (ev->mem == mem) {
-      ev_unlink(gpu, ev);
-      cudaError_t e = cudaEventDestroy(ev->ev);
-      if (e != cudaSuccess)
-        SPD_WARN(&gpu->ctx->log, "cudaEventDestroy of a client event: %s",
-                 cudaGetErrorString(e));
-      free(ev);
-      gpu->nevents--;
+      ev_destroy(gpu, ev);
     }
     ev = next;
   }

@@ -1,0 +1,60 @@
+/* What the NCCL mover's files share (mover_nccl.c: communicator sets and
+ * running plans; mover_nccl_watch.c: the watchdog of ops in flight). */
+#ifndef SPD_MOVER_NCCL_INTERNAL_H
+#define SPD_MOVER_NCCL_INTERNAL_H
+
+#include "mover_nccl.h"
+
+#ifdef SPC_HAVE_NCCL
+
+#include <nccl.h>
+
+enum { SET_INIT, SET_READY };
+
+typedef struct nccl_job nccl_job;
+
+/* Communicators over one set of GPUs, with a stream per GPU. Every op on
+ * the set goes through these streams, so ops on a communicator are issued
+ * in one order on every device (NCCL requires it). */
+typedef struct spd_nccl_set {
+  struct spd_nccl_set *next;
+  spd_gpu *gpu;
+  int n;
+  int *devs;                  /* ascending; NCCL rank i is on devs[i] */
+  ncclComm_t *comms;
+  cudaStream_t *streams;
+  int state;
+  int broken;                 /* aborted: out of gpu->nccl_sets, freed
+                               * when its last job finishes */
+  nccl_job *inflight;         /* jobs on the streams, oldest last */
+  ncclResult_t init_rc;
+  uv_work_t work;
+  nccl_job *waiting, **wait_tail; /* ops that came during the init */
+} spd_nccl_set;
+
+struct nccl_job {
+  spd_gpu_job job;            /* first: the job callbacks get this struct */
+  spd_nccl_set *set;          /* may be freed before the job (failed init) */
+  int ndev;
+  int *rank_dev;              /* rank -> index in set->devs */
+  void **host;                /* per device: its descriptors */
+  nccl_job *next_wait;
+  nccl_job *next_in;          /* in set->inflight */
+  int in_flight;
+  uint64_t start_ms;          /* uv_now when its work was queued */
+};
+
+/* "0,1,3": the set's GPUs, for messages. */
+void spd_nccl_set_str(const spd_nccl_set *set, char *buf, size_t len);
+void spd_nccl_set_free(spd_nccl_set *set);
+
+/* nj's work is on the set's streams: the watchdog watches it until
+ * spd_nccl_inflight_remove (which frees a set aborted meanwhile once its
+ * last job is out). */
+void spd_nccl_inflight_add(nccl_job *nj);
+void spd_nccl_inflight_remove(nccl_job *nj);
+/* Close the watchdog's timer (at GPU teardown). */
+void spd_nccl_watch_stop(spd_gpu *gpu);
+
+#endif /* SPC_HAVE_NCCL */
+#endif

@@ -1,0 +1,147 @@
+#include "mover_nccl_internal.h"
+
+#ifdef SPC_HAVE_NCCL
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* NCCL's communicators here are blocking: a peer that never arrives (a
+ * rank's stream stuck before its ready event, a failed GPU) holds every
+ * stream of the set, and every later op behind it, forever. A timer
+ * checks the sets with work in flight: an asynchronous NCCL error, or an
+ * op older than SPCOLL_NCCL_TIMEOUT_S (default 300 s), aborts the set's
+ * communicators (ncclCommAbort), fails its ops with the reason, and
+ * takes the set out of use; the next op on those GPUs makes a new one.
+ * Nothing of this waits on the loop thread. */
+typedef struct spd_nccl_watch {
+  uv_timer_t timer;
+  spd_gpu *gpu;
+} spd_nccl_watch;
+
+#define WATCH_MS 200
+
+static uint64_t timeout_ms(void) {
+  const char *v = getenv("SPCOLL_NCCL_TIMEOUT_S");
+  double s = v != NULL && *v ? atof(v) : 300.0;
+  return s > 0 ? (uint64_t)(s * 1000.0) : 300000;
+}
+
+void spd_nccl_inflight_remove(nccl_job *nj) {
+  if (!nj->in_flight)
+    return;
+  spd_nccl_set *set = nj->set;
+  for (nccl_job **p = &set->inflight; *p != NULL; p = &(*p)->next_in)
+    if (*p == nj) {
+      *p = nj->next_in;
+      break;
+    }
+  nj->in_flight = 0;
+  if (set->broken && set->inflight == NULL) {
+    /* Its communicators are gone (aborted); its streams have run dry. */
+    for (int i = 0; i < set->n; i++)
+      if (set->streams[i] != NULL &&
+          cudaStreamDestroy(set->streams[i]) != cudaSuccess)
+        cudaGetLastError();
+    spd_nccl_set_free(set);
+  }
+}
+
+static void set_abort(spd_nccl_set *set, const char *why) {
+  spd_gpu *gpu = set->gpu;
+  char devs[128];
+  spd_nccl_set_str(set, devs, sizeof(devs));
+  for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
+    if (*p == set) {
+      *p = set->next;
+      break;
+    }
+  set->broken = 1;
+  for (int i = 0; i < set->n; i++) {
+    ncclResult_t r = ncclCommAbort(set->comms[i]);
+    if (r != ncclSuccess)
+      SPD_WARN(&gpu->ctx->log, "ncclCommAbort on GPU %d: %s", set->devs[i],
+               ncclGetErrorString(r));
+  }
+  SPD_ERROR(&gpu->ctx->log, "NCCL communicators over GPUs %s aborted: %s",
+            devs, why);
+  for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in) {
+    nj->job.fail_status = SPK_EDEVICE;
+    snprintf(nj->job.fail_msg, sizeof(nj->job.fail_msg), "NCCL over GPUs "
+             "%s: %s; its communicators were aborted (the next op makes "
+             "new ones)", devs, why);
+  }
+}
+
+static void watch_tick(uv_timer_t *t) {
+  spd_nccl_watch *w = t->data;
+  spd_gpu *gpu = w->gpu;
+  uint64_t now = uv_now(gpu->ctx->loop), limit = timeout_ms();
+  int busy = 0;
+  spd_nccl_set *next;
+  for (spd_nccl_set *set = gpu->nccl_sets; set != NULL; set = next) {
+    next = set->next;
+    if (set->inflight == NULL || set->state != SET_READY)
+      continue;
+    busy = 1;
+    ncclResult_t bad = ncclSuccess;
+    for (int i = 0; i < set->n && bad == ncclSuccess; i++) {
+      ncclResult_t e = ncclSuccess;
+      ncclResult_t r = ncclCommGetAsyncError(set->comms[i], &e);
+      bad = r != ncclSuccess ? r : e == ncclInProgress ? ncclSuccess : e;
+    }
+    uint64_t oldest = now;
+    for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in)
+      oldest = nj->start_ms < oldest ? nj->start_ms : oldest;
+    char why[160];
+    if (bad != ncclSuccess) {
+      snprintf(why, sizeof(why), "asynchronous error %s",
+               ncclGetErrorString(bad));
+      set_abort(set, why);
+    } else if (now - oldest > limit) {
+      snprintf(why, sizeof(why), "an op made no progress in %.1f s "
+               "(SPCOLL_NCCL_TIMEOUT_S)", (double)(now - oldest) / 1000.0);
+      set_abort(set, why);
+    }
+  }
+  if (!busy)
+    uv_timer_stop(t);
+}
+
+static void watch_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+void spd_nccl_inflight_add(nccl_job *nj) {
+  spd_gpu *gpu = nj->job.gpu;
+  nj->start_ms = uv_now(gpu->ctx->loop);
+  nj->next_in = nj->set->inflight;
+  nj->set->inflight = nj;
+  nj->in_flight = 1;
+  spd_nccl_watch *w = gpu->nccl_watch;
+  if (w == NULL) {
+    w = calloc(1, sizeof(*w));
+    if (w == NULL || uv_timer_init(gpu->ctx->loop, &w->timer) < 0) {
+      SPD_WARN(&gpu->ctx->log, "no NCCL watchdog: calloc or uv_timer_init "
+               "failed");
+      free(w);
+      return;
+    }
+    w->gpu = gpu;
+    w->timer.data = w;
+    /* It must not keep the loop alive at shutdown. */
+    uv_unref((uv_handle_t *)&w->timer);
+    gpu->nccl_watch = w;
+  }
+  if (!uv_is_active((uv_handle_t *)&w->timer))
+    uv_timer_start(&w->timer, watch_tick, WATCH_MS, WATCH_MS);
+}
+
+void spd_nccl_watch_stop(spd_gpu *gpu) {
+  if (gpu->nccl_watch == NULL)
+    return;
+  uv_timer_stop(&gpu->nccl_watch->timer);
+  uv_close((uv_handle_t *)&gpu->nccl_watch->timer, watch_closed);
+  gpu->nccl_watch = NULL;
+}
+
+#endif /* SPC_HAVE_NCCL */
