@@ -25,22 +25,10 @@ TABLE = {"engine.c", "engine.h", "op_engine.c", "op_engine.h"}
 
 # (rule, file name) -> why; file names are unique across daemon/.
 EXCEPTIONS = {
-    (1, "engine_gpu.c"): "cuda/nccl rows read rank events and tensors through work.op",
-    (1, "engine_ucx.c"): "the ucx row runs the op's cut through work.op and its group",
-    (1, "engine_ucx.h"): "declares its entry points on spd_op",
-    (1, "mover_cuda.c"): "reads the op's ranks (gpu.h includes op.h)",
-    (1, "mover_cuda.h"): "takes an spd_op (gpu.h)",
-    (1, "mover_nccl.c"): "reads the op's ranks (gpu.h includes op.h)",
-    (1, "mover_nccl.h"): "takes an spd_op (gpu.h)",
-    (1, "mover_nccl_internal.h"): "includes mover_nccl.h (gpu.h)",
-    (1, "mover_nccl_watch.c"): "includes mover_nccl.h (gpu.h); reads no op",
-    (2, "op.c"): "per-rank GPU events (spd_engine_gpu_rank_*) are not yet in the work item",
 }
 
 # Engine functions any daemon file may still call (rule 2), each with why.
 ALLOWED_CALLS = {
-    "spd_engine_ucx_tell_failed": "a peer-protocol message (OpFail to the other nodes), "
-                                  "to move to the peer layer",
 }
 
 

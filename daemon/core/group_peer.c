@@ -9,7 +9,6 @@
 
 #include "group.h"
 #include "op.h"
-#include "engine_ucx.h"
 #include "peer.h"
 #include "tensor_check.h"
 
@@ -58,7 +57,7 @@ void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why) {
 void spd_group_peer_op_failed(spd_group *g, spd_op *op, int status,
                               const char *msg) {
   if (g->multinode && spd_peers_enabled(g->ctx))
-    spd_engine_ucx_tell_failed(op, status, msg);
+    spd_op_peer_tell_failed(op, status, msg);
 }
 
 int spd_group_other_nodes(const spd_group *g, int *nodes) {

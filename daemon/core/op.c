@@ -124,7 +124,7 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
                        "output dtype %s differs from input dtype %s",
                        spk_dtype_name((spk_dtype)rq->output->dtype),
                        spk_dtype_name(a->dtype));
-  return spd_engine_gpu_rank_fill(r, rq, err);
+  return spd_op_rank_engine_open(r, rq, err);
 }
 
 /* What a rank's request makes the daemon hold: its size lists and, for
@@ -224,10 +224,10 @@ void spd_op_free(spd_op *op) {
         spd_buffer_unref(ctx, r->buf[t]);
     free(r->sizes);
     free(r->sizes2);
-    spd_engine_gpu_rank_free(r);
+    spd_engines_rank_close(&r->eng);
   }
   spk_plan_free(&op->plan);
-  free(op->work_dev);
+  free(op->work_mem);
   free(op->bases);
   free(op);
 }
@@ -298,7 +298,7 @@ static void op_done(void *arg) {
     t.wait_ns = op->started_ns - r->arrived_ns;
     t.plan_ns = op->submitted_ns - op->started_ns;
     t.move_ns = now - op->submitted_ns;
-    spd_engine_gpu_done_fill(op, i, &t);
+    t.done_event_recorded = spd_engines_rank_recorded(&r->eng);
     spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);

@@ -28,7 +28,7 @@ typedef struct {
   int64_t *sizes, *sizes2;    /* owned copies behind args */
   spd_buffer *buf[SPK_T_COUNT];
   uint64_t off[SPK_T_COUNT];
-  void *gpu;                  /* the GPU engine's per-rank state (events) */
+  spd_rank_state eng;         /* an engine's per-rank state (events) */
   int remote;                 /* arrived on another node (its Args) */
   int charged;                /* counted in uid's quotas (quota.h) */
   uid_t uid;
@@ -45,13 +45,12 @@ typedef struct spd_op {
   int stuck_reported;         /* logged once as stuck */
   int engine;                 /* spd_engine_kind that ran it */
   spd_work work;              /* what that engine sees (op_engine.c) */
-  int *work_dev;              /* owned: work.dev */
+  void *work_mem;             /* owned: the arrays behind work */
   void (*finish)(void *op);   /* the op layer's completion */
   spk_plan plan;
   uint8_t **bases;            /* [world * SPK_T_COUNT]; NULL off-node */
   int fail_status;            /* set by an engine whose run failed */
   char fail_msg[256];
-  struct spd_xop *xop;        /* the cross-node run (engine_ucx.c) */
   uint64_t created_ns;        /* when the first rank arrived */
   uint64_t started_ns;        /* when every rank had arrived */
   uint64_t submitted_ns;      /* when handed to a mover */
@@ -110,6 +109,8 @@ void spd_op_peer_send_args(spd_op *op, int rank);
 void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a);
 void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f);
 void spd_op_peer_node_lost(spd_group *g, int node, const char *msg);
+/* Tell the other nodes of op's group that this node will not run op. */
+void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg);
 
 /* Free a finished or failed op: buffers released, removed from the group. */
 void spd_op_free(spd_op *op);

@@ -7,6 +7,31 @@
 #include <stdlib.h>
 
 #include "daemon.h"
+#include "session.h"
+
+/* The arrays behind an op's work item, in one allocation (op->work_mem). */
+typedef struct {
+  int *dev, *node_of;
+  spd_work_rank *ranks;
+  void **rank_state;
+} work_arrays;
+
+static int work_arrays_new(int world, work_arrays *a, void **mem_p,
+                           spk_err *err) {
+  size_t n = (size_t)world;
+  char *m = malloc(n * (sizeof(spd_work_rank) + sizeof(void *) +
+                        2 * sizeof(int)));
+  if (m == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of the work item of %d "
+                       "ranks failed", world);
+  /* Most aligned first. */
+  a->ranks = (spd_work_rank *)m;
+  a->rank_state = (void **)(m + n * sizeof(spd_work_rank));
+  a->dev = (int *)(m + n * (sizeof(spd_work_rank) + sizeof(void *)));
+  a->node_of = a->dev + n;
+  *mem_p = m;
+  return SPK_OK;
+}
 
 /* The engine finished: its status becomes the op's (unless the op already
  * failed for a reason of its own), then the op layer's completion. */
@@ -17,50 +42,77 @@ static void work_done(void *arg, int status, const char *msg) {
     snprintf(op->fail_msg, sizeof(op->fail_msg), "%s",
              msg != NULL ? msg : "the engine failed");
   }
-  free(op->work_dev);
-  op->work_dev = NULL;
   op->finish(op);
 }
 
-void spd_work_op_done(void *arg) {
+/* A cross-node engine failed: the other nodes hear it when this node will
+ * post nothing, and the group breaks. */
+static void work_broken(void *arg, int status, const char *msg, int tell) {
   spd_op *op = arg;
-  op->work.done(op->work.arg, op->fail_status, op->fail_msg);
+  if (tell)
+    spd_op_peer_tell_failed(op, status, msg);
+  spd_group_break(op->group, status, msg);
+}
+
+/* The work item of op, from its ranks; owned arrays in op->work_mem. */
+static int work_fill(spd_op *op, spk_err *err) {
+  spd_group *g = op->group;
+  spd_ctx *ctx = g->ctx;
+  int world = g->world, device = 0, self = ctx->cfg.node_index;
+  work_arrays a = {0};
+  int rc = work_arrays_new(world, &a, &op->work_mem, err);
+  if (rc < 0)
+    return rc;
+  for (int i = 0; i < world; i++) {
+    const spd_op_rank *r = &op->ranks[i];
+    const spd_buffer *in = r->buf[SPK_T_IN];
+    a.dev[i] = in != NULL && in->kind == SPD_BUF_DEVICE ? in->device : -1;
+    /* From the op, not the group: a remote rank may have left the group
+     * after it sent its part of this op. */
+    a.node_of[i] = r->remote ? r->node : self;
+    a.rank_state[i] = r->eng.p;
+    a.ranks[i].args = &r->args;
+    for (int t = 0; t < SPK_T_COUNT; t++) {
+      a.ranks[i].buf[t] = r->buf[t];
+      a.ranks[i].off[t] = r->off[t];
+      device |= r->buf[t] != NULL && r->buf[t]->kind == SPD_BUF_DEVICE;
+    }
+  }
+  op->work = (spd_work){.plan = &op->plan, .bases = op->bases, .dev = a.dev,
+                        .ranks = a.ranks, .rank_state = a.rank_state,
+                        .node_of = a.node_of, .world = world,
+                        .device = device, .multinode = g->multinode,
+                        .name = g->name, .seq = op->seq, .key = g->rec,
+                        .peer_key = g->peer_rec, .ctx = ctx,
+                        .done = work_done, .arg = op,
+                        .broken = g->multinode ? work_broken : NULL};
+  return SPK_OK;
 }
 
 int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
-  spd_group *g = op->group;
-  spd_ctx *ctx = g->ctx;
-  int world = g->world, device = 0;
-  int *dev = malloc((size_t)world * sizeof(int));
-  if (dev == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %d device numbers "
-                       "failed", world);
-  for (int i = 0; i < world; i++) {
-    const spd_buffer *in = op->ranks[i].buf[SPK_T_IN];
-    dev[i] = in != NULL && in->kind == SPD_BUF_DEVICE ? in->device : -1;
-    for (int t = 0; t < SPK_T_COUNT; t++)
-      device |= op->ranks[i].buf[t] != NULL &&
-                op->ranks[i].buf[t]->kind == SPD_BUF_DEVICE;
-  }
-  op->work = (spd_work){.plan = &op->plan, .bases = op->bases, .dev = dev,
-                        .world = world, .device = device,
-                        .multinode = g->multinode, .ctx = ctx,
-                        .done = work_done, .arg = op, .op = op};
-  op->work_dev = dev;
+  spd_ctx *ctx = op->group->ctx;
+  int rc = work_fill(op, err);
+  if (rc < 0)
+    return rc;
   op->finish = done;
   int kind = spd_engine_pick(&op->work, spd_engine_find(ctx->cfg.mover));
-  int rc;
   if (kind < 0)
     rc = spk_err_set(err, SPK_EUNSUPPORTED, "no engine of this spcolld runs "
-                     "an op of group '%s' on %s tensors (mover %s)", g->name,
-                     device ? "device" : "host", ctx->cfg.mover);
+                     "an op of group '%s' on %s tensors (mover %s)",
+                     op->group->name, op->work.device ? "device" : "host",
+                     ctx->cfg.mover);
   else {
     op->engine = kind;
     rc = spd_engines[kind]->submit(&op->work, err);
   }
+  /* Across nodes the others would wait on this node's streams: they hear
+   * it will not run (an engine that failed to submit told them itself). */
+  if (kind < 0 && op->work.broken != NULL)
+    op->work.broken(op, rc, err->msg, 1);
   if (rc < 0) {
-    free(dev);
-    op->work_dev = NULL;
+    op->work.arg = NULL; /* not submitted: nothing to abort */
+    free(op->work_mem);
+    op->work_mem = NULL;
   }
   return rc; /* SPK_OK: op may be gone already (done inside submit) */
 }
@@ -70,7 +122,7 @@ void spd_engine_abort(spd_op *op, int status, const char *msg,
   const spd_engine *e = spd_engines[op->engine];
   /* Running but not yet submitted (a plan built off the loop): the op
    * layer fails it itself once the plan is back. */
-  if (op->work.op == op && e->abort != NULL)
+  if (op->work.arg == op && e->abort != NULL)
     e->abort(&op->work, status, msg, dead_node);
 }
 
@@ -79,4 +131,15 @@ void spd_engine_account(spd_op *op) {
   c->ops++;
   if (!spd_engines[op->engine]->counts_own_bytes)
     c->bytes += op->plan.bytes;
+}
+
+int spd_op_rank_engine_open(spd_op_rank *r, const Spcoll__OpRequest *rq,
+                            spk_err *err) {
+  spd_rank_req q = {.ctx = r->session->ctx, .session = r->session->id,
+                    .in = r->buf[SPK_T_IN],
+                    .ready = rq->ready_event.data,
+                    .nready = rq->ready_event.len,
+                    .done = rq->done_event.data,
+                    .ndone = rq->done_event.len};
+  return spd_engines_rank_open(&q, &r->eng, err);
 }

@@ -1,6 +1,6 @@
 /* The op layer's side of the engine contract: an op's work item built
- * from its ranks, handed to the engine the table picks, and the per-rank
- * GPU state (stream events) the GPU engines read. Loop thread only. */
+ * from its ranks, handed to the engine the table picks, and what the
+ * engines keep of each rank's request. Loop thread only. */
 #ifndef SPD_OP_ENGINE_H
 #define SPD_OP_ENGINE_H
 
@@ -20,16 +20,9 @@ void spd_engine_abort(spd_op *op, int status, const char *msg,
 /* Count a finished op's bytes against the engine that ran it. */
 void spd_engine_account(spd_op *op);
 
-/* For the engines that still report through the op (cuda, nccl, ucx):
- * the spd_mover_done_cb that ends op's work item with op->fail_status. */
-void spd_work_op_done(void *op);
-
-/* Per-rank GPU state of an op request (stream events; engine_gpu.c):
- * taken from the request when the rank arrives, freed with the op, and
- * the rank's Done reply filled with what the client waits on. */
-int spd_engine_gpu_rank_fill(spd_op_rank *r, const Spcoll__OpRequest *rq,
-                             spk_err *err);
-void spd_engine_gpu_rank_free(spd_op_rank *r);
-void spd_engine_gpu_done_fill(const spd_op *op, int rank, Spcoll__Done *done);
+/* A rank's request arrived: what an engine keeps of it (its stream
+ * events, through the table's rank_open) in r->eng, closed with the op. */
+int spd_op_rank_engine_open(spd_op_rank *r, const Spcoll__OpRequest *rq,
+                            spk_err *err);
 
 #endif

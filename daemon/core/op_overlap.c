@@ -2,7 +2,6 @@
 
 #include <stdlib.h>
 
-#include "engine_ucx.h"
 #include "plan_overlap.h"
 
 /* Host buffers are keyed by their memfd (mapped from file offset 0, so a
@@ -47,7 +46,7 @@ int spd_op_overlap_check(spd_op *op, spk_err *err) {
    * hear the refusal, and the group breaks, as when a node cannot prepare
    * its part (engine_ucx.c); nobody waits on streams that never come. */
   if (rc < 0 && op->group->multinode) {
-    spd_engine_ucx_tell_failed(op, rc, err->msg);
+    spd_op_peer_tell_failed(op, rc, err->msg);
     spd_group_break(op->group, rc, err->msg);
   }
   return rc;

@@ -140,3 +140,18 @@ void spd_op_peer_node_lost(spd_group *g, int node, const char *msg) {
     if (op->running)
       spd_engine_abort(op, SPK_ENODE_LOST, msg, -1);
 }
+
+void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg) {
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__OpFail f = SPCOLL__PEER__OP_FAIL__INIT;
+  spd_group *g = op->group;
+  f.rec = g->rec;
+  f.seq = op->seq;
+  f.status = status;
+  f.reason = (char *)msg;
+  m.body_case = SPCOLL__PEER__MSG__BODY_OP_FAIL;
+  m.op_fail = &f;
+  int nodes[SPD_MAX_NODES], n = spd_group_other_nodes(g, nodes);
+  for (int i = 0; i < n; i++)
+    spd_peer_send(g->ctx, nodes[i], &m);
+}

@@ -77,3 +77,28 @@ const char *spd_engine_help(int kind, int bytes) {
   };
   return kind >= 0 && kind < SPD_ENGINE_COUNT ? help[kind][bytes != 0] : "";
 }
+
+int spd_engines_rank_open(const spd_rank_req *rq, spd_rank_state *st,
+                          spk_err *err) {
+  st->kind = -1;
+  st->p = NULL;
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
+    const spd_engine *e = spd_engines[k];
+    if (!e->built || e->rank_open == NULL)
+      continue;
+    st->kind = k;
+    return e->rank_open(rq, &st->p, err);
+  }
+  return SPK_OK;
+}
+
+void spd_engines_rank_close(spd_rank_state *st) {
+  if (st->p != NULL && spd_engines[st->kind]->rank_close != NULL)
+    spd_engines[st->kind]->rank_close(st->p);
+  st->p = NULL;
+}
+
+int spd_engines_rank_recorded(const spd_rank_state *st) {
+  return st->p != NULL && spd_engines[st->kind]->rank_recorded != NULL &&
+         spd_engines[st->kind]->rank_recorded(st->p);
+}

@@ -12,8 +12,9 @@
 #include "plan.h"
 #include "status.h"
 
+#include "types.h"
+
 struct spd_ctx;
-struct spd_op;
 struct spd_buffer;
 
 /* Every engine, once: kind suffix, the name config and stats use, and the
@@ -43,6 +44,13 @@ typedef enum {
  * (an SPK_E* and why); called on the loop thread, never inside submit. */
 typedef void (*spd_work_done_cb)(void *arg, int status, const char *msg);
 
+/* One rank of the work, as an engine sees it. */
+typedef struct spd_work_rank {
+  const spk_op_args *args;    /* its shapes, dtype and op */
+  struct spd_buffer *buf[SPK_T_COUNT]; /* NULL: on another node */
+  uint64_t off[SPK_T_COUNT];  /* where the tensor starts in buf */
+} spd_work_rank;
+
 /* One op's work, as an engine sees it. */
 typedef struct spd_work {
   const spk_plan *plan;
@@ -50,17 +58,49 @@ typedef struct spd_work {
                                * bases[r * SPK_T_COUNT + t]; host or device
                                * addresses as mapped by the daemon */
   const int *dev;             /* [world]: GPU of rank r's tensors, -1 host */
+  const spd_work_rank *ranks; /* [world] */
+  void *const *rank_state;    /* [world]: what rank_open kept of the rank's
+                               * request (the GPU rows' stream events), or
+                               * NULL */
+  const int *node_of;         /* [world]: the node each rank runs on */
   int world;
   int device;                 /* 1: some tensor is in device memory */
   int multinode;              /* 1: the group spans nodes */
+  /* Who the work is, opaque to engines but for messages and matching:
+   * the group's name, the op's sequence number, this node's key of the
+   * group and each node's key of it ([SPD_MAX_NODES]; the UCX engine tags
+   * its streams with them). */
+  const char *name;
+  uint64_t seq;
+  uint64_t key;
+  const uint64_t *peer_key;
   struct spd_ctx *ctx;
   spd_work_done_cb done;
   void *arg;
-  /* The op behind the work, for the engines not yet on the contract alone
-   * (cuda, nccl, ucx read its ranks' events and group): see
-   * docs/architecture.md. */
-  struct spd_op *op;
+  /* A cross-node engine failed: the group cannot run another op (its
+   * nodes' streams no longer meet). tell: 1 also tell the other nodes
+   * that this node will not run the work (it failed before posting
+   * anything). NULL on a node-local work item. */
+  void (*broken)(void *arg, int status, const char *msg, int tell);
+  void *priv;                 /* the running engine's own */
 } spd_work;
+
+/* What a rank's request brings for per-rank engine state: the client's
+ * stream events (CUDA IPC event handles, either may be empty) and its
+ * input buffer. */
+typedef struct spd_rank_req {
+  struct spd_ctx *ctx;
+  uint64_t session;
+  struct spd_buffer *in;      /* NULL: no input tensor */
+  const uint8_t *ready, *done;
+  size_t nready, ndone;
+} spd_rank_req;
+
+/* Per-rank state of one engine row, from spd_engines_rank_open. */
+typedef struct spd_rank_state {
+  int kind;                   /* the row that made it */
+  void *p;                    /* NULL: none */
+} spd_rank_state;
 
 /* A row of the table (its name and counter help are in SPD_ENGINES).
  * wants: 0 cannot run w, 1 can, 2 is the engine for
@@ -79,6 +119,14 @@ typedef struct spd_engine {
   void (*forget_buffer)(struct spd_ctx *ctx, struct spd_buffer *buf);
   /* At exit, no work running. */
   void (*fini)(struct spd_ctx *ctx);
+  /* Per-rank state from a rank's request, kept until the op is freed
+   * (the GPU rows: stream events opened when the rank arrives).
+   * rank_open: SPK_OK, *state_p set (NULL: nothing kept); < 0: the rank's
+   * request is refused, err says why. rank_recorded: 1 when the done
+   * event the rank's client waits on was recorded. */
+  int (*rank_open)(const spd_rank_req *rq, void **state_p, spk_err *err);
+  void (*rank_close)(void *state);
+  int (*rank_recorded)(const void *state);
 } spd_engine;
 
 /* Each engine's counters, indexed by spd_engine_kind. */
@@ -109,5 +157,13 @@ int spd_engines_start(struct spd_ctx *ctx, spk_err *err);
 void spd_engines_fini(struct spd_ctx *ctx);
 /* Tell every engine a buffer is going away. */
 void spd_engines_forget_buffer(struct spd_ctx *ctx, struct spd_buffer *buf);
+
+/* A rank's request arrived: the first row with rank_open keeps what it
+ * needs of it in st (st->p NULL: nothing). Close it with the op; recorded:
+ * whether the rank's done event was recorded (rank_recorded). */
+int spd_engines_rank_open(const spd_rank_req *rq, spd_rank_state *st,
+                          spk_err *err);
+void spd_engines_rank_close(spd_rank_state *st);
+int spd_engines_rank_recorded(const spd_rank_state *st);
 
 #endif

@@ -1,14 +1,22 @@
-#include "engine_ucx.h"
-
-#include "op_engine.h"
+/* The cross-node engine: runs this node's cut of a plan (kernels/plan_cut.h)
+ * — phase-0 streams, local reduce steps, phase-1 streams, local moves —
+ * with one tagged UCX message per peer node and phase. The local steps are
+ * work items of their own, run by whichever engine the table picks for
+ * this node's tensors (composition: the UCX engine moves bytes between
+ * nodes, never within one). It moves host memory only: device tensors
+ * across nodes find no engine (issue 17). A failed work item still posts every stream of
+ * its cut (skipping only its local steps), so every node's sends and
+ * receives meet and nothing hangs; streams with a lost node fail at once.
+ * Its failure breaks the group (work.broken). Loop thread only. */
+#include "engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon.h"
 #include "peer.h"
 #include "plan_cut.h"
-
 typedef struct spd_xop spd_xop;
 
 /* One stream of the op: its iov list lives until UCX is done with it. */
@@ -19,17 +27,18 @@ typedef struct {
 } xstream;
 
 struct spd_xop {
-  spd_op *op;
-  spd_mover_done_cb done;
+  spd_work *w;
   spk_cut cut;
-  int *node_of;
   uint8_t **bases;            /* local tensors and proxies */
   uint8_t **proxies;          /* to free: [world * SPK_T_COUNT] */
   int phase;                  /* 0, 1, then 2: finished */
   int inflight;               /* streams and local plans not yet done */
-  int failed;
+  int failed;                 /* status and msg say why */
+  int status;
+  char msg[256];
   int stepping;               /* in xop_step: completions only count */
   uint64_t dead;              /* nodes that post no stream of this op */
+  spd_work local;             /* the running local step's work item */
   xstream *streams;           /* of the current phase */
   size_t nstreams;
   uint64_t sent;
@@ -46,15 +55,14 @@ static void xop_free(spd_xop *x) {
   for (size_t i = 0; i < x->nstreams; i++)
     free(x->streams[i].iov);
   free(x->streams);
-  int world = x->op->group->world;
+  int world = x->w->world;
   if (x->proxies != NULL)
     for (int i = 0; i < world * SPK_T_COUNT; i++)
       free(x->proxies[i]);
   free(x->proxies);
   free(x->bases);
-  free(x->node_of);
   spk_cut_free(&x->cut);
-  x->op->xop = NULL;
+  x->w->priv = NULL;
   free(x);
 }
 
@@ -62,18 +70,40 @@ static void xop_fail(spd_xop *x, int status, const char *msg) {
   if (x->failed)
     return;
   x->failed = 1;
-  spd_op *op = x->op;
-  op->fail_status = status;
-  snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", msg);
-  spd_group_break(op->group, status, msg);
+  x->status = status;
+  snprintf(x->msg, sizeof(x->msg), "%s", msg);
+  x->w->broken(x->w->arg, status, msg, 0);
 }
 
 static void xop_step(spd_xop *x);
 
-static void on_local_done(void *arg) {
+static void on_local_done(void *arg, int status, const char *msg) {
   spd_xop *x = arg;
   x->inflight--;
+  if (status < 0)
+    xop_fail(x, status, msg);
   xop_step(x);
+}
+
+/* A local step: a node-local work item over this node's tensors and the
+ * proxies, handed to the engine the table picks for it (the config's
+ * `mover` when it can). */
+static int local_submit(spd_xop *x, const spk_plan *l, spk_err *err) {
+  spd_work *w = x->w;
+  x->local = *w;
+  x->local.plan = l;
+  x->local.bases = x->bases;
+  x->local.multinode = 0;
+  x->local.done = on_local_done;
+  x->local.arg = x;
+  x->local.broken = NULL;
+  x->local.priv = NULL;
+  int kind = spd_engine_pick(&x->local, spd_engine_find(w->ctx->cfg.mover));
+  if (kind < 0)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "no engine of this spcolld "
+                       "runs the node-local part of group '%s' op %llu",
+                       w->name, (unsigned long long)w->seq);
+  return spd_engines[kind]->submit(&x->local, err);
 }
 
 static void on_stream_done(void *arg, int status, const char *msg) {
@@ -106,7 +136,7 @@ static int stream_build(spd_xop *x, const spk_stream *st, int recv,
   s->x = x;
   for (size_t i = 0; i < st->npieces; i++) {
     spk_span span;
-    spk_piece_span(&x->op->plan, &x->cut, &st->pieces[i], recv, &span);
+    spk_piece_span(x->w->plan, &x->cut, &st->pieces[i], recv, &span);
     uint8_t *base = x->bases[span.rank * SPK_T_COUNT + span.t];
     spk_span_walk(&span, base, iov_add, s);
     if (s->cap == SIZE_MAX)
@@ -118,8 +148,8 @@ static int stream_build(spd_xop *x, const spk_stream *st, int recv,
 
 /* Post every non-empty stream of the phase, both directions. */
 static int phase_post(spd_xop *x, int ph, spk_err *err) {
-  spd_group *g = x->op->group;
-  int self = spd_peer_self(g->ctx), n = x->cut.nnodes;
+  spd_work *w = x->w;
+  int self = spd_peer_self(w->ctx), n = x->cut.nnodes;
   x->streams = calloc((size_t)n * 2, sizeof(*x->streams));
   if (x->streams == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of %d streams failed",
@@ -133,10 +163,10 @@ static int phase_post(spd_xop *x, int ph, spk_err *err) {
         continue;
       xstream *s = &x->streams[node * 2 + recv];
       int rc = stream_build(x, st, recv, s, err);
-      uint64_t tag = recv ? stream_tag(node, ph, g->rec, x->op->seq)
-                          : stream_tag(self, ph, g->peer_rec[node], x->op->seq);
+      uint64_t tag = recv ? stream_tag(node, ph, w->key, w->seq)
+                          : stream_tag(self, ph, w->peer_key[node], w->seq);
       if (rc == SPK_OK)
-        rc = spd_peer_stream(g->ctx, node, recv, tag, s->iov, s->niov,
+        rc = spd_peer_stream(w->ctx, node, recv, tag, s->iov, s->niov,
                              st->bytes, on_stream_done, s, err);
       if (rc == SPK_ENODE_LOST) {
         /* Not connected: nothing to meet there; the others go on. */
@@ -168,8 +198,8 @@ static void xop_step(spd_xop *x) {
   if (x->inflight > 0 || x->stepping)
     return;
   x->stepping = 1;
-  spd_op *op = x->op;
-  spd_ctx *ctx = op->group->ctx;
+  spd_work *w = x->w;
+  spd_ctx *ctx = w->ctx;
   spk_err err;
   /* A failed op skips its local steps but still posts its streams. */
   while (x->inflight == 0 && x->phase < 4) {
@@ -180,7 +210,7 @@ static void xop_step(spd_xop *x) {
     } else if (!x->failed) {
       spk_plan *l = &x->cut.local[step / 2];
       if (l->nmoves + l->nreduces > 0) {
-        rc = spd_mover_submit(ctx->mover, l, x->bases, on_local_done, x, &err);
+        rc = local_submit(x, l, &err);
         if (rc == SPK_OK)
           x->inflight++;
       }
@@ -193,37 +223,33 @@ static void xop_step(spd_xop *x) {
     return;
   ctx->engine_stats[SPD_ENGINE_UCX].bytes += x->sent;
   phase_end(x);
-  spd_mover_done_cb done = x->done;
+  int status = x->failed ? x->status : SPK_OK;
+  char msg[sizeof(x->msg)];
+  snprintf(msg, sizeof(msg), "%s", x->msg);
   xop_free(x);
-  done(op);
+  w->done(w->arg, status, msg);
 }
 
 static int xop_prepare(spd_xop *x, spk_err *err) {
-  spd_op *op = x->op;
-  spd_group *g = op->group;
-  int world = g->world, self = spd_peer_self(g->ctx);
-  x->node_of = malloc((size_t)world * sizeof(int));
+  spd_work *w = x->w;
+  int world = w->world;
   x->bases = calloc((size_t)world * SPK_T_COUNT, sizeof(*x->bases));
   x->proxies = calloc((size_t)world * SPK_T_COUNT, sizeof(*x->proxies));
-  if (x->node_of == NULL || x->bases == NULL || x->proxies == NULL)
+  if (x->bases == NULL || x->proxies == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "allocation for a cross-node op "
                        "of %d ranks failed", world);
-  /* From the op, not the group: a remote rank may have left the group
-   * after it sent its part of this op. */
-  for (int r = 0; r < world; r++)
-    x->node_of[r] = op->ranks[r].remote ? op->ranks[r].node : self;
-  int rc = spk_plan_cut(&op->plan, x->node_of, spd_peer_count(g->ctx), self,
-                        &x->cut, err);
+  int rc = spk_plan_cut(w->plan, w->node_of, spd_peer_count(w->ctx),
+                        spd_peer_self(w->ctx), &x->cut, err);
   for (int i = 0; rc == SPK_OK && i < world * SPK_T_COUNT; i++) {
-    spd_op_rank *r = &op->ranks[i / SPK_T_COUNT];
+    const spd_work_rank *r = &w->ranks[i / SPK_T_COUNT];
     spd_buffer *buf = r->buf[i % SPK_T_COUNT];
-    x->bases[i] = op->bases[i];
+    x->bases[i] = w->bases[i];
     if (buf != NULL)
-      rc = spd_peer_map(g->ctx, buf, err);
+      rc = spd_peer_map(w->ctx, buf, err);
     else if (x->cut.proxy[i]) {
-      const spk_shape *sh = i % SPK_T_COUNT == SPK_T_IN ? &r->args.in
-                                                         : &r->args.out;
-      size_t bytes = spk_dtype_size(r->args.dtype);
+      const spk_shape *sh = i % SPK_T_COUNT == SPK_T_IN ? &r->args->in
+                                                         : &r->args->out;
+      size_t bytes = spk_dtype_size(r->args->dtype);
       for (int d = 0; d < sh->ndim; d++)
         bytes *= (size_t)sh->dim[d];
       x->proxies[i] = malloc(bytes ? bytes : 1);
@@ -236,32 +262,33 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
   return rc;
 }
 
-int spd_engine_ucx_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
+static int ucx_submit(spd_work *w, spk_err *err) {
   spd_xop *x = calloc(1, sizeof(*x));
   if (x == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a cross-node op "
                        "failed");
-  x->op = op;
-  x->done = done;
-  op->xop = x;
+  x->w = w;
+  w->priv = x;
   int rc = xop_prepare(x, err);
   if (rc < 0) {
     /* The others would wait on our streams: they hear we will not run. */
-    spd_engine_ucx_tell_failed(op, rc, err->msg);
-    spd_group_break(op->group, rc, err->msg);
+    w->broken(w->arg, rc, err->msg, 1);
     xop_free(x);
     return rc;
   }
-  SPD_DEBUG(&op->group->ctx->log, "group '%s' op %llu: cross-node run",
-            op->group->name, (unsigned long long)op->seq);
+  SPD_DEBUG(&w->ctx->log, "group '%s' op %llu: cross-node run", w->name,
+            (unsigned long long)w->seq);
   /* From here on failures are reported through done(). */
   xop_step(x);
   return SPK_OK;
 }
 
-void spd_engine_ucx_abort(spd_op *op, int status, const char *msg,
-                          int dead_node) {
-  spd_xop *x = op->xop;
+/* dead_node >= 0: that node will post no stream of this work (it failed
+ * before running it): receives from it are cancelled, nothing more is
+ * posted with it. */
+static void ucx_abort(spd_work *w, int status, const char *msg,
+                      int dead_node) {
+  spd_xop *x = w->priv;
   if (x == NULL)
     return;
   xop_fail(x, status, msg);
@@ -270,35 +297,12 @@ void spd_engine_ucx_abort(spd_op *op, int status, const char *msg,
   x->dead |= 1ull << dead_node;
   for (size_t i = 0; i < x->nstreams; i++)
     if (x->streams[i].iov != NULL && (int)(i / 2) == dead_node)
-      spd_peer_stream_cancel(op->group->ctx, &x->streams[i]);
+      spd_peer_stream_cancel(w->ctx, &x->streams[i]);
 }
 
-void spd_engine_ucx_tell_failed(spd_op *op, int status, const char *msg) {
-  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
-  Spcoll__Peer__OpFail f = SPCOLL__PEER__OP_FAIL__INIT;
-  spd_group *g = op->group;
-  f.rec = g->rec;
-  f.seq = op->seq;
-  f.status = status;
-  f.reason = (char *)msg;
-  m.body_case = SPCOLL__PEER__MSG__BODY_OP_FAIL;
-  m.op_fail = &f;
-  int nodes[SPD_MAX_NODES], n = spd_group_other_nodes(g, nodes);
-  for (int i = 0; i < n; i++)
-    spd_peer_send(g->ctx, nodes[i], &m);
-}
-
+/* Across nodes, host memory only: UCX here sends from host addresses. */
 static int ucx_wants(const spd_work *w) {
-  return w->multinode ? 2 : 0;
-}
-
-static int ucx_submit(spd_work *w, spk_err *err) {
-  return spd_engine_ucx_submit(w->op, spd_work_op_done, err);
-}
-
-static void ucx_abort(spd_work *w, int status, const char *msg,
-                      int dead_node) {
-  spd_engine_ucx_abort(w->op, status, msg, dead_node);
+  return w->multinode && !w->device && w->broken != NULL ? 2 : 0;
 }
 
 /* The buffer's UCX registration (made for its first cross-node op). */

@@ -5,8 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffer.h"
+
 typedef struct {
   spd_gpu_job job;            /* first: the job callbacks get this struct */
+  spd_work *w;
   int dev;
   cudaStream_t stream;
   cudaEvent_t joint;          /* end of the kernels, for other GPUs' events */
@@ -31,10 +34,10 @@ static void cuda_finish(spd_gpu_job *j) {
 }
 
 /* Peer access from dev to every other GPU the op's tensors are on. */
-static int peers_enable(spd_op *op, int dev, spk_err *err) {
-  for (int i = 0; i < op->group->world; i++)
+static int peers_enable(const spd_work *w, int dev, spk_err *err) {
+  for (int i = 0; i < w->world; i++)
     for (int t = 0; t < SPK_T_COUNT; t++) {
-      int peer = op->ranks[i].buf[t]->device, ok = 0;
+      int peer = w->ranks[i].buf[t]->device, ok = 0;
       if (peer == dev)
         continue;
       cudaError_t e = cudaDeviceCanAccessPeer(&ok, dev, peer);
@@ -57,14 +60,14 @@ static int peers_enable(spd_op *op, int dev, spk_err *err) {
 /* Done events of ranks on other GPUs: recorded on a stream of their GPU
  * once the kernels are done (an event records only on its own GPU). */
 static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
-  spd_op *op = cj->job.op;
-  int world = op->group->world, rc = SPK_OK;
+  spd_work *w = cj->w;
+  int world = w->world, rc = SPK_OK;
   cj->helper_dev = calloc((size_t)world, sizeof(int));
   cj->helper = calloc((size_t)world, sizeof(cudaStream_t));
   if (cj->helper_dev == NULL || cj->helper == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of helper streams failed");
   for (int i = 0; rc == SPK_OK && i < world; i++) {
-    spd_gpu_rank *g = op->ranks[i].gpu;
+    spd_gpu_rank *g = w->rank_state[i];
     int seen = g == NULL || g->done == NULL || g->dev == cj->dev;
     for (int k = 0; !seen && k < cj->nhelpers; k++)
       seen = cj->helper_dev[k] == g->dev;
@@ -91,7 +94,7 @@ static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
                          "%s", g->dev, cudaGetErrorString(e));
     rc = spd_gpu_set_device(g->dev, err);
     if (rc == SPK_OK)
-      rc = spd_gpu_record_done(op, g->dev, s, err);
+      rc = spd_gpu_record_done(w->rank_state, world, g->dev, s, err);
     if (rc == SPK_OK)
       rc = spd_gpu_job_watch(&cj->job, s, err);
   }
@@ -101,7 +104,7 @@ static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
 /* Descriptors of both phases in one upload; the kernels, the done events
  * and the completion callback, in stream order. */
 static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
-  spd_op *op = cj->job.op;
+  spd_work *w = cj->w;
   spd_gpu *gpu = cj->job.gpu;
   size_t at1 = (spd_cdesc_packed_size(&l[0]) + 255) & ~(size_t)255;
   size_t total = at1 + spd_cdesc_packed_size(&l[1]);
@@ -110,7 +113,7 @@ static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
   int rc = spd_gpu_pinned_get(gpu, total, &cj->host, err);
   if (rc < 0)
     return rc;
-  rc = spd_gpu_wait_ready(op, cj->stream, err);
+  rc = spd_gpu_wait_ready(w->rank_state, w->world, cj->stream, err);
   if (rc == SPK_OK)
     rc = spd_gpu_alloc(cj->stream, total, &d, err);
   if (rc < 0)
@@ -122,13 +125,14 @@ static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
   rc = spd_gpu_copy_up(cj->stream, d, cj->host, total, err);
   /* Moves may read what reduce steps wrote: phase 1 after phase 0. */
   for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
-    rc = spd_gpu_launch(&op->plan, &L[ph], sms, cj->stream, err);
+    rc = spd_gpu_launch(w->plan, &L[ph], sms, cj->stream, err);
   cudaError_t e = cudaFreeAsync(d, cj->stream);
   if (rc == SPK_OK && e != cudaSuccess)
     rc = spk_err_set(err, SPK_EDEVICE, "cudaFreeAsync of descriptors: %s",
                      cudaGetErrorString(e));
   if (rc == SPK_OK)
-    rc = spd_gpu_record_done(op, cj->dev, cj->stream, err);
+    rc = spd_gpu_record_done(w->rank_state, w->world, cj->dev, cj->stream,
+                             err);
   if (rc == SPK_OK)
     rc = spd_gpu_job_watch(&cj->job, cj->stream, err);
   if (rc == SPK_OK)
@@ -146,27 +150,28 @@ static void cuda_fail_after(cuda_job *cj, int rc, const spk_err *err) {
   spd_gpu_job_fail_after(&cj->job, s, n, rc, err->msg);
 }
 
-int spd_mover_cuda_submit(spd_gpu *gpu, spd_op *op, int dev,
-                          spd_mover_done_cb done, spk_err *err) {
+int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err) {
   cuda_job *cj = calloc(1, sizeof(*cj));
   if (cj == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a CUDA job failed");
-  int rc = spd_gpu_job_init(gpu, &cj->job, op, done, cuda_finish, err);
+  int rc = spd_gpu_job_init(gpu, &cj->job, w->done, w->arg, w->name, w->seq,
+                            cuda_finish, err);
   if (rc < 0) {
     free(cj);
     return rc;
   }
+  cj->w = w;
   cj->dev = dev;
   spd_cdesc_list l[2];
-  uint64_t chunk = spd_cdesc_chunk_for(op->plan.bytes, gpu->dev[dev].sms);
+  uint64_t chunk = spd_cdesc_chunk_for(w->plan->bytes, gpu->dev[dev].sms);
   spd_cdesc_list_init(&l[0], chunk);
   spd_cdesc_list_init(&l[1], chunk);
   for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
-    rc = spd_cdesc_from_plan(&l[ph], &op->plan, op->bases, ph, err);
+    rc = spd_cdesc_from_plan(&l[ph], w->plan, w->bases, ph, err);
   if (rc == SPK_OK)
     rc = spd_gpu_set_device(dev, err);
   if (rc == SPK_OK)
-    rc = peers_enable(op, dev, err);
+    rc = peers_enable(w, dev, err);
   if (rc == SPK_OK)
     rc = spd_gpu_stream_get(gpu, dev, &cj->stream, err);
   int queued = rc == SPK_OK;
@@ -174,7 +179,7 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_op *op, int dev,
     rc = cuda_enqueue(cj, l, err);
   SPD_DEBUG(&gpu->ctx->log, "group '%s' op %llu: cuda mover on GPU %d, %zu "
             "reduce and %zu copy steps in %llu + %llu chunks of %llu bytes",
-            op->group->name, (unsigned long long)op->seq, dev, l[0].n, l[1].n,
+            w->name, (unsigned long long)w->seq, dev, l[0].n, l[1].n,
             (unsigned long long)l[0].nchunks,
             (unsigned long long)l[1].nchunks, (unsigned long long)chunk);
   spd_cdesc_list_free(&l[0]);

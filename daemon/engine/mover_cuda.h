@@ -5,14 +5,14 @@
 #ifndef SPD_MOVER_CUDA_H
 #define SPD_MOVER_CUDA_H
 
+#include "engine.h"
 #include "gpu.h"
 
 #ifdef SPC_HAVE_CUDA
-/* Run op's plan with kernels on GPU dev; every tensor is on dev or on a
- * GPU dev can reach with peer access. done(op) runs on the loop thread
- * when the work is complete (or failed: then every rank got an error). */
-int spd_mover_cuda_submit(spd_gpu *gpu, spd_op *op, int dev,
-                          spd_mover_done_cb done, spk_err *err);
+/* Run w's plan with kernels on GPU dev; every tensor is on dev or on a
+ * GPU dev can reach with peer access. w->done runs on the loop thread
+ * when the work is complete or failed. */
+int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err);
 #endif
 
 #endif

@@ -204,8 +204,8 @@ static ncclRedOp_t nccl_op(int red) {
 /* The collective the plan is exactly, when every rank is alone on its GPU
  * and in NCCL rank order; else SPD_COLL_NONE. */
 static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
-  spd_op *op = nj->job.op;
-  int world = op->group->world;
+  const spd_work *w = nj->w;
+  int world = w->world;
   if (world != nj->set->n)
     return SPD_COLL_NONE;
   for (int r = 0; r < world; r++)
@@ -215,15 +215,15 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
   if (in == NULL)
     return SPD_COLL_NONE;
   uint64_t *out = in + world;
-  size_t esize = spk_dtype_size(op->plan.dtype);
+  size_t esize = spk_dtype_size(w->plan->dtype);
   for (int r = 0; r < world; r++) {
     int64_t n;
-    spk_shape_numel(&op->ranks[r].args.in, esize, &n, NULL);
+    spk_shape_numel(&w->ranks[r].args->in, esize, &n, NULL);
     in[r] = (uint64_t)n * esize;
-    spk_shape_numel(&op->ranks[r].args.out, esize, &n, NULL);
+    spk_shape_numel(&w->ranks[r].args->out, esize, &n, NULL);
     out[r] = (uint64_t)n * esize;
   }
-  spd_coll c = spd_route_collective(&op->plan, op->ranks[0].args.op, in, out,
+  spd_coll c = spd_route_collective(w->plan, w->ranks[0].args->op, in, out,
                                     count_p);
   free(in);
   /* ncclAlltoAll came with NCCL 2.28; the libnccl loaded at run time (a
@@ -237,7 +237,7 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
    * ignore NaN (spcoll's NaN wins): float reductions go through send/recv
    * and the kernel's rank-order reduce, so they are bitwise the host
    * mover's. Integer reductions do not depend on the order. */
-  spk_dtype dt = op->plan.dtype;
+  spk_dtype dt = w->plan->dtype;
   int fp = dt == SPK_F32 || dt == SPK_F64 || dt == SPK_F16 || dt == SPK_BF16;
   if (fp && (c == SPD_COLL_REDUCE_SCATTER || c == SPD_COLL_ALL_REDUCE))
     c = SPD_COLL_NONE;
@@ -246,15 +246,15 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
 
 static int run_collective(nccl_job *nj, spd_coll c, uint64_t bytes,
                           spk_err *err) {
-  spd_op *op = nj->job.op;
+  const spd_work *w = nj->w;
   spd_nccl_set *set = nj->set;
-  const spk_plan *p = &op->plan;
+  const spk_plan *p = w->plan;
   ncclDataType_t t = nccl_type(p->dtype);
   size_t count = bytes / spk_dtype_size(p->dtype);
   ncclResult_t r = ncclGroupStart();
   for (int i = 0; r == ncclSuccess && i < set->n; i++) {
-    const void *in = op->bases[i * SPK_T_COUNT + SPK_T_IN];
-    void *out = op->bases[i * SPK_T_COUNT + SPK_T_OUT];
+    const void *in = w->bases[i * SPK_T_COUNT + SPK_T_IN];
+    void *out = w->bases[i * SPK_T_COUNT + SPK_T_OUT];
     switch (c) {
     case SPD_COLL_ALL_GATHER:
       r = ncclAllGather(in, out, bytes, ncclUint8, set->comms[i],
@@ -336,7 +336,7 @@ static int upload_lists(nccl_job *nj, spd_route *rt, int i, void **d_p,
 }
 
 static int run_route(nccl_job *nj, spk_err *err) {
-  spd_op *op = nj->job.op;
+  const spd_work *w = nj->w;
   spd_nccl_set *set = nj->set;
   spd_gpu *gpu = nj->job.gpu;
   int n = set->n, rc;
@@ -344,12 +344,12 @@ static int run_route(nccl_job *nj, spk_err *err) {
   uint8_t **stage = calloc((size_t)n, sizeof(*stage));
   void **desc = calloc((size_t)n, sizeof(*desc));
   spk_claunch *L = calloc(4 * (size_t)n, sizeof(*L));
-  uint64_t chunk = spd_cdesc_chunk_for(op->plan.bytes / (uint64_t)n,
+  uint64_t chunk = spd_cdesc_chunk_for(w->plan->bytes / (uint64_t)n,
                                        gpu->dev[set->devs[0]].sms);
   /* Asked for by name (mover = nccl), NCCL moves even a GPU's blocks to
    * itself, so one GPU exercises the exchange. */
   int self_p2p = spd_engine_find(gpu->ctx->cfg.mover) == SPD_ENGINE_NCCL;
-  rc = spd_route_init(&rt, &op->plan, nj->rank_dev, n, self_p2p, chunk,
+  rc = spd_route_init(&rt, w->plan, nj->rank_dev, n, self_p2p, chunk,
                       err);
   if (rc == SPK_OK && (!stage || !desc || !L))
     rc = spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
@@ -360,7 +360,7 @@ static int run_route(nccl_job *nj, spk_err *err) {
                          (void **)&stage[i], err);
   }
   if (rc == SPK_OK)
-    rc = spd_route_build(&rt, &op->plan, op->bases, nj->rank_dev, stage, err);
+    rc = spd_route_build(&rt, w->plan, w->bases, nj->rank_dev, stage, err);
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
     if (rc == SPK_OK)
@@ -370,7 +370,7 @@ static int run_route(nccl_job *nj, spk_err *err) {
     for (int i = 0; rc == SPK_OK && i < n; i++) {
       rc = spd_gpu_set_device(set->devs[i], err);
       if (rc == SPK_OK)
-        rc = spd_gpu_launch(&op->plan, &L[4 * i + 2 * ph],
+        rc = spd_gpu_launch(w->plan, &L[4 * i + 2 * ph],
                             gpu->dev[set->devs[i]].sms, set->streams[i], err);
     }
     if (rc == SPK_OK)
@@ -378,7 +378,7 @@ static int run_route(nccl_job *nj, spk_err *err) {
     for (int i = 0; rc == SPK_OK && i < n; i++) {
       rc = spd_gpu_set_device(set->devs[i], err);
       if (rc == SPK_OK)
-        rc = spd_gpu_launch(&op->plan, &L[4 * i + 2 * ph + 1],
+        rc = spd_gpu_launch(w->plan, &L[4 * i + 2 * ph + 1],
                             gpu->dev[set->devs[i]].sms, set->streams[i], err);
     }
   }
@@ -390,8 +390,8 @@ static int run_route(nccl_job *nj, spk_err *err) {
       cudaFreeAsync(desc[i], set->streams[i]);
   }
   SPD_DEBUG(&gpu->ctx->log, "group '%s' op %llu: nccl mover, send/recv over "
-            "%d GPU(s)%s, %llu-byte chunks", op->group->name,
-            (unsigned long long)op->seq, n, rt.self_p2p ? " (forced)" : "",
+            "%d GPU(s)%s, %llu-byte chunks", w->name,
+            (unsigned long long)w->seq, n, rt.self_p2p ? " (forced)" : "",
             (unsigned long long)chunk);
   spd_route_free(&rt);
   free(stage);
@@ -401,7 +401,7 @@ static int run_route(nccl_job *nj, spk_err *err) {
 }
 
 static int nccl_run(nccl_job *nj, spk_err *err) {
-  spd_op *op = nj->job.op;
+  const spd_work *w = nj->w;
   spd_nccl_set *set = nj->set;
   int n = set->n, rc = SPK_OK;
   nj->host = calloc((size_t)n, sizeof(void *));
@@ -410,14 +410,15 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
     if (rc == SPK_OK)
-      rc = spd_gpu_wait_ready(op, set->streams[i], err);
+      rc = spd_gpu_wait_ready(w->rank_state, w->world, set->streams[i],
+                              err);
   }
   uint64_t count = 0;
   spd_coll c = rc == SPK_OK ? plan_collective(nj, &count) : SPD_COLL_NONE;
   if (rc == SPK_OK && c != SPD_COLL_NONE) {
     SPD_DEBUG(&nj->job.gpu->ctx->log, "group '%s' op %llu: nccl mover, %s of "
-              "%llu bytes per rank", op->group->name,
-              (unsigned long long)op->seq, spd_coll_name(c),
+              "%llu bytes per rank", w->name,
+              (unsigned long long)w->seq, spd_coll_name(c),
               (unsigned long long)count);
     rc = run_collective(nj, c, count, err);
   } else if (rc == SPK_OK) {
@@ -426,7 +427,8 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
     if (rc == SPK_OK)
-      rc = spd_gpu_record_done(op, set->devs[i], set->streams[i], err);
+      rc = spd_gpu_record_done(w->rank_state, w->world, set->devs[i],
+                               set->streams[i], err);
     if (rc == SPK_OK)
       rc = spd_gpu_job_watch(&nj->job, set->streams[i], err);
   }
@@ -442,9 +444,9 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
   return SPK_OK;
 }
 
-int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
-                          spd_mover_done_cb done, spk_err *err) {
-  int world = op->group->world;
+int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err) {
+  int world = w->world;
+  const int *dev = w->dev;
   spd_nccl_set *set;
   int rc = set_get(gpu, dev, world, &set, err);
   if (rc < 0)
@@ -452,11 +454,13 @@ int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
   nccl_job *nj = calloc(1, sizeof(*nj));
   if (nj == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of an NCCL job failed");
-  rc = spd_gpu_job_init(gpu, &nj->job, op, done, nccl_finish, err);
+  rc = spd_gpu_job_init(gpu, &nj->job, w->done, w->arg, w->name, w->seq,
+                        nccl_finish, err);
   if (rc < 0) {
     free(nj);
     return rc;
   }
+  nj->w = w;
   nj->set = set;
   nj->ndev = set->n;
   nj->rank_dev = malloc((size_t)world * sizeof(int));

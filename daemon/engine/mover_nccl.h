@@ -6,15 +6,15 @@
 #ifndef SPD_MOVER_NCCL_H
 #define SPD_MOVER_NCCL_H
 
+#include "engine.h"
 #include "gpu.h"
 
 #ifdef SPC_HAVE_NCCL
-/* Run op's plan over the GPUs dev[r] (the daemon's ordinal of rank r's
+/* Run w's plan over the GPUs w->dev[r] (the daemon's ordinal of rank r's
  * GPU). The first op on a device set waits for its communicators, made
- * off the loop thread. done(op) runs on the loop thread when the work is
- * complete (or failed: then every rank got an error). */
-int spd_mover_nccl_submit(spd_gpu *gpu, spd_op *op, const int *dev,
-                          spd_mover_done_cb done, spk_err *err);
+ * off the loop thread. w->done runs on the loop thread when the work is
+ * complete or failed. */
+int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err);
 
 /* At exit, no op running: destroy the communicators and their streams. */
 void spd_mover_nccl_free(spd_gpu *gpu);

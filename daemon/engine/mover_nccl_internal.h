@@ -34,6 +34,7 @@ typedef struct spd_nccl_set {
 
 struct nccl_job {
   spd_gpu_job job;            /* first: the job callbacks get this struct */
+  spd_work *w;
   spd_nccl_set *set;          /* may be freed before the job (failed init) */
   int ndev;
   int *rank_dev;              /* rank -> index in set->devs */

@@ -13,10 +13,7 @@
 #include <stdint.h>
 
 #include "daemon.h"
-#include "engine.h"
-#include "mover_host.h"
 #include "gpu_desc.h"
-#include "op.h"
 
 #define SPD_GPU_MAX_DEV 64
 #define SPD_GPU_HANDLE 64 /* bytes of a CUDA IPC memory or event handle */
@@ -68,7 +65,8 @@ typedef struct spd_gpu {
   int npinned;
 } spd_gpu;
 
-/* Per rank of an op on device tensors: its stream events. */
+/* Per rank of an op on device tensors: its stream events (the state the
+ * GPU engines keep of a rank's request, spd_work.rank_state). */
 typedef struct {
   spd_gpu_event *ready, *done;
   int dev;                     /* the rank's GPU */
@@ -115,6 +113,8 @@ void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem);
 /* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
 
 typedef struct spd_gpu_job spd_gpu_job;
+/* The job's report: SPK_OK, or an SPK_E* and why; on the loop thread. */
+typedef void (*spd_gpu_done_cb)(void *arg, int status, const char *msg);
 /* The mover's cleanup when every stream of the job is done (streams back
  * to their pools, host memory freed); runs on the loop thread. */
 typedef void (*spd_gpu_job_fn)(spd_gpu_job *job);
@@ -122,8 +122,10 @@ typedef void (*spd_gpu_job_fn)(spd_gpu_job *job);
 struct spd_gpu_job {
   uv_async_t async;            /* signalled by the last stream callback */
   spd_gpu *gpu;
-  spd_op *op;
-  spd_mover_done_cb done;
+  spd_gpu_done_cb done;
+  void *arg;
+  const char *name;            /* for the log: the group and op */
+  uint64_t seq;
   spd_gpu_job_fn finish;
   int pending;                 /* stream callbacks outstanding, + 1 until
                                 * spd_gpu_job_arm */
@@ -132,10 +134,12 @@ struct spd_gpu_job {
   char fail_msg[256];
 };
 
-/* Initialize job (the mover's struct starts with it) on the loop. */
-int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_op *op,
-                     spd_mover_done_cb done, spd_gpu_job_fn finish,
-                     spk_err *err);
+/* Initialize job (the mover's struct starts with it) on the loop; done(arg,
+ * status, msg) reports it once every stream is done. name and seq say
+ * whose work it is in the log. */
+int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_gpu_done_cb done,
+                     void *arg, const char *name, uint64_t seq,
+                     spd_gpu_job_fn finish, spk_err *err);
 /* Count the work queued on s so far as the job's (a stream callback). */
 int spd_gpu_job_watch(spd_gpu_job *job, cudaStream_t s, spk_err *err);
 /* Every stream is watched: the job completes once their work is done. */
@@ -154,10 +158,13 @@ void spd_gpu_job_fail_after(spd_gpu_job *job, const cudaStream_t *streams,
  * failed): frees it without calling done. */
 void spd_gpu_job_drop(spd_gpu_job *job);
 
-/* Make each rank's ready event a dependency of s (on device dev). */
-int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err);
+/* Make each rank's ready event a dependency of s; ranks[r] is rank r's
+ * spd_gpu_rank or NULL (world of them). */
+int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
+                       spk_err *err);
 /* Record the done event of every rank on `dev` on stream s. */
-int spd_gpu_record_done(spd_op *op, int dev, cudaStream_t s, spk_err *err);
+int spd_gpu_record_done(void *const *ranks, int world, int dev,
+                        cudaStream_t s, spk_err *err);
 
 /* Pinned host memory for descriptors on their way up: an async copy
  * from pageable memory would be synchronous, and the loop thread would

@@ -11,49 +11,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every stream of the job is done: the mover cleans up, then the op
- * completes through the usual done path, failed (op->fail_status: every
- * rank hears why) when a stream reported an error or the mover found one
- * after submission. */
+/* Every stream of the job is done: the mover cleans up, then the job
+ * reports, failed (every rank hears why) when a stream reported an error
+ * or the mover found one after submission. */
 static void on_job_closed(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
-  spd_op *op = job->op;
   if (job->finish != NULL)
     job->finish(job);
   /* The mover's own finding first: it says why (an aborted NCCL set
    * also fails its streams, with a less telling error). */
+  int status = SPK_OK;
+  char msg[sizeof(job->fail_msg)] = "";
   if (job->fail_status < 0) {
-    op->fail_status = job->fail_status;
-    snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", job->fail_msg);
+    status = job->fail_status;
+    snprintf(msg, sizeof(msg), "%s", job->fail_msg);
   } else if (job->status != cudaSuccess) {
-    op->fail_status = SPK_EDEVICE;
-    snprintf(op->fail_msg, sizeof(op->fail_msg), "a CUDA stream of the op "
-             "failed: %s", cudaGetErrorString((cudaError_t)job->status));
+    status = SPK_EDEVICE;
+    snprintf(msg, sizeof(msg), "a CUDA stream of the op failed: %s",
+             cudaGetErrorString((cudaError_t)job->status));
   }
-  if (op->fail_status < 0)
+  if (status < 0)
     SPD_ERROR(&job->gpu->ctx->log, "group '%s' op %llu failed on the GPU: "
-              "%s", op->group->name, (unsigned long long)op->seq,
-              op->fail_msg);
-  spd_mover_done_cb done = job->done;
+              "%s", job->name, (unsigned long long)job->seq, msg);
+  spd_gpu_done_cb done = job->done;
+  void *arg = job->arg;
   free(job);
-  done(op);
+  done(arg, status, msg);
 }
 
 static void on_job_async(uv_async_t *a) {
   uv_close((uv_handle_t *)a, on_job_closed);
 }
 
-int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_op *op,
-                     spd_mover_done_cb done, spd_gpu_job_fn finish,
-                     spk_err *err) {
+int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_gpu_done_cb done,
+                     void *arg, const char *name, uint64_t seq,
+                     spd_gpu_job_fn finish, spk_err *err) {
   int rc = uv_async_init(gpu->ctx->loop, &job->async, on_job_async);
   if (rc < 0)
     return spk_err_set(err, SPK_ESYSTEM, "uv_async_init for a GPU job: %s",
                        uv_strerror(rc));
   job->async.data = job;
   job->gpu = gpu;
-  job->op = op;
   job->done = done;
+  job->arg = arg;
+  job->name = name;
+  job->seq = seq;
   job->finish = finish;
   job->pending = 1; /* held until spd_gpu_job_arm */
   job->status = cudaSuccess;
@@ -126,9 +128,10 @@ void spd_gpu_job_drop(spd_gpu_job *job) {
   uv_close((uv_handle_t *)&job->async, on_dropped);
 }
 
-int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err) {
-  for (int i = 0; i < op->group->world; i++) {
-    spd_gpu_rank *g = op->ranks[i].gpu;
+int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
+                       spk_err *err) {
+  for (int i = 0; i < world; i++) {
+    spd_gpu_rank *g = ranks[i];
     if (g == NULL || g->ready == NULL)
       continue;
     cudaError_t e = cudaStreamWaitEvent(s, g->ready->ev, 0);
@@ -139,9 +142,10 @@ int spd_gpu_wait_ready(spd_op *op, cudaStream_t s, spk_err *err) {
   return SPK_OK;
 }
 
-int spd_gpu_record_done(spd_op *op, int dev, cudaStream_t s, spk_err *err) {
-  for (int i = 0; i < op->group->world; i++) {
-    spd_gpu_rank *g = op->ranks[i].gpu;
+int spd_gpu_record_done(void *const *ranks, int world, int dev,
+                        cudaStream_t s, spk_err *err) {
+  for (int i = 0; i < world; i++) {
+    spd_gpu_rank *g = ranks[i];
     if (g == NULL || g->done == NULL || g->dev != dev)
       continue;
     cudaError_t e = cudaEventRecord(g->done->ev, s);
