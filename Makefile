@@ -146,7 +146,7 @@ $(BUILD)/demo/%.o: demo/%.c $(PB_H)
 	$(Q)$(CC) $(CFLAGS_ALL) -Itests/integ -MMD -MP -c $< -o $@
 
 # Unit suites of daemon pieces link the daemon's objects but its main.
-DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/core/main.o,$(DAEMON_OBJ))
+DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS) -lm

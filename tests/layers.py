@@ -9,10 +9,19 @@ rule with the file that breaks it.
      file calls a function defined in an engine or mover file (engine.c,
      the table itself, and op_engine.c, the op layer's side of it, aside).
   3. Headers include one another without a loop.
+  4. No dependency loop spans folders: over the daemon's folders, an edge
+     A -> B for each file of A that includes a header of B or calls an
+     spd_ function defined in B (definitions found by scanning B's
+     sources); that graph is acyclic. Calls up the layers go through
+     hooks (function pointers the layer above sets at start), which are
+     no edge.
+  5. UCX stays in the transport: only daemon/peer's files include UCX's
+     headers (<ucp/...>, <ucs/...>, <uct/...>), and not peer.h, the header
+     the rest of the daemon includes.
 
-EXCEPTIONS lists what still breaks a rule, each with why; it may only
-shrink: an exception no longer needed is an error too, so the list stays
-true."""
+EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
+edges rule 4 leaves out, each with why; both may only shrink: an
+exception no longer needed is an error too, so the lists stay true."""
 import glob
 import os
 import re
@@ -29,6 +38,19 @@ EXCEPTIONS = {
 
 # Engine functions any daemon file may still call (rule 2), each with why.
 ALLOWED_CALLS = {
+}
+
+# (folder, header of another folder) -> why: include edges rule 4 leaves
+# out.
+CONTEXT = ("the context (loop, config, log, counters: daemon.h) every layer "
+           "is handed; to move into a folder of its own below the layers")
+FOLDER_EXCEPTIONS = {
+    ("daemon/engine", "daemon/core/daemon.h"): CONTEXT,
+    ("daemon/gpu", "daemon/core/daemon.h"): CONTEXT,
+    ("daemon/peer", "daemon/core/daemon.h"): CONTEXT,
+    ("daemon/engine", "daemon/core/buffer.h"):
+        "engine_gpu.c and mover_cuda.c read a buffer's kind, GPU and IPC "
+        "mapping; to become fields of the work item's tensors",
 }
 
 
@@ -64,6 +86,71 @@ def includes(path, by_name):
         elif os.path.basename(n) in by_name:
             out.append(by_name[os.path.basename(n)])
     return out
+
+
+def folder_edges(files, inc, used):
+    """{(folder A, folder B): [why]} over the daemon's folders: A's file
+    includes a header of B, or calls an spd_ function B's sources define.
+    Edges in FOLDER_EXCEPTIONS are left out (and noted in used)."""
+    daemon = [p for p in files if p.startswith("daemon/")]
+    defined = {}
+    for p in daemon:
+        if p.endswith(".c"):
+            text = open(os.path.join(ROOT, p)).read()
+            for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spd_\w+)\s*\([^;]*?\)\s*\{",
+                                   text, re.M | re.S):
+                defined[name] = p
+    edges = {}
+    call = re.compile(r"\b(spd_\w+)\s*\(")
+    for p in daemon:
+        a = os.path.dirname(p)
+        for h in inc.get(p, []):
+            b = os.path.dirname(h)
+            if not h.startswith("daemon/") or a == b:
+                continue
+            if (a, h) in FOLDER_EXCEPTIONS:
+                used.add((a, h))
+                continue
+            edges.setdefault((a, b), []).append("%s includes %s" % (p, h))
+        if p.endswith(".c"):
+            text = open(os.path.join(ROOT, p)).read()
+            for n in sorted(set(call.findall(text))):
+                b = os.path.dirname(defined[n]) if n in defined else a
+                if b != a:
+                    edges.setdefault((a, b), []).append(
+                        "%s calls %s (%s)" % (p, n, defined[n]))
+    return edges
+
+
+def folder_loop(files, inc, used):
+    """A loop of the folder graph as text ("A -> B (why) -> A"), or ""."""
+    edges = folder_edges(files, inc, used)
+    succ = {}
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+    state = {}
+
+    def visit(f, stack):
+        state[f] = 1
+        for n in sorted(succ.get(f, [])):
+            if state.get(n) == 1:
+                cyc = stack[stack.index(n):] + [n]
+                return " -> ".join(
+                    "%s (%s)" % (x, edges[(x, y)][0])
+                    for x, y in zip(cyc, cyc[1:])) + " -> " + n
+            if n not in state:
+                found = visit(n, stack + [n])
+                if found:
+                    return found
+        state[f] = 2
+        return ""
+
+    for f in sorted(succ):
+        if f not in state:
+            found = visit(f, [f])
+            if found:
+                return found
+    return ""
 
 
 def main():
@@ -133,6 +220,24 @@ def main():
         if h not in state:
             visit(h, [h])
 
+    # 4. no loop across folders
+    folder_used = set()
+    loop = folder_loop(files, inc, folder_used)
+    if loop:
+        broken.append("rule 4: dependency loop across folders: " + loop)
+    for key in sorted(set(FOLDER_EXCEPTIONS) - folder_used):
+        broken.append("rule 4: %s -> %s: listed in FOLDER_EXCEPTIONS but no "
+                      "such include now: remove it" % key)
+
+    # 5. UCX below peer.h
+    for p in files:
+        text = open(os.path.join(ROOT, p)).read()
+        if re.search(r"^\s*#\s*include\s+<uc[pst]/", text, re.M) and (
+                not p.startswith("daemon/peer/") or
+                os.path.basename(p) == "peer.h"):
+            broken.append("rule 5: %s includes a UCX header: only the peer "
+                          "transport's files (not peer.h) may" % p)
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -144,8 +249,12 @@ def main():
     if broken:
         return 1
     print("PASS layers: %d engine files below the op layer, table-only calls, "
-          "no include loop (%d known exceptions, %d allowed calls)" % (
-              sum(1 for p in files if is_engine(p)), len(used), len(ALLOWED_CALLS)))
+          "no include loop, no loop across %d folders, UCX in the transport "
+          "(%d known exceptions, "
+          "%d allowed calls, %d folder exceptions)" % (
+              sum(1 for p in files if is_engine(p)),
+              len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),
+              len(used), len(ALLOWED_CALLS), len(folder_used)))
     return 0
 
 

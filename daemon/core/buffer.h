@@ -51,9 +51,6 @@ void spd_buffer_ref(spd_buffer *buf);
  * frees. */
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf);
 
-/* Drop the buffer's UCX registration (peer.c), before it is unmapped. */
-void spd_peer_buffer_release(spd_ctx *ctx, spd_buffer *buf);
-
 /* Check that [offset, offset + bytes) lies inside the buffer. */
 int spd_buffer_check_range(const spd_buffer *buf, uint64_t offset,
                            uint64_t bytes, const char *what, spk_err *err);

@@ -62,8 +62,24 @@ typedef struct spd_listener {
   int stats_only;            /* its clients may only ask for stats */
 } spd_listener;
 
+struct spd_ctx;
+
+/* What the layers above core do for it, set by main.c at start: core
+ * calls up only through these (as libuv's callbacks), never by name, so
+ * daemon/stats depends on daemon/core and not the other way round. NULL:
+ * not there (a unit suite's context). */
+typedef struct spd_hooks {
+  /* The Stats request: malloc'd text in `format` for viewer; NULL for an
+   * unknown format or out of memory (stats.h: spd_stats_render). */
+  char *(*stats_render)(struct spd_ctx *ctx, const char *format,
+                        uid_t viewer);
+  /* Shutdown: stop serving /metrics (metrics_http.c). */
+  void (*metrics_stop)(struct spd_ctx *ctx);
+} spd_hooks;
+
 typedef struct spd_ctx {
   uv_loop_t *loop;
+  spd_hooks hooks;
   spd_config cfg;
   spd_logger log;
   spd_listener control, stats_listener;
@@ -111,10 +127,6 @@ void spd_shutdown(spd_ctx *ctx);
 /* Start/stop the stuck-op watchdog (watchdog.c). */
 int spd_watchdog_start(spd_ctx *ctx, spk_err *err);
 void spd_watchdog_stop(spd_ctx *ctx);
-
-/* The optional HTTP /metrics listener (metrics_http.c). */
-int spd_metrics_http_start(spd_ctx *ctx, spk_err *err);
-void spd_metrics_http_stop(spd_ctx *ctx);
 
 /* Operator commands (control.c). */
 int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err);

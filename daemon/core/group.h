@@ -109,6 +109,11 @@ static inline int spd_group_has_rank(const spd_group *g, int rank) {
 /* Every rank joined: answer the local ones. */
 void spd_group_announce_ready(spd_group *g);
 
+/* What the peer layer tells the groups (a message, a node up or lost):
+ * handed to spd_peers_start by main.c. */
+struct spd_peer_hooks;
+extern const struct spd_peer_hooks spd_group_peer_hooks;
+
 /* Across nodes (group_peer.c): tell the other daemons that a local rank
  * joined or left; " (node N)"-style text for messages. */
 void spd_group_peer_joined(spd_group *g, int rank, uid_t uid);

@@ -229,7 +229,7 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
   spd_group_maybe_free(g);
 }
 
-void spd_peers_on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
+static void on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
   spd_group *g;
   switch (m->body_case) {
   case SPCOLL__PEER__MSG__BODY_JOIN:
@@ -257,7 +257,7 @@ void spd_peers_on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
 
 /* A node came (back): tell it every rank joined here of groups still
  * gathering ranks. */
-void spd_peers_on_up(spd_ctx *ctx, int node) {
+static void on_up(spd_ctx *ctx, int node) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link) {
     if (g->detached || g->ready || g->broken)
@@ -270,7 +270,7 @@ void spd_peers_on_up(spd_ctx *ctx, int node) {
 
 /* A node is gone: its ranks leave every group; a group that was ready is
  * broken and its ops fail, naming the node. */
-void spd_peers_on_lost(spd_ctx *ctx, int node, const char *reason) {
+static void on_lost(spd_ctx *ctx, int node, const char *reason) {
   spd_group *g = TAILQ_FIRST(&ctx->groups), *next;
   for (; g != NULL; g = next) {
     next = TAILQ_NEXT(g, link);
@@ -289,3 +289,9 @@ void spd_peers_on_lost(spd_ctx *ctx, int node, const char *reason) {
     spd_group_maybe_free(g);
   }
 }
+
+const spd_peer_hooks spd_group_peer_hooks = {
+    .on_msg = on_msg,
+    .on_up = on_up,
+    .on_lost = on_lost,
+};

@@ -403,3 +403,14 @@ int spd_op_launch(spd_op *op, int rc, spk_err *err) {
   }
   return rc;
 }
+
+const char *spd_op_missing(const spd_op *op, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < op->group->world && used < len; r++)
+    if (!op->ranks[r].arrived) {
+      int n = snprintf(buf + used, len - used, "%s%d", used ? "," : "", r);
+      used += n > 0 ? (size_t)n : 0;
+    }
+  return buf;
+}

@@ -115,6 +115,9 @@ void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg);
 /* Free a finished or failed op: buffers released, removed from the group. */
 void spd_op_free(spd_op *op);
 
+/* Ranks of a pending op that have not issued it, as "2,3" into buf. */
+const char *spd_op_missing(const spd_op *op, char *buf, size_t len);
+
 /* The client of `rank` went away: forget its session pointer. */
 void spd_op_forget_session(spd_op *op, int rank);
 

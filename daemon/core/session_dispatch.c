@@ -7,7 +7,6 @@
 #include "group.h"
 #include "op.h"
 #include "session.h"
-#include "stats.h"
 #include "tensor_check.h"
 
 static void on_hello(spd_session *s, const Spcoll__Frame *f) {
@@ -173,7 +172,11 @@ static void on_op(spd_session *s, const Spcoll__Frame *f) {
 }
 
 static void on_stats(spd_session *s, const Spcoll__Frame *f) {
-  char *text = spd_stats_render(s->ctx, f->stats_request->format, s->uid);
+  spd_ctx *ctx = s->ctx;
+  char *text = ctx->hooks.stats_render == NULL
+                   ? NULL
+                   : ctx->hooks.stats_render(ctx, f->stats_request->format,
+                                             s->uid);
   if (text == NULL) {
     char msg[96];
     snprintf(msg, sizeof(msg), "stats format '%.40s' is not text, json or "

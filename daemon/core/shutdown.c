@@ -46,7 +46,8 @@ void spd_shutdown_continue(spd_ctx *ctx) {
   spd_gpu_free(ctx);
   spd_watchdog_stop(ctx);
   spd_peers_stop(ctx);
-  spd_metrics_http_stop(ctx);
+  if (ctx->hooks.metrics_stop != NULL)
+    ctx->hooks.metrics_stop(ctx);
   if (ctx->reaper.data != NULL)
     uv_close((uv_handle_t *)&ctx->reaper, NULL);
   ctx->reaper.data = NULL;

@@ -9,7 +9,6 @@
 #include "group.h"
 #include "group_seg.h"
 #include "op.h"
-#include "stats.h"
 
 /* Deadlines are in seconds (or the client's milliseconds): a quarter of a
  * second is fine enough. */
@@ -23,7 +22,7 @@ static void report(spd_ctx *ctx, spd_op *op, uint64_t now) {
            (unsigned long long)op->seq,
            spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
            (double)(now - op->created_ns) * 1e-9,
-           spd_stats_missing(op, miss, sizeof(miss)));
+           spd_op_missing(op, miss, sizeof(miss)));
 }
 
 /* The op some rank never issued: every rank that did hears which ones did
@@ -35,7 +34,7 @@ static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
            "%.1f s: rank(s) %s never issued it", (unsigned long long)op->seq,
            spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)), g->name,
            (double)(now - op->created_ns) * 1e-9,
-           spd_stats_missing(op, miss, sizeof(miss)));
+           spd_op_missing(op, miss, sizeof(miss)));
   SPD_WARN(&ctx->log, "%s", msg);
   ctx->stats.ops_timed_out++;
   spd_group_break(g, SPK_ETIMEDOUT, msg);

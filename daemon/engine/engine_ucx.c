@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buffer.h"
 #include "daemon.h"
 #include "peer.h"
 #include "plan_cut.h"
@@ -22,7 +23,7 @@ typedef struct spd_xop spd_xop;
 /* One stream of the op: its iov list lives until UCX is done with it. */
 typedef struct {
   spd_xop *x;
-  ucp_dt_iov_t *iov;
+  spd_iov *iov;
   size_t niov, cap;
 } xstream;
 
@@ -119,7 +120,7 @@ static void iov_add(void *arg, uint8_t *ptr, uint64_t len) {
   xstream *s = arg;
   if (s->niov == s->cap) {
     size_t ncap = s->cap ? s->cap * 2 : 16;
-    ucp_dt_iov_t *n = realloc(s->iov, ncap * sizeof(*n));
+    spd_iov *n = realloc(s->iov, ncap * sizeof(*n));
     if (n == NULL) {
       s->cap = SIZE_MAX; /* marks the failure for stream_build */
       return;
@@ -128,7 +129,7 @@ static void iov_add(void *arg, uint8_t *ptr, uint64_t len) {
   }
   if (s->cap == SIZE_MAX)
     return;
-  s->iov[s->niov++] = (ucp_dt_iov_t){ptr, len};
+  s->iov[s->niov++] = (spd_iov){ptr, len};
 }
 
 static int stream_build(spd_xop *x, const spk_stream *st, int recv,
@@ -245,7 +246,8 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
     spd_buffer *buf = r->buf[i % SPK_T_COUNT];
     x->bases[i] = w->bases[i];
     if (buf != NULL)
-      rc = spd_peer_map(w->ctx, buf, err);
+      rc = spd_peer_map(w->ctx, buf->base, buf->size, buf->id,
+                        &buf->peer_memh, err);
     else if (x->cut.proxy[i]) {
       const spk_shape *sh = i % SPK_T_COUNT == SPK_T_IN ? &r->args->in
                                                          : &r->args->out;
@@ -307,8 +309,7 @@ static int ucx_wants(const spd_work *w) {
 
 /* The buffer's UCX registration (made for its first cross-node op). */
 static void ucx_forget_buffer(spd_ctx *ctx, spd_buffer *buf) {
-  if (buf->peer_memh != NULL)
-    spd_peer_buffer_release(ctx, buf);
+  spd_peer_unmap(ctx, &buf->peer_memh);
 }
 
 const spd_engine spd_engine_ucx = {

@@ -5,8 +5,6 @@
 
 #ifdef SPC_HAVE_CUDA
 
-#include "mover_nccl.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -89,7 +89,7 @@ static void peer_lost(spd_peers *P, int node, const char *why) {
     return;
   }
   SPD_WARN(&P->ctx->log, "node %d lost: %s", node, why);
-  spd_peers_on_lost(P->ctx, node, why);
+  P->hooks.on_lost(P->ctx, node, why);
 }
 
 static void send_hello(spd_peers *P, int node, int answer);
@@ -102,7 +102,7 @@ static void peer_check_up(spd_peers *P, int node) {
   p->up = 1;
   SPD_INFO(&P->ctx->log, "node %d up (%s:%d)", node,
            P->ctx->cfg.peers[node].host, P->ctx->cfg.peers[node].port);
-  spd_peers_on_up(P->ctx, node);
+  P->hooks.on_up(P->ctx, node);
 }
 
 int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
@@ -339,7 +339,7 @@ static void msg_dispatch(spd_peers *P, spd_peer_event *ev) {
   } else {
     p->heard_ns = spd_now_ns();
     if (ev->msg->body_case != SPCOLL__PEER__MSG__BODY_HEARTBEAT)
-      spd_peers_on_msg(P->ctx, ev->node, ev->msg);
+      P->hooks.on_msg(P->ctx, ev->node, ev->msg);
   }
 }
 

@@ -10,13 +10,23 @@
 #ifndef SPD_PEER_H
 #define SPD_PEER_H
 
-#include <ucp/api/ucp.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "buffer.h"
 #include "daemon.h"
 #include "peer.pb-c.h"
 
-int spd_peers_start(spd_ctx *ctx, spk_err *err);
+/* What the layer above the peers (groups across nodes, group_peer.c)
+ * hears, given at start: a control message from node, node up (its Hello
+ * came and our endpoint works), node lost. Loop thread, never from inside
+ * a UCX callback. */
+typedef struct spd_peer_hooks {
+  void (*on_msg)(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m);
+  void (*on_up)(spd_ctx *ctx, int node);
+  void (*on_lost)(spd_ctx *ctx, int node, const char *reason);
+} spd_peer_hooks;
+
+int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err);
 /* Stop accepting peer connections (the start of a shutdown). */
 void spd_peers_quiesce(spd_ctx *ctx);
 /* Close endpoints, listener and worker (at shutdown). */
@@ -28,26 +38,33 @@ int spd_peer_self(const spd_ctx *ctx);
 int spd_peer_count(const spd_ctx *ctx);
 
 /* Send a control message. To a node that is not up it is dropped: the
- * node hears the state again when it comes up (spd_peers_on_up). */
+ * node hears the state again when it comes up (hooks.on_up). */
 void spd_peer_send(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m);
 
+/* A piece of memory a stream sends from or receives into. */
+typedef struct spd_iov {
+  void *base;
+  size_t len;
+} spd_iov;
+
 /* One stream of an op: a tagged message to (recv = 0) or from (recv = 1)
- * node, over an iov list that must stay valid until cb. cb(arg, status,
- * message) runs once, on the loop thread, never from inside this call. */
+ * node, over the memory iov[0..niov) names (the list itself is copied;
+ * the memory must stay valid until cb). cb(arg, status, message) runs
+ * once, on the loop thread, never from inside this call. */
 typedef void (*spd_xfer_cb)(void *arg, int status, const char *msg);
 int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
-                    ucp_dt_iov_t *iov, size_t niov, uint64_t bytes,
+                    const spd_iov *iov, size_t niov, uint64_t bytes,
                     spd_xfer_cb cb, void *arg, spk_err *err);
 
 /* Cancel the open receive whose callback argument is arg (if any). */
 void spd_peer_stream_cancel(spd_ctx *ctx, void *arg);
 
-/* Register buf with UCX once (kept in buf->peer_memh). */
-int spd_peer_map(spd_ctx *ctx, spd_buffer *buf, spk_err *err);
-
-/* Upcalls into the group layer (group_peer.c). */
-void spd_peers_on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m);
-void spd_peers_on_up(spd_ctx *ctx, int node);
-void spd_peers_on_lost(spd_ctx *ctx, int node, const char *reason);
+/* Register [base, base + size) with UCX once: the registration is kept in
+ * *memh_p (the caller's, NULL while none) until spd_peer_unmap or the
+ * peers stop. id names the memory in messages. */
+int spd_peer_map(spd_ctx *ctx, void *base, size_t size, uint64_t id,
+                 void **memh_p, spk_err *err);
+/* Drop the registration in *memh_p (if any), before the memory goes. */
+void spd_peer_unmap(spd_ctx *ctx, void **memh_p);
 
 #endif

@@ -4,6 +4,7 @@
 #define SPD_PEER_INTERNAL_H
 
 #include <sys/queue.h>
+#include <ucp/api/ucp.h>
 
 #include "peer.h"
 
@@ -31,6 +32,7 @@ typedef struct spd_xfer {
   uint64_t bytes;
   void *req;
   spd_xfer_cb cb;             /* NULL once its op was told (given up) */
+  ucp_dt_iov_t *iov;          /* UCX's copy of the caller's list */
   void *arg;
   int given_up;               /* a send its receiver will never take */
   spd_peer_event ev;          /* its completion, queued without allocating */
@@ -55,8 +57,15 @@ typedef struct {
   uint64_t heard_ns, connect_ns;
 } spd_peer;
 
+/* A registration spd_peer_map made: where its owner keeps it. */
+typedef struct spd_peer_mapped {
+  void **memh_p;
+  uint64_t id;
+} spd_peer_mapped;
+
 typedef struct spd_peers {
   spd_ctx *ctx;
+  spd_peer_hooks hooks;       /* the layer above */
   ucp_context_h ucp;
   ucp_worker_h worker;
   ucp_listener_h listener;
@@ -72,7 +81,7 @@ typedef struct spd_peers {
   TAILQ_HEAD(, spd_peer_event) events;
   TAILQ_HEAD(, spd_peer_event) held;  /* messages that overtook a Hello */
   int nheld;
-  spd_buffer **mapped;        /* buffers holding a memh */
+  struct spd_peer_mapped *mapped; /* memory holding a memh */
   size_t nmapped, mapped_cap;
 } spd_peers;
 

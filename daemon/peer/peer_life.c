@@ -117,13 +117,14 @@ static int loop_attach(spd_peers *P, spk_err *err) {
   return SPK_OK;
 }
 
-int spd_peers_start(spd_ctx *ctx, spk_err *err) {
+int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
   if (ctx->cfg.npeers == 0)
     return SPK_OK;
   spd_peers *P = calloc(1, sizeof(*P));
   if (P == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the peer state failed");
   P->ctx = ctx;
+  P->hooks = *hooks;
   TAILQ_INIT(&P->in_eps);
   TAILQ_INIT(&P->xfers);
   TAILQ_INIT(&P->events);

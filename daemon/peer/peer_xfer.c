@@ -56,6 +56,7 @@ void spd_peer_xfer_finish(spd_peers *P, spd_xfer *x) {
     uv_timer_stop(&P->kick);
   if (x->cb != NULL)
     x->cb(x->arg, x->ev.status, x->ev.status < 0 ? x->ev.why : "");
+  free(x->iov);
   free(x);
 }
 
@@ -75,7 +76,7 @@ static void on_kick(uv_timer_t *t) {
 }
 
 int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
-                    ucp_dt_iov_t *iov, size_t niov, uint64_t bytes,
+                    const spd_iov *iov, size_t niov, uint64_t bytes,
                     spd_xfer_cb cb, void *arg, spk_err *err) {
   spd_peers *P = ctx->peers;
   if (P == NULL || !P->peer[node].up || P->peer[node].ep == NULL)
@@ -85,6 +86,14 @@ int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a stream failed");
   *x = (spd_xfer){.peers = P, .node = node, .recv = recv, .bytes = bytes,
                   .cb = cb, .arg = arg};
+  x->iov = malloc((niov ? niov : 1) * sizeof(*x->iov));
+  if (x->iov == NULL) {
+    free(x);
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of a stream's %zu iov "
+                       "entries failed", niov);
+  }
+  for (size_t i = 0; i < niov; i++)
+    x->iov[i] = (ucp_dt_iov_t){iov[i].base, iov[i].len};
   ucp_request_param_t prm = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -92,12 +101,14 @@ int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
   void *req;
   if (recv) {
     prm.cb.recv = on_received;
-    req = ucp_tag_recv_nbx(P->worker, iov, niov, tag, (ucp_tag_t)-1, &prm);
+    req = ucp_tag_recv_nbx(P->worker, x->iov, niov, tag, (ucp_tag_t)-1,
+                           &prm);
   } else {
     prm.cb.send = on_sent;
-    req = ucp_tag_send_nbx(P->peer[node].ep, iov, niov, tag, &prm);
+    req = ucp_tag_send_nbx(P->peer[node].ep, x->iov, niov, tag, &prm);
   }
   if (UCS_PTR_IS_ERR(req)) {
+    free(x->iov);
     free(x);
     return spk_err_set(err, SPK_ENODE_LOST, "%s node %d (%llu bytes): %s",
                        recv ? "ucp_tag_recv_nbx from" : "ucp_tag_send_nbx to",
@@ -151,13 +162,14 @@ void spd_peer_stream_cancel(spd_ctx *ctx, void *arg) {
   }
 }
 
-int spd_peer_map(spd_ctx *ctx, spd_buffer *buf, spk_err *err) {
+int spd_peer_map(spd_ctx *ctx, void *base, size_t size, uint64_t id,
+                 void **memh_p, spk_err *err) {
   spd_peers *P = ctx->peers;
-  if (P == NULL || buf->peer_memh != NULL)
+  if (P == NULL || *memh_p != NULL)
     return SPK_OK;
   if (P->nmapped == P->mapped_cap) {
     size_t ncap = P->mapped_cap ? P->mapped_cap * 2 : 16;
-    spd_buffer **nm = realloc(P->mapped, ncap * sizeof(*nm));
+    spd_peer_mapped *nm = realloc(P->mapped, ncap * sizeof(*nm));
     if (nm == NULL)
       return spk_err_set(err, SPK_ENO_MEMORY, "realloc of %zu mapped buffers "
                          "failed", ncap);
@@ -166,33 +178,33 @@ int spd_peer_map(spd_ctx *ctx, spd_buffer *buf, spk_err *err) {
   ucp_mem_map_params_t mp = {
       .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                     UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-      .address = buf->base, .length = buf->size};
+      .address = base, .length = size};
   ucp_mem_h memh;
   ucs_status_t st = ucp_mem_map(P->ucp, &mp, &memh);
   if (st != UCS_OK)
     return spk_err_set(err, SPK_ESYSTEM, "ucp_mem_map of buffer %llu (%zu "
-                       "bytes): %s", (unsigned long long)buf->id, buf->size,
+                       "bytes): %s", (unsigned long long)id, size,
                        ucs_status_string(st));
-  buf->peer_memh = memh;
-  P->mapped[P->nmapped++] = buf;
+  *memh_p = memh;
+  P->mapped[P->nmapped++] = (spd_peer_mapped){memh_p, id};
   return SPK_OK;
 }
 
-static void unmap_one(spd_peers *P, spd_buffer *buf) {
-  ucs_status_t st = ucp_mem_unmap(P->ucp, buf->peer_memh);
+static void unmap_one(spd_peers *P, const spd_peer_mapped *m) {
+  ucs_status_t st = ucp_mem_unmap(P->ucp, *m->memh_p);
   if (st != UCS_OK)
     SPD_WARN(&P->ctx->log, "ucp_mem_unmap of buffer %llu: %s",
-             (unsigned long long)buf->id, ucs_status_string(st));
-  buf->peer_memh = NULL;
+             (unsigned long long)m->id, ucs_status_string(st));
+  *m->memh_p = NULL;
 }
 
-void spd_peer_buffer_release(spd_ctx *ctx, spd_buffer *buf) {
+void spd_peer_unmap(spd_ctx *ctx, void **memh_p) {
   spd_peers *P = ctx->peers;
-  if (P == NULL)
+  if (P == NULL || *memh_p == NULL)
     return;
   for (size_t i = 0; i < P->nmapped; i++)
-    if (P->mapped[i] == buf) {
-      unmap_one(P, buf);
+    if (P->mapped[i].memh_p == memh_p) {
+      unmap_one(P, &P->mapped[i]);
       P->mapped[i] = P->mapped[--P->nmapped];
       return;
     }
@@ -200,7 +212,7 @@ void spd_peer_buffer_release(spd_ctx *ctx, spd_buffer *buf) {
 
 void spd_peer_unmap_all(spd_peers *P) {
   for (size_t i = 0; i < P->nmapped; i++)
-    unmap_one(P, P->mapped[i]);
+    unmap_one(P, &P->mapped[i]);
   free(P->mapped);
   P->mapped = NULL;
   P->nmapped = P->mapped_cap = 0;

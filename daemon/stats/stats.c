@@ -85,17 +85,6 @@ const char *spd_stats_members(const spd_group *g, char *buf, size_t len) {
   return buf;
 }
 
-const char *spd_stats_missing(const spd_op *op, char *buf, size_t len) {
-  size_t used = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < op->group->world && used < len; r++)
-    if (!op->ranks[r].arrived) {
-      int n = snprintf(buf + used, len - used, "%s%d", used ? "," : "", r);
-      used += n > 0 ? (size_t)n : 0;
-    }
-  return buf;
-}
-
 static void text_ops(FILE *out, const char *prefix, const spd_op_stats *st) {
   for (int i = 0; i < SPD_OP_SLOTS; i++) {
     const spd_op_stats *o = &st[i];
@@ -129,7 +118,7 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
               (unsigned long long)op->seq,
               spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
               (double)(now - op->created_ns) * 1e-9, op->running,
-              op->stuck_reported, spd_stats_missing(op, miss, sizeof(miss)));
+              op->stuck_reported, spd_op_missing(op, miss, sizeof(miss)));
     spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
     if (spd_gseg_pending(g, now, &fw))
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=0 stuck=0 "

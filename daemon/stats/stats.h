@@ -36,7 +36,8 @@ const char *spd_stats_group_state(const struct spd_group *g);
  * "3,7,-,9" into buf. */
 const char *spd_stats_members(const struct spd_group *g, char *buf,
                               size_t len);
-/* Ranks of a pending op that have not issued it, as "2,3" into buf. */
-const char *spd_stats_missing(const struct spd_op *op, char *buf, size_t len);
+/* The optional HTTP /metrics listener (metrics_http.c). */
+int spd_metrics_http_start(spd_ctx *ctx, spk_err *err);
+void spd_metrics_http_stop(spd_ctx *ctx);
 
 #endif

@@ -74,7 +74,7 @@ static void json_pending(FILE *out, const spd_group *g, uint64_t now) {
             spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
             (double)(now - op->created_ns) * 1e-9,
             op->running ? "true" : "false",
-            spd_stats_missing(op, miss, sizeof(miss)));
+            spd_op_missing(op, miss, sizeof(miss)));
   spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
   if (spd_gseg_pending((spd_group *)g, now, &fw))
     fprintf(out, "%s{\"seq\":%llu,\"op\":\"%s\",\"age_s\":%.3f,"

@@ -7,8 +7,10 @@
 #include "daemon.h"
 #include "gpu_probe.h"
 #include "engine.h"
+#include "group.h"
 #include "peer.h"
 #include "sd.h"
+#include "stats.h"
 
 static void on_signal(uv_signal_t *h, int signum) {
   spd_ctx *ctx = h->data;
@@ -29,13 +31,16 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
   ctx->sig_term.data = ctx->sig_int.data = ctx;
   /* A client that vanishes mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
+  /* The layers above core, reached from it only through these. */
+  ctx->hooks = (spd_hooks){.stats_render = spd_stats_render,
+                           .metrics_stop = spd_metrics_http_stop};
   rc = spd_engines_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_watchdog_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_metrics_http_start(ctx, err);
   if (rc == SPK_OK)
-    rc = spd_peers_start(ctx, err);
+    rc = spd_peers_start(ctx, &spd_group_peer_hooks, err);
   if (rc < 0)
     return rc;
   return spd_server_listen(ctx, err);
