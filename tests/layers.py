@@ -18,6 +18,8 @@ rule with the file that breaks it.
   5. UCX stays in the transport: only daemon/peer's files include UCX's
      headers (<ucp/...>, <ucs/...>, <uct/...>), and not peer.h, the header
      the rest of the daemon includes.
+  6. Pure code stays pure: no file of kernels/ includes, directly or
+     through other headers, a header of daemon/ or client/.
 
 EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
 edges rule 4 leaves out, each with why; both may only shrink: an
@@ -238,6 +240,15 @@ def main():
             broken.append("rule 5: %s includes a UCX header: only the peer "
                           "transport's files (not peer.h) may" % p)
 
+    # 6. kernels/ pure
+    for p in files:
+        if p.startswith("kernels/"):
+            bad = sorted(h for h in closure(p)
+                         if h.startswith("daemon/") or h.startswith("client/"))
+            if bad:
+                broken.append("rule 6: %s includes %s: kernels/ is pure code"
+                              % (p, ", ".join(bad)))
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -249,8 +260,8 @@ def main():
     if broken:
         return 1
     print("PASS layers: %d engine files below the op layer, table-only calls, "
-          "no include loop, no loop across %d folders, UCX in the transport "
-          "(%d known exceptions, "
+          "no include loop, no loop across %d folders, UCX in the transport, "
+          "kernels/ pure (%d known exceptions, "
           "%d allowed calls, %d folder exceptions)" % (
               sum(1 for p in files if is_engine(p)),
               len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),

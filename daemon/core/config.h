@@ -63,7 +63,10 @@ typedef struct {
   X(fast_bytes, "fast-bytes", 262144, 0, 64LL << 20,                         \
     "ops whose input and output are at most this many bytes per rank run "  \
     "through the group's shared segment, without the daemon (groups of "    \
-    "this node only; 0: never)")
+    "this node only; 0: never)")                                            \
+  X(nccl_timeout, "nccl-timeout", 300, 1, 604800,                            \
+    "seconds an NCCL op may go without finishing; then its communicators "  \
+    "are aborted and the ops on them fail")
 
 /* Operator commands (drain, abort): root, the daemon's own uid, and these. */
 #define SPD_MAX_OPERATORS 16

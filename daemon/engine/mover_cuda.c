@@ -103,11 +103,11 @@ static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
 
 /* Descriptors of both phases in one upload; the kernels, the done events
  * and the completion callback, in stream order. */
-static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
+static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   spd_work *w = cj->w;
   spd_gpu *gpu = cj->job.gpu;
-  size_t at1 = (spd_cdesc_packed_size(&l[0]) + 255) & ~(size_t)255;
-  size_t total = at1 + spd_cdesc_packed_size(&l[1]);
+  size_t at1 = (spk_cdesc_packed_size(&l[0]) + 255) & ~(size_t)255;
+  size_t total = at1 + spk_cdesc_packed_size(&l[1]);
   void *d = NULL;
   spk_claunch L[2];
   int rc = spd_gpu_pinned_get(gpu, total, &cj->host, err);
@@ -118,8 +118,8 @@ static int cuda_enqueue(cuda_job *cj, spd_cdesc_list *l, spk_err *err) {
     rc = spd_gpu_alloc(cj->stream, total, &d, err);
   if (rc < 0)
     return rc;
-  spd_cdesc_pack(&l[0], cj->host, (uint64_t)(uintptr_t)d, &L[0]);
-  spd_cdesc_pack(&l[1], (uint8_t *)cj->host + at1,
+  spk_cdesc_pack(&l[0], cj->host, (uint64_t)(uintptr_t)d, &L[0]);
+  spk_cdesc_pack(&l[1], (uint8_t *)cj->host + at1,
                  (uint64_t)(uintptr_t)d + at1, &L[1]);
   int sms = gpu->dev[cj->dev].sms;
   rc = spd_gpu_copy_up(cj->stream, d, cj->host, total, err);
@@ -162,12 +162,12 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err) {
   }
   cj->w = w;
   cj->dev = dev;
-  spd_cdesc_list l[2];
-  uint64_t chunk = spd_cdesc_chunk_for(w->plan->bytes, gpu->dev[dev].sms);
-  spd_cdesc_list_init(&l[0], chunk);
-  spd_cdesc_list_init(&l[1], chunk);
+  spk_cdesc_list l[2];
+  uint64_t chunk = spk_cdesc_chunk_for(w->plan->bytes, gpu->dev[dev].sms);
+  spk_cdesc_list_init(&l[0], chunk);
+  spk_cdesc_list_init(&l[1], chunk);
   for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
-    rc = spd_cdesc_from_plan(&l[ph], w->plan, w->bases, ph, err);
+    rc = spk_cdesc_from_plan(&l[ph], w->plan, w->bases, ph, err);
   if (rc == SPK_OK)
     rc = spd_gpu_set_device(dev, err);
   if (rc == SPK_OK)
@@ -182,8 +182,8 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err) {
             w->name, (unsigned long long)w->seq, dev, l[0].n, l[1].n,
             (unsigned long long)l[0].nchunks,
             (unsigned long long)l[1].nchunks, (unsigned long long)chunk);
-  spd_cdesc_list_free(&l[0]);
-  spd_cdesc_list_free(&l[1]);
+  spk_cdesc_list_free(&l[0]);
+  spk_cdesc_list_free(&l[1]);
   if (rc < 0 && queued) {
     /* Whatever was queued reads the op's buffers: the op fails once it is
      * done, through the job, and the loop never waits for the GPU. */

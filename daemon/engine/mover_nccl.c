@@ -202,18 +202,18 @@ static ncclRedOp_t nccl_op(int red) {
 }
 
 /* The collective the plan is exactly, when every rank is alone on its GPU
- * and in NCCL rank order; else SPD_COLL_NONE. */
-static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
+ * and in NCCL rank order; else SPK_COLL_NONE. */
+static spk_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
   const spd_work *w = nj->w;
   int world = w->world;
   if (world != nj->set->n)
-    return SPD_COLL_NONE;
+    return SPK_COLL_NONE;
   for (int r = 0; r < world; r++)
     if (nj->rank_dev[r] != r)
-      return SPD_COLL_NONE;
+      return SPK_COLL_NONE;
   uint64_t *in = malloc(2 * (size_t)world * sizeof(uint64_t));
   if (in == NULL)
-    return SPD_COLL_NONE;
+    return SPK_COLL_NONE;
   uint64_t *out = in + world;
   size_t esize = spk_dtype_size(w->plan->dtype);
   for (int r = 0; r < world; r++) {
@@ -223,7 +223,7 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
     spk_shape_numel(&w->ranks[r].args->out, esize, &n, NULL);
     out[r] = (uint64_t)n * esize;
   }
-  spd_coll c = spd_route_collective(w->plan, w->ranks[0].args->op, in, out,
+  spk_coll c = spk_route_collective(w->plan, w->ranks[0].args->op, in, out,
                                     count_p);
   free(in);
   /* ncclAlltoAll came with NCCL 2.28; the libnccl loaded at run time (a
@@ -231,20 +231,20 @@ static spd_coll plan_collective(nccl_job *nj, uint64_t *count_p) {
   static int version;
   if (version == 0 && ncclGetVersion(&version) != ncclSuccess)
     version = -1;
-  if (c == SPD_COLL_ALL_TO_ALL && version < 22800)
-    c = SPD_COLL_NONE;
+  if (c == SPK_COLL_ALL_TO_ALL && version < 22800)
+    c = SPK_COLL_NONE;
   /* NCCL adds floats in its ring's order (not rank order) and its max/min
    * ignore NaN (spcoll's NaN wins): float reductions go through send/recv
    * and the kernel's rank-order reduce, so they are bitwise the host
    * mover's. Integer reductions do not depend on the order. */
   spk_dtype dt = w->plan->dtype;
   int fp = dt == SPK_F32 || dt == SPK_F64 || dt == SPK_F16 || dt == SPK_BF16;
-  if (fp && (c == SPD_COLL_REDUCE_SCATTER || c == SPD_COLL_ALL_REDUCE))
-    c = SPD_COLL_NONE;
+  if (fp && (c == SPK_COLL_REDUCE_SCATTER || c == SPK_COLL_ALL_REDUCE))
+    c = SPK_COLL_NONE;
   return c;
 }
 
-static int run_collective(nccl_job *nj, spd_coll c, uint64_t bytes,
+static int run_collective(nccl_job *nj, spk_coll c, uint64_t bytes,
                           spk_err *err) {
   const spd_work *w = nj->w;
   spd_nccl_set *set = nj->set;
@@ -256,15 +256,15 @@ static int run_collective(nccl_job *nj, spd_coll c, uint64_t bytes,
     const void *in = w->bases[i * SPK_T_COUNT + SPK_T_IN];
     void *out = w->bases[i * SPK_T_COUNT + SPK_T_OUT];
     switch (c) {
-    case SPD_COLL_ALL_GATHER:
+    case SPK_COLL_ALL_GATHER:
       r = ncclAllGather(in, out, bytes, ncclUint8, set->comms[i],
                         set->streams[i]);
       break;
-    case SPD_COLL_ALL_TO_ALL:
+    case SPK_COLL_ALL_TO_ALL:
       r = ncclAlltoAll(in, out, bytes, ncclUint8, set->comms[i],
                        set->streams[i]);
       break;
-    case SPD_COLL_REDUCE_SCATTER:
+    case SPK_COLL_REDUCE_SCATTER:
       r = ncclReduceScatter(in, out, count, t, nccl_op(p->red_op),
                             set->comms[i], set->streams[i]);
       break;
@@ -276,32 +276,32 @@ static int run_collective(nccl_job *nj, spd_coll c, uint64_t bytes,
   }
   ncclResult_t end = ncclGroupEnd();
   if (r != ncclSuccess)
-    return nccl_err(r, spd_coll_name(c), set, err);
+    return nccl_err(r, spk_coll_name(c), set, err);
   if (end != ncclSuccess)
     return nccl_err(end, "ncclGroupEnd", set, err);
   return SPK_OK;
 }
 
 /* One ncclSend/ncclRecv per device pair with bytes in phase ph. */
-static int exchange(nccl_job *nj, const spd_route *rt, int ph,
+static int exchange(nccl_job *nj, const spk_route *rt, int ph,
                     uint8_t *const *stage, spk_err *err) {
   spd_nccl_set *set = nj->set;
   int n = set->n, any = 0;
   for (size_t i = 0; i < (size_t)n * n; i++)
-    any |= rt->bytes[SPD_ROUTE_AT(rt, ph, 0, 0) + i] != 0;
+    any |= rt->bytes[SPK_ROUTE_AT(rt, ph, 0, 0) + i] != 0;
   if (!any)
     return SPK_OK;
   ncclResult_t r = ncclGroupStart();
   for (int s = 0; r == ncclSuccess && s < n; s++)
     for (int d = 0; r == ncclSuccess && d < n; d++) {
-      uint64_t bytes = rt->bytes[SPD_ROUTE_AT(rt, ph, s, d)];
+      uint64_t bytes = rt->bytes[SPK_ROUTE_AT(rt, ph, s, d)];
       if (bytes == 0)
         continue;
-      r = ncclSend(stage[s] + rt->send_off[SPD_ROUTE_AT(rt, ph, s, d)], bytes,
+      r = ncclSend(stage[s] + rt->send_off[SPK_ROUTE_AT(rt, ph, s, d)], bytes,
                    ncclUint8, d, set->comms[s], set->streams[s]);
       if (r == ncclSuccess)
         r = ncclRecv(stage[d] + rt->recv_base[d] +
-                         rt->recv_off[SPD_ROUTE_AT(rt, ph, d, s)],
+                         rt->recv_off[SPK_ROUTE_AT(rt, ph, d, s)],
                      bytes, ncclUint8, s, set->comms[d], set->streams[d]);
     }
   ncclResult_t end = ncclGroupEnd();
@@ -313,15 +313,15 @@ static int exchange(nccl_job *nj, const spd_route *rt, int ph,
 }
 
 /* Device i's four lists (pack and post of both phases) in one upload. */
-static int upload_lists(nccl_job *nj, spd_route *rt, int i, void **d_p,
+static int upload_lists(nccl_job *nj, spk_route *rt, int i, void **d_p,
                         spk_claunch *L, spk_err *err) {
   int n = nj->set->n;
-  spd_cdesc_list *lists[4] = {&rt->pack[i], &rt->post[i], &rt->pack[n + i],
+  spk_cdesc_list *lists[4] = {&rt->pack[i], &rt->post[i], &rt->pack[n + i],
                               &rt->post[n + i]};
   size_t at[4], total = 0;
   for (int k = 0; k < 4; k++) {
     at[k] = total;
-    total += (spd_cdesc_packed_size(lists[k]) + 255) & ~(size_t)255;
+    total += (spk_cdesc_packed_size(lists[k]) + 255) & ~(size_t)255;
   }
   int rc = spd_gpu_pinned_get(nj->job.gpu, total, &nj->host[i], err);
   if (rc < 0)
@@ -330,7 +330,7 @@ static int upload_lists(nccl_job *nj, spd_route *rt, int i, void **d_p,
   if (rc < 0)
     return rc;
   for (int k = 0; k < 4; k++)
-    spd_cdesc_pack(lists[k], (uint8_t *)nj->host[i] + at[k],
+    spk_cdesc_pack(lists[k], (uint8_t *)nj->host[i] + at[k],
                    (uint64_t)(uintptr_t)*d_p + at[k], &L[k]);
   return spd_gpu_copy_up(nj->set->streams[i], *d_p, nj->host[i], total, err);
 }
@@ -340,16 +340,16 @@ static int run_route(nccl_job *nj, spk_err *err) {
   spd_nccl_set *set = nj->set;
   spd_gpu *gpu = nj->job.gpu;
   int n = set->n, rc;
-  spd_route rt;
+  spk_route rt;
   uint8_t **stage = calloc((size_t)n, sizeof(*stage));
   void **desc = calloc((size_t)n, sizeof(*desc));
   spk_claunch *L = calloc(4 * (size_t)n, sizeof(*L));
-  uint64_t chunk = spd_cdesc_chunk_for(w->plan->bytes / (uint64_t)n,
+  uint64_t chunk = spk_cdesc_chunk_for(w->plan->bytes / (uint64_t)n,
                                        gpu->dev[set->devs[0]].sms);
   /* Asked for by name (mover = nccl), NCCL moves even a GPU's blocks to
    * itself, so one GPU exercises the exchange. */
   int self_p2p = spd_engine_find(gpu->ctx->cfg.mover) == SPD_ENGINE_NCCL;
-  rc = spd_route_init(&rt, w->plan, nj->rank_dev, n, self_p2p, chunk,
+  rc = spk_route_init(&rt, w->plan, nj->rank_dev, n, self_p2p, chunk,
                       err);
   if (rc == SPK_OK && (!stage || !desc || !L))
     rc = spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
@@ -360,7 +360,7 @@ static int run_route(nccl_job *nj, spk_err *err) {
                          (void **)&stage[i], err);
   }
   if (rc == SPK_OK)
-    rc = spd_route_build(&rt, w->plan, w->bases, nj->rank_dev, stage, err);
+    rc = spk_route_build(&rt, w->plan, w->bases, nj->rank_dev, stage, err);
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
     if (rc == SPK_OK)
@@ -393,7 +393,7 @@ static int run_route(nccl_job *nj, spk_err *err) {
             "%d GPU(s)%s, %llu-byte chunks", w->name,
             (unsigned long long)w->seq, n, rt.self_p2p ? " (forced)" : "",
             (unsigned long long)chunk);
-  spd_route_free(&rt);
+  spk_route_free(&rt);
   free(stage);
   free(desc);
   free(L);
@@ -414,11 +414,11 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
                               err);
   }
   uint64_t count = 0;
-  spd_coll c = rc == SPK_OK ? plan_collective(nj, &count) : SPD_COLL_NONE;
-  if (rc == SPK_OK && c != SPD_COLL_NONE) {
+  spk_coll c = rc == SPK_OK ? plan_collective(nj, &count) : SPK_COLL_NONE;
+  if (rc == SPK_OK && c != SPK_COLL_NONE) {
     SPD_DEBUG(&nj->job.gpu->ctx->log, "group '%s' op %llu: nccl mover, %s of "
               "%llu bytes per rank", w->name,
-              (unsigned long long)w->seq, spd_coll_name(c),
+              (unsigned long long)w->seq, spk_coll_name(c),
               (unsigned long long)count);
     rc = run_collective(nj, c, count, err);
   } else if (rc == SPK_OK) {

@@ -9,7 +9,7 @@
  * rank's stream stuck before its ready event, a failed GPU) holds every
  * stream of the set, and every later op behind it, forever. A timer
  * checks the sets with work in flight: an asynchronous NCCL error, or an
- * op older than SPCOLL_NCCL_TIMEOUT_S (default 300 s), aborts the set's
+ * op older than the config's nccl_timeout (default 300 s), aborts the set's
  * communicators (ncclCommAbort), fails its ops with the reason, and
  * takes the set out of use; the next op on those GPUs makes a new one.
  * Nothing of this waits on the loop thread. */
@@ -19,12 +19,6 @@ typedef struct spd_nccl_watch {
 } spd_nccl_watch;
 
 #define WATCH_MS 200
-
-static uint64_t timeout_ms(void) {
-  const char *v = getenv("SPCOLL_NCCL_TIMEOUT_S");
-  double s = v != NULL && *v ? atof(v) : 300.0;
-  return s > 0 ? (uint64_t)(s * 1000.0) : 300000;
-}
 
 void spd_nccl_inflight_remove(nccl_job *nj) {
   if (!nj->in_flight)
@@ -75,7 +69,7 @@ static void set_abort(spd_nccl_set *set, const char *why) {
 static void watch_tick(uv_timer_t *t) {
   spd_nccl_watch *w = t->data;
   spd_gpu *gpu = w->gpu;
-  uint64_t now = uv_now(gpu->ctx->loop), limit = timeout_ms();
+  uint64_t now = uv_now(gpu->ctx->loop), limit = (uint64_t)gpu->ctx->cfg.nccl_timeout * 1000;
   int busy = 0;
   spd_nccl_set *next;
   for (spd_nccl_set *set = gpu->nccl_sets; set != NULL; set = next) {
@@ -99,7 +93,7 @@ static void watch_tick(uv_timer_t *t) {
       set_abort(set, why);
     } else if (now - oldest > limit) {
       snprintf(why, sizeof(why), "an op made no progress in %.1f s "
-               "(SPCOLL_NCCL_TIMEOUT_S)", (double)(now - oldest) / 1000.0);
+               "(nccl_timeout)", (double)(now - oldest) / 1000.0);
       set_abort(set, why);
     }
   }

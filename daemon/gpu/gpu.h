@@ -183,7 +183,7 @@ int spd_gpu_copy_up(cudaStream_t s, void *dev, const void *host, size_t bytes,
                     spk_err *err);
 
 /* One launch on s (the current device, with sms multiprocessors) of the
- * list spd_cdesc_pack laid out for L, with plan p's dtype, scale and
+ * list spk_cdesc_pack laid out for L, with plan p's dtype, scale and
  * reduce op. */
 int spd_gpu_launch(const spk_plan *p, spk_claunch *L, int sms, cudaStream_t s,
                    spk_err *err);

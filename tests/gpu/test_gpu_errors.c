@@ -207,10 +207,12 @@ static int hang_main(int rank, int world, void *arg) {
   return bad;
 }
 
-/* A daemon whose environment has var=value (none when var is NULL), and
- * two ranks running fn against it. */
-static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
-  const char *const extra[] = {"--log-level", "debug", NULL};
+/* A daemon whose environment has var=value (none when var is NULL) and
+ * whose command line has `flag fvalue` (none when flag is NULL), and two
+ * ranks running fn against it. */
+static void run_pair_with(const char *var, const char *value, const char *flag,
+                          const char *fvalue, spt_rank_fn fn) {
+  const char *const extra[] = {"--log-level", "debug", flag, fvalue, NULL};
   if (var != NULL)
     setenv(var, value, 1);
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
@@ -224,8 +226,12 @@ static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
   ck_assert_int_eq(failed, 0);
 }
 
+static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
+  run_pair_with(var, value, NULL, NULL, fn);
+}
+
 START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
-  run_pair("SPCOLL_NCCL_TIMEOUT_S", "1", hang_main);
+  run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main);
 }
 END_TEST
 

@@ -102,7 +102,7 @@ static double combine(int op, double a, double v, spk_dtype dt) {
  * on: chunks tile each step, rows of a chunk fit in shared memory, and
  * every access is aligned to the step's vector width. Returns the bytes
  * written. */
-static uint64_t emu_list(const spd_cdesc_list *l, const emu_params *e) {
+static uint64_t emu_list(const spk_cdesc_list *l, const emu_params *e) {
   uint64_t written = 0;
   for (uint64_t c = 0; c < l->nchunks; c++) {
     uint64_t i = spk_cdesc_find(l->descs, l->n, c);
@@ -336,13 +336,13 @@ START_TEST(flattened_plans_match_plan_exec) {
     emu_params e = case_params(&c);
     uint64_t written = 0;
     for (int ph = 0; ph < 2; ph++) {
-      spd_cdesc_list l;
+      spk_cdesc_list l;
       spk_err err;
       /* small chunks, so the cases' blocks are cut and batched */
-      spd_cdesc_list_init(&l, (uint64_t)16 << range(0, 5));
-      ck_assert_int_eq(spd_cdesc_from_plan(&l, &c.plan, bases, ph, &err), 0);
+      spk_cdesc_list_init(&l, (uint64_t)16 << range(0, 5));
+      ck_assert_int_eq(spk_cdesc_from_plan(&l, &c.plan, bases, ph, &err), 0);
       written += emu_list(&l, &e);
-      spd_cdesc_list_free(&l);
+      spk_cdesc_list_free(&l);
     }
     ck_assert_msg(written == c.plan.bytes, "%s: descriptors write %llu "
                   "bytes, the plan %llu", c.tag, (unsigned long long)written,
@@ -364,9 +364,9 @@ START_TEST(routed_plans_match_plan_exec) {
     for (int r = 0; r < c.world; r++)
       rank_dev[r] = r < ndev ? r : (int)range(0, ndev - 1);
     int self = (int)range(0, 1);
-    spd_route rt;
+    spk_route rt;
     spk_err err;
-    ck_assert_int_eq(spd_route_init(&rt, &c.plan, rank_dev, ndev, self,
+    ck_assert_int_eq(spk_route_init(&rt, &c.plan, rank_dev, ndev, self,
                                     (uint64_t)16 << range(0, 5), &err), 0);
     uint8_t *stage[MAXW];
     for (int d = 0; d < ndev; d++) {
@@ -375,7 +375,7 @@ START_TEST(routed_plans_match_plan_exec) {
     }
     uint8_t *bases[MAXW * SPK_T_COUNT];
     case_bases(&c, bases);
-    ck_assert_int_eq(spd_route_build(&rt, &c.plan, bases, rank_dev, stage,
+    ck_assert_int_eq(spk_route_build(&rt, &c.plan, bases, rank_dev, stage,
                                      &err), 0);
     emu_params e = case_params(&c);
     for (int ph = 0; ph < 2; ph++) {
@@ -383,12 +383,12 @@ START_TEST(routed_plans_match_plan_exec) {
         emu_list(&rt.pack[ph * ndev + d], &e);
       for (int s = 0; s < ndev; s++)
         for (int d = 0; d < ndev; d++) {
-          uint64_t n = rt.bytes[SPD_ROUTE_AT(&rt, ph, s, d)];
+          uint64_t n = rt.bytes[SPK_ROUTE_AT(&rt, ph, s, d)];
           ck_assert(self || s != d || n == 0);
           if (n)
             memcpy(stage[d] + rt.recv_base[d] +
-                       rt.recv_off[SPD_ROUTE_AT(&rt, ph, d, s)],
-                   stage[s] + rt.send_off[SPD_ROUTE_AT(&rt, ph, s, d)], n);
+                       rt.recv_off[SPK_ROUTE_AT(&rt, ph, d, s)],
+                   stage[s] + rt.send_off[SPK_ROUTE_AT(&rt, ph, s, d)], n);
         }
       for (int d = 0; d < ndev; d++)
         emu_list(&rt.post[ph * ndev + d], &e);
@@ -396,7 +396,7 @@ START_TEST(routed_plans_match_plan_exec) {
     case_compare(&c, self ? "routed, self exchange" : "routed");
     for (int d = 0; d < ndev; d++)
       free(stage[d]);
-    spd_route_free(&rt);
+    spk_route_free(&rt);
     case_free(&c);
   }
 }
@@ -405,27 +405,27 @@ END_TEST
 /* Big rows are cut in SPK_CU_CHUNK pieces; odd addresses fall back to
  * narrower accesses; tiny rows are batched up to SPK_CU_MAX_ROWS. */
 START_TEST(chunk_geometry) {
-  spd_cdesc_list l;
+  spk_cdesc_list l;
   spk_err err;
-  spd_cdesc_list_init(&l, 0);
-  ck_assert_uint_eq(spd_cdesc_chunk_for(1 << 20, 132), SPK_CU_CHUNK_MIN);
-  ck_assert_uint_eq(spd_cdesc_chunk_for(64 << 20, 132), 64 << 10);
-  ck_assert_uint_eq(spd_cdesc_chunk_for(1ull << 30, 132), SPK_CU_CHUNK_MAX);
+  spk_cdesc_list_init(&l, 0);
+  ck_assert_uint_eq(spk_cdesc_chunk_for(1 << 20, 132), SPK_CU_CHUNK_MIN);
+  ck_assert_uint_eq(spk_cdesc_chunk_for(64 << 20, 132), 64 << 10);
+  ck_assert_uint_eq(spk_cdesc_chunk_for(1ull << 30, 132), SPK_CU_CHUNK_MAX);
   spk_move big = {.nd = 2, .len = {3, 3 * SPK_CU_CHUNK + 48},
                   .src_stride = {4 * SPK_CU_CHUNK, 1},
                   .dst_stride = {4 * SPK_CU_CHUNK, 1}};
-  ck_assert_int_eq(spd_cdesc_add_copy(&l, &big, 0x1000, 0x100000000ull,
+  ck_assert_int_eq(spk_cdesc_add_copy(&l, &big, 0x1000, 0x100000000ull,
                                       SPK_CU_COPY, 4, 0, &err), 0);
   ck_assert_uint_eq(l.descs[0].nchunks, 3 * 4);
   ck_assert_uint_eq(l.descs[0].vec, 16);
   spk_move odd = {.nd = 1, .len = {100}};
-  ck_assert_int_eq(spd_cdesc_add_copy(&l, &odd, 0x1004, 0x2008, SPK_CU_COPY,
+  ck_assert_int_eq(spk_cdesc_add_copy(&l, &odd, 0x1004, 0x2008, SPK_CU_COPY,
                                       4, 0, &err), 0);
   ck_assert_uint_eq(l.descs[1].vec, 4);
   ck_assert_uint_eq(l.descs[1].chunk0, 12);
   spk_move tiny = {.nd = 2, .len = {5000, 4}, .src_stride = {8, 1},
                    .dst_stride = {4, 1}};
-  ck_assert_int_eq(spd_cdesc_add_copy(&l, &tiny, 0x3000, 0x9000, SPK_CU_COPY,
+  ck_assert_int_eq(spk_cdesc_add_copy(&l, &tiny, 0x3000, 0x9000, SPK_CU_COPY,
                                       4, 0, &err), 0);
   ck_assert_uint_eq(l.descs[2].rows_per_chunk, SPK_CU_MAX_ROWS);
   ck_assert_uint_eq(l.descs[2].nchunks, 5);
@@ -433,13 +433,13 @@ START_TEST(chunk_geometry) {
   ck_assert_uint_eq(spk_cdesc_find(l.descs, l.n, 12), 1);
   ck_assert_uint_eq(spk_cdesc_find(l.descs, l.n, 13), 2);
   ck_assert_uint_eq(spk_cdesc_find(l.descs, l.n, 11), 0);
-  spd_cdesc_list_free(&l);
+  spk_cdesc_list_free(&l);
 }
 END_TEST
 
 /* ---- exact collectives --------------------------------------------- */
 
-static spd_coll classify(spk_op_kind k, int world, spk_dtype dt, int nd,
+static spk_coll classify(spk_op_kind k, int world, spk_dtype dt, int nd,
                          const int64_t *shape, int d, int g, uint32_t flags) {
   spk_op_args a[MAXW];
   const spk_op_args *argp[MAXW];
@@ -464,7 +464,7 @@ static spd_coll classify(spk_op_kind k, int world, spk_dtype dt, int nd,
   spk_plan_init(&p, world);
   ck_assert_int_eq(spk_plan_build(argp, world, &p, &err), 0);
   uint64_t count = 0;
-  spd_coll c = spd_route_collective(&p, k, in_b, out_b, &count);
+  spk_coll c = spk_route_collective(&p, k, in_b, out_b, &count);
   spk_plan_free(&p);
   return c;
 }
@@ -473,31 +473,31 @@ START_TEST(exact_collectives) {
   int64_t s[3] = {4, 3, 2}, s12[3] = {12, 3, 2}, row[2] = {2, 6};
   int64_t one[3] = {1, 12, 2};
   ck_assert_int_eq(classify(SPK_OP_ALL_GATHER, 4, SPK_F32, 3, s, 0, 0, 0),
-                   SPD_COLL_ALL_GATHER);
+                   SPK_COLL_ALL_GATHER);
   ck_assert_int_eq(classify(SPK_OP_ALL_GATHER, 1, SPK_F32, 3, s, 0, 0, 0),
-                   SPD_COLL_ALL_GATHER);
+                   SPK_COLL_ALL_GATHER);
   /* along a later dim with an outer dim > 1: interleaved, not NCCL's */
   ck_assert_int_eq(classify(SPK_OP_ALL_GATHER, 2, SPK_F32, 2, row, 1, 0, 0),
-                   SPD_COLL_NONE);
+                   SPK_COLL_NONE);
   /* scaled copies are not a collective */
   ck_assert_int_eq(classify(SPK_OP_ALL_GATHER, 2, SPK_F32, 3, s, 0, 0,
                             SPK_SCALE_UP << SPK_FLAG_SCALE_SHIFT),
-                   SPD_COLL_NONE);
+                   SPK_COLL_NONE);
   /* leading dims of 1: every piece is one contiguous run on both sides */
   ck_assert_int_eq(classify(SPK_OP_ALL_TO_ALL, 3, SPK_BF16, 3, one, 1, 0, 0),
-                   SPD_COLL_ALL_TO_ALL);
+                   SPK_COLL_ALL_TO_ALL);
   ck_assert_int_eq(classify(SPK_OP_ALL_TO_ALL, 3, SPK_BF16, 3, s12, 0, 1, 0),
-                   SPD_COLL_NONE);
+                   SPK_COLL_NONE);
   ck_assert_int_eq(classify(SPK_OP_REDUCE_SCATTER, 3, SPK_F32, 3, s12, 0, 0,
-                            0), SPD_COLL_REDUCE_SCATTER);
+                            0), SPK_COLL_REDUCE_SCATTER);
   ck_assert_int_eq(classify(SPK_OP_REDUCE_SCATTER, 3, SPK_BF16, 3, s12, 0, 0,
-                            0), SPD_COLL_NONE);
+                            0), SPK_COLL_NONE);
   ck_assert_int_eq(classify(SPK_OP_ALL_REDUCE, 4, SPK_I64, 3, s, 0, 0,
-                            SPK_RED_MAX), SPD_COLL_ALL_REDUCE);
+                            SPK_RED_MAX), SPK_COLL_ALL_REDUCE);
   ck_assert_int_eq(classify(SPK_OP_ALL_REDUCE, 2, SPK_F16, 3, s, 0, 0, 0),
-                   SPD_COLL_ALL_REDUCE);
+                   SPK_COLL_ALL_REDUCE);
   ck_assert_int_eq(classify(SPK_OP_ALL_REDUCE, 3, SPK_F16, 3, s, 0, 0, 0),
-                   SPD_COLL_NONE);
+                   SPK_COLL_NONE);
 }
 END_TEST
 

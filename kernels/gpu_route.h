@@ -6,8 +6,8 @@
  * the sources of other devices from its receive area. Also: whether a plan
  * is exactly one NCCL collective. Plain C with no CUDA or NCCL call, so it
  * is unit-tested on the host with memcpy standing in for the exchange. */
-#ifndef SPD_GPU_ROUTE_H
-#define SPD_GPU_ROUTE_H
+#ifndef SPK_GPU_ROUTE_H
+#define SPK_GPU_ROUTE_H
 
 #include <stdint.h>
 
@@ -22,45 +22,45 @@ typedef struct {
   uint64_t *recv_off;     /* [phase][d][s]: where in d's receive area */
   uint64_t *recv_base;    /* [dev]: the receive area's offset in staging */
   uint64_t *stage_bytes;  /* [dev]: staging bytes (send, then receive) */
-  spd_cdesc_list *pack;   /* [phase][dev]: into the send area, before the
+  spk_cdesc_list *pack;   /* [phase][dev]: into the send area, before the
                            * exchange */
-  spd_cdesc_list *post;   /* [phase][dev]: after it: local copies and
+  spk_cdesc_list *post;   /* [phase][dev]: after it: local copies and
                            * unpacks (phase 1), reduce steps (phase 0) */
-} spd_route;
+} spk_route;
 
-#define SPD_ROUTE_AT(rt, p, a, b) ((((size_t)(p) * (rt)->ndev) + (a)) * \
+#define SPK_ROUTE_AT(rt, p, a, b) ((((size_t)(p) * (rt)->ndev) + (a)) * \
                                    (rt)->ndev + (b))
 
 /* Size the exchange of plan p: rank_dev[r] is rank r's device index in
  * [0, ndev); the lists are cut in chunks of `chunk` bytes (0: the
  * default). Fills bytes, offsets and stage_bytes; free with
- * spd_route_free even on failure. */
-int spd_route_init(spd_route *rt, const spk_plan *p, const int *rank_dev,
+ * spk_route_free even on failure. */
+int spk_route_init(spk_route *rt, const spk_plan *p, const int *rank_dev,
                    int ndev, int self_p2p, uint64_t chunk, spk_err *err);
 
 /* Build the descriptor lists, with bases[rank * SPK_T_COUNT + t] the
  * address of rank's tensor t and stage[dev] the address of dev's staging
  * (stage_bytes[dev] bytes; may be NULL when that is 0). */
-int spd_route_build(spd_route *rt, const spk_plan *p, uint8_t *const *bases,
+int spk_route_build(spk_route *rt, const spk_plan *p, uint8_t *const *bases,
                     const int *rank_dev, uint8_t *const *stage, spk_err *err);
 
-void spd_route_free(spd_route *rt);
+void spk_route_free(spk_route *rt);
 
 typedef enum {
-  SPD_COLL_NONE = 0,
-  SPD_COLL_ALL_GATHER,     /* count: bytes of each rank's input */
-  SPD_COLL_ALL_TO_ALL,     /* count: bytes each rank sends each rank */
-  SPD_COLL_REDUCE_SCATTER, /* count: bytes of each rank's output */
-  SPD_COLL_ALL_REDUCE      /* count: bytes of each tensor */
-} spd_coll;
+  SPK_COLL_NONE = 0,
+  SPK_COLL_ALL_GATHER,     /* count: bytes of each rank's input */
+  SPK_COLL_ALL_TO_ALL,     /* count: bytes each rank sends each rank */
+  SPK_COLL_REDUCE_SCATTER, /* count: bytes of each rank's output */
+  SPK_COLL_ALL_REDUCE      /* count: bytes of each tensor */
+} spk_coll;
 
-const char *spd_coll_name(spd_coll c);
+const char *spk_coll_name(spk_coll c);
 
 /* The NCCL collective plan p of op `op` is exactly, with the ranks' tensor
  * sizes in_bytes[r] and out_bytes[r] (rank r being NCCL rank r), or
- * SPD_COLL_NONE. Reductions of 16-bit floats over more than two ranks are
+ * SPK_COLL_NONE. Reductions of 16-bit floats over more than two ranks are
  * never one: NCCL would accumulate them in 16 bits, spcoll in fp32. */
-spd_coll spd_route_collective(const spk_plan *p, spk_op_kind op,
+spk_coll spk_route_collective(const spk_plan *p, spk_op_kind op,
                               const uint64_t *in_bytes,
                               const uint64_t *out_bytes, uint64_t *count_p);
 

@@ -3,25 +3,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-void spd_cdesc_list_init(spd_cdesc_list *l, uint64_t chunk) {
+void spk_cdesc_list_init(spk_cdesc_list *l, uint64_t chunk) {
   memset(l, 0, sizeof(*l));
   l->chunk = chunk ? chunk : SPK_CU_CHUNK;
 }
 
-uint64_t spd_cdesc_chunk_for(uint64_t bytes, int sms) {
+uint64_t spk_cdesc_chunk_for(uint64_t bytes, int sms) {
   uint64_t want = bytes / (8 * (uint64_t)(sms > 0 ? sms : 1)), c;
   for (c = SPK_CU_CHUNK_MIN; c < SPK_CU_CHUNK_MAX && c < want; c *= 2)
     ;
   return c;
 }
 
-void spd_cdesc_list_free(spd_cdesc_list *l) {
+void spk_cdesc_list_free(spk_cdesc_list *l) {
   free(l->descs);
   free(l->srcs);
-  spd_cdesc_list_init(l, l->chunk);
+  spk_cdesc_list_init(l, l->chunk);
 }
 
-uint64_t spd_cdesc_block_bytes(const spk_move *m) {
+uint64_t spk_cdesc_block_bytes(const spk_move *m) {
   uint64_t bytes = 1;
   for (int i = 0; i < m->nd; i++)
     bytes *= m->len[i];
@@ -66,7 +66,7 @@ static uint8_t vec_width(const spk_cdesc *d) {
 
 /* Fill the geometry of d from m's (flags: contiguous sides) and cut it in
  * chunks after the list's last one. */
-static void desc_geometry(spd_cdesc_list *l, spk_cdesc *d, const spk_move *m,
+static void desc_geometry(spk_cdesc_list *l, spk_cdesc *d, const spk_move *m,
                           int flags) {
   d->nouter = (uint8_t)(m->nd - 1);
   d->run = m->len[m->nd - 1];
@@ -77,9 +77,9 @@ static void desc_geometry(spd_cdesc_list *l, spk_cdesc *d, const spk_move *m,
     d->dstride[i] = m->dst_stride[i];
     d->rows *= m->len[i];
   }
-  if (flags & SPD_CD_SRC_CONTIG)
+  if (flags & SPK_CD_SRC_CONTIG)
     contig_strides(d, d->sstride);
-  if (flags & SPD_CD_DST_CONTIG)
+  if (flags & SPK_CD_DST_CONTIG)
     contig_strides(d, d->dstride);
   if (d->run > l->chunk) {
     d->piece = l->chunk;
@@ -94,7 +94,7 @@ static void desc_geometry(spd_cdesc_list *l, spk_cdesc *d, const spk_move *m,
   d->chunk0 = l->nchunks;
 }
 
-int spd_cdesc_add_copy(spd_cdesc_list *l, const spk_move *m, uint64_t src,
+int spk_cdesc_add_copy(spk_cdesc_list *l, const spk_move *m, uint64_t src,
                        uint64_t dst, int kind, size_t esize, int flags,
                        spk_err *err) {
   int rc = grow((void **)&l->descs, l->n, &l->cap, sizeof(spk_cdesc),
@@ -114,7 +114,7 @@ int spd_cdesc_add_copy(spd_cdesc_list *l, const spk_move *m, uint64_t src,
   return SPK_OK;
 }
 
-int spd_cdesc_add_reduce(spd_cdesc_list *l, const spk_move *geo, uint64_t dst,
+int spk_cdesc_add_reduce(spk_cdesc_list *l, const spk_move *geo, uint64_t dst,
                          const spk_csrc *srcs, uint32_t nsrc, size_t esize,
                          spk_err *err) {
   int rc = grow((void **)&l->descs, l->n, &l->cap, sizeof(spk_cdesc),
@@ -142,7 +142,7 @@ int spd_cdesc_add_reduce(spd_cdesc_list *l, const spk_move *geo, uint64_t dst,
   return SPK_OK;
 }
 
-int spd_cdesc_from_plan(spd_cdesc_list *l, const spk_plan *p,
+int spk_cdesc_from_plan(spk_cdesc_list *l, const spk_plan *p,
                         uint8_t *const *bases, int phase, spk_err *err) {
   size_t esize = spk_dtype_size(p->dtype);
   int rc = SPK_OK;
@@ -165,7 +165,7 @@ int spd_cdesc_from_plan(spd_cdesc_list *l, const spk_plan *p,
       uint64_t dst =
           (uint64_t)(uintptr_t)bases[r->geo.dst_rank * SPK_T_COUNT +
                                      r->geo.dst_t] + r->geo.dst_off;
-      rc = spd_cdesc_add_reduce(l, &r->geo, dst, srcs, r->nsrc, esize, err);
+      rc = spk_cdesc_add_reduce(l, &r->geo, dst, srcs, r->nsrc, esize, err);
     }
     free(srcs);
     return rc;
@@ -177,7 +177,7 @@ int spd_cdesc_from_plan(spd_cdesc_list *l, const spk_plan *p,
                                               m->src_t] + m->src_off;
     uint64_t dst = (uint64_t)(uintptr_t)bases[m->dst_rank * SPK_T_COUNT +
                                               m->dst_t] + m->dst_off;
-    rc = spd_cdesc_add_copy(l, m, src, dst, kind, esize, 0, err);
+    rc = spk_cdesc_add_copy(l, m, src, dst, kind, esize, 0, err);
   }
   return rc;
 }
@@ -186,11 +186,11 @@ static size_t align16(size_t n) {
   return (n + 15) & ~(size_t)15;
 }
 
-size_t spd_cdesc_packed_size(const spd_cdesc_list *l) {
+size_t spk_cdesc_packed_size(const spk_cdesc_list *l) {
   return align16(l->n * sizeof(spk_cdesc)) + l->nsrcs * sizeof(spk_csrc);
 }
 
-void spd_cdesc_pack(const spd_cdesc_list *l, void *host, uint64_t dev,
+void spk_cdesc_pack(const spk_cdesc_list *l, void *host, uint64_t dev,
                     spk_claunch *launch) {
   size_t dbytes = align16(l->n * sizeof(spk_cdesc));
   if (l->n)
