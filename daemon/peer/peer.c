@@ -1,5 +1,8 @@
-/* Peer daemons: endpoints, Hello, control messages, heartbeats, loss;
- * the worker driven from the loop. Set-up and stop: peer_life.c. */
+/* The peer transport: UCX endpoints to and from the other nodes, control
+ * messages as active messages, endpoint errors, the worker driven from
+ * the loop. What the messages and errors mean for a node (Hello, up,
+ * lost) is node membership's (peer_member.c), reached through
+ * P->member. Set-up and stop: peer_life.c; op data: peer_xfer.c. */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,37 +77,6 @@ void spd_peer_in_eps_close(spd_peers *P, int node) {
   }
 }
 
-static void peer_lost(spd_peers *P, int node, const char *why) {
-  spd_peer *p = &P->peer[node];
-  int was_up = p->up;
-  if (p->ep != NULL)
-    spd_peer_ep_close(P, p->ep);
-  p->ep = NULL;
-  p->up = 0;
-  p->heard = 0;
-  spd_peer_in_eps_close(P, node);
-  spd_peer_xfers_cancel(P, node);
-  if (!was_up) {
-    SPD_DEBUG(&P->ctx->log, "node %d not reached yet: %s", node, why);
-    return;
-  }
-  SPD_WARN(&P->ctx->log, "node %d lost: %s", node, why);
-  P->hooks.on_lost(P->ctx, node, why);
-}
-
-static void send_hello(spd_peers *P, int node, int answer);
-
-/* Up once we heard its Hello and have an endpoint to it. */
-static void peer_check_up(spd_peers *P, int node) {
-  spd_peer *p = &P->peer[node];
-  if (p->up || !p->heard || p->ep == NULL)
-    return;
-  p->up = 1;
-  SPD_INFO(&P->ctx->log, "node %d up (%s:%d)", node,
-           P->ctx->cfg.peers[node].host, P->ctx->cfg.peers[node].port);
-  P->hooks.on_up(P->ctx, node);
-}
-
 int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
                      socklen_t *len, char *why, size_t wlen) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -122,7 +94,7 @@ int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
   return 0;
 }
 
-static void peer_connect(spd_peers *P, int node) {
+int spd_peer_ep_open(spd_peers *P, int node) {
   spd_peer *p = &P->peer[node];
   const spd_hostport *hp = &P->ctx->cfg.peers[node];
   struct sockaddr_storage ss;
@@ -130,7 +102,7 @@ static void peer_connect(spd_peers *P, int node) {
   char why[160];
   if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0) {
     SPD_WARN(&P->ctx->log, "node %d: %s", node, why);
-    return;
+    return -1;
   }
   ucp_ep_params_t ep = {
       .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -145,27 +117,14 @@ static void peer_connect(spd_peers *P, int node) {
     SPD_DEBUG(&P->ctx->log, "ucp_ep_create to node %d (%s:%d): %s", node,
               hp->host, hp->port, ucs_status_string(st));
     p->ep = NULL;
-    return;
+    return -1;
   }
-  p->connect_ns = spd_now_ns();
-  send_hello(P, node, 0);
-  peer_check_up(P, node);
+  return 0;
 }
 
-static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
-                       ucp_ep_h reply_ep) {
-  spd_peer *p = &P->peer[node];
-  if (h->protocol_version != SPD_PEER_PROTOCOL ||
-      (int)h->nnodes != P->ctx->cfg.npeers) {
-    SPD_ERROR(&P->ctx->log, "node %d speaks peer protocol %u with %u nodes; "
-              "we speak %d with %d: ignored", node, h->protocol_version,
-              h->nnodes, SPD_PEER_PROTOCOL, P->ctx->cfg.npeers);
-    return;
-  }
-  if (p->up && p->incarnation != h->incarnation)
-    peer_lost(P, node, "its daemon restarted");
-  /* The endpoint this Hello came on is the node's; older ones of it are
-   * leftovers of earlier attempts, whose errors must not count. */
+/* The endpoint node's Hello came on is the node's; older ones of it are
+ * leftovers of earlier attempts, whose errors must not count. */
+void spd_peer_in_ep_claim(spd_peers *P, int node, ucp_ep_h reply_ep) {
   spd_in_ep *in = TAILQ_FIRST(&P->in_eps), *next;
   for (; in != NULL; in = next) {
     next = TAILQ_NEXT(in, link);
@@ -177,15 +136,6 @@ static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
       free(in);
     }
   }
-  p->incarnation = h->incarnation;
-  p->heard_ns = spd_now_ns();
-  p->departed = 0;
-  p->heard = 1;
-  if (p->ep == NULL)
-    peer_connect(P, node); /* says Hello itself */
-  else if (!h->answer)
-    send_hello(P, node, 1); /* it may not have heard ours (a new try) */
-  peer_check_up(P, node);
 }
 
 /* ---- control messages --------------------------------------------------- */
@@ -224,19 +174,6 @@ void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
              len, ucs_status_string(UCS_PTR_STATUS(req)));
   if (req == NULL || UCS_PTR_IS_ERR(req))
     free(buf);
-}
-
-static void send_hello(spd_peers *P, int node, int answer) {
-  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
-  Spcoll__Peer__Hello h = SPCOLL__PEER__HELLO__INIT;
-  h.protocol_version = SPD_PEER_PROTOCOL;
-  h.node = (uint32_t)P->ctx->cfg.node_index;
-  h.incarnation = P->incarnation;
-  h.nnodes = (uint32_t)P->ctx->cfg.npeers;
-  h.answer = answer;
-  m.body_case = SPCOLL__PEER__MSG__BODY_HELLO;
-  m.hello = &h;
-  spd_peer_am_send(P, node, &m, 1);
 }
 
 void spd_peer_send(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
@@ -307,7 +244,7 @@ void spd_peer_on_conn_request(ucp_conn_request_h conn, void *arg) {
 static void ep_error(spd_peers *P, spd_peer_event *ev) {
   if (ev->node >= 0) {
     if (P->peer[ev->node].ep == ev->ep)
-      peer_lost(P, ev->node, ev->why);
+      P->member.on_lost(P, ev->node, ev->why);
     return;
   }
   spd_in_ep *in;
@@ -319,7 +256,7 @@ static void ep_error(spd_peers *P, spd_peer_event *ev) {
   if (in->node >= 0) {
     char why[200];
     snprintf(why, sizeof(why), "node %d: %s", in->node, ev->why);
-    peer_lost(P, in->node, why);
+    P->member.on_lost(P, in->node, why);
     return;
   }
   TAILQ_REMOVE(&P->in_eps, in, link);
@@ -327,53 +264,11 @@ static void ep_error(spd_peers *P, spd_peer_event *ev) {
   free(in);
 }
 
-/* A message of a node whose Hello we heard, from that same daemon. */
-static void msg_dispatch(spd_peers *P, spd_peer_event *ev) {
-  spd_peer *p = &P->peer[ev->node];
-  if (ev->incarnation != p->incarnation) {
-    SPD_DEBUG(&P->ctx->log, "message %d from an earlier daemon of node %d "
-              "dropped", (int)ev->msg->body_case, ev->node);
-  } else if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_BYE) {
-    p->departed = 1;
-    peer_lost(P, ev->node, "its daemon stopped");
-  } else {
-    p->heard_ns = spd_now_ns();
-    if (ev->msg->body_case != SPCOLL__PEER__MSG__BODY_HEARTBEAT)
-      P->hooks.on_msg(P->ctx, ev->node, ev->msg);
-  }
-}
-
-/* Messages may overtake the Hello that came first (UCX delivers a Hello,
- * sent with a reply endpoint, once that endpoint is wired up): they wait
- * for it, in order. */
-static void held_replay(spd_peers *P, int node) {
-  spd_peer_event *ev = TAILQ_FIRST(&P->held), *next;
-  for (; ev != NULL; ev = next) {
-    next = TAILQ_NEXT(ev, link);
-    if (ev->node != node)
-      continue;
-    TAILQ_REMOVE(&P->held, ev, link);
-    P->nheld--;
-    if (P->peer[node].heard)
-      msg_dispatch(P, ev);
-    spcoll__peer__msg__free_unpacked(ev->msg, NULL);
-    free(ev);
-  }
-}
-
 static void event_handle(spd_peers *P, spd_peer_event *ev) {
   switch (ev->kind) {
   case EV_MSG:
-    if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO) {
-      peer_hello(P, ev->node, ev->msg->hello, ev->reply_ep);
-      held_replay(P, ev->node);
-    } else if (!P->peer[ev->node].heard && P->nheld < 65536) {
-      TAILQ_INSERT_TAIL(&P->held, ev, link);
-      P->nheld++;
-      return;
-    } else if (P->peer[ev->node].heard) {
-      msg_dispatch(P, ev);
-    }
+    if (P->member.on_msg(P, ev))
+      return; /* membership keeps it (held for its node's Hello) */
     spcoll__peer__msg__free_unpacked(ev->msg, NULL);
     break;
   case EV_EP_ERROR:
@@ -411,33 +306,5 @@ void spd_peers_progress(spd_peers *P) {
 void spd_peer_on_poll(uv_poll_t *h, int status, int events) {
   (void)status, (void)events;
   spd_peers_progress(h->data);
-}
-
-void spd_peer_on_tick(uv_timer_t *t) {
-  spd_peers *P = t->data;
-  uint64_t now = spd_now_ns();
-  uint64_t limit = (uint64_t)P->ctx->cfg.peer_timeout * 1000000000u;
-  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
-  Spcoll__Peer__Heartbeat hb = SPCOLL__PEER__HEARTBEAT__INIT;
-  m.body_case = SPCOLL__PEER__MSG__BODY_HEARTBEAT;
-  m.heartbeat = &hb;
-  for (int n = 0; n < P->ctx->cfg.npeers; n++) {
-    spd_peer *p = &P->peer[n];
-    if (n == P->ctx->cfg.node_index)
-      continue;
-    if (p->up && now - p->heard_ns > limit) {
-      char why[96];
-      snprintf(why, sizeof(why), "no word from it for %d s (peer_timeout)",
-               P->ctx->cfg.peer_timeout);
-      peer_lost(P, n, why);
-    } else if (p->up) {
-      spd_peer_am_send(P, n, &m, 0);
-    } else if (p->ep != NULL && now - p->connect_ns > limit) {
-      peer_lost(P, n, "no Hello in time");
-    } else if (p->ep == NULL && !p->departed && !P->stopping) {
-      peer_connect(P, n);
-    }
-  }
-  spd_peers_progress(P);
 }
 

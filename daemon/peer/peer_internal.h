@@ -1,5 +1,8 @@
-/* State of the peer transport, shared by peer.c (endpoints, control
- * messages) and peer_xfer.c (op data streams). Not seen elsewhere. */
+/* State of the peer layer, shared by its files: the transport (peer.c:
+ * endpoints, control messages; peer_xfer.c: op data streams), node
+ * membership above it (peer_member.c: Hello, heartbeats, up and lost) and
+ * their set-up and stop (peer_life.c). Not seen elsewhere: the rest of
+ * the daemon includes peer.h, which has no UCX type. */
 #ifndef SPD_PEER_INTERNAL_H
 #define SPD_PEER_INTERNAL_H
 
@@ -63,9 +66,24 @@ typedef struct spd_peer_mapped {
   uint64_t id;
 } spd_peer_mapped;
 
+struct spd_peers;
+
+/* What the transport tells node membership, set at start (as the groups'
+ * spd_peer_hooks are one layer up): a control message of node ev->node
+ * came (returns 1 when membership keeps ev, 0 when the transport frees
+ * it); an endpoint of node failed (why). */
+typedef struct spd_peer_member_hooks {
+  int (*on_msg)(struct spd_peers *P, spd_peer_event *ev);
+  void (*on_lost)(struct spd_peers *P, int node, const char *why);
+} spd_peer_member_hooks;
+
+/* Membership's (peer_member.c). */
+extern const spd_peer_member_hooks spd_peer_member;
+
 typedef struct spd_peers {
   spd_ctx *ctx;
-  spd_peer_hooks hooks;       /* the layer above */
+  spd_peer_hooks hooks;       /* the groups, above the peer layer */
+  spd_peer_member_hooks member; /* membership, above the transport */
   ucp_context_h ucp;
   ucp_worker_h worker;
   ucp_listener_h listener;
@@ -95,6 +113,12 @@ void spd_peer_on_tick(uv_timer_t *t);
 /* Send m to node now (endpoint made), reply: with a reply endpoint. */
 void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
                       int reply);
+/* Make our endpoint to node (P->peer[node].ep); -1 when it could not
+ * (logged: the next tick tries again). */
+int spd_peer_ep_open(spd_peers *P, int node);
+/* node's Hello came on reply_ep: that endpoint is node's, older ones of
+ * node are closed. */
+void spd_peer_in_ep_claim(spd_peers *P, int node, ucp_ep_h reply_ep);
 /* Close the endpoints peers made to us (node < 0: all). */
 void spd_peer_in_eps_close(spd_peers *P, int node);
 int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,

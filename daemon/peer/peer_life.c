@@ -125,6 +125,7 @@ int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the peer state failed");
   P->ctx = ctx;
   P->hooks = *hooks;
+  P->member = spd_peer_member;
   TAILQ_INIT(&P->in_eps);
   TAILQ_INIT(&P->xfers);
   TAILQ_INIT(&P->events);
@@ -242,6 +243,7 @@ void spd_peers_stop(spd_ctx *ctx) {
     TAILQ_REMOVE(&P->xfers, x, link); /* no op waits on it any more */
     if (x->req != NULL)
       ucp_request_free(x->req);
+    free(x->iov);
     free(x);
   }
   spd_peer_unmap_all(P);
