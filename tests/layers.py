@@ -50,9 +50,6 @@ FOLDER_EXCEPTIONS = {
     ("daemon/engine", "daemon/core/daemon.h"): CONTEXT,
     ("daemon/gpu", "daemon/core/daemon.h"): CONTEXT,
     ("daemon/peer", "daemon/core/daemon.h"): CONTEXT,
-    ("daemon/engine", "daemon/core/buffer.h"):
-        "engine_gpu.c and mover_cuda.c read a buffer's kind, GPU and IPC "
-        "mapping; to become fields of the work item's tensors",
 }
 
 

@@ -168,7 +168,7 @@ void spd_buffer_ref(spd_buffer *buf) {
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
   if (--buf->refs > 0)
     return;
-  spd_engines_forget_buffer(ctx, buf);
+  spd_engines_forget_buffer(ctx, buf->engine_state);
   if (buf->kind == SPD_BUF_DEVICE) {
     /* An IPC mapping is undone only by cudaIpcCloseMemHandle (once its
      * allocation's last buffer goes), never by munmap: the client frees

@@ -21,7 +21,10 @@ typedef struct spd_buffer {
                                    * address of the first byte */
   size_t size;
   int refs;
-  void *peer_memh;                /* UCX registration, made on first send */
+  void *engine_state[SPD_ENGINE_COUNT]; /* each engine's own (the ucx
+                                   * row: the UCX registration, made on
+                                   * first send), dropped through the
+                                   * table when the buffer goes */
   spd_buffer_kind kind;
   int device;                     /* device buffers: the daemon's CUDA
                                    * ordinal of their GPU */

@@ -73,9 +73,17 @@ static int work_fill(spd_op *op, spk_err *err) {
     a.rank_state[i] = r->eng.p;
     a.ranks[i].args = &r->args;
     for (int t = 0; t < SPK_T_COUNT; t++) {
-      a.ranks[i].buf[t] = r->buf[t];
-      a.ranks[i].off[t] = r->off[t];
-      device |= r->buf[t] != NULL && r->buf[t]->kind == SPD_BUF_DEVICE;
+      spd_buffer *b = r->buf[t];
+      spd_work_tensor *wt = &a.ranks[i].t[t];
+      *wt = (spd_work_tensor){.dev = -1};
+      if (b == NULL)
+        continue;
+      *wt = (spd_work_tensor){.here = 1, .off = r->off[t],
+                              .dev = b->kind == SPD_BUF_DEVICE ? b->device
+                                                               : -1,
+                              .buf_base = b->base, .buf_size = b->size,
+                              .buf_id = b->id, .state = b->engine_state};
+      device |= b->kind == SPD_BUF_DEVICE;
     }
   }
   op->work = (spd_work){.plan = &op->plan, .bases = op->bases, .dev = a.dev,
@@ -135,8 +143,11 @@ void spd_engine_account(spd_op *op) {
 
 int spd_op_rank_engine_open(spd_op_rank *r, const Spcoll__OpRequest *rq,
                             spk_err *err) {
+  const spd_buffer *in = r->buf[SPK_T_IN];
+  int dev = in != NULL && in->kind == SPD_BUF_DEVICE ? in->device : -1;
   spd_rank_req q = {.ctx = r->session->ctx, .session = r->session->id,
-                    .in = r->buf[SPK_T_IN],
+                    .in_dev = dev,
+                    .in_gpu_mem = dev >= 0 ? in->gpu_mem : NULL,
                     .ready = rq->ready_event.data,
                     .nready = rq->ready_event.len,
                     .done = rq->done_event.data,

@@ -62,10 +62,11 @@ void spd_engines_fini(struct spd_ctx *ctx) {
       spd_engines[k]->fini(ctx);
 }
 
-void spd_engines_forget_buffer(struct spd_ctx *ctx, struct spd_buffer *buf) {
+void spd_engines_forget_buffer(struct spd_ctx *ctx, void **state) {
   for (int k = 0; k < SPD_ENGINE_COUNT; k++)
-    if (spd_engines[k]->built && spd_engines[k]->forget_buffer != NULL)
-      spd_engines[k]->forget_buffer(ctx, buf);
+    if (state[k] != NULL && spd_engines[k]->built &&
+        spd_engines[k]->forget_buffer != NULL)
+      spd_engines[k]->forget_buffer(ctx, &state[k]);
 }
 
 const char *spd_engine_help(int kind, int bytes) {

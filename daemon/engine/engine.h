@@ -15,7 +15,6 @@
 #include "types.h"
 
 struct spd_ctx;
-struct spd_buffer;
 
 /* Every engine, once: kind suffix, the name config and stats use, and the
  * help of its two counters (Prometheus: spcoll_mover_<name>_ops_total and
@@ -44,11 +43,26 @@ typedef enum {
  * (an SPK_E* and why); called on the loop thread, never inside submit. */
 typedef void (*spd_work_done_cb)(void *arg, int status, const char *msg);
 
+/* One tensor of a rank, as an engine sees it: its memory and the buffer
+ * it lies in (an engine registers whole buffers, once). */
+typedef struct spd_work_tensor {
+  int here;                   /* 1: in this node's memory; 0: another node's
+                               * rank (the rest is unset) */
+  int dev;                    /* its GPU, -1: host memory */
+  uint64_t off;               /* where it starts in its buffer */
+  uint8_t *buf_base;          /* the buffer: its whole mapping */
+  size_t buf_size;
+  uint64_t buf_id;            /* names it in messages */
+  void **state;               /* [SPD_ENGINE_COUNT]: what each engine keeps
+                               * of the buffer (the ucx row: its UCX
+                               * registration), dropped by forget_buffer
+                               * when the buffer goes */
+} spd_work_tensor;
+
 /* One rank of the work, as an engine sees it. */
 typedef struct spd_work_rank {
   const spk_op_args *args;    /* its shapes, dtype and op */
-  struct spd_buffer *buf[SPK_T_COUNT]; /* NULL: on another node */
-  uint64_t off[SPK_T_COUNT];  /* where the tensor starts in buf */
+  spd_work_tensor t[SPK_T_COUNT];
 } spd_work_rank;
 
 /* One op's work, as an engine sees it. */
@@ -91,7 +105,9 @@ typedef struct spd_work {
 typedef struct spd_rank_req {
   struct spd_ctx *ctx;
   uint64_t session;
-  struct spd_buffer *in;      /* NULL: no input tensor */
+  int in_dev;                 /* GPU of its input tensor, -1: host memory
+                               * or no input */
+  void *in_gpu_mem;           /* the input buffer's IPC mapping (device) */
   const uint8_t *ready, *done;
   size_t nready, ndone;
 } spd_rank_req;
@@ -115,8 +131,9 @@ typedef struct spd_engine {
   /* Fail a running work (dead_node >= 0: a node that will not take part);
    * done() still runs once. */
   void (*abort)(spd_work *w, int status, const char *msg, int dead_node);
-  /* A buffer goes away: drop what the engine holds of it. */
-  void (*forget_buffer)(struct spd_ctx *ctx, struct spd_buffer *buf);
+  /* A buffer goes away: drop what the engine keeps of it (*state, its
+   * slot of the buffer's spd_work_tensor.state; called when not NULL). */
+  void (*forget_buffer)(struct spd_ctx *ctx, void **state);
   /* At exit, no work running. */
   void (*fini)(struct spd_ctx *ctx);
   /* Per-rank state from a rank's request, kept until the op is freed
@@ -155,8 +172,9 @@ int spd_engine_pick(const spd_work *w, int prefer);
 /* Start every engine; stop them (reverse order) at exit. */
 int spd_engines_start(struct spd_ctx *ctx, spk_err *err);
 void spd_engines_fini(struct spd_ctx *ctx);
-/* Tell every engine a buffer is going away. */
-void spd_engines_forget_buffer(struct spd_ctx *ctx, struct spd_buffer *buf);
+/* A buffer is going away: every engine drops what it keeps of it
+ * (state: the buffer's [SPD_ENGINE_COUNT] slots). */
+void spd_engines_forget_buffer(struct spd_ctx *ctx, void **state);
 
 /* A rank's request arrived: the first row with rank_open keeps what it
  * needs of it in st (st->p NULL: nothing). Close it with the op; recorded:

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer.h"
 #include "daemon.h"
 
 #ifdef SPC_HAVE_CUDA
@@ -39,8 +38,7 @@ static int gpu_rank_open(const spd_rank_req *rq, void **state_p,
     return spk_err_set(err, SPK_EINVAL, "stream events of %zu and %zu bytes: "
                        "a CUDA IPC event handle has %d", nr, nd,
                        SPD_GPU_HANDLE);
-  spd_buffer *b = rq->in;
-  if (b == NULL || b->kind != SPD_BUF_DEVICE)
+  if (rq->in_dev < 0)
     return spk_err_set(err, SPK_EINVAL, "stream events came with an input "
                        "tensor in host memory");
   spd_gpu_rank *g = calloc(1, sizeof(*g));
@@ -48,14 +46,14 @@ static int gpu_rank_open(const spd_rank_req *rq, void **state_p,
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a rank's GPU state "
                        "failed");
   *state_p = g; /* closed with the op, also on failure below */
-  g->dev = b->device;
+  g->dev = rq->in_dev;
   int rc = SPK_OK;
   if (nr)
     rc = spd_gpu_event_open(rq->ctx->gpu, rq->session, rq->ready, g->dev,
-                            b->gpu_mem, &g->ready, err);
+                            rq->in_gpu_mem, &g->ready, err);
   if (rc == SPK_OK && nd)
     rc = spd_gpu_event_open(rq->ctx->gpu, rq->session, rq->done, g->dev,
-                            b->gpu_mem, &g->done, err);
+                            rq->in_gpu_mem, &g->done, err);
   return rc;
 }
 
@@ -75,8 +73,7 @@ static int tensors_check(const spd_work *w, int *dev, spk_err *err) {
   int world = w->world, host = -1, device = -1;
   for (int i = 0; i < world; i++)
     for (int t = 0; t < SPK_T_COUNT; t++) {
-      const spd_buffer *b = w->ranks[i].buf[t];
-      if (b->kind == SPD_BUF_DEVICE)
+      if (w->ranks[i].t[t].dev >= 0)
         device = i * SPK_T_COUNT + t;
       else
         host = i * SPK_T_COUNT + t;
@@ -88,20 +85,19 @@ static int tensors_check(const spd_work *w, int *dev, spk_err *err) {
                        host / SPK_T_COUNT, where(host % SPK_T_COUNT),
                        device / SPK_T_COUNT, where(device % SPK_T_COUNT));
   for (int i = 0; i < world; i++) {
-    const spd_buffer *in = w->ranks[i].buf[SPK_T_IN];
-    const spd_buffer *out = w->ranks[i].buf[SPK_T_OUT];
-    if (in->device != out->device)
+    int in = w->ranks[i].t[SPK_T_IN].dev, out = w->ranks[i].t[SPK_T_OUT].dev;
+    if (in != out)
       return spk_err_set(err, SPK_EINVAL, "rank %d's input is on GPU %d and "
                          "its output on GPU %d: a rank's tensors must share "
-                         "a GPU", i, in->device, out->device);
-    dev[i] = in->device;
+                         "a GPU", i, in, out);
+    dev[i] = in;
     for (int t = 0; t < SPK_T_COUNT; t++) {
       uintptr_t a = (uintptr_t)w->bases[i * SPK_T_COUNT + t];
       if (a % esize != 0)
         return spk_err_set(err, SPK_EINVAL, "rank %d's %s tensor is not "
                            "aligned to its %zu-byte elements (offset %llu in "
                            "its buffer): device tensors must be", i, where(t),
-                           esize, (unsigned long long)w->ranks[i].off[t]);
+                           esize, (unsigned long long)w->ranks[i].t[t].off);
     }
   }
   return SPK_OK;

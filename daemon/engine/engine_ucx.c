@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer.h"
 #include "daemon.h"
 #include "peer.h"
 #include "plan_cut.h"
@@ -243,11 +242,11 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
                         spd_peer_self(w->ctx), &x->cut, err);
   for (int i = 0; rc == SPK_OK && i < world * SPK_T_COUNT; i++) {
     const spd_work_rank *r = &w->ranks[i / SPK_T_COUNT];
-    spd_buffer *buf = r->buf[i % SPK_T_COUNT];
+    const spd_work_tensor *t = &r->t[i % SPK_T_COUNT];
     x->bases[i] = w->bases[i];
-    if (buf != NULL)
-      rc = spd_peer_map(w->ctx, buf->base, buf->size, buf->id,
-                        &buf->peer_memh, err);
+    if (t->here)
+      rc = spd_peer_map(w->ctx, t->buf_base, t->buf_size, t->buf_id,
+                        &t->state[SPD_ENGINE_UCX], err);
     else if (x->cut.proxy[i]) {
       const spk_shape *sh = i % SPK_T_COUNT == SPK_T_IN ? &r->args->in
                                                          : &r->args->out;
@@ -308,8 +307,8 @@ static int ucx_wants(const spd_work *w) {
 }
 
 /* The buffer's UCX registration (made for its first cross-node op). */
-static void ucx_forget_buffer(spd_ctx *ctx, spd_buffer *buf) {
-  spd_peer_unmap(ctx, &buf->peer_memh);
+static void ucx_forget_buffer(spd_ctx *ctx, void **state) {
+  spd_peer_unmap(ctx, state);
 }
 
 const spd_engine spd_engine_ucx = {

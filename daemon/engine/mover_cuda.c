@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer.h"
 
 typedef struct {
   spd_gpu_job job;            /* first: the job callbacks get this struct */
@@ -37,7 +36,7 @@ static void cuda_finish(spd_gpu_job *j) {
 static int peers_enable(const spd_work *w, int dev, spk_err *err) {
   for (int i = 0; i < w->world; i++)
     for (int t = 0; t < SPK_T_COUNT; t++) {
-      int peer = w->ranks[i].buf[t]->device, ok = 0;
+      int peer = w->ranks[i].t[t].dev, ok = 0;
       if (peer == dev)
         continue;
       cudaError_t e = cudaDeviceCanAccessPeer(&ok, dev, peer);
