@@ -43,13 +43,8 @@ ALLOWED_CALLS = {
 }
 
 # (folder, header of another folder) -> why: include edges rule 4 leaves
-# out.
-CONTEXT = ("the context (loop, config, log, counters: daemon.h) every layer "
-           "is handed; to move into a folder of its own below the layers")
+# out. None now: the context (daemon/context/) depends on no layer.
 FOLDER_EXCEPTIONS = {
-    ("daemon/engine", "daemon/core/daemon.h"): CONTEXT,
-    ("daemon/gpu", "daemon/core/daemon.h"): CONTEXT,
-    ("daemon/peer", "daemon/core/daemon.h"): CONTEXT,
 }
 
 

@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "daemon.h"
+#include "engine.h"
 #include "status.h"
 
 typedef enum { SPD_BUF_HOST = 0, SPD_BUF_DEVICE = 1 } spd_buffer_kind;

@@ -5,6 +5,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "daemon.h"
+
+/* The context keeps each engine's counters (daemon.h). */
+_Static_assert(SPD_ENGINE_COUNT <= SPD_MAX_ENGINES,
+               "more engines than the context has counters for");
+
 const spd_engine *const spd_engines[SPD_ENGINE_COUNT] = {
 #define SPD_ENGINE_ROW(kind, name, ops_help, bytes_help)                     \
   [SPD_ENGINE_##kind] = &spd_engine_##name,

@@ -146,11 +146,6 @@ typedef struct spd_engine {
   int (*rank_recorded)(const void *state);
 } spd_engine;
 
-/* Each engine's counters, indexed by spd_engine_kind. */
-typedef struct {
-  uint64_t ops, bytes;
-} spd_engine_counters;
-
 /* The rows, each defined in its engine's file as spd_engine_<name>. */
 #define SPD_ENGINE_DECL(kind, name, ops_help, bytes_help)                    \
   extern const spd_engine spd_engine_##name;

@@ -9,7 +9,6 @@
 #include <uv.h>
 
 #include "config.h"
-#include "engine.h"
 #include "log.h"
 #include "op_stats.h"
 #include "quota.h"
@@ -21,6 +20,14 @@ struct spd_group;
 struct spd_mover;
 struct spd_gpu;
 struct spd_peers;
+
+/* Each engine's counters. The context holds room for SPD_MAX_ENGINES of
+ * them, so that it depends on no layer: the list of engines is
+ * SPD_ENGINES (daemon/engine/engine.h), which checks that it fits. */
+#define SPD_MAX_ENGINES 16
+typedef struct {
+  uint64_t ops, bytes;
+} spd_engine_counters;
 
 /* Counters, declared once: field, Prometheus metric, help text. Each
  * engine's two follow them, from SPD_ENGINES (engine.h). */
@@ -97,7 +104,9 @@ typedef struct spd_ctx {
   int stopping;
   int draining;              /* no new groups or ops; exit when idle */
   spd_counters stats;
-  spd_engine_counters engine_stats[SPD_ENGINE_COUNT];
+  spd_engine_counters engine_stats[SPD_MAX_ENGINES]; /* by spd_engine_kind
+                                    * (engine.h), the first
+                                    * SPD_ENGINE_COUNT used */
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
   uid_t stats_viewer;               /* uid the stats are rendered for */
