@@ -56,6 +56,8 @@ typedef struct spc_fast {
   uint64_t seq;                 /* last sequence number this rank took */
   uint64_t last_fast;           /* last one that ran here */
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
+  uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
+                                 * spin_ns up to the daemon's mid_spin_ns */
   unsigned yield;
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
@@ -169,6 +171,7 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->yield = over ? OVER_YIELD_POLLS : YIELD_POLLS;
+  f->mid_ns = over ? 0 : h->mid_spin_ns;
   spk_plan_init(&f->plan, g->world);
   g->fast = f;
   return SPC_OK;
@@ -295,6 +298,32 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   }
 }
 
+const spk_fseg_hdr *spc__fast_hdr(const spc_group *g) {
+  return g->fast != NULL ? g->fast->hdr : NULL;
+}
+
+/* The budget doubles after an answer found while polling and halves
+ * after one that was not (the op was long, or the daemon shares our CPU),
+ * between SPIN_MIN_NS and the daemon's mid_spin_ns. */
+void spc__fast_await(spc_group *g, const spc_request *req) {
+  spc_fast *f = g->fast;
+  if (f == NULL || f->mid_ns == 0)
+    return;
+  const spk_fseg_rank *me = spk_fseg_rank_at(f->hdr, g->rank);
+  uint64_t max = f->hdr->mid_spin_ns, t0 = now_ns();
+  for (unsigned i = 0;; i++) {
+    if (__atomic_load_n(&me->answered, __ATOMIC_ACQUIRE) >= req->id) {
+      f->mid_ns = f->mid_ns * 2 < max ? f->mid_ns * 2 : max;
+      return;
+    }
+    if ((i & 15) == 0 && now_ns() - t0 >= f->mid_ns) {
+      f->mid_ns = f->mid_ns / 2 > SPIN_MIN_NS ? f->mid_ns / 2 : SPIN_MIN_NS;
+      return;
+    }
+    __builtin_ia32_pause();
+  }
+}
+
 #define FIELD(name) offsetof(spk_fseg_rank, name)
 
 /* ---- descriptors ---- */
@@ -323,13 +352,17 @@ static int tensors_fit(const spc_fast *f, const spc_client *c, int kind,
                        const spc_tensor *in, const spc_tensor *out) {
   const spc_tensor *ts[2] = {in, out};
   uint64_t n[2];
+  if (kind < 0 || kind >= SPK_OP_COUNT)
+    return 0;
+  uint64_t limit = f->hdr->op_bytes[kind] < f->hdr->stage_bytes
+                       ? f->hdr->op_bytes[kind] : f->hdr->stage_bytes;
   for (int i = 0; i < 2; i++) {
     const spc_tensor *t = ts[i];
     size_t es = spc_dtype_size(t->dtype);
     n[i] = tensor_bytes(t);
     if (!buffer_own(c, t->buf) || t->buf->gpu != NULL || es == 0 || t->offset % es != 0 ||
         t->ndim < 1 || t->ndim > SPC_MAX_DIMS ||
-        n[i] > f->hdr->stage_bytes || t->offset > t->buf->size ||
+        n[i] > limit || t->offset > t->buf->size ||
         n[i] > t->buf->size - t->offset)
       return 0;
     for (int d = 0; d < t->ndim; d++)
