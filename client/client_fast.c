@@ -61,6 +61,10 @@ typedef struct spc_fast {
   unsigned yield;
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
+  /* The descriptors plan was built from (seq zeroed); plan_ok: it built.
+   * Trainers repeat the same ops, so most ops reuse the plan. */
+  spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
+  int plan_ok;
 } spc_fast;
 
 /* ---- descriptors received with frames ---- */
@@ -464,31 +468,50 @@ static uint64_t block_bytes(const spk_move *m) {
   return n;
 }
 
-/* The plan's steps that write this rank's output, on the staging areas:
- * reduce steps, then (once every rank's reduce steps are done, as moves
- * may read them) moves. Bytes of the output that no step writes keep
+/* A plan of moves alone that read only inputs: no rank reads another's
+ * output, so each rank's moves can write straight into its caller's
+ * output, without staging it. */
+static int plan_direct(const spk_plan *p) {
+  if (p->nreduces > 0)
+    return 0;
+  for (size_t i = 0; i < p->nmoves; i++)
+    if (p->moves[i].src_t != SPK_T_IN)
+      return 0;
+  return 1;
+}
+
+/* The plan's steps that write this rank's output: reduce steps, then
+ * (once every rank's reduce steps are done, as moves may read them)
+ * moves; on the staging areas, or into the caller's output when the plan
+ * is direct (*direct_p). Bytes of the output that no step writes keep
  * what the caller's output held (a packed gather leaves the tail past
- * its sequences), so those are staged too. */
-static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out) {
+ * its sequences), so when staged, those are staged too. */
+static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
+                    int *direct_p) {
   spc_fast *f = g->fast;
   spk_plan *p = &f->plan;
-  uint64_t covered = 0;
-  for (size_t i = 0; i < p->nreduces; i++)
-    if (p->reduces[i].geo.dst_rank == (uint32_t)g->rank)
-      covered += block_bytes(&p->reduces[i].geo);
-  for (size_t i = 0; i < p->nmoves; i++)
-    if (p->moves[i].dst_rank == (uint32_t)g->rank)
-      covered += block_bytes(&p->moves[i]);
-  /* Nobody reads this rank's staged output before its reduce steps are
-   * done (the barrier below), so it is free to fill now. */
-  if (covered < tensor_bytes(out))
-    memcpy(spk_fseg_stage(f->hdr, g->rank, SPK_T_OUT), spc_tensor_data(out),
-           tensor_bytes(out));
+  uint32_t me = (uint32_t)g->rank;
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++)
     for (int t = 0; t < SPK_T_COUNT; t++)
       bases[r * SPK_T_COUNT + t] = spk_fseg_stage(f->hdr, r, t);
-  uint32_t me = (uint32_t)g->rank;
+  *direct_p = plan_direct(p);
+  if (*direct_p) {
+    bases[me * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
+  } else {
+    uint64_t covered = 0;
+    for (size_t i = 0; i < p->nreduces; i++)
+      if (p->reduces[i].geo.dst_rank == me)
+        covered += block_bytes(&p->reduces[i].geo);
+    for (size_t i = 0; i < p->nmoves; i++)
+      if (p->moves[i].dst_rank == me)
+        covered += block_bytes(&p->moves[i]);
+    /* Nobody reads this rank's staged output before its reduce steps are
+     * done (the barrier below), so it is free to fill now. */
+    if (covered < tensor_bytes(out))
+      memcpy(spk_fseg_stage(f->hdr, g->rank, SPK_T_OUT),
+             spc_tensor_data(out), tensor_bytes(out));
+  }
   for (size_t i = 0; i < p->nreduces; i++)
     if (p->reduces[i].geo.dst_rank == me)
       spk_reduce_exec(p, &p->reduces[i], bases, 0,
@@ -528,9 +551,21 @@ static void count(spc_group *g, int kind, int ok, uint64_t bytes,
 
 /* Every rank published an eligible descriptor of s: plan it and run this
  * rank's share. */
-static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
-                     uint64_t t0) {
+/* The plan of the descriptors in f->descs: the last one when every rank
+ * asked for the same op as then (a plan depends on nothing else), else a
+ * new one. Descriptors are zeroed before they are filled, so equal ops
+ * compare equal bytewise. */
+static int plan_get(spc_group *g) {
   spc_fast *f = g->fast;
+  int same = f->plan_ok;
+  for (int r = 0; r < g->world; r++) {
+    spk_fseg_desc d = f->descs[r];
+    d.seq = 0;
+    same = same && memcmp(&d, &f->planned[r], sizeof(d)) == 0;
+    f->planned[r] = d;
+  }
+  if (same)
+    return SPC_OK;
   spk_op_args args[SPK_FSEG_MAXWORLD];
   const spk_op_args *ap[SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++) {
@@ -541,11 +576,18 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
   spk_plan_init(&f->plan, g->world);
   spk_err err;
   int rc = spk_plan_build(ap, g->world, &f->plan, &err);
-  if (rc < 0)
-    rc = spc__fail(g->client, rc, "%s", err.msg);
-  else
-    rc = plan_run(g, s, out);
+  f->plan_ok = rc == SPK_OK;
+  return rc < 0 ? spc__fail(g->client, rc, "%s", err.msg) : SPC_OK;
+}
+
+static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
+                     uint64_t t0) {
+  spc_fast *f = g->fast;
+  int direct = 0;
+  int rc = plan_get(g);
   if (rc == SPC_OK)
+    rc = plan_run(g, s, out, &direct);
+  if (rc == SPC_OK && !direct)
     memcpy(spc_tensor_data(out), spk_fseg_stage(f->hdr, g->rank, SPK_T_OUT),
            tensor_bytes(out));
   f->last_fast = s;
