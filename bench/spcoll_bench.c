@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
   bench_opts o = {.world = 4, .threads = cores > 0 ? (int)cores : 1,
                   .iters = 0, .guard = 3600, .verify = 1,
                   .max_bytes = (size_t)1 << 30, .ops = (1u << BENCH_NOPS) - 1, .csv = NULL, .json = NULL};
-  const char *fast_bytes = "262144", *mid_spin = "50";
+  const char *fast_bytes = NULL, *mid_spin = NULL; /* spcolld's defaults */
   int opt;
   while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (opt) {
@@ -145,9 +145,13 @@ int main(int argc, char **argv) {
     o.json = o.latency ? "latency.json" : "bench.json";
   char workers[16];
   snprintf(workers, sizeof(workers), "%d", o.threads);
-  const char *extra[] = {"--workers", workers, "--log-level", "warn",
-                         "--fast-bytes", fast_bytes, "--mid-spin-us",
-                         mid_spin, NULL};
+  const char *extra[9] = {"--workers", workers, "--log-level", "warn"};
+  int nextra = 4;
+  if (fast_bytes != NULL)
+    extra[nextra++] = "--fast-bytes", extra[nextra++] = fast_bytes;
+  if (mid_spin != NULL)
+    extra[nextra++] = "--mid-spin-us", extra[nextra++] = mid_spin;
+  extra[nextra] = NULL;
   spt_daemon d;
   if (spt_daemon_start(&d, extra) < 0) {
     fprintf(stderr, "spcoll-bench: could not start spcolld ($SPCOLLD or "

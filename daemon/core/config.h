@@ -63,13 +63,14 @@ typedef struct {
     "queued are dropped")                                                    \
   X(metrics_groups, "metrics-groups", 0, 0, 1,                               \
     "1: /metrics shows per-group series too (names of every uid's groups)") \
-  X(fast_bytes, "fast-bytes", 262144, 0, SPD_FAST_BYTES_MAX,                         \
+  X(fast_bytes, "fast-bytes", 1048576, 0, SPD_FAST_BYTES_MAX,                         \
     "ops whose input and output are at most this many bytes per rank run "  \
     "through the group's shared segment, without the daemon (groups of "    \
     "this node only; 0: never)")                                           \
-  X(mid_spin_us, "mid-spin-us", 50, 0, 10000,                               \
+  X(mid_spin_us, "mid-spin-us", 0, 0, 10000,                                \
     "a rank of a group with a shared segment polls it this long for the "   \
-    "answer to a daemon-path op before it sleeps in recv (0: never)")
+    "answer to a daemon-path op before it sleeps in recv (0: never; no "    \
+    "gain measured where ranks and daemon share the CPUs)")
 
 /* Operator commands (drain, abort): root, the daemon's own uid, and these. */
 #define SPD_MAX_OPERATORS 16

@@ -5,7 +5,7 @@
  * waiter (through the daemon's op timeout, not a time limit here); stats
  * count the segment's ops exactly (another uid: test_fast_uid.c).
  * Every other integration suite runs its small ops through the segment too
- * (the default fast_bytes is 256 KiB), against the same references. */
+ * (the default fast_bytes is 1 MiB), against the same references. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -25,7 +25,7 @@
 #include "harness.h"
 
 #define NOBODY 65534
-#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
+#define BIG 300000 /* floats: 1.2 MB, over fast_bytes, so the daemon's */
 
 static spt_daemon daemon_;
 static char stats_sock[300];
@@ -176,15 +176,16 @@ static int count_rank(int rank, int w, void *arg) {
 }
 
 /* A daemon-path op's answer is published in the segment for the rank
- * that polls for it (mid-size ops): after a big op the rank's answered
- * word is that op's request id; a fast op leaves it alone. */
+ * that polls for it (mid-size ops; the tcase's daemon polls 20 us): after
+ * a big op the rank's answered word is that op's request id; a fast op
+ * leaves it alone. */
 static int answered_rank(int rank, int w, void *arg) {
   (void)arg;
   rk k;
   if (rk_open(&k, rank, w, 0) < 0)
     return 1;
   const spk_fseg_hdr *h = spc__fast_hdr(k.g);
-  int bad = h == NULL || h->mid_spin_ns != 50000;
+  int bad = h == NULL || h->mid_spin_ns != 20000;
   for (int step = 0; step < 4 && !bad; step++) {
     bad = spt_rk_reduce_once(&k, rank, w, step % 2 ? 8 : BIG, step, 0);
     uint64_t got = __atomic_load_n(&spk_fseg_rank_at((spk_fseg_hdr *)h, rank)
@@ -482,6 +483,13 @@ START_TEST(segments_count_as_registered_bytes) {
 }
 END_TEST
 
+static void setup_mid_spin(void) {
+  static const char *const args[] = {"--mid-spin-us", "20", NULL};
+  daemon_args = args;
+  setup();
+  daemon_args = NULL;
+}
+
 static void setup_small_budget(void) {
   static const char *const args[] = {"--fast-bytes", "4194304",
                                      "--uid-max-bytes", "10485760", NULL};
@@ -492,6 +500,11 @@ static void setup_small_budget(void) {
 
 int main(void) {
   Suite *s = suite_create("fast");
+  TCase *ms = tcase_create("mid_spin");
+  tcase_add_checked_fixture(ms, setup_mid_spin, teardown);
+  tcase_set_timeout(ms, 300);
+  tcase_add_test(ms, daemon_answers_in_the_segment);
+  suite_add_tcase(s, ms);
   TCase *nr = tcase_create("no_room");
   tcase_add_checked_fixture(nr, setup_small_budget, teardown);
   tcase_set_timeout(nr, 300);
@@ -506,7 +519,6 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, mixed_sequences);
-  tcase_add_test(tc, daemon_answers_in_the_segment);
   tcase_add_test(tc, scribbled_header_hurts_no_daemon);
   tcase_add_test(tc, stats_exact_and_disagreement);
   tcase_add_test(tc, disagreement_across_paths);
