@@ -21,6 +21,7 @@ static void usage(void) {
           "         [--iters N] [--ops a,b,..] [--workers T] [--guard S]\n"
           "         [--csv PATH] [--json PATH] [--latency] [--no-verify]\n"
           "         [--fast-bytes B (spcolld's shared-memory path; 0: off)]\n"
+          "         [--mid-spin-us U (spcolld's answer polling; 0: off)]\n"
           "ops: all_gather, all_reduce, reduce_scatter, all_to_all, ulysses\n"
           "--latency: 8 B ops, p50/p99 round trip and its split (default "
           "--iters 10000)\n"
@@ -102,13 +103,14 @@ int main(int argc, char **argv) {
       {"latency", no_argument, 0, 'l'},
       {"no-verify", no_argument, 0, 'n'},
       {"fast-bytes", required_argument, 0, 'f'},
+      {"mid-spin-us", required_argument, 0, 'M'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   bench_opts o = {.world = 4, .threads = cores > 0 ? (int)cores : 1,
                   .iters = 0, .guard = 3600, .verify = 1,
                   .max_bytes = (size_t)1 << 30, .ops = (1u << BENCH_NOPS) - 1, .csv = NULL, .json = NULL};
-  const char *fast_bytes = "262144";
+  const char *fast_bytes = NULL, *mid_spin = NULL; /* spcolld's defaults */
   int opt;
   while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (opt) {
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
     case 'l': o.latency = 1; break;
     case 'n': o.verify = 0; break;
     case 'f': fast_bytes = optarg; break; /* spcolld's; 0: no fast path */
+    case 'M': mid_spin = optarg; break;
     default: usage(); return 2;
     }
   }
@@ -142,8 +145,13 @@ int main(int argc, char **argv) {
     o.json = o.latency ? "latency.json" : "bench.json";
   char workers[16];
   snprintf(workers, sizeof(workers), "%d", o.threads);
-  const char *extra[] = {"--workers", workers, "--log-level", "warn",
-                         "--fast-bytes", fast_bytes, NULL};
+  const char *extra[9] = {"--workers", workers, "--log-level", "warn"};
+  int nextra = 4;
+  if (fast_bytes != NULL)
+    extra[nextra++] = "--fast-bytes", extra[nextra++] = fast_bytes;
+  if (mid_spin != NULL)
+    extra[nextra++] = "--mid-spin-us", extra[nextra++] = mid_spin;
+  extra[nextra] = NULL;
   spt_daemon d;
   if (spt_daemon_start(&d, extra) < 0) {
     fprintf(stderr, "spcoll-bench: could not start spcolld ($SPCOLLD or "

@@ -53,12 +53,19 @@
 typedef struct spc_fast {
   spk_fseg_hdr *hdr;
   uint64_t size;
+  uint64_t stage;               /* the layout, as checked at attach */
   uint64_t seq;                 /* last sequence number this rank took */
   uint64_t last_fast;           /* last one that ran here */
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
+  uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
+                                 * spin_ns up to the daemon's mid_spin_ns */
   unsigned yield;
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
+  /* The descriptors plan was built from (seq zeroed); plan_ok: it built.
+   * Trainers repeat the same ops, so most ops reuse the plan. */
+  spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
+  int plan_ok;
 } spc_fast;
 
 /* ---- descriptors received with frames ---- */
@@ -155,7 +162,8 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   if (size < sizeof(*h) || h->magic != SPK_FSEG_MAGIC ||
       h->version != SPK_FSEG_VERSION || h->size != size ||
       h->world != (uint32_t)g->world || h->world > SPK_FSEG_MAXWORLD ||
-      h->ring != SPK_FSEG_RING) {
+      h->ring != SPK_FSEG_RING || h->stage_bytes > size ||
+      spk_fseg_size(g->world, h->stage_bytes) != size) {
     munmap(p, size);
     free(f);
     return spc__fail(c, SPC_EPROTOCOL, "the group's shared segment has a "
@@ -164,11 +172,13 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   }
   f->hdr = h;
   f->size = size;
+  f->stage = h->stage_bytes;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int over = cpus > 0 && g->world > cpus;
   f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->yield = over ? OVER_YIELD_POLLS : YIELD_POLLS;
+  f->mid_ns = over ? 0 : h->mid_spin_ns;
   spk_plan_init(&f->plan, g->world);
   g->fast = f;
   return SPC_OK;
@@ -210,7 +220,7 @@ static void publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
 static int all_at_least(const spc_fast *f, int world, size_t field,
                         uint64_t v) {
   for (int r = 0; r < world; r++) {
-    const uint8_t *a = (const uint8_t *)spk_fseg_rank_at(f->hdr, r);
+    const uint8_t *a = (const uint8_t *)spk_fseg_rank_of(f->hdr, f->stage, r);
     if (__atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) < v)
       return 0;
   }
@@ -243,7 +253,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v);
 
 /* The daemon's watchdog sees which ranks wait (see group_seg.c). */
 static int wait_all(spc_group *g, size_t field, uint64_t v) {
-  spk_fseg_rank *me = spk_fseg_rank_at(g->fast->hdr, g->rank);
+  spk_fseg_rank *me = spk_fseg_rank_of(g->fast->hdr, g->fast->stage, g->rank);
   if (all_at_least(g->fast, g->world, field, v))
     return SPC_OK;
   __atomic_store_n(&me->waiting, 1, __ATOMIC_RELEASE);
@@ -295,6 +305,32 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   }
 }
 
+const spk_fseg_hdr *spc__fast_hdr(const spc_group *g) {
+  return g->fast != NULL ? g->fast->hdr : NULL;
+}
+
+/* The budget doubles after an answer found while polling and halves
+ * after one that was not (the op was long, or the daemon shares our CPU),
+ * between SPIN_MIN_NS and the daemon's mid_spin_ns. */
+void spc__fast_await(spc_group *g, const spc_request *req) {
+  spc_fast *f = g->fast;
+  if (f == NULL || f->mid_ns == 0)
+    return;
+  const spk_fseg_rank *me = spk_fseg_rank_of(f->hdr, f->stage, g->rank);
+  uint64_t max = f->hdr->mid_spin_ns, t0 = now_ns();
+  for (unsigned i = 0;; i++) {
+    if (__atomic_load_n(&me->answered, __ATOMIC_ACQUIRE) >= req->id) {
+      f->mid_ns = f->mid_ns * 2 < max ? f->mid_ns * 2 : max;
+      return;
+    }
+    if ((i & 15) == 0 && now_ns() - t0 >= f->mid_ns) {
+      f->mid_ns = f->mid_ns / 2 > SPIN_MIN_NS ? f->mid_ns / 2 : SPIN_MIN_NS;
+      return;
+    }
+    __builtin_ia32_pause();
+  }
+}
+
 #define FIELD(name) offsetof(spk_fseg_rank, name)
 
 /* ---- descriptors ---- */
@@ -323,13 +359,17 @@ static int tensors_fit(const spc_fast *f, const spc_client *c, int kind,
                        const spc_tensor *in, const spc_tensor *out) {
   const spc_tensor *ts[2] = {in, out};
   uint64_t n[2];
+  if (kind < 0 || kind >= SPK_OP_COUNT)
+    return 0;
+  uint64_t limit = f->hdr->op_bytes[kind] < f->stage ? f->hdr->op_bytes[kind]
+                                                    : f->stage;
   for (int i = 0; i < 2; i++) {
     const spc_tensor *t = ts[i];
     size_t es = spc_dtype_size(t->dtype);
     n[i] = tensor_bytes(t);
     if (!buffer_own(c, t->buf) || t->buf->gpu != NULL || es == 0 || t->offset % es != 0 ||
         t->ndim < 1 || t->ndim > SPC_MAX_DIMS ||
-        n[i] > f->hdr->stage_bytes || t->offset > t->buf->size ||
+        n[i] > limit || t->offset > t->buf->size ||
         n[i] > t->buf->size - t->offset)
       return 0;
     for (int d = 0; d < t->ndim; d++)
@@ -398,7 +438,7 @@ static int desc_publish(spc_group *g, spk_fseg_desc *d) {
     if (rc < 0)
       return rc;
   }
-  spk_fseg_rank *me = spk_fseg_rank_at(f->hdr, g->rank);
+  spk_fseg_rank *me = spk_fseg_rank_of(f->hdr, f->stage, g->rank);
   d->seq = s;
   me->ring[s % SPK_FSEG_RING] = *d;
   f->seq = s;
@@ -417,8 +457,8 @@ int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,
   d.eligible = 0;
   int rc = desc_publish(g, &d);
   if (rc == SPC_OK) /* it reads nobody's descriptor of this op */
-    publish(g->fast->hdr, spk_fseg_rank_at(g->fast->hdr, g->rank),
-            &spk_fseg_rank_at(g->fast->hdr, g->rank)->consumed, g->fast->seq);
+    publish(g->fast->hdr, spk_fseg_rank_of(g->fast->hdr, g->fast->stage, g->rank),
+            &spk_fseg_rank_of(g->fast->hdr, g->fast->stage, g->rank)->consumed, g->fast->seq);
   return rc;
 }
 
@@ -431,37 +471,56 @@ static uint64_t block_bytes(const spk_move *m) {
   return n;
 }
 
-/* The plan's steps that write this rank's output, on the staging areas:
- * reduce steps, then (once every rank's reduce steps are done, as moves
- * may read them) moves. Bytes of the output that no step writes keep
+/* A plan of moves alone that read only inputs: no rank reads another's
+ * output, so each rank's moves can write straight into its caller's
+ * output, without staging it. */
+static int plan_direct(const spk_plan *p) {
+  if (p->nreduces > 0)
+    return 0;
+  for (size_t i = 0; i < p->nmoves; i++)
+    if (p->moves[i].src_t != SPK_T_IN)
+      return 0;
+  return 1;
+}
+
+/* The plan's steps that write this rank's output: reduce steps, then
+ * (once every rank's reduce steps are done, as moves may read them)
+ * moves; on the staging areas, or into the caller's output when the plan
+ * is direct (*direct_p). Bytes of the output that no step writes keep
  * what the caller's output held (a packed gather leaves the tail past
- * its sequences), so those are staged too. */
-static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out) {
+ * its sequences), so when staged, those are staged too. */
+static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
+                    int *direct_p) {
   spc_fast *f = g->fast;
   spk_plan *p = &f->plan;
-  uint64_t covered = 0;
-  for (size_t i = 0; i < p->nreduces; i++)
-    if (p->reduces[i].geo.dst_rank == (uint32_t)g->rank)
-      covered += block_bytes(&p->reduces[i].geo);
-  for (size_t i = 0; i < p->nmoves; i++)
-    if (p->moves[i].dst_rank == (uint32_t)g->rank)
-      covered += block_bytes(&p->moves[i]);
-  /* Nobody reads this rank's staged output before its reduce steps are
-   * done (the barrier below), so it is free to fill now. */
-  if (covered < tensor_bytes(out))
-    memcpy(spk_fseg_stage(f->hdr, g->rank, SPK_T_OUT), spc_tensor_data(out),
-           tensor_bytes(out));
+  uint32_t me = (uint32_t)g->rank;
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++)
     for (int t = 0; t < SPK_T_COUNT; t++)
-      bases[r * SPK_T_COUNT + t] = spk_fseg_stage(f->hdr, r, t);
-  uint32_t me = (uint32_t)g->rank;
+      bases[r * SPK_T_COUNT + t] = spk_fseg_stage_of(f->hdr, f->stage, r, t);
+  *direct_p = plan_direct(p);
+  if (*direct_p) {
+    bases[me * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
+  } else {
+    uint64_t covered = 0;
+    for (size_t i = 0; i < p->nreduces; i++)
+      if (p->reduces[i].geo.dst_rank == me)
+        covered += block_bytes(&p->reduces[i].geo);
+    for (size_t i = 0; i < p->nmoves; i++)
+      if (p->moves[i].dst_rank == me)
+        covered += block_bytes(&p->moves[i]);
+    /* Nobody reads this rank's staged output before its reduce steps are
+     * done (the barrier below), so it is free to fill now. */
+    if (covered < tensor_bytes(out))
+      memcpy(spk_fseg_stage_of(f->hdr, f->stage, g->rank, SPK_T_OUT),
+             spc_tensor_data(out), tensor_bytes(out));
+  }
   for (size_t i = 0; i < p->nreduces; i++)
     if (p->reduces[i].geo.dst_rank == me)
       spk_reduce_exec(p, &p->reduces[i], bases, 0,
                       spk_move_units(&p->reduces[i].geo));
   if (p->nreduces > 0 && p->nmoves > 0) {
-    spk_fseg_rank *mine = spk_fseg_rank_at(f->hdr, g->rank);
+    spk_fseg_rank *mine = spk_fseg_rank_of(f->hdr, f->stage, g->rank);
     publish(f->hdr, mine, &mine->reduced, s);
     int rc = wait_all(g, FIELD(reduced), s);
     if (rc < 0)
@@ -478,7 +537,7 @@ static void count(spc_group *g, int kind, int ok, uint64_t bytes,
                   uint64_t ns) {
   if (g->rank != 0 || kind < 0 || kind >= SPK_OP_COUNT)
     return;
-  spk_fseg_counters *c = &spk_fseg_rank_at(g->fast->hdr, 0)->counters[kind];
+  spk_fseg_counters *c = &spk_fseg_rank_of(g->fast->hdr, g->fast->stage, 0)->counters[kind];
   if (!ok) {
     __atomic_add_fetch(&c->errors, 1, __ATOMIC_RELEASE);
     return;
@@ -495,9 +554,21 @@ static void count(spc_group *g, int kind, int ok, uint64_t bytes,
 
 /* Every rank published an eligible descriptor of s: plan it and run this
  * rank's share. */
-static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
-                     uint64_t t0) {
+/* The plan of the descriptors in f->descs: the last one when every rank
+ * asked for the same op as then (a plan depends on nothing else), else a
+ * new one. Descriptors are zeroed before they are filled, so equal ops
+ * compare equal bytewise. */
+static int plan_get(spc_group *g) {
   spc_fast *f = g->fast;
+  int same = f->plan_ok;
+  for (int r = 0; r < g->world; r++) {
+    spk_fseg_desc d = f->descs[r];
+    d.seq = 0;
+    same = same && memcmp(&d, &f->planned[r], sizeof(d)) == 0;
+    f->planned[r] = d;
+  }
+  if (same)
+    return SPC_OK;
   spk_op_args args[SPK_FSEG_MAXWORLD];
   const spk_op_args *ap[SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++) {
@@ -508,15 +579,22 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
   spk_plan_init(&f->plan, g->world);
   spk_err err;
   int rc = spk_plan_build(ap, g->world, &f->plan, &err);
-  if (rc < 0)
-    rc = spc__fail(g->client, rc, "%s", err.msg);
-  else
-    rc = plan_run(g, s, out);
+  f->plan_ok = rc == SPK_OK;
+  return rc < 0 ? spc__fail(g->client, rc, "%s", err.msg) : SPC_OK;
+}
+
+static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
+                     uint64_t t0) {
+  spc_fast *f = g->fast;
+  int direct = 0;
+  int rc = plan_get(g);
   if (rc == SPC_OK)
-    memcpy(spc_tensor_data(out), spk_fseg_stage(f->hdr, g->rank, SPK_T_OUT),
+    rc = plan_run(g, s, out, &direct);
+  if (rc == SPC_OK && !direct)
+    memcpy(spc_tensor_data(out), spk_fseg_stage_of(f->hdr, f->stage, g->rank, SPK_T_OUT),
            tensor_bytes(out));
   f->last_fast = s;
-  spk_fseg_rank *me = spk_fseg_rank_at(f->hdr, g->rank);
+  spk_fseg_rank *me = spk_fseg_rank_of(f->hdr, f->stage, g->rank);
   /* Failed or not, this rank is done with every staging area. */
   publish(f->hdr, me, &me->fdone, s);
   if (rc == SPC_OK || rc == SPC_EMISMATCH || rc == SPC_EINVAL)
@@ -551,15 +629,15 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
      * that used them. */
     if ((rc = wait_all(g, FIELD(fdone), f->last_fast)) < 0)
       return rc;
-    memcpy(spk_fseg_stage(f->hdr, g->rank, SPK_T_IN), spc_tensor_data(in),
+    memcpy(spk_fseg_stage_of(f->hdr, f->stage, g->rank, SPK_T_IN), spc_tensor_data(in),
            tensor_bytes(in));
   }
   if ((rc = desc_publish(g, &d)) < 0)
     return rc;
   uint64_t s = f->seq;
   if (!d.eligible) {
-    publish(f->hdr, spk_fseg_rank_at(f->hdr, g->rank),
-            &spk_fseg_rank_at(f->hdr, g->rank)->consumed, s);
+    publish(f->hdr, spk_fseg_rank_of(f->hdr, f->stage, g->rank),
+            &spk_fseg_rank_of(f->hdr, f->stage, g->rank)->consumed, s);
     *handled_p = 0;
     return SPC_OK;
   }
@@ -567,11 +645,11 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
     return rc;
   int all = 1;
   for (int r = 0; r < g->world; r++) {
-    f->descs[r] = spk_fseg_rank_at(f->hdr, r)->ring[s % SPK_FSEG_RING];
+    f->descs[r] = spk_fseg_rank_of(f->hdr, f->stage, r)->ring[s % SPK_FSEG_RING];
     all &= f->descs[r].eligible == 1 && f->descs[r].seq == s;
   }
-  publish(f->hdr, spk_fseg_rank_at(f->hdr, g->rank),
-          &spk_fseg_rank_at(f->hdr, g->rank)->consumed, s);
+  publish(f->hdr, spk_fseg_rank_of(f->hdr, f->stage, g->rank),
+          &spk_fseg_rank_of(f->hdr, f->stage, g->rank)->consumed, s);
   if (!all) {
     *handled_p = 0;
     return SPC_OK;

@@ -22,6 +22,16 @@ void spc__fast_detach(spc_group *g);
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p);
 
+/* req went to the daemon and the caller is about to block for it: poll
+ * the segment's answered word for it for a short while first (the
+ * daemon's mid_spin_us, adapted), so a mid-size op's answer finds this
+ * rank awake. No-op without a segment. */
+void spc__fast_await(spc_group *g, const spc_request *req);
+
+/* g's segment header, NULL without one (for the suites). */
+struct spk_fseg_hdr;
+const struct spk_fseg_hdr *spc__fast_hdr(const spc_group *g);
+
 /* Tell the other ranks that this rank's next op takes the daemon path
  * (spc_start, device tensors), so that theirs does too. */
 int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,

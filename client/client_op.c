@@ -120,6 +120,7 @@ int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   int rc = start(g, op, in, out, NULL, 1, &req);
   if (rc < 0 || req == NULL) /* failed, or done through the segment */
     return rc;
+  spc__fast_await(g, req);
   return spc_wait(&req);
 }
 

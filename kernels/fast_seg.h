@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 1u
+#define SPK_FSEG_VERSION 2u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -75,12 +75,19 @@ typedef struct {
    * group move. `waiting`: 1 while this rank waits for the others. */
   uint64_t progress;
   uint32_t waiting;
-  uint8_t pad[20];
+  uint32_t pad0;
+  /* Written by the daemon only: the id of the last daemon-path request of
+   * this rank it has answered (set just before the reply is queued). A rank
+   * waiting on a mid-size op polls it briefly before blocking in recv, so
+   * the answer does not cost it a sleep and a wake-up. A hint: the reply
+   * on the socket stays the answer. */
+  uint64_t answered;
+  uint8_t pad[8];
   spk_fseg_counters counters[SPK_OP_COUNT];
   spk_fseg_desc ring[SPK_FSEG_RING];
 } spk_fseg_rank;
 
-typedef struct {
+typedef struct spk_fseg_hdr {
   uint32_t magic, version;
   uint32_t world, ring;
   uint64_t stage_bytes;    /* per rank, for the input and for the output */
@@ -95,6 +102,14 @@ typedef struct {
   /* 1: the daemon drains: new ops take the daemon path, which refuses
    * them in its words; ops already under way finish. */
   uint32_t closed;
+  /* How long a rank polls `answered` before blocking (the daemon's
+   * mid_spin_us; 0: never). */
+  uint32_t mid_spin_ns;
+  /* Per op kind: ops whose input and output are at most this many bytes
+   * per rank may run here (<= stage_bytes; the daemon's fast_bytes and
+   * fast_op_bytes). Every rank reads the same table, so they decide
+   * alike. */
+  uint64_t op_bytes[SPK_OP_COUNT];
   char broken_msg[SPK_FSEG_MSG];
 } spk_fseg_hdr;
 
@@ -105,34 +120,47 @@ static inline uint64_t spk_fseg_rank_bytes(uint64_t stage_bytes) {
   return a + 2 * ((stage_bytes + 63) & ~(uint64_t)63);
 }
 
+/* Offset of rank 0's area: the header rounded up to a page. */
+static inline uint64_t spk_fseg_rank_off(void) {
+  return (sizeof(spk_fseg_hdr) + 4095) & ~(uint64_t)4095;
+}
+
 static inline uint64_t spk_fseg_size(int world, uint64_t stage_bytes) {
-  uint64_t h = (sizeof(spk_fseg_hdr) + 4095) & ~(uint64_t)4095;
-  return h + (uint64_t)world * spk_fseg_rank_bytes(stage_bytes);
+  return spk_fseg_rank_off() +
+         (uint64_t)world * spk_fseg_rank_bytes(stage_bytes);
 }
 
-static inline spk_fseg_rank *spk_fseg_rank_at(spk_fseg_hdr *h, int r) {
-  return (spk_fseg_rank *)((uint8_t *)h + h->rank_off +
-                           (uint64_t)r * h->rank_bytes);
+/* Rank r's area and staging (t = 0 input, 1 output) in a segment at
+ * base made for stage_bytes. Both sides locate everything from the layout
+ * they agreed on at attach (kept in their own memory), never from the
+ * header's fields: the header is writable by every rank of the group, and
+ * a scribbled size or offset must not make anyone read out of bounds. */
+static inline spk_fseg_rank *spk_fseg_rank_of(void *base, uint64_t stage_bytes,
+                                              int r) {
+  return (spk_fseg_rank *)((uint8_t *)base + spk_fseg_rank_off() +
+                           (uint64_t)r * spk_fseg_rank_bytes(stage_bytes));
 }
 
-/* Staging of rank r: t = 0 input, 1 output. */
-static inline uint8_t *spk_fseg_stage(spk_fseg_hdr *h, int r, int t) {
+static inline uint8_t *spk_fseg_stage_of(void *base, uint64_t stage_bytes,
+                                         int r, int t) {
   uint64_t a = (sizeof(spk_fseg_rank) + 63) & ~(uint64_t)63;
-  uint64_t s = (h->stage_bytes + 63) & ~(uint64_t)63;
-  return (uint8_t *)spk_fseg_rank_at(h, r) + a + (uint64_t)t * s;
+  uint64_t s = (stage_bytes + 63) & ~(uint64_t)63;
+  return (uint8_t *)spk_fseg_rank_of(base, stage_bytes, r) + a +
+         (uint64_t)t * s;
 }
 
 /* Fill a fresh (zeroed) segment's header. */
 static inline void spk_fseg_init(spk_fseg_hdr *h, int world,
-                                 uint64_t stage_bytes) {
+                                 uint64_t stage_bytes, uint32_t mid_spin_ns) {
   h->magic = SPK_FSEG_MAGIC;
   h->version = SPK_FSEG_VERSION;
   h->world = (uint32_t)world;
   h->ring = SPK_FSEG_RING;
   h->stage_bytes = stage_bytes;
   h->rank_bytes = spk_fseg_rank_bytes(stage_bytes);
-  h->rank_off = (sizeof(spk_fseg_hdr) + 4095) & ~(uint64_t)4095;
+  h->rank_off = spk_fseg_rank_off();
   h->size = spk_fseg_size(world, stage_bytes);
+  h->mid_spin_ns = mid_spin_ns;
 }
 
 #endif

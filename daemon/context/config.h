@@ -9,8 +9,11 @@
 
 #include "log.h"
 #include "status.h"
+#include "types.h"
 
 #define SPD_MAX_NODES 64
+/* Largest fast-path threshold: a segment stages twice this per rank. */
+#define SPD_FAST_BYTES_MAX (64LL << 20)
 
 /* A peer daemon's UCX address. */
 typedef struct {
@@ -60,10 +63,14 @@ typedef struct {
     "queued are dropped")                                                    \
   X(metrics_groups, "metrics-groups", 0, 0, 1,                               \
     "1: /metrics shows per-group series too (names of every uid's groups)") \
-  X(fast_bytes, "fast-bytes", 262144, 0, 64LL << 20,                         \
+  X(fast_bytes, "fast-bytes", 1048576, 0, SPD_FAST_BYTES_MAX,                \
     "ops whose input and output are at most this many bytes per rank run "  \
     "through the group's shared segment, without the daemon (groups of "    \
     "this node only; 0: never)")                                            \
+  X(mid_spin_us, "mid-spin-us", 0, 0, 10000,                                \
+    "a rank of a group with a shared segment polls it this long for the "   \
+    "answer to a daemon-path op before it sleeps in recv (0: never; no "    \
+    "gain measured where ranks and daemon share the CPUs)")                 \
   X(nccl_timeout, "nccl-timeout", 300, 1, 604800,                            \
     "seconds an NCCL op may go without finishing; then its communicators "  \
     "are aborted and the ops on them fail")
@@ -101,6 +108,7 @@ typedef struct {
   int noperator_uid;
   unsigned operator_gid[SPD_MAX_OPERATORS];
   int noperator_gid;
+  long long fast_op_bytes[SPK_OP_COUNT]; /* per op; -1: fast_bytes */
 #define SPD_LIMIT_FIELD(field, flag, def, lo, hi, help) long long field;
   SPD_LIMITS(SPD_LIMIT_FIELD)
 #undef SPD_LIMIT_FIELD
@@ -118,6 +126,14 @@ extern const spd_limit_def spd_limit_defs[];
 extern const int spd_nlimits;
 /* Set limit i from text; SPK_EINVAL naming the flag and the range. */
 int spd_limit_apply(spd_config *cfg, int i, const char *arg, spk_err *err);
+
+/* --fast-op-bytes OP=BYTES,... (config_fast.c); "-" clears. */
+int spd_config_fast_ops(spd_config *cfg, const char *arg, spk_err *err);
+/* The fast-path threshold of op kind (its own, else fast_bytes). */
+long long spd_config_fast_limit(const spd_config *cfg, int kind);
+/* The staging a segment needs: the largest threshold. */
+long long spd_config_fast_stage(const spd_config *cfg);
+void spd_config_fast_dump(const spd_config *cfg, FILE *out);
 /* Defaults, the derived ones from the machine (fd limit, vm.max_map_count,
  * physical memory). */
 void spd_limits_defaults(spd_config *cfg);

@@ -25,6 +25,8 @@ void spd_config_defaults(spd_config *cfg) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   cfg->workers = cores > 0 ? (int)cores : 1;
   snprintf(cfg->mover, sizeof(cfg->mover), "auto");
+  for (int k = 0; k < SPK_OP_COUNT; k++)
+    cfg->fast_op_bytes[k] = -1;
   cfg->log_level = SPD_LOG_INFO;
   cfg->stuck_seconds = 60;
   cfg->join_timeout = 1800;
@@ -135,6 +137,8 @@ static void usage(FILE *out) {
     if (spd_engines[i]->built)
       fprintf(out, " %s", spd_engine_name(i));
   fputc('\n', out);
+  fprintf(out, "  --fast-op-bytes OP=B,...  fast-path threshold of these ops "
+          "(others:\n                     fast_bytes; '-': none)\n");
   spd_limits_usage(out);
 }
 
@@ -147,6 +151,7 @@ static const struct option opts[] = {
     {"socket-mode", required_argument, NULL, 'm'},
     {"workers", required_argument, NULL, 'w'},
     {"mover", required_argument, NULL, 'E'},
+    {"fast-op-bytes", required_argument, NULL, 'F'},
     {"stuck-seconds", required_argument, NULL, 'k'},
     {"join-timeout", required_argument, NULL, 'J'},
     {"metrics-port", required_argument, NULL, 'M'},
@@ -201,6 +206,9 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
     break;
   case 'E':
     rc = parse_mover(cfg, arg, err);
+    break;
+  case 'F':
+    rc = spd_config_fast_ops(cfg, arg, err);
     break;
   case 'g':
     if (strlen(arg) >= sizeof(cfg->socket_group))
@@ -465,5 +473,6 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
     fprintf(out, "operator_uid %u\n", cfg->operator_uid[i]);
   for (int i = 0; i < cfg->noperator_gid; i++)
     fprintf(out, "operator_gid %u\n", cfg->operator_gid[i]);
+  spd_config_fast_dump(cfg, out);
   spd_limits_dump(cfg, out);
 }

@@ -15,16 +15,27 @@
 
 #include "group.h"
 #include "group_seg.h"
+#include "quota.h"
 
 void spd_gseg_create(spd_group *g) {
   spd_ctx *ctx = g->ctx;
-  uint64_t stage = (uint64_t)ctx->cfg.fast_bytes;
+  uint64_t stage = (uint64_t)spd_config_fast_stage(&ctx->cfg);
   if (g->seg != NULL || stage == 0 || g->multinode || g->nlocal != g->world ||
       g->world > SPK_FSEG_MAXWORLD)
     return;
   uint64_t size = spk_fseg_size(g->world, stage);
+  /* The segment is memory the daemon holds for the group's owner: it
+   * counts as that uid's registered bytes. */
+  char why[200];
+  if (spd_quota_take(&ctx->quotas, &ctx->cfg, g->owner, SPD_Q_BYTES,
+                     (long long)size, why, sizeof(why)) < 0) {
+    SPD_INFO(&ctx->log, "group '%s': no fast path: its segment of %llu "
+             "bytes: %s", g->name, (unsigned long long)size, why);
+    return;
+  }
   spd_gseg *seg = calloc(1, sizeof(*seg));
   if (seg == NULL) {
+    spd_quota_give(&ctx->quotas, g->owner, SPD_Q_BYTES, (long long)size);
     SPD_WARN(&ctx->log, "group '%s': no fast path: calloc of %zu bytes "
              "failed", g->name, sizeof(*seg));
     return;
@@ -40,7 +51,12 @@ void spd_gseg_create(spd_group *g) {
              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == 0) {
     seg->fd = fd;
     seg->hdr = p;
-    spk_fseg_init(seg->hdr, g->world, stage);
+    seg->size = size;
+    seg->stage = stage;
+    spk_fseg_init(seg->hdr, g->world, stage,
+                  (uint32_t)ctx->cfg.mid_spin_us * 1000u);
+    for (int k = 0; k < SPK_OP_COUNT; k++)
+      seg->hdr->op_bytes[k] = (uint64_t)spd_config_fast_limit(&ctx->cfg, k);
     seg->since_ns = spd_now_ns();
     g->seg = seg;
     SPD_DEBUG(&ctx->log, "group '%s': shared segment of %llu bytes", g->name,
@@ -54,6 +70,12 @@ void spd_gseg_create(spd_group *g) {
   if (fd >= 0)
     close(fd);
   free(seg);
+  spd_quota_give(&ctx->quotas, g->owner, SPD_Q_BYTES, (long long)size);
+}
+
+/* Rank r's area, from the layout the daemon made (not the header's). */
+static const spk_fseg_rank *seg_rank(const spd_gseg *seg, int r) {
+  return spk_fseg_rank_of(seg->hdr, seg->stage, r);
 }
 
 void spd_gseg_send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
@@ -61,13 +83,20 @@ void spd_gseg_send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
     spd_session_send(s, f);
     return;
   }
-  f->group_joined->fast_seg_size = g->seg->hdr->size;
+  f->group_joined->fast_seg_size = g->seg->size;
   if (spd_session_send_fd(s, f, g->seg->fd) < 0) {
     /* This rank cannot take the segment, so no rank may use it: marking
      * it broken now makes every rank keep the daemon path. */
     f->group_joined->fast_seg_size = 0;
     spd_session_send(s, f);
   }
+}
+
+void spd_gseg_answered(spd_group *g, int rank, uint64_t req) {
+  if (g->seg == NULL)
+    return;
+  spk_fseg_rank *a = (spk_fseg_rank *)seg_rank(g->seg, rank);
+  __atomic_store_n(&a->answered, req, __ATOMIC_RELEASE);
 }
 
 static void wake_all(spk_fseg_hdr *h) {
@@ -98,7 +127,7 @@ static int observe(spd_group *g, uint64_t now) {
   uint64_t sum = 0;
   int waiting = 0;
   for (int r = 0; r < g->world; r++) {
-    const spk_fseg_rank *a = spk_fseg_rank_at(seg->hdr, r);
+    const spk_fseg_rank *a = seg_rank(seg, r);
     sum += __atomic_load_n(&a->progress, __ATOMIC_ACQUIRE);
     waiting += __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0;
   }
@@ -126,7 +155,7 @@ int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
   uint64_t max[NFIELDS] = {0};
   for (int r = 0; r < g->world; r++)
     for (size_t i = 0; i < NFIELDS; i++) {
-      uint64_t v = counter(spk_fseg_rank_at(seg->hdr, r), counter_fields[i]);
+      uint64_t v = counter(seg_rank(seg, r), counter_fields[i]);
       max[i] = v > max[i] ? v : max[i];
     }
   size_t n = 0;
@@ -135,7 +164,7 @@ int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
   w->age_ns = now - seg->since_ns;
   w->missing[0] = '\0';
   for (int r = 0; r < g->world; r++) {
-    const spk_fseg_rank *a = spk_fseg_rank_at(seg->hdr, r);
+    const spk_fseg_rank *a = seg_rank(seg, r);
     int behind = 0;
     for (size_t i = 0; i < NFIELDS; i++)
       behind |= counter(a, counter_fields[i]) < max[i];
@@ -172,7 +201,7 @@ void spd_gseg_harvest(spd_group *g) {
   if (seg == NULL)
     return;
   spd_ctx *ctx = g->ctx;
-  const spk_fseg_rank *r0 = spk_fseg_rank_at(seg->hdr, 0);
+  const spk_fseg_rank *r0 = seg_rank(seg, 0);
   for (int k = 0; k < SPK_OP_COUNT; k++) {
     /* Rank 0 bumps count last (release), so what it counts is whole. */
     const spk_fseg_counters *c = &r0->counters[k];
@@ -210,7 +239,7 @@ void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
     ops += g->seg->seen[k].count, errors += g->seg->seen[k].errors;
   fprintf(out, "shm %s ops=%llu errors=%llu stage_bytes=%llu\n", label,
           (unsigned long long)ops, (unsigned long long)errors,
-          (unsigned long long)g->seg->hdr->stage_bytes);
+          (unsigned long long)g->seg->stage);
 }
 
 void spd_gseg_close_all(spd_ctx *ctx) {
@@ -225,7 +254,8 @@ void spd_gseg_destroy(spd_group *g) {
   if (seg == NULL)
     return;
   spd_gseg_harvest(g);
-  munmap(seg->hdr, seg->hdr->size);
+  spd_quota_give(&g->ctx->quotas, g->owner, SPD_Q_BYTES, (long long)seg->size);
+  munmap(seg->hdr, seg->size);
   close(seg->fd);
   free(seg);
   g->seg = NULL;

@@ -16,6 +16,9 @@ struct spd_group;
 typedef struct spd_gseg {
   int fd;                     /* the sealed memfd; dup'd for each rank */
   spk_fseg_hdr *hdr;          /* the daemon's own mapping */
+  uint64_t size, stage;       /* its layout, as made: the header is the
+                               * clients' to write, so the daemon never
+                               * sizes or indexes anything by it */
   uint64_t progress_seen;     /* sum of the ranks' progress words */
   uint64_t since_ns;          /* since when it has not changed while some
                                * rank waits */
@@ -36,6 +39,11 @@ void spd_gseg_send_joined(struct spd_group *g, spd_session *s,
 /* Mark the segment broken with status and msg (once) and wake every
  * waiter: fast ops in progress fail with the daemon path's error. */
 void spd_gseg_break(struct spd_group *g, int status, const char *msg);
+
+/* The daemon is about to answer rank's daemon-path request req: publish
+ * it for a rank polling for it (fast_seg.h's `answered`). Before the
+ * reply, so a rank that has the reply sees the word too. */
+void spd_gseg_answered(struct spd_group *g, int rank, uint64_t req);
 
 /* A fast op some rank has published and another not: its sequence
  * number, kind, age and the ranks that have not issued it. */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "group_seg.h"
 #include "op_engine.h"
 #include "op_overlap.h"
 #include "planner.h"
@@ -238,8 +239,10 @@ void spd_op_fail(spd_op *op, int status, const char *msg) {
             (unsigned long long)op->seq, msg);
   for (int i = 0; i < op->group->world; i++) {
     spd_op_rank *r = &op->ranks[i];
-    if (r->arrived && r->session != NULL)
+    if (r->arrived && r->session != NULL) {
+      spd_gseg_answered(op->group, i, r->req);
       spd_session_send_error(r->session, r->req, status, msg);
+    }
   }
   ctx->stats.ops_failed++;
   int slot = spd_op_slot(op->ranks[0].args.op);
@@ -299,6 +302,7 @@ static void op_done(void *arg) {
     t.plan_ns = op->submitted_ns - op->started_ns;
     t.move_ns = now - op->submitted_ns;
     t.done_event_recorded = spd_engines_rank_recorded(&r->eng);
+    spd_gseg_answered(g, i, r->req);
     spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);

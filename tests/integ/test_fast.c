@@ -5,7 +5,7 @@
  * waiter (through the daemon's op timeout, not a time limit here); stats
  * count the segment's ops exactly (another uid: test_fast_uid.c).
  * Every other integration suite runs its small ops through the segment too
- * (the default fast_bytes is 256 KiB), against the same references. */
+ * (the default fast_bytes is 1 MiB), against the same references. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,10 +20,12 @@
 #include "check_run.h"
 #include "client_internal.h"
 #include "fast_ranks.h"
+#include "client_fast.h"
+#include "fast_seg.h"
 #include "harness.h"
 
 #define NOBODY 65534
-#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
+#define BIG 300000 /* floats: 1.2 MB, over fast_bytes, so the daemon's */
 
 static spt_daemon daemon_;
 static char stats_sock[300];
@@ -38,8 +40,10 @@ typedef struct {
 } shared_t;
 static shared_t *sh;
 
+static const char *const *daemon_args;
+
 static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+  ck_assert_int_eq(spt_daemon_start(&daemon_, daemon_args), 0);
   snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
            daemon_.dir);
   sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
@@ -170,6 +174,89 @@ static int count_rank(int rank, int w, void *arg) {
   }
   return spt_rk_close(&k, bad);
 }
+
+/* A daemon-path op's answer is published in the segment for the rank
+ * that polls for it (mid-size ops; the tcase's daemon polls 20 us): after
+ * a big op the rank's answered word is that op's request id; a fast op
+ * leaves it alone. */
+static int answered_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  const spk_fseg_hdr *h = spc__fast_hdr(k.g);
+  int bad = h == NULL || h->mid_spin_ns != 20000;
+  for (int step = 0; step < 4 && !bad; step++) {
+    bad = spt_rk_reduce_once(&k, rank, w, step % 2 ? 8 : BIG, step, 0);
+    uint64_t got = __atomic_load_n(&spk_fseg_rank_of((spk_fseg_hdr *)h, h->stage_bytes, rank)
+                                        ->answered, __ATOMIC_ACQUIRE);
+    /* a fast op sends nothing: the last request is still the big op */
+    if (!bad && got != k.c->next_id) {
+      fprintf(stderr, "rank %d step %d: answered %llu, last request %llu\n",
+              rank, step, (unsigned long long)got,
+              (unsigned long long)k.c->next_id);
+      bad = 1;
+    }
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(daemon_answers_in_the_segment) {
+  snprintf(sh->group, sizeof(sh->group), "answered");
+  ck_assert_int_eq(spt_run_ranks(2, answered_rank, NULL, 120), 0);
+}
+END_TEST
+
+/* The header is the group's to write; the daemon must size and index
+ * nothing by it. A rank scribbles over the layout fields, asks for stats
+ * (which read every rank's counters) and leaves (the daemon unmaps the
+ * segment): the daemon lives on and serves a new group. */
+static int vandal_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = spt_rk_reduce_once(&k, rank, w, 8, 0, 0);
+  spk_fseg_hdr *h = (spk_fseg_hdr *)spc__fast_hdr(k.g);
+  bad |= h == NULL;
+  if (!bad && rank == 0) {
+    h->size = UINT64_MAX / 2;
+    h->rank_off = UINT64_MAX / 4;
+    h->rank_bytes = UINT64_MAX / 8;
+    h->stage_bytes = UINT64_MAX;
+    h->world = 1u << 30;
+    for (int kk = 0; kk < SPK_OP_COUNT; kk++)
+      h->op_bytes[kk] = UINT64_MAX;
+    char *t = stats_text();
+    bad |= t == NULL;
+    free(t);
+  }
+  /* Leave without another op: this group's own ranks are the ones a
+   * scribbled header may hurt. */
+  spc_disconnect(k.c);
+  return bad;
+}
+
+static int healthy_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = spt_rk_reduce_once(&k, rank, w, 8, 1, 0) ||
+            spt_rk_reduce_once(&k, rank, w, BIG, 2, 0);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(scribbled_header_hurts_no_daemon) {
+  snprintf(sh->group, sizeof(sh->group), "vandal");
+  ck_assert_int_eq(spt_run_ranks(2, vandal_rank, NULL, 120), 0);
+  char *t = stats_text(); /* after the group is gone, too */
+  ck_assert_ptr_nonnull(t);
+  free(t);
+  snprintf(sh->group, sizeof(sh->group), "after-vandal");
+  ck_assert_int_eq(spt_run_ranks(2, healthy_rank, NULL, 120), 0);
+}
+END_TEST
 
 START_TEST(stats_exact_and_disagreement) {
   snprintf(sh->group, sizeof(sh->group), "count");
@@ -337,12 +424,102 @@ START_TEST(drain_reaches_the_segment) {
 }
 END_TEST
 
+/* --fast-op-bytes all_reduce=0: all_reduce always takes the daemon path,
+ * all_gather still the segment; every rank decides alike (the
+ * thresholds are in the segment), so nothing hangs, and the stats count
+ * each path exactly. */
+static int per_op_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = 0;
+  for (int step = 0; step < 6 && !bad; step++)
+    bad = step % 2 ? gather_once(&k, rank, w, step)
+                   : spt_rk_reduce_once(&k, rank, w, 8, step, 0);
+  if (!bad && rank == 0) {
+    char want[128];
+    snprintf(want, sizeof(want), "shm %s ops=3 errors=0", sh->group);
+    bad = !stats_has(want) || !stats_has("all_reduce count=3 errors=0") ||
+          !stats_has("all_gather count=3 errors=0");
+  }
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 9, 0); /* rank 0 has looked */
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(per_op_thresholds) {
+  snprintf(sh->group, sizeof(sh->group), "perop");
+  ck_assert_int_eq(spt_run_ranks(3, per_op_rank, NULL, 120), 0);
+}
+END_TEST
+
+static void setup_per_op(void) {
+  static const char *const args[] = {"--fast-op-bytes", "all_reduce=0", NULL};
+  daemon_args = args;
+  setup();
+  daemon_args = NULL;
+}
+
+/* A segment counts as its owner's registered bytes: with fast_bytes at
+ * 4 MiB a 2-rank segment needs over 16 MiB, past uid_max_bytes (10 MiB),
+ * so the group gets none and its ops take the daemon path, while the
+ * ranks' own 4 MiB buffers still fit. */
+static int no_room_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = spc__fast_hdr(k.g) != NULL;
+  if (bad)
+    fprintf(stderr, "rank %d: a segment past uid_max_bytes\n", rank);
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 0, 0);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(segments_count_as_registered_bytes) {
+  snprintf(sh->group, sizeof(sh->group), "noroom");
+  ck_assert_int_eq(spt_run_ranks(2, no_room_rank, NULL, 120), 0);
+  ck_assert(stats_has("errors=0")); /* the daemon is fine */
+}
+END_TEST
+
+static void setup_mid_spin(void) {
+  static const char *const args[] = {"--mid-spin-us", "20", NULL};
+  daemon_args = args;
+  setup();
+  daemon_args = NULL;
+}
+
+static void setup_small_budget(void) {
+  static const char *const args[] = {"--fast-bytes", "4194304",
+                                     "--uid-max-bytes", "10485760", NULL};
+  daemon_args = args;
+  setup();
+  daemon_args = NULL;
+}
+
 int main(void) {
   Suite *s = suite_create("fast");
+  TCase *ms = tcase_create("mid_spin");
+  tcase_add_checked_fixture(ms, setup_mid_spin, teardown);
+  tcase_set_timeout(ms, 300);
+  tcase_add_test(ms, daemon_answers_in_the_segment);
+  suite_add_tcase(s, ms);
+  TCase *nr = tcase_create("no_room");
+  tcase_add_checked_fixture(nr, setup_small_budget, teardown);
+  tcase_set_timeout(nr, 300);
+  tcase_add_test(nr, segments_count_as_registered_bytes);
+  suite_add_tcase(s, nr);
+  TCase *po = tcase_create("per_op");
+  tcase_add_checked_fixture(po, setup_per_op, teardown);
+  tcase_set_timeout(po, 300);
+  tcase_add_test(po, per_op_thresholds);
+  suite_add_tcase(s, po);
   TCase *tc = tcase_create("fast");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, mixed_sequences);
+  tcase_add_test(tc, scribbled_header_hurts_no_daemon);
   tcase_add_test(tc, stats_exact_and_disagreement);
   tcase_add_test(tc, disagreement_across_paths);
   tcase_add_test(tc, killed_stopped_aborted);

@@ -19,7 +19,7 @@
 #include "harness.h"
 
 #define NOBODY 65534
-#define BIG 100000 /* floats: 400 KB, over fast_bytes, so the daemon's */
+#define BIG 300000 /* floats: 1.2 MB, over fast_bytes, so the daemon's */
 
 static spt_daemon daemon_;
 

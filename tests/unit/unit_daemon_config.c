@@ -89,6 +89,36 @@ static const char *conf_file(const char *text) {
   return path;
 }
 
+/* Per-op fast-path thresholds: named ops take theirs, the rest
+ * fast_bytes; the segment stages the largest; bad entries are named. */
+START_TEST(fast_op_bytes) {
+  spd_config cfg;
+  spk_err err;
+  char *argv[] = {"spcolld", "--fast-bytes", "1000", "--fast-op-bytes",
+                  "all_to_all=5000,all_reduce=0", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 5, argv), SPK_OK);
+  ck_assert_int_eq(spd_config_fast_limit(&cfg, SPK_OP_ALL_TO_ALL), 5000);
+  ck_assert_int_eq(spd_config_fast_limit(&cfg, SPK_OP_ALL_REDUCE), 0);
+  ck_assert_int_eq(spd_config_fast_limit(&cfg, SPK_OP_ALL_GATHER), 1000);
+  ck_assert_int_eq(spd_config_fast_stage(&cfg), 5000);
+  char *dump = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&dump, &len);
+  ck_assert_ptr_nonnull(out);
+  spd_config_dump(&cfg, out);
+  fclose(out);
+  ck_assert_ptr_nonnull(strstr(dump, "fast_op_bytes all_to_all=5000,"
+                                     "all_reduce=0\n"));
+  free(dump);
+  char *b1[] = {"spcolld", "--fast-op-bytes", "all_reduc=5", NULL};
+  expect_bad(3, b1, "--fast-op-bytes: 'all_reduc' is not an op name");
+  char *b2[] = {"spcolld", "--fast-op-bytes", "all_reduce=-1", NULL};
+  expect_bad(3, b2, "all_reduce: '-1' is not an integer in 0..67108864");
+  char *b3[] = {"spcolld", "--fast-op-bytes", "all_reduce", NULL};
+  expect_bad(3, b3, "'all_reduce' is not OP=BYTES");
+}
+END_TEST
+
 START_TEST(config_file_then_flags) {
   spd_config cfg;
   spk_err err;
@@ -185,7 +215,7 @@ START_TEST(shipped_example_is_valid) {
       keys++;
     }
   fclose(in);
-  ck_assert_int_eq(keys, 35);
+  ck_assert_int_eq(keys, 38);
   spd_config cfg;
   spk_err err;
   spd_config_defaults(&cfg);
@@ -211,6 +241,7 @@ int main(void) {
   tcase_add_test(tc, defaults_follow_xdg_for_non_root);
   tcase_add_test(tc, every_flag);
   tcase_add_test(tc, bad_values_name_the_flag);
+  tcase_add_test(tc, fast_op_bytes);
   tcase_add_test(tc, config_file_then_flags);
   tcase_add_test(tc, config_file_errors_name_the_key);
   tcase_add_test(tc, shipped_example_is_valid);
