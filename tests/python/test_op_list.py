@@ -23,6 +23,7 @@ def test_list_read_from_the_library():
 
 def test_every_op_has_constructor_and_function():
     for name, info in _lib.OPS.items():
+        assert "spc_op_" + name in _lib._PROTOS, name
         ctor = getattr(_lib.lib, "spc_op_" + name)
         args = {"all_to_all": (0, 1, 0), "all_to_all_v": (None, None),
                 "all_reduce": (0,), "packed_split": (0, None, 0),
