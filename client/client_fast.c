@@ -452,7 +452,7 @@ int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,
     return SPC_OK;
   spk_fseg_desc d;
   memset(&d, 0, sizeof(d));
-  if (in != NULL && out != NULL)
+  if (op != NULL && in != NULL && out != NULL)
     desc_fill(&d, g, op, in, out);
   d.eligible = 0;
   int rc = desc_publish(g, &d);

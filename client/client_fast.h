@@ -33,7 +33,9 @@ struct spk_fseg_hdr;
 const struct spk_fseg_hdr *spc__fast_hdr(const spc_group *g);
 
 /* Tell the other ranks that this rank's next op takes the daemon path
- * (spc_start, device tensors), so that theirs does too. */
+ * (spc_start, device tensors), so that theirs does too. op, in and out
+ * are NULL for a request that is no op but keeps an op's place in the
+ * group's sequence (a group split). */
 int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,
                    const spc_tensor *out);
 

@@ -111,20 +111,18 @@ int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
   spc_group *sub = calloc(1, sizeof(*sub));
   if (sub == NULL)
     return spc__fail(c, SPC_ENOMEM, "calloc of a group failed");
-  int32_t dims[2] = {color, key};
-  Spcoll__OpRequest rq = SPCOLL__OP_REQUEST__INIT;
+  Spcoll__GroupSplit rq = SPCOLL__GROUP_SPLIT__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
   rq.group_id = g->id;
-  rq.op = 100; /* the daemon's group split */
-  rq.n_dims = 2;
-  rq.dims = dims;
-  f.body_case = SPCOLL__FRAME__BODY_OP;
-  f.op = &rq;
+  rq.color = color;
+  rq.key = key;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_SPLIT;
+  f.group_split = &rq;
   Spcoll__Frame *reply;
-  /* A split is one of the group's ops on the daemon path: the ranks that
-   * wait in the shared segment must hear it (issue 18). */
-  spc_op op = {.kind = 100};
-  int rc = spc__fast_slow(g, &op, NULL, NULL);
+  /* A split is one of the group's ops on the daemon path, in sequence with
+   * them: the ranks that wait in the shared segment must hear it (issue
+   * 18). It has no op kind and no tensors. */
+  int rc = spc__fast_slow(g, NULL, NULL, NULL);
   if (rc == SPC_OK)
     rc = spc__call(c, &f, -1, &reply);
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {

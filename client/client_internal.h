@@ -58,6 +58,10 @@ struct spc_client {
 };
 
 /* Record the message of a failure on c and return status. */
+/* The op list's gradient of op (client_op_list.c): the same arguments,
+ * the row's gradient kind and grad scale (kind 0 when it lists none). */
+spc_op spc__op_grad(spc_op op);
+
 int spc__fail(spc_client *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -1,5 +1,7 @@
-/* The named ops: each is spc_run of one constructor. Backward ops map to
- * the forward op that computes the gradient, with the seeds' scale. */
+/* The named ops: each is spc_run of one constructor. Backward ops run the
+ * op list's gradient of their forward op (spc__op_grad: its kind and the
+ * seeds' scale); all_to_all's swaps its dims, all_gather's sum flavour is a
+ * reduce_scatter. */
 #include <string.h>
 
 #include "client_internal.h"
@@ -108,14 +110,15 @@ int spc_packed_gather(spc_group *g, const spc_tensor *in,
 int spc_split_backward(spc_group *g, const spc_tensor *grad_out,
                        const spc_tensor *grad_in, int dim,
                        const int64_t *sizes, spc_grad_scale scale) {
-  spc_op op = spc_op_scaled(spc_op_all_gather(dim, sizes), scale);
+  spc_op op = spc_op_scaled(spc__op_grad(spc_op_split(dim, sizes)), scale);
   return spc_run(g, &op, grad_out, grad_in);
 }
 
 int spc_all_gather_backward_own(spc_group *g, const spc_tensor *grad_out,
                                 const spc_tensor *grad_in, int dim,
                                 const int64_t *sizes, spc_grad_scale scale) {
-  spc_op op = spc_op_scaled(spc_op_split(dim, sizes), scale);
+  spc_op op =
+      spc_op_scaled(spc__op_grad(spc_op_all_gather(dim, sizes)), scale);
   return spc_run(g, &op, grad_out, grad_in);
 }
 
@@ -134,13 +137,13 @@ int spc_all_to_all_backward(spc_group *g, const spc_tensor *grad_out,
 
 int spc_zigzag_split_backward(spc_group *g, const spc_tensor *grad_out,
                               const spc_tensor *grad_in, int dim) {
-  spc_op op = spc_op_scaled(spc_op_zigzag_gather(dim), SPC_SCALE_DOWN);
+  spc_op op = spc__op_grad(spc_op_zigzag_split(dim));
   return spc_run(g, &op, grad_out, grad_in);
 }
 
 int spc_zigzag_gather_backward(spc_group *g, const spc_tensor *grad_out,
                                const spc_tensor *grad_in, int dim) {
-  spc_op op = spc_op_scaled(spc_op_zigzag_split(dim), SPC_SCALE_UP);
+  spc_op op = spc__op_grad(spc_op_zigzag_gather(dim));
   return spc_run(g, &op, grad_out, grad_in);
 }
 
@@ -155,15 +158,13 @@ int spc_packed_split_backward(spc_group *g, const spc_tensor *grad_out,
       n *= (size_t)grad_in->shape[i];
     memset(spc_tensor_data(grad_in), 0, n);
   }
-  spc_op op = spc_op_scaled(spc_op_packed_gather(dim, seq_lens, nseq),
-                            SPC_SCALE_DOWN);
+  spc_op op = spc__op_grad(spc_op_packed_split(dim, seq_lens, nseq));
   return spc_run(g, &op, grad_out, grad_in);
 }
 
 int spc_packed_gather_backward(spc_group *g, const spc_tensor *grad_out,
                                const spc_tensor *grad_in, int dim,
                                const int64_t *seq_lens, int nseq) {
-  spc_op op = spc_op_scaled(spc_op_packed_split(dim, seq_lens, nseq),
-                            SPC_SCALE_UP);
+  spc_op op = spc__op_grad(spc_op_packed_gather(dim, seq_lens, nseq));
   return spc_run(g, &op, grad_out, grad_in);
 }

@@ -213,6 +213,33 @@ typedef struct {
   unsigned flags;
 } spc_op;
 
+/* The op kinds (spc_op.kind, set by the spc_op_* constructors), numbered
+ * as on the wire. The library's one op list (kernels/op_list.h) is checked
+ * against every value when it builds, so the two cannot drift. */
+typedef enum {
+  SPC_OP_SPLIT = 1,
+  SPC_OP_ALL_GATHER = 2,
+  SPC_OP_ALL_TO_ALL = 3,
+  SPC_OP_ALL_TO_ALL_V = 4,
+  SPC_OP_ALL_REDUCE = 5,
+  SPC_OP_REDUCE_SCATTER = 6,
+  SPC_OP_ZIGZAG_SPLIT = 7,
+  SPC_OP_ZIGZAG_GATHER = 8,
+  SPC_OP_PACKED_SPLIT = 9,
+  SPC_OP_PACKED_GATHER = 10
+} spc_op_kind;
+
+/* What the op list says of kind: its name (that of its spc_op_<name>
+ * constructor), the kind whose op, made with the same arguments, is its
+ * gradient (0: none listed; all_to_all and all_to_all_v swap their dims
+ * or lists, see the backward functions below), that gradient's scale, and
+ * whether the op combines values (1: it takes a reduce op and a numeric
+ * dtype). Any output pointer may be NULL. Returns SPC_OK, or SPC_ENOTFOUND
+ * when kind is no op: kinds run from 1 without gaps, so asking 1, 2, ...
+ * until SPC_ENOTFOUND lists every op this library has. */
+int spc_op_info(int kind, const char **name_p, int *grad_kind_p,
+                spc_grad_scale *grad_scale_p, int *reduces_p);
+
 /* split: every rank passes the same full tensor x; out_r = piece r of x
  * along dim (sizes or the rule). out: x's shape with dim -> piece r. */
 spc_op spc_op_split(int dim, const int64_t *sizes);

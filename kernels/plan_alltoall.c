@@ -158,3 +158,17 @@ int spk_plan_all_to_all(const spk_op_args *const *args, int world,
   }
   return add_moves(args, world, &ge, plan, err);
 }
+
+/* Output: piece r of S along the scatter dim, G along the gather dim. */
+int spk_out_all_to_all(const spk_op_args *a, int world, int rank,
+                       spk_shape *out, spk_err *err) {
+  int s, g;
+  int rc = spk_dim_normalize(a->dims[0], a->in.ndim, "scatter dim", &s, err);
+  if (rc == SPK_OK)
+    rc = spk_dim_normalize(a->dims[1], a->in.ndim, "gather dim", &g, err);
+  if (rc < 0)
+    return rc;
+  out->dim[s] = spk_split_size(a->in.dim[s], world, rank);
+  out->dim[g] = a->scalar ? a->scalar : spk__times_world(a->in.dim[g], world);
+  return SPK_OK;
+}

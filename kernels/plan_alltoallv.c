@@ -133,3 +133,14 @@ int spk_plan_all_to_all_v(const spk_op_args *const *args, int world,
   free(placed);
   return rc;
 }
+
+/* Output: the rows this rank receives, the sum of its output splits. */
+int spk_out_all_to_all_v(const spk_op_args *a, int world, int rank,
+                         spk_shape *out, spk_err *err) {
+  (void)world, (void)rank;
+  int d, rc = spk__out_dim(a, &d, err);
+  if (rc < 0)
+    return rc;
+  out->dim[d] = spk__list_sum(a->sizes2, a->nsizes2);
+  return SPK_OK;
+}

@@ -140,3 +140,20 @@ int spk_plan_packed_gather(const spk_op_args *const *args, int world,
     }
   return rc;
 }
+
+/* Output: this rank's pieces of every sequence. The list is not checked
+ * yet: a negative entry or an overflow gives -1, which the check that
+ * follows rejects naming the list. */
+int spk_out_packed_split(const spk_op_args *a, int world, int rank,
+                         spk_shape *out, spk_err *err) {
+  int d, rc = spk__out_dim(a, &d, err);
+  if (rc < 0)
+    return rc;
+  int64_t n = 0;
+  for (int i = 0; i < a->nsizes && n >= 0; i++)
+    if (a->sizes[i] < 0 ||
+        __builtin_add_overflow(n, spk_split_size(a->sizes[i], world, rank), &n))
+      n = -1;
+  out->dim[d] = n;
+  return SPK_OK;
+}

@@ -2,34 +2,8 @@
 
 #include <stdint.h>
 
-typedef int (*plan_fn)(const spk_op_args *const *, int, spk_plan *,
-                       spk_err *);
-typedef int (*check_fn)(const spk_op_args *, int, int, spk_err *);
-
-/* One row per op: a new op is a new row and a new planner file.
- * shared_sizes: every rank passes the same size lists (all_to_all_v's are
- * per rank). reduces: the op combines values, so its dtype and reduce op
- * are checked. */
-#define ROW(name, shared, reduces) \
-  {spk_plan_##name, spk_check_##name, shared, reduces}
-static const struct {
-  plan_fn plan;
-  check_fn check;
-  int shared_sizes;
-  int reduces;
-} planners[SPK_OP_COUNT] = {
-    [SPK_OP_SPLIT] = ROW(split, 1, 0),
-    [SPK_OP_ALL_GATHER] = ROW(all_gather, 1, 0),
-    [SPK_OP_ALL_TO_ALL] = ROW(all_to_all, 1, 0),
-    [SPK_OP_ALL_TO_ALL_V] = ROW(all_to_all_v, 0, 0),
-    [SPK_OP_ALL_REDUCE] = ROW(all_reduce, 1, 1),
-    [SPK_OP_REDUCE_SCATTER] = ROW(reduce_scatter, 1, 1),
-    [SPK_OP_ZIGZAG_SPLIT] = ROW(zigzag_split, 1, 0),
-    [SPK_OP_ZIGZAG_GATHER] = ROW(zigzag_gather, 1, 0),
-    [SPK_OP_PACKED_SPLIT] = ROW(packed_split, 1, 0),
-    [SPK_OP_PACKED_GATHER] = ROW(packed_gather, 1, 0),
-};
-#undef ROW
+/* The planners are the op list's rows (op_list.c): a new op is a row
+ * there and a planner file, nothing here. */
 
 static int flags_check(const spk_op_args *a, spk_err *err) {
   unsigned red = a->flags & SPK_FLAG_RED_MASK;
@@ -43,14 +17,14 @@ static int flags_check(const spk_op_args *a, spk_err *err) {
   if (red >= SPK_RED_COUNT)
     return spk_err_set(err, SPK_EINVAL, "reduce op %u is not sum, max or min",
                        red);
-  if (!planners[a->op].reduces && red != SPK_RED_SUM)
+  if (!spk_op_row_get(a->op)->reduces && red != SPK_RED_SUM)
     return spk_err_set(err, SPK_EINVAL, "%s takes no reduce op",
                        spk_op_name(a->op));
   return SPK_OK;
 }
 
 static int op_known(spk_op_kind op, spk_err *err) {
-  if ((unsigned)op >= SPK_OP_COUNT || planners[op].plan == NULL)
+  if (spk_op_row_get(op) == NULL)
     return spk_err_set(err, SPK_EINVAL, "unknown op %d", (int)op);
   return SPK_OK;
 }
@@ -115,7 +89,7 @@ int spk_args_check(const spk_op_args *a, int world, int rank, spk_err *err) {
     rc = list_check(a->sizes2, a->nsizes2, "sizes2", err);
   if (rc < 0)
     return rc;
-  return planners[a->op].check(a, world, rank, err);
+  return spk_op_row_get(a->op)->check(a, world, rank, err);
 }
 
 int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
@@ -128,7 +102,8 @@ int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
       return rc;
   }
   const spk_op_args *a0 = args[0];
-  int rc = spk_args_agree(args, world, planners[a0->op].shared_sizes, err);
+  const spk_op_row *row = spk_op_row_get(a0->op);
+  int rc = spk_args_agree(args, world, row->shared_sizes, err);
   if (rc < 0)
     return rc;
   plan->world = world;
@@ -136,5 +111,5 @@ int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
   plan->scale = (int)((a0->flags & SPK_FLAG_SCALE_MASK) >>
                       SPK_FLAG_SCALE_SHIFT);
   plan->red_op = (int)(a0->flags & SPK_FLAG_RED_MASK);
-  return planners[a0->op].plan(args, world, plan, err);
+  return row->plan(args, world, plan, err);
 }

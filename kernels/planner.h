@@ -31,22 +31,36 @@ int spk_out_shape(const spk_op_args *args, int world, int rank,
 int spk_args_agree(const spk_op_args *const *args, int world,
                    int shared_sizes, spk_err *err);
 
-/* One planner and one single-rank check per op, each in plan_<op>.c. */
-#define SPK_PLANNER_DECL(name)                                               \
+/* One planner and one single-rank check per op, each in plan_<op>.c
+ * (and the output shape, for a CUSTOM shape rule), declared for every row
+ * of the op list. */
+#define SPK_PLANNER_DECL(K, name, num, shape, data, shared, grad, scale)    \
   int spk_plan_##name(const spk_op_args *const *args, int world,             \
                       spk_plan *plan, spk_err *err);                         \
   int spk_check_##name(const spk_op_args *args, int world, int rank,         \
-                       spk_err *err);
-SPK_PLANNER_DECL(split)
-SPK_PLANNER_DECL(all_gather)
-SPK_PLANNER_DECL(all_to_all)
-SPK_PLANNER_DECL(all_to_all_v)
-SPK_PLANNER_DECL(all_reduce)
-SPK_PLANNER_DECL(reduce_scatter)
-SPK_PLANNER_DECL(zigzag_split)
-SPK_PLANNER_DECL(zigzag_gather)
-SPK_PLANNER_DECL(packed_split)
-SPK_PLANNER_DECL(packed_gather)
+                       spk_err *err);                                        \
+  int spk_out_##name(const spk_op_args *args, int world, int rank,           \
+                     spk_shape *out, spk_err *err);
+SPK_OP_LIST(SPK_PLANNER_DECL)
 #undef SPK_PLANNER_DECL
+
+/* One row of the op list, as the code sees it (op_list.c). */
+typedef struct {
+  spk_op_kind kind;
+  const char *name;
+  spk_shape_rule shape;
+  int reduces;       /* combines values: takes a reduce op */
+  int shared_sizes;  /* every rank passes the same size lists */
+  spk_op_kind grad;  /* SPK_OP_NONE: no gradient op */
+  int grad_scale;    /* SPK_SCALE_* of that gradient */
+  int (*plan)(const spk_op_args *const *, int, spk_plan *, spk_err *);
+  int (*check)(const spk_op_args *, int, int, spk_err *);
+  /* CUSTOM shape rule only: out starts as in; it sets the op's dims. */
+  int (*out)(const spk_op_args *, int, int, spk_shape *, spk_err *);
+} spk_op_row;
+
+/* The row of op, or NULL when op is no row of the list. */
+const spk_op_row *spk_op_row_get(spk_op_kind op);
+
 
 #endif

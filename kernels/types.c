@@ -19,24 +19,6 @@ const char *spk_dtype_name(spk_dtype dtype) {
   return names[dtype];
 }
 
-const char *spk_op_name(spk_op_kind op) {
-  static const char *names[SPK_OP_COUNT] = {
-      [SPK_OP_SPLIT] = "split",
-      [SPK_OP_ALL_GATHER] = "all_gather",
-      [SPK_OP_ALL_TO_ALL] = "all_to_all",
-      [SPK_OP_ALL_TO_ALL_V] = "all_to_all_v",
-      [SPK_OP_ALL_REDUCE] = "all_reduce",
-      [SPK_OP_REDUCE_SCATTER] = "reduce_scatter",
-      [SPK_OP_ZIGZAG_SPLIT] = "zigzag_split",
-      [SPK_OP_ZIGZAG_GATHER] = "zigzag_gather",
-      [SPK_OP_PACKED_SPLIT] = "packed_split",
-      [SPK_OP_PACKED_GATHER] = "packed_gather",
-  };
-  if ((unsigned)op >= SPK_OP_COUNT || names[op] == NULL)
-    return "unknown-op";
-  return names[op];
-}
-
 int spk_shape_numel(const spk_shape *shape, size_t esize, int64_t *numel_p,
                     spk_err *err) {
   int64_t n = 1;

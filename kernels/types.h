@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "op_list.h"
 #include "status.h"
 
 #define SPK_MAX_DIMS 8
@@ -23,7 +24,8 @@ typedef enum {
   SPK_DTYPE_COUNT
 } spk_dtype;
 
-/* Ops and what their arguments mean (spk_op_args). Every op reads `in`
+/* Ops and what their arguments mean (spk_op_args); the kinds themselves
+ * are rows of the op list (op_list.h). Every op reads `in`
  * and writes `out` of the same dtype; d = dims[0] (Python-style).
  * SPLIT          out_r = piece r of in along d; sizes (w entries) or the
  *                split rule. Scale flag: the gather-backward "own slice".
@@ -42,18 +44,20 @@ typedef enum {
  * PACKED_GATHER  inverse of PACKED_SPLIT (same sizes).
  * Scale flags (SPK_FLAG_SCALE_*) multiply (up) or divide (down) every
  * copied element by w: the seeds' grad_scale of backward ops. */
+/* The kinds, from the op list (op_list.h); SPK_OP_NONE is no op (the
+ * gradient of an op that has none). */
 typedef enum {
-  SPK_OP_SPLIT = 1,
-  SPK_OP_ALL_GATHER = 2,
-  SPK_OP_ALL_TO_ALL = 3,
-  SPK_OP_ALL_TO_ALL_V = 4,
-  SPK_OP_ALL_REDUCE = 5,
-  SPK_OP_REDUCE_SCATTER = 6,
-  SPK_OP_ZIGZAG_SPLIT = 7,
-  SPK_OP_ZIGZAG_GATHER = 8,
-  SPK_OP_PACKED_SPLIT = 9,
-  SPK_OP_PACKED_GATHER = 10,
-  SPK_OP_COUNT
+  SPK_OP_NONE = 0,
+#define SPK_OP_ENUM(K, name, num, shape, data, shared, grad, scale) \
+  SPK_OP_##K = num,
+  SPK_OP_LIST(SPK_OP_ENUM)
+#undef SPK_OP_ENUM
+  /* 1 + the number of rows: the kinds run 1.. without gaps (planner.c
+   * and unit_op_list.c hold them to it) */
+  SPK_OP_COUNT = 1
+#define SPK_OP_ROW(K, name, num, shape, data, shared, grad, scale) +1
+  SPK_OP_LIST(SPK_OP_ROW)
+#undef SPK_OP_ROW
 } spk_op_kind;
 
 enum {

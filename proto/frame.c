@@ -112,6 +112,7 @@ const char *spf_body_name(Spcoll__Frame__BodyCase body) {
   case SPCOLL__FRAME__BODY_STATS_REQUEST: return "stats_request";
   case SPCOLL__FRAME__BODY_STATS_REPLY: return "stats_reply";
   case SPCOLL__FRAME__BODY_CONTROL: return "control";
+  case SPCOLL__FRAME__BODY_GROUP_SPLIT: return "group_split";
   default: break;
   }
   return "unknown";

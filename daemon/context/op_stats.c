@@ -1,8 +1,6 @@
 #include "op_stats.h"
 
 int spd_op_slot(int kind) {
-  if (kind == 100) /* the daemon's group split */
-    return SPD_OP_SLOT_GROUP_SPLIT;
   return kind > 0 && kind < SPK_OP_COUNT ? kind : 0;
 }
 

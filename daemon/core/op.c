@@ -102,11 +102,6 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
   a->ndims = (int)rq->n_dims;
   for (size_t i = 0; i < rq->n_dims; i++)
     a->dims[i] = rq->dims[i];
-  if (rq->op == SPD_OP_GROUP_SPLIT)
-    return a->ndims == 2 ? SPK_OK
-                         : spk_err_set(err, SPK_EINVAL, "group split takes "
-                                       "color and key, got %d values",
-                                       a->ndims);
   int rc = spd_op_copy_list(rq->sizes, rq->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
     rc = spd_op_copy_list(rq->sizes2, rq->n_sizes2, &r->sizes2, "sizes2", err);
@@ -128,11 +123,12 @@ static int rank_fill(spd_op_rank *r, spd_session *s,
   return spd_op_rank_engine_open(r, rq, err);
 }
 
-/* What a rank's request makes the daemon hold: its size lists and, for
- * the first rank of an op, the op with a slot for every rank. */
-static long long op_request_bytes(const spd_group *g,
-                                  const Spcoll__OpRequest *rq, int fresh) {
-  long long n = (long long)(rq->n_sizes + rq->n_sizes2) * sizeof(int64_t);
+/* What a rank's request makes the daemon hold: its size lists (`lists`
+ * bytes) and, for the first rank of an op, the op with a slot for every
+ * rank. */
+static long long op_request_bytes(const spd_group *g, long long lists,
+                                  int fresh) {
+  long long n = lists;
   if (fresh)
     n += (long long)sizeof(spd_op) + (long long)g->world * sizeof(spd_op_rank);
   return n;
@@ -154,11 +150,15 @@ static void op_uncharge(spd_ctx *ctx, uid_t uid, long long bytes) {
   spd_quota_give(&ctx->quotas, uid, SPD_Q_REQUEST_BYTES, bytes);
 }
 
-void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
-                   const Spcoll__OpRequest *rq) {
+/* Take rank's request as its arrival at the group's next op: refused
+ * (an Error to req, NULL) when the group is broken, the client has too
+ * many ops pending, the daemon drains or a quota is spent; else the op,
+ * with the rank's slot marked arrived and charged `lists` bytes more. */
+static spd_op *op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
+                       long long lists) {
   if (g->broken) {
     spd_session_send_error(s, req, g->broken_status, g->broken_reason);
-    return;
+    return NULL;
   }
   spd_rank_slot *slot = &g->ranks[rank];
   if (s->pending >= g->ctx->cfg.client_max_pending) {
@@ -166,26 +166,26 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
     snprintf(msg, sizeof(msg), "client limit: %d ops pending "
              "(client_max_pending)", s->pending);
     spd_session_send_error(s, req, SPK_ENO_MEMORY, msg);
-    return;
+    return NULL;
   }
   /* Draining: ops other ranks already started may complete, no new one. */
   int fresh = op_find(g, slot->next_seq) == NULL;
   if (g->ctx->draining && fresh) {
     spd_session_send_error(s, req, SPK_ESHUTDOWN,
                            "daemon draining: no new ops");
-    return;
+    return NULL;
   }
   char msg[200];
-  long long charge = op_request_bytes(g, rq, fresh);
+  long long charge = op_request_bytes(g, lists, fresh);
   if (op_charge(g->ctx, s->uid, charge, msg, sizeof(msg)) < 0) {
     spd_session_send_error(s, req, SPK_ENO_MEMORY, msg);
-    return;
+    return NULL;
   }
   spd_op *op = spd_op_get(g, slot->next_seq);
   if (op == NULL) {
     op_uncharge(g->ctx, s->uid, charge);
     spd_session_send_error(s, req, SPK_ENO_MEMORY, "out of memory for an op");
-    return;
+    return NULL;
   }
   slot->next_seq++;
   spd_op_rank *r = &op->ranks[rank];
@@ -195,12 +195,45 @@ void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   r->session = s;
   r->charged = 1, r->uid = s->uid, r->charge = charge;
   s->pending++;
+  return op;
+}
+
+/* The rank's request is recorded: tell the other nodes, count it. */
+static void op_rank_in(spd_op *op, int rank) {
+  if (op->group->multinode)
+    spd_op_peer_send_args(op, rank);
+  spd_op_rank_arrived(op);
+}
+
+void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
+                   const Spcoll__OpRequest *rq) {
+  long long lists = (long long)(rq->n_sizes + rq->n_sizes2) * sizeof(int64_t);
+  spd_op *op = op_take(g, rank, s, req, lists);
+  if (op == NULL)
+    return;
+  spd_op_rank *r = &op->ranks[rank];
   /* A rank's own error still counts as its arrival: the op then fails on
    * every rank together, so no rank waits for one that gave up. */
   r->status = rank_fill(r, s, rq, &r->err);
-  if (g->multinode)
-    spd_op_peer_send_args(op, rank);
-  spd_op_rank_arrived(op);
+  op_rank_in(op, rank);
+}
+
+void spd_op_arrive_split(spd_group *g, int rank, spd_session *s, uint64_t req,
+                         const Spcoll__GroupSplit *gs) {
+  spd_op *op = op_take(g, rank, s, req, 0);
+  if (op == NULL)
+    return;
+  spd_op_rank *r = &op->ranks[rank];
+  r->group_split = 1;
+  r->args.ndims = 2;
+  r->args.dims[0] = gs->color;
+  r->args.dims[1] = gs->key;
+  op_rank_in(op, rank);
+}
+
+int spd_op_slot_of(const spd_op *op) {
+  return op->ranks[0].group_split ? SPD_OP_SLOT_GROUP_SPLIT
+                                  : spd_op_slot(op->ranks[0].args.op);
 }
 
 void spd_op_rank_arrived(spd_op *op) {
@@ -245,7 +278,7 @@ void spd_op_fail(spd_op *op, int status, const char *msg) {
     }
   }
   ctx->stats.ops_failed++;
-  int slot = spd_op_slot(op->ranks[0].args.op);
+  int slot = spd_op_slot_of(op);
   spd_op_stats_failed(&ctx->op_stats[slot]);
   spd_op_stats_failed(&op->group->op_stats[slot]);
   spd_op_free(op);
@@ -288,7 +321,7 @@ static void op_done(void *arg) {
   ctx->stats.ops_completed++;
   ctx->stats.bytes_moved += op->plan.bytes;
   spd_engine_account(op);
-  int slot = spd_op_slot(op->ranks[0].args.op);
+  int slot = spd_op_slot_of(op);
   uint64_t now = spd_now_ns(), ns = now - op->started_ns;
   spd_op_stats_done(&ctx->op_stats[slot], op->plan.bytes, ns);
   spd_op_stats_done(&g->op_stats[slot], op->plan.bytes, ns);
@@ -348,7 +381,7 @@ int spd_op_plan(spd_op *op, spk_err *err) {
 static int op_is_group_split(spd_op *op, int *rc_p, spk_err *err) {
   int n = 0, world = op->group->world, other = -1, split = -1;
   for (int i = 0; i < world; i++) {
-    if (op->ranks[i].args.op == (spk_op_kind)SPD_OP_GROUP_SPLIT)
+    if (op->ranks[i].group_split)
       n++, split = i;
     else
       other = i;

@@ -13,10 +13,6 @@
 #include "types.h"
 #include "peer.pb-c.h"
 
-/* A control op matched like the others but run by the daemon itself:
- * dims = {color, key}, no tensors. */
-#define SPD_OP_GROUP_SPLIT 100
-
 typedef struct {
   int arrived;
   uint64_t req;
@@ -34,6 +30,9 @@ typedef struct {
   uid_t uid;
   long long charge;           /* request bytes counted for it */
   int node;                   /* that node */
+  /* A group split (GroupSplit): matched like an op but run by the daemon
+   * itself; args.dims = {color, key}, args.op 0, no tensors. */
+  int group_split;
 } spd_op_rank;
 
 typedef struct spd_op {
@@ -64,6 +63,14 @@ typedef struct spd_op {
  * once only when the request cannot be tied to an op. */
 void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                    const Spcoll__OpRequest *rq);
+
+/* Record rank's group split, in sequence with its ops (group_split.c runs
+ * it once every rank has asked). */
+void spd_op_arrive_split(spd_group *g, int rank, spd_session *s, uint64_t req,
+                         const Spcoll__GroupSplit *gs);
+
+/* The stats slot of op (op_stats.h): its kind's, or the group split's. */
+int spd_op_slot_of(const spd_op *op);
 
 /* Plan and hand to the mover, or fail on every rank. */
 void spd_op_start(spd_op *op);

@@ -31,6 +31,7 @@ void spd_op_peer_send_args(spd_op *op, int rank) {
   a.status = r->status;
   a.error = r->status < 0 ? r->err.msg : "";
   a.op = (uint32_t)r->args.op;
+  a.group_split = r->group_split != 0;
   a.scalar = r->args.scalar;
   a.flags = r->args.flags;
   for (int i = 0; i < r->args.ndims; i++)
@@ -73,8 +74,10 @@ static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
   x->ndims = (int)a->n_dims;
   for (size_t i = 0; i < a->n_dims; i++)
     x->dims[i] = a->dims[i];
-  if (x->op == (spk_op_kind)SPD_OP_GROUP_SPLIT)
+  if (a->group_split) {
+    r->group_split = 1;
     return SPK_OK; /* color and key, no tensors */
+  }
   int rc = spd_op_copy_list(a->sizes, a->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
     rc = spd_op_copy_list(a->sizes2, a->n_sizes2, &r->sizes2, "sizes2", err);

@@ -171,6 +171,22 @@ static void on_op(spd_session *s, const Spcoll__Frame *f) {
   spd_op_arrive(m->group, m->rank, s, f->id, f->op);
 }
 
+/* A group split is matched with the group's ops (op.c), so it is refused
+ * where an op would be. */
+static void on_group_split(spd_session *s, const Spcoll__Frame *f) {
+  spd_member *m = spd_session_member(s, f->group_split->group_id);
+  if (m == NULL) {
+    reply_not_found(s, f->id, "group handle", f->group_split->group_id);
+    return;
+  }
+  if (!m->group->ready) {
+    spd_session_send_error(s, f->id, SPK_EINVAL,
+                           "group is not ready: not every rank has joined");
+    return;
+  }
+  spd_op_arrive_split(m->group, m->rank, s, f->id, f->group_split);
+}
+
 static void on_stats(spd_session *s, const Spcoll__Frame *f) {
   spd_ctx *ctx = s->ctx;
   char *text = ctx->hooks.stats_render == NULL
@@ -251,6 +267,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   /* While stopping, nothing new starts: it could hold the exit up. */
   if (s->ctx->stopping && (f->body_case == SPCOLL__FRAME__BODY_GROUP_JOIN ||
                            f->body_case == SPCOLL__FRAME__BODY_OP ||
+                           f->body_case == SPCOLL__FRAME__BODY_GROUP_SPLIT ||
                            f->body_case == SPCOLL__FRAME__BODY_BUF_REGISTER)) {
     spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
     return;
@@ -262,6 +279,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   case SPCOLL__FRAME__BODY_BUF_REGISTER: on_buf_register(s, f); return;
   case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;
   case SPCOLL__FRAME__BODY_OP: on_op(s, f); return;
+  case SPCOLL__FRAME__BODY_GROUP_SPLIT: on_group_split(s, f); return;
   case SPCOLL__FRAME__BODY_STATS_REQUEST: on_stats(s, f); return;
   case SPCOLL__FRAME__BODY_CONTROL: on_control(s, f); return;
   default: break;

@@ -20,7 +20,7 @@ static void report(spd_ctx *ctx, spd_op *op, uint64_t now) {
   SPD_WARN(&ctx->log, "stuck op: group '%s' op %llu (%s) pending %.1f s, "
            "waiting for rank(s) %s", op->group->name,
            (unsigned long long)op->seq,
-           spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
+           spd_op_slot_name(spd_op_slot_of(op)),
            (double)(now - op->created_ns) * 1e-9,
            spd_op_missing(op, miss, sizeof(miss)));
 }
@@ -32,7 +32,7 @@ static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
   char miss[200], msg[400];
   snprintf(msg, sizeof(msg), "op %llu (%s) of group '%s' timed out after "
            "%.1f s: rank(s) %s never issued it", (unsigned long long)op->seq,
-           spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)), g->name,
+           spd_op_slot_name(spd_op_slot_of(op)), g->name,
            (double)(now - op->created_ns) * 1e-9,
            spd_op_missing(op, miss, sizeof(miss)));
   SPD_WARN(&ctx->log, "%s", msg);

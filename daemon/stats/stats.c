@@ -116,7 +116,7 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=%d "
               "stuck=%d waiting_for=%s\n", label,
               (unsigned long long)op->seq,
-              spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
+              spd_op_slot_name(spd_op_slot_of(op)),
               (double)(now - op->created_ns) * 1e-9, op->running,
               op->stuck_reported, spd_op_missing(op, miss, sizeof(miss)));
     spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */

@@ -71,7 +71,7 @@ static void json_pending(FILE *out, const spd_group *g, uint64_t now) {
             "\"running\":%s,\"waiting_for\":[%s]}",
             op == TAILQ_FIRST(&g->ops) ? "" : ",",
             (unsigned long long)op->seq,
-            spd_op_slot_name(spd_op_slot(op->ranks[0].args.op)),
+            spd_op_slot_name(spd_op_slot_of(op)),
             (double)(now - op->created_ns) * 1e-9,
             op->running ? "true" : "false",
             spd_op_missing(op, miss, sizeof(miss)));

@@ -409,6 +409,33 @@ START_TEST(group_split_ring_ulysses) {
 }
 END_TEST
 
+/* Across nodes a group split (a GroupSplit request, in sequence with the
+ * ops) is refused on every rank with SPC_EUNSUPPORTED and no sub-group;
+ * the parent group goes on with its next op. */
+static int split_refused_rank(int rank, int w, void *arg) {
+  (void)arg;
+  opr_rk k;
+  if (opr_rk_open(&k, rank, w) < 0)
+    return 1;
+  spc_group *sub = NULL;
+  int rc = spc_group_split(k.g, rank % 2, rank, &sub), bad = 0;
+  if (rc != SPC_EUNSUPPORTED || sub != NULL) {
+    fprintf(stderr, "[%s] rank %d: group split across nodes gave %d (%s), "
+            "want SPC_EUNSUPPORTED\n", opr_gname, rank, rc,
+            spc_last_error(k.c));
+    bad = 1;
+  }
+  int all_m[4] = {0, 1, 2, 3};
+  bad |= sub_gather(&k, k.g, all_m, w, rank, 6, "parent all_gather");
+  return opr_rk_close(&k, bad);
+}
+
+START_TEST(group_split_across_nodes_refused) {
+  snprintf(opr_gname, sizeof(opr_gname), "gsplitx");
+  ck_assert_int_eq(spt_run_ranks(4, split_refused_rank, NULL, 60), 0);
+}
+END_TEST
+
 /* Hybrid 2x2: x [4c, H] is zigzag-split over the ring group (rank r gets
  * chunks r and 3-r), that over the Ulysses group (rank u gets chunk u of
  * the two); global rank = u * 2 + r. Then back: gather over Ulysses,
@@ -604,8 +631,10 @@ int main(void) {
    * nodes the split and hybrid tests are left out, and said so. */
   if (getenv("SPT_NODES") != NULL) {
     printf("multi-node: group_split_ring_ulysses and hybrid_2x2 left out "
-           "(group split across nodes is not supported)\n");
-    n -= 2;
+           "(group split across nodes is not supported: "
+           "group_split_across_nodes_refused checks that it says so)\n");
+    tests[n - 2] = group_split_across_nodes_refused;
+    n -= 1;
   }
   return opr_run_suite("ops_reduce", tests, n);
 }

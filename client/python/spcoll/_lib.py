@@ -11,6 +11,7 @@ Where the library comes from, first match wins:
 3. the directory `make install` recorded in _install.py;
 4. the system's libspclient.so.1 (the dynamic loader's search path).
 """
+import collections
 import ctypes
 import os
 
@@ -26,6 +27,7 @@ STATUS_NAMES = {
     -16: "SPC_EDEVICE", -17: "SPC_ENODELOST",
 }
 SPC_EINVAL = -1
+SPC_ENOTFOUND = -4
 
 # spc_dtype
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 = range(8)
@@ -106,6 +108,8 @@ _PROTOS = {
     "spc_op_packed_split": (Op, [_I, _I64P, _I]),
     "spc_op_packed_gather": (Op, [_I, _I64P, _I]),
     "spc_op_scaled": (Op, [Op, _I]),
+    "spc_op_info": (_I, [_I, ctypes.POINTER(_S), ctypes.POINTER(_I),
+                         ctypes.POINTER(_I), ctypes.POINTER(_I)]),
     "spc_out_shape": (_I, [_P, _OPP, _TP, _I64P, ctypes.POINTER(_I)]),
     "spc_run": (_I, [_P, _OPP, _TP, _TP]),
     "spc_start": (_I, [_P, _OPP, _TP, _TP, _PP]),
@@ -193,6 +197,43 @@ def _load():
 
 
 lib = _load()
+
+
+class OpInfo(collections.namedtuple("OpInfo",
+                                    "kind name grad grad_scale reduces")):
+    """One row of the library's op list (spc_op_info): kind number, name,
+    the name of the op that (with the same arguments) is its gradient
+    (None: none listed), that gradient's scale ('up', 'down' or None), and
+    whether it combines values."""
+
+
+_SCALE_NAMES = {SCALE_NONE: None, SCALE_UP: "up", SCALE_DOWN: "down"}
+
+
+def read_op_list(library):
+    """{name: OpInfo} from library's op list: kinds 1, 2, ... until
+    SPC_ENOTFOUND, as spcoll.h documents spc_op_info."""
+    rows, kind = {}, 1
+    while True:
+        name, grad, scale, red = _S(), _I(), _I(), _I()
+        rc = library.spc_op_info(kind, ctypes.byref(name), ctypes.byref(grad),
+                                 ctypes.byref(scale), ctypes.byref(red))
+        if rc == SPC_ENOTFOUND:
+            break
+        if rc < 0 or scale.value not in _SCALE_NAMES:
+            raise ImportError("spcoll: spc_op_info(%d) of %s returned %d "
+                              "(grad scale %d)" % (kind, library.spcoll_path,
+                                                   rc, scale.value))
+        rows[kind] = (name.value.decode(), grad.value, scale.value,
+                      bool(red.value))
+        kind += 1
+    return {n: OpInfo(k, n, rows[g][0] if g else None, _SCALE_NAMES[s], r)
+            for k, (n, g, s, r) in rows.items()}
+
+
+# The op list, read from the library at import: the gradient pairs of the
+# autograd functions come from it (ops.gradient), not from a copy here.
+OPS = read_op_list(lib)
 
 
 def int64_array(values):

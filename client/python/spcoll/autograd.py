@@ -6,7 +6,8 @@ packed varlen split/gather.
 process_group is a spcoll.Group (None: the sequence-parallel group set with
 spcoll.set_sequence_parallel_group). Each backward is one spcoll op: the
 gradient op of libspclient with the seeds' scaling, so no extra scaling
-pass runs in torch.
+pass runs in torch. Which op is each backward, and its default scale,
+come from the library's op list (ops.gradient), not from this file.
 """
 import torch
 
@@ -58,8 +59,8 @@ class _SplitForwardGatherBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = ops.all_gather(grad_output, ctx.group, ctx.dim, ctx.sizes,
-                           scale=ctx.scale)
+        grad_fn, _ = ops.gradient("split")
+        g = grad_fn(grad_output, ctx.group, ctx.dim, ctx.sizes, scale=ctx.scale)
         return g, None, None, None, None
 
 
@@ -71,13 +72,14 @@ class _GatherForwardSplitBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = ops.split(grad_output, ctx.group, ctx.dim, ctx.sizes,
-                      scale=ctx.scale)
+        grad_fn, _ = ops.gradient("all_gather")
+        g = grad_fn(grad_output, ctx.group, ctx.dim, ctx.sizes, scale=ctx.scale)
         return g, None, None, None, None
 
 
 def split_forward_gather_backward(input_, process_group=None, dim=-1,
-                                  split_sizes=None, grad_scale="down"):
+                                  split_sizes=None,
+                                  grad_scale=ops.gradient("split")[1]):
     """Forward: this rank's piece of input_ along dim (split_sizes, or the
     rule). Backward: the gather of every rank's gradient, scaled by
     grad_scale ('down' divides by the group size, 'up' multiplies, None)."""
@@ -89,7 +91,8 @@ def split_forward_gather_backward(input_, process_group=None, dim=-1,
 
 
 def gather_forward_split_backward(input_, process_group=None, dim=-1,
-                                  gather_sizes=None, grad_scale="up"):
+                                  gather_sizes=None,
+                                  grad_scale=ops.gradient("all_gather")[1]):
     """Forward: every rank's input_ concatenated along dim (gather_sizes:
     every rank's size along dim when they differ). Backward: this rank's
     own piece of its own gradient, scaled by grad_scale (default 'up')."""
@@ -111,8 +114,8 @@ class _AllToAll(torch.autograd.Function):
     def backward(ctx, grad_output):
         # the reverse exchange; the forward input's size on scatter_dim is
         # the total it gathers back
-        g = ops.all_to_all(grad_output, ctx.group, ctx.gd, ctx.sd,
-                           ctx.scatter_size)
+        grad_fn, _ = ops.gradient("all_to_all")
+        g = grad_fn(grad_output, ctx.group, ctx.gd, ctx.sd, ctx.scatter_size)
         return g, None, None, None, None
 
 
@@ -135,8 +138,8 @@ class _ZigzagSplit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         # gather, divide by cp, natural order: one op
-        return (ops.zigzag_gather(grad_output, ctx.group, ctx.dim, scale="down"),
-                None, None)
+        grad_fn, scale = ops.gradient("zigzag_split")
+        return grad_fn(grad_output, ctx.group, ctx.dim, scale=scale), None, None
 
 
 class _ZigzagGather(torch.autograd.Function):
@@ -148,8 +151,8 @@ class _ZigzagGather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         # multiply by cp, keep chunks r and 2cp-1-r
-        return (ops.zigzag_split(grad_output, ctx.group, ctx.dim, scale="up"),
-                None, None)
+        grad_fn, scale = ops.gradient("zigzag_gather")
+        return grad_fn(grad_output, ctx.group, ctx.dim, scale=scale), None, None
 
 
 def load_balanced_split_forward_gather_backward(input_, process_group=None,
@@ -177,8 +180,9 @@ class _PackedSplit(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = ops.packed_gather(grad_output, ctx.group, ctx.seq_lens, ctx.dim,
-                              scale="down", total=ctx.total)
+        grad_fn, scale = ops.gradient("packed_split")
+        g = grad_fn(grad_output, ctx.group, ctx.seq_lens, ctx.dim, scale=scale,
+                    total=ctx.total)
         return g, None, None, None
 
 
@@ -190,8 +194,8 @@ class _PackedGather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        g = ops.packed_split(grad_output, ctx.group, ctx.seq_lens, ctx.dim,
-                             scale="up")
+        grad_fn, scale = ops.gradient("packed_gather")
+        g = grad_fn(grad_output, ctx.group, ctx.seq_lens, ctx.dim, scale=scale)
         return g, None, None, None
 
 

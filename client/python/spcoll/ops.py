@@ -157,6 +157,17 @@ def _dim(x, dim, what="dim"):
     return d % nd
 
 
+def gradient(name):
+    """(function, scale) of op `name`'s gradient in the library's op list:
+    the function of this module that, called with the forward op's
+    arguments, computes its backward, and the seeds' grad scale ('up',
+    'down' or None). all_to_all's swaps its dims; the caller does that."""
+    info = _lib.OPS[name]
+    if info.grad is None:
+        raise ValueError("spcoll: the op list gives %s no gradient op" % name)
+    return globals()[info.grad], info.grad_scale
+
+
 # ---- forward ops ---------------------------------------------------------
 
 def split(x, group=None, dim=-1, sizes=None, scale=None, async_op=False):
