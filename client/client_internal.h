@@ -16,6 +16,7 @@ struct spc_request {
   int status;
   Spcoll__Frame *reply;       /* the answer, when it is not an Error */
   char *msg;                  /* the daemon's message, for an Error */
+  int *source_p;              /* a receive's: where its source goes */
 };
 
 struct spc_group {

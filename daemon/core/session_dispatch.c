@@ -6,6 +6,7 @@
 
 #include "group.h"
 #include "op.h"
+#include "op_p2p.h"
 #include "session.h"
 #include "tensor_check.h"
 
@@ -171,6 +172,20 @@ static void on_op(spd_session *s, const Spcoll__Frame *f) {
   spd_op_arrive(m->group, m->rank, s, f->id, f->op);
 }
 
+static void on_p2p(spd_session *s, const Spcoll__Frame *f) {
+  spd_member *m = spd_session_member(s, f->p2p->group_id);
+  if (m == NULL) {
+    reply_not_found(s, f->id, "group handle", f->p2p->group_id);
+    return;
+  }
+  if (!m->group->ready) {
+    spd_session_send_error(s, f->id, SPK_EINVAL,
+                           "group is not ready: not every rank has joined");
+    return;
+  }
+  spd_p2p_arrive(m->group, m->rank, s, f->id, f->p2p);
+}
+
 static void on_stats(spd_session *s, const Spcoll__Frame *f) {
   spd_ctx *ctx = s->ctx;
   char *text = ctx->hooks.stats_render == NULL
@@ -251,6 +266,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   /* While stopping, nothing new starts: it could hold the exit up. */
   if (s->ctx->stopping && (f->body_case == SPCOLL__FRAME__BODY_GROUP_JOIN ||
                            f->body_case == SPCOLL__FRAME__BODY_OP ||
+                           f->body_case == SPCOLL__FRAME__BODY_P2P ||
                            f->body_case == SPCOLL__FRAME__BODY_BUF_REGISTER)) {
     spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
     return;
@@ -262,6 +278,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   case SPCOLL__FRAME__BODY_BUF_REGISTER: on_buf_register(s, f); return;
   case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;
   case SPCOLL__FRAME__BODY_OP: on_op(s, f); return;
+  case SPCOLL__FRAME__BODY_P2P: on_p2p(s, f); return;
   case SPCOLL__FRAME__BODY_STATS_REQUEST: on_stats(s, f); return;
   case SPCOLL__FRAME__BODY_CONTROL: on_control(s, f); return;
   default: break;
