@@ -24,6 +24,7 @@ struct spc_group {
   spc_client *client;
   uint64_t id;
   int rank, world;
+  int multinode;              /* some rank runs on another node */
   struct spc_fast *fast;      /* shared segment (client_fast.c), or NULL */
 };
 

@@ -150,6 +150,9 @@ int spc_group_leave(spc_group *group);
 
 int spc_group_rank(const spc_group *group);
 int spc_group_size(const spc_group *group);
+/* 1 when some rank of the group runs on another node (its daemon peers
+ * with this one), 0 when every rank is on this node. */
+int spc_group_spans_nodes(const spc_group *group);
 
 /* Allocate `size` bytes of host memory shared with the daemon (a sealed
  * memfd) and register it. The memory is zero-filled. */

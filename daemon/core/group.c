@@ -155,6 +155,7 @@ void spd_group_announce_ready(spd_group *g) {
     joined.group_id = slot->member->id;
     joined.rank = r;
     joined.world_size = g->world;
+    joined.multinode = g->multinode;
     f.id = slot->join_req;
     f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
     f.group_joined = &joined;
