@@ -264,6 +264,9 @@ static int request_complete(spc_client *c, spc_request *req,
     c->last_timing = (spc_timing){d->daemon_ns, d->wait_ns, d->plan_ns,
                                   d->move_ns};
   }
+  if (status == SPC_OK && req->source_p != NULL && req->reply != NULL &&
+      req->reply->body_case == SPCOLL__FRAME__BODY_DONE)
+    *req->source_p = req->reply->done->source;
   if (reply_p != NULL && status == SPC_OK)
     *reply_p = req->reply;
   else if (req->reply != NULL)

@@ -62,6 +62,7 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
   g->id = reply->group_joined->group_id;
   g->rank = rank;
   g->world = world_size;
+  g->multinode = reply->group_joined->multinode;
   spcoll__frame__free_unpacked(reply, NULL);
   /* Issue 18: a group of this node's ranks comes with a shared segment.
    * A rank that cannot map it cannot take part: the join fails. */
@@ -98,6 +99,10 @@ int spc_group_leave(spc_group *g) {
 
 int spc_group_rank(const spc_group *g) {
   return g ? g->rank : SPC_EINVAL;
+}
+
+int spc_group_spans_nodes(const spc_group *g) {
+  return g != NULL && g->multinode;
 }
 
 int spc_group_size(const spc_group *g) {
@@ -141,6 +146,8 @@ int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
   } else {
     sub->client = c;
     sub->id = j->group_id;
+    sub->multinode = j->multinode;
+    sub->multinode = j->multinode;
     sub->rank = j->rank;
     sub->world = j->world_size;
     sub->next = c->groups;

@@ -16,6 +16,7 @@ struct spc_request {
   int status;
   Spcoll__Frame *reply;       /* the answer, when it is not an Error */
   char *msg;                  /* the daemon's message, for an Error */
+  int *source_p;              /* a receive's: where its source goes */
 };
 
 struct spc_group {
@@ -23,6 +24,7 @@ struct spc_group {
   spc_client *client;
   uint64_t id;
   int rank, world;
+  int multinode;              /* some rank runs on another node */
   struct spc_fast *fast;      /* shared segment (client_fast.c), or NULL */
 };
 

@@ -150,6 +150,9 @@ int spc_group_leave(spc_group *group);
 
 int spc_group_rank(const spc_group *group);
 int spc_group_size(const spc_group *group);
+/* 1 when some rank of the group runs on another node (its daemon peers
+ * with this one), 0 when every rank is on this node. */
+int spc_group_spans_nodes(const spc_group *group);
 
 /* Allocate `size` bytes of host memory shared with the daemon (a sealed
  * memfd) and register it. The memory is zero-filled. */
@@ -386,6 +389,36 @@ int spc_wait(spc_request **req);
  * done, *done_p = 1, the request is freed, *req becomes NULL and the op's
  * status is returned. */
 int spc_test(spc_request **req, int *done_p);
+
+/* ---- Point to point ---------------------------------------------------
+ * A send to one rank of the group and a receive from one rank (or from
+ * any: SPC_ANY_SOURCE), matched per (group, source, destination, tag) in
+ * the order each rank posted them; a receive from any source takes the
+ * earliest send to it with its tag. Sender and receiver tensors must have
+ * the same dtype and element count (shapes may differ), or both fail with
+ * SPC_EMISMATCH naming the two. Independent of the group's collectives
+ * (their orders do not interleave). Tags are >= 0. Host tensors of a
+ * group whose ranks are all on this node; a device tensor or a group
+ * spanning nodes gets SPC_EUNSUPPORTED. The op timeout, a lost rank, abort
+ * and drain end a waiting send or receive with the collectives' errors. */
+#define SPC_ANY_SOURCE (-1)
+
+/* Send t to rank dst; returns once the receiver's output holds it. */
+int spc_send(spc_group *group, const spc_tensor *t, int dst, int tag);
+
+/* Receive into t from rank src (or SPC_ANY_SOURCE); *src_p (may be NULL)
+ * gets the rank it came from. */
+int spc_recv(spc_group *group, const spc_tensor *t, int src, int tag,
+             int *src_p);
+
+/* Start a send or receive; complete the request with spc_wait/spc_test
+ * (t must stay untouched until then). A receive's *src_p (may be NULL; it
+ * must stay valid until the request completes) is set when it completes
+ * successfully. */
+int spc_start_send(spc_group *group, const spc_tensor *t, int dst, int tag,
+                   spc_request **req_p);
+int spc_start_recv(spc_group *group, const spc_tensor *t, int src, int tag,
+                   int *src_p, spc_request **req_p);
 
 /* ---- GPU: tensors in CUDA device memory -----------------------------
  * Buffers may be CUDA device memory; the daemon then moves their tensors on

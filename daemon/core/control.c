@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "group.h"
+#include "op_p2p.h"
 #include "group_seg.h"
 
 /* An operator names a group as its owner would, "@UID/NAME", or by NAME
@@ -80,7 +81,7 @@ void spd_drain_check(spd_ctx *ctx) {
   }
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
-    if (!TAILQ_EMPTY(&g->ops))
+    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g))
       return;
   SPD_INFO(&ctx->log, "drained");
   spd_shutdown(ctx);

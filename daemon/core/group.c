@@ -1,4 +1,5 @@
 #include "group.h"
+#include "op_p2p.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ spd_group *spd_group_create(spd_ctx *ctx, const char *name, int world,
   g->op_timeout_ns = (uint64_t)ctx->cfg.op_timeout * 1000000000u;
   snprintf(g->name, sizeof(g->name), "%s", name);
   TAILQ_INIT(&g->ops);
+  TAILQ_INIT(&g->p2p_sends);
+  TAILQ_INIT(&g->p2p_recvs);
+  TAILQ_INIT(&g->p2p_run);
   TAILQ_INSERT_TAIL(&ctx->groups, g, link);
   return g;
 }
@@ -151,6 +155,7 @@ void spd_group_announce_ready(spd_group *g) {
     joined.group_id = slot->member->id;
     joined.rank = r;
     joined.world_size = g->world;
+    joined.multinode = g->multinode;
     f.id = slot->join_req;
     f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
     f.group_joined = &joined;
@@ -241,6 +246,7 @@ void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
     spd_group_peer_op_failed(g, op, status, msg);
     spd_op_fail(op, status, msg);
   }
+  spd_p2p_fail_pending(g, status, msg);
 }
 
 void spd_group_break(spd_group *g, int status, const char *reason) {
@@ -276,6 +282,7 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
                              "running; its output is undefined");
     spd_op_forget_session(op, m->rank);
   }
+  spd_p2p_forget_rank(g, m->rank, lost);
   s->ngroups--;
   slot->session = NULL;
   slot->member = NULL;
@@ -300,7 +307,7 @@ void spd_group_kick(spd_group *g) {
 }
 
 void spd_group_maybe_free(spd_group *g) {
-  if (g->joined > 0 || g->running)
+  if (g->joined > 0 || g->running || !TAILQ_EMPTY(&g->p2p_run))
     return;
   spd_group_fail_pending(g, SPK_EPEER_LOST, "every rank left the group");
   TAILQ_REMOVE(&g->ctx->groups, g, link);

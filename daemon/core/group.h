@@ -10,6 +10,8 @@
 #include "session.h"
 
 struct spd_op;
+struct spd_p2p_half;
+TAILQ_HEAD(spd_p2p_list, spd_p2p_half);
 
 typedef struct {
   spd_session *session;       /* NULL: rank not (or no longer) here */
@@ -47,6 +49,9 @@ typedef struct spd_group {
   uint64_t ops_done;
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* this group's share */
   struct spd_gseg *seg;       /* shared segment (group_seg.c), or NULL */
+  /* Point to point (op_p2p.c): halves not yet matched, in arrival order,
+   * and the halves of pairs in an engine. */
+  struct spd_p2p_list p2p_sends, p2p_recvs, p2p_run;
 } spd_group;
 
 /* Join `name` as `rank`. Replies GroupJoined to every rank once all have

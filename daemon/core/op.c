@@ -36,9 +36,8 @@ spd_op *spd_op_get(spd_group *g, uint64_t seq) {
   return op;
 }
 
-static int tensor_resolve(spd_session *s, const Spcoll__Tensor *t,
-                          const char *what, spd_op_rank *r, int ti,
-                          spk_shape *shape, spk_err *err) {
+int spd_op_tensor(spd_session *s, const Spcoll__Tensor *t, const char *what,
+                  spk_shape *shape, spd_buffer **buf_p, spk_err *err) {
   if (t == NULL)
     return spk_err_set(err, SPK_EINVAL, "op request has no %s tensor", what);
   spd_buffer *buf = spd_session_buffer(s, t->buffer_id);
@@ -68,9 +67,17 @@ static int tensor_resolve(spd_session *s, const Spcoll__Tensor *t,
   if (rc < 0)
     return rc;
   spd_buffer_ref(buf);
-  r->buf[ti] = buf;
-  r->off[ti] = t->offset;
+  *buf_p = buf;
   return SPK_OK;
+}
+
+static int tensor_resolve(spd_session *s, const Spcoll__Tensor *t,
+                          const char *what, spd_op_rank *r, int ti,
+                          spk_shape *shape, spk_err *err) {
+  int rc = spd_op_tensor(s, t, what, shape, &r->buf[ti], err);
+  if (rc == SPK_OK)
+    r->off[ti] = t->offset;
+  return rc;
 }
 
 int spd_op_copy_list(const int64_t *src, size_t n, int64_t **dst_p,

@@ -59,6 +59,12 @@ typedef struct spd_op {
   spd_op_rank ranks[];
 } spd_op;
 
+/* Resolve a request's tensor t of session s (what: "input", ...): its
+ * registered buffer (referenced, *buf_p), dtype, shape, alignment and
+ * bounds checked; SPK_OK or an error naming what is wrong. */
+int spd_op_tensor(spd_session *s, const Spcoll__Tensor *t, const char *what,
+                  spk_shape *shape, spd_buffer **buf_p, spk_err *err);
+
 /* Record rank's request for its next op of the group; replies Error at
  * once only when the request cannot be tied to an op. */
 void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,

@@ -6,6 +6,7 @@
 
 #include "group.h"
 #include "op.h"
+#include "op_p2p.h"
 #include "session.h"
 #include "tensor_check.h"
 
@@ -157,34 +158,40 @@ static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
   spd_session_send_done(s, f->id, NULL);
 }
 
-static void on_op(spd_session *s, const Spcoll__Frame *f) {
-  spd_member *m = spd_session_member(s, f->op->group_id);
+/* The member of group handle id of s, when that group is ready; NULL
+ * after answering req with why not. */
+static spd_member *ready_member(spd_session *s, uint64_t req, uint64_t id) {
+  spd_member *m = spd_session_member(s, id);
   if (m == NULL) {
-    reply_not_found(s, f->id, "group handle", f->op->group_id);
-    return;
+    reply_not_found(s, req, "group handle", id);
+    return NULL;
   }
   if (!m->group->ready) {
-    spd_session_send_error(s, f->id, SPK_EINVAL,
+    spd_session_send_error(s, req, SPK_EINVAL,
                            "group is not ready: not every rank has joined");
-    return;
+    return NULL;
   }
-  spd_op_arrive(m->group, m->rank, s, f->id, f->op);
+  return m;
+}
+
+static void on_op(spd_session *s, const Spcoll__Frame *f) {
+  spd_member *m = ready_member(s, f->id, f->op->group_id);
+  if (m != NULL)
+    spd_op_arrive(m->group, m->rank, s, f->id, f->op);
 }
 
 /* A group split is matched with the group's ops (op.c), so it is refused
  * where an op would be. */
 static void on_group_split(spd_session *s, const Spcoll__Frame *f) {
-  spd_member *m = spd_session_member(s, f->group_split->group_id);
-  if (m == NULL) {
-    reply_not_found(s, f->id, "group handle", f->group_split->group_id);
-    return;
-  }
-  if (!m->group->ready) {
-    spd_session_send_error(s, f->id, SPK_EINVAL,
-                           "group is not ready: not every rank has joined");
-    return;
-  }
-  spd_op_arrive_split(m->group, m->rank, s, f->id, f->group_split);
+  spd_member *m = ready_member(s, f->id, f->group_split->group_id);
+  if (m != NULL)
+    spd_op_arrive_split(m->group, m->rank, s, f->id, f->group_split);
+}
+
+static void on_p2p(spd_session *s, const Spcoll__Frame *f) {
+  spd_member *m = ready_member(s, f->id, f->p2p->group_id);
+  if (m != NULL)
+    spd_p2p_arrive(m->group, m->rank, s, f->id, f->p2p);
 }
 
 static void on_stats(spd_session *s, const Spcoll__Frame *f) {
@@ -268,6 +275,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   if (s->ctx->stopping && (f->body_case == SPCOLL__FRAME__BODY_GROUP_JOIN ||
                            f->body_case == SPCOLL__FRAME__BODY_OP ||
                            f->body_case == SPCOLL__FRAME__BODY_GROUP_SPLIT ||
+                           f->body_case == SPCOLL__FRAME__BODY_P2P ||
                            f->body_case == SPCOLL__FRAME__BODY_BUF_REGISTER)) {
     spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
     return;
@@ -280,6 +288,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;
   case SPCOLL__FRAME__BODY_OP: on_op(s, f); return;
   case SPCOLL__FRAME__BODY_GROUP_SPLIT: on_group_split(s, f); return;
+  case SPCOLL__FRAME__BODY_P2P: on_p2p(s, f); return;
   case SPCOLL__FRAME__BODY_STATS_REQUEST: on_stats(s, f); return;
   case SPCOLL__FRAME__BODY_CONTROL: on_control(s, f); return;
   default: break;

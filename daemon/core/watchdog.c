@@ -9,6 +9,7 @@
 #include "group.h"
 #include "group_seg.h"
 #include "op.h"
+#include "op_p2p.h"
 
 /* Deadlines are in seconds (or the client's milliseconds): a quarter of a
  * second is fine enough. */
@@ -44,6 +45,8 @@ static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
 static void group_tick(spd_group *g, uint64_t now) {
   spd_ctx *ctx = g->ctx;
   spd_gseg_tick(g, now); /* fast-path ops stalled past the op timeout */
+  if (!g->broken)
+    spd_p2p_tick(g, now);
   uint64_t stuck = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link) {

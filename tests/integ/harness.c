@@ -161,8 +161,10 @@ spc_group *spt_join_finish(spc_client *c, spc_request *req, int world,
   spc_group *g = NULL;
   if (reply->body_case == SPCOLL__FRAME__BODY_GROUP_JOINED &&
       (g = calloc(1, sizeof(*g))) != NULL) {
-    *g = (spc_group){c->groups, c, reply->group_joined->group_id, rank,
-                     world, NULL};
+    *g = (spc_group){.next = c->groups, .client = c,
+                     .id = reply->group_joined->group_id, .rank = rank,
+                     .world = world,
+                     .multinode = reply->group_joined->multinode};
     c->groups = g;
     if (spc__seg_claim(g) < 0) { /* the group's shared segment, if any */
       c->groups = g->next;

@@ -464,6 +464,36 @@ def p2p_ring(c):
 
 
 @check
+def p2p_tags_and_any_source(c):
+    """Tags are separate channels (each rank posts tag 1 then tag 2 to the
+    next rank and receives tag 2 first from the previous), and a receive
+    with no src takes any sender and says which."""
+    nxt, prv = (c.rank + 1) % c.world, (c.rank - 1) % c.world
+    ws = [dist.isend(c.data(c.rank, (4,), torch.float32), nxt, tag=1),
+          dist.isend(c.data(c.rank, (6,), torch.int64), nxt, tag=2)]
+    b, a = torch.zeros(6, dtype=torch.int64), torch.zeros(4)
+    dist.recv(b, prv, tag=2)
+    dist.recv(a, prv, tag=1)
+    for w in ws:
+        w.wait()
+    c.same("tag 2 received first", b, c.data(prv, (6,), torch.int64))
+    c.same("then tag 1", a, c.data(prv, (4,), torch.float32))
+    if c.rank == 0:
+        seen = []
+        for _ in range(c.world - 1):
+            t = torch.zeros(3)
+            src = dist.recv(t)
+            c.same("any source: from %d" % src, t,
+                   c.data(src, (3,), torch.float32, salt=7))
+            seen.append(src)
+        c.true("every sender once %s" % seen,
+               sorted(seen) == list(range(1, c.world)))
+    else:
+        dist.send(c.data(c.rank, (3,), torch.float32, salt=7), 0)
+    dist.barrier()
+
+
+@check
 def mismatch_fails_everywhere(c):
     n = 4 + (c.rank == 0)
     for a in (False, True):

@@ -48,6 +48,22 @@ class Call:
                 self._fail(rc, self._msg())
         return self
 
+    def start_p2p(self, group_h, send, cten, peer, tag):
+        """spc_start_send / spc_start_recv; a receive's source lands in
+        self.source when it completes."""
+        self.source = ctypes.c_int(-1)
+        with self.client._lock:
+            if send:
+                rc = lib.spc_start_send(group_h, ctypes.byref(cten), peer,
+                                        tag, ctypes.byref(self.req))
+            else:
+                rc = lib.spc_start_recv(group_h, ctypes.byref(cten), peer,
+                                        tag, ctypes.byref(self.source),
+                                        ctypes.byref(self.req))
+            if rc < 0:
+                self._fail(rc, self._msg())
+        return self
+
     def fail_now(self, exc):
         """Mark the call failed without a request (a local error found
         after the op was sent elsewhere, or before it could be)."""

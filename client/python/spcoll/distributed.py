@@ -75,6 +75,15 @@ class Work(dist._Work):
     def result(self):
         return self._outputs
 
+    def _source_rank(self):
+        """The rank a receive's data came from (torch's recv with no src
+        asks the Work)."""
+        src = getattr(self._call, "source", None)
+        if src is None or src.value < 0:
+            raise RuntimeError("spcoll: _source_rank() of a Work that is "
+                               "not a completed receive")
+        return src.value
+
     def get_future(self):
         with self._fut_lock:
             if self._fut is None:
@@ -480,8 +489,12 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
         return self._work(lambda: self._p2p.recv(t, src, tag), [t], "recv")
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("spcoll: recv from any source is not supported "
-                           "(pass src)")
+        t = _one(tensors, "recv")
+        if not self._p2p.native:
+            raise RuntimeError("spcoll: recv from any source is not "
+                               "supported on a group spanning nodes (pass "
+                               "src)")
+        return self._work(lambda: self._p2p.recv(t, -1, tag), [t], "recv")
 
     # ---- torch 2.x names of the single-tensor forms ----
     def all_gather_single(self, out, inp, opts=None):
