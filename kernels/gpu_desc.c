@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
+
 void spk_cdesc_list_init(spk_cdesc_list *l, uint64_t chunk) {
   memset(l, 0, sizeof(*l));
   l->chunk = chunk ? chunk : SPK_CU_CHUNK;
@@ -26,20 +28,6 @@ uint64_t spk_cdesc_block_bytes(const spk_move *m) {
   for (int i = 0; i < m->nd; i++)
     bytes *= m->len[i];
   return bytes;
-}
-
-static int grow(void **items, size_t n, size_t *cap, size_t size,
-                const char *what, spk_err *err) {
-  if (n < *cap)
-    return SPK_OK;
-  size_t ncap = *cap ? *cap * 2 : 16;
-  void *p = realloc(*items, ncap * size);
-  if (p == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "realloc of %zu %s failed", ncap,
-                       what);
-  *items = p;
-  *cap = ncap;
-  return SPK_OK;
 }
 
 /* Row-major strides of a block laid out without gaps. */
@@ -97,7 +85,7 @@ static void desc_geometry(spk_cdesc_list *l, spk_cdesc *d, const spk_move *m,
 int spk_cdesc_add_copy(spk_cdesc_list *l, const spk_move *m, uint64_t src,
                        uint64_t dst, int kind, size_t esize, int flags,
                        spk_err *err) {
-  int rc = grow((void **)&l->descs, l->n, &l->cap, sizeof(spk_cdesc),
+  int rc = spk_grow((void **)&l->descs, l->n, &l->cap, sizeof(spk_cdesc),
                 "GPU copy steps", err);
   if (rc < 0)
     return rc;
@@ -117,10 +105,10 @@ int spk_cdesc_add_copy(spk_cdesc_list *l, const spk_move *m, uint64_t src,
 int spk_cdesc_add_reduce(spk_cdesc_list *l, const spk_move *geo, uint64_t dst,
                          const spk_csrc *srcs, uint32_t nsrc, size_t esize,
                          spk_err *err) {
-  int rc = grow((void **)&l->descs, l->n, &l->cap, sizeof(spk_cdesc),
+  int rc = spk_grow((void **)&l->descs, l->n, &l->cap, sizeof(spk_cdesc),
                 "GPU reduce steps", err);
   for (uint32_t k = 0; rc == SPK_OK && k < nsrc; k++) {
-    rc = grow((void **)&l->srcs, l->nsrcs + k, &l->scap, sizeof(spk_csrc),
+    rc = spk_grow((void **)&l->srcs, l->nsrcs + k, &l->scap, sizeof(spk_csrc),
               "GPU reduce sources", err);
     if (rc == SPK_OK)
       l->srcs[l->nsrcs + k] = srcs[k];

@@ -15,16 +15,15 @@ void spk_plan_free(spk_plan *plan) {
   memset(plan, 0, sizeof(*plan));
 }
 
-/* Grow an array of `size`-byte items so one more fits. */
-static int grow(void **items, size_t n, size_t *cap, size_t size,
-                const char *what, spk_err *err) {
+int spk_grow(void **items, size_t n, size_t *cap, size_t size,
+             const char *what, spk_err *err) {
   if (n < *cap)
     return SPK_OK;
   size_t ncap = *cap ? *cap * 2 : 16;
   void *p = realloc(*items, ncap * size);
   if (p == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "plan: realloc of %zu %s failed",
-                       ncap, what);
+    return spk_err_set(err, SPK_ENO_MEMORY, "realloc of %zu %s failed", ncap,
+                       what);
   *items = p;
   *cap = ncap;
   return SPK_OK;
@@ -97,10 +96,10 @@ int spk_plan_add_reduce(spk_plan *plan, const spk_block_end *dst,
   uint64_t bytes = block_geometry(&r.geo, &srcs[0], dst, extent, esize);
   if (bytes == 0)
     return SPK_OK;
-  int rc = grow((void **)&plan->reduces, plan->nreduces, &plan->rcap,
+  int rc = spk_grow((void **)&plan->reduces, plan->nreduces, &plan->rcap,
                 sizeof(spk_reduce), "reduce steps", err);
   for (int k = 0; rc == SPK_OK && k < nsrc; k++) {
-    rc = grow((void **)&plan->rsrcs, plan->nrsrcs, &plan->scap,
+    rc = spk_grow((void **)&plan->rsrcs, plan->nrsrcs, &plan->scap,
               sizeof(spk_rsrc), "reduce sources", err);
     if (rc < 0)
       break;
@@ -123,7 +122,7 @@ int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
   uint64_t bytes = block_geometry(&m, src, dst, extent, esize);
   if (bytes == 0)
     return SPK_OK;
-  int rc = grow((void **)&plan->moves, plan->nmoves, &plan->cap,
+  int rc = spk_grow((void **)&plan->moves, plan->nmoves, &plan->cap,
                 sizeof(spk_move), "moves", err);
   if (rc < 0)
     return rc;

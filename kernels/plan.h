@@ -68,6 +68,12 @@ typedef struct {
   const int64_t *origin;
 } spk_block_end;
 
+/* Grow an array of `size`-byte items (*items, *cap of them) so item n
+ * fits: doubles, from 16. SPK_ENO_MEMORY naming `what` when realloc
+ * fails (*items is then unchanged). */
+int spk_grow(void **items, size_t n, size_t *cap, size_t size,
+             const char *what, spk_err *err);
+
 void spk_plan_init(spk_plan *plan, int world);
 void spk_plan_free(spk_plan *plan);
 

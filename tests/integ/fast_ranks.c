@@ -1,9 +1,41 @@
 #include "fast_ranks.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "harness.h"
+
+void *spt_fixture_up(spt_daemon *d, const char *const *extra, size_t n) {
+  if (spt_daemon_start(d, extra) != 0)
+    return NULL;
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap of the ranks' shared memory");
+    spt_daemon_stop(d);
+    return NULL;
+  }
+  return p; /* anonymous memory comes zeroed */
+}
+
+int spt_fixture_down(spt_daemon *d, void *shared, size_t n) {
+  if (shared != NULL)
+    munmap(shared, n);
+  return spt_daemon_stop(d);
+}
+
+int spt_ctl(const spt_daemon *d, const char *args) {
+  char cmd[512];
+  const char *bin = getenv("SPCOLLD");
+  char dir[256] = "build/bin";
+  if (bin && strrchr(bin, '/'))
+    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
+  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s %s", dir, d->socket,
+           args);
+  return system(cmd);
+}
 
 int spt_rk_open(spt_rk *k, const char *socket, const char *group, int rank,
                 int world, int64_t timeout_ms) {

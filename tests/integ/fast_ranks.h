@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "harness.h"
 #include "spcoll.h"
 
 typedef struct {
@@ -15,6 +16,17 @@ typedef struct {
   spc_buffer *b;
   size_t used;
 } spt_rk;
+
+/* A private daemon started with extra (NULL-ended, may be NULL) and n
+ * zeroed bytes that the test's forked ranks share; NULL when either
+ * fails (said on stderr). spt_fixture_down stops the daemon (its exit
+ * status, as spt_daemon_stop) and unmaps the bytes. */
+void *spt_fixture_up(spt_daemon *d, const char *const *extra, size_t n);
+int spt_fixture_down(spt_daemon *d, void *shared, size_t n);
+
+/* Run `spcollctl --socket <d's socket> args` (from $SPCOLLD's folder);
+ * its exit status as system() gives it. */
+int spt_ctl(const spt_daemon *d, const char *args);
 
 /* Connect to socket, ask for timeout_ms (0: the daemon's), join group as
  * rank of world, allocate the buffer. -1 on failure (said on stderr). */

@@ -43,18 +43,14 @@ static shared_t *sh;
 static const char *const *daemon_args;
 
 static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, daemon_args), 0);
+  sh = spt_fixture_up(&daemon_, daemon_args, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
   snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
            daemon_.dir);
-  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert(sh != MAP_FAILED);
-  memset(sh, 0, sizeof(*sh));
 }
 
 static void teardown(void) {
-  munmap(sh, sizeof(*sh));
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+  ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
 }
 
 static char *stats_text(void) {
@@ -294,14 +290,7 @@ END_TEST
  * fails the others, then rank 0 kills it); 2: the last rank aborts the
  * group through spcollctl while the others wait in the segment. */
 static int ctl(const char *args) {
-  char cmd[512];
-  const char *bin = getenv("SPCOLLD");
-  char dir[256] = "build/bin";
-  if (bin && strrchr(bin, '/'))
-    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
-  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s %s", dir,
-           daemon_.socket, args);
-  return system(cmd);
+  return spt_ctl(&daemon_, args);
 }
 
 static int fault_rank(int rank, int w, void *arg) {

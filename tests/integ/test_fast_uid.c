@@ -33,16 +33,12 @@ typedef struct {
 static shared_t *sh;
 
 static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
-  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert(sh != MAP_FAILED);
-  memset(sh, 0, sizeof(*sh));
+  sh = spt_fixture_up(&daemon_, NULL, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
 }
 
 static void teardown(void) {
-  munmap(sh, sizeof(*sh));
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+  ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
 }
 
 typedef spt_rk rk;

@@ -27,16 +27,12 @@ typedef struct {
 static shared_t *sh;
 
 static void setup(void) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
-  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert(sh != MAP_FAILED);
-  memset(sh, 0, sizeof(*sh));
+  sh = spt_fixture_up(&daemon_, NULL, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
 }
 
 static void teardown(void) {
-  munmap(sh, sizeof(*sh));
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+  ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
 }
 
 static int open_rank(spt_rk *k, int rank, int w, int64_t timeout_ms) {
@@ -278,14 +274,9 @@ static const char *const want_msg[3] = {
     "aborted by operator"};
 
 static int ctl_abort(void) {
-  char cmd[512];
-  const char *bin = getenv("SPCOLLD");
-  char dir[256] = "build/bin";
-  if (bin && strrchr(bin, '/'))
-    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
-  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s abort %s", dir,
-           daemon_.socket, sh->group);
-  return system(cmd);
+  char args[128];
+  snprintf(args, sizeof(args), "abort %s", sh->group);
+  return spt_ctl(&daemon_, args);
 }
 
 static int fault_rank(int rank, int w, void *arg) {
