@@ -12,6 +12,7 @@ batch (padding/slicing: sp_slice_and_pad_input, apply_sequence_parallelism),
 hooks (axolotl's SequenceParallelContextManager), data (SPDataProcessor),
 ulysses (ulysses_attention). See docs/python.md.
 """
+from . import _lib
 from ._lib import SPC_MAX_DIMS
 from .errors import SpcollError, SpcollValueError, GpuPathUnavailable
 from .client import Client, Group, connect, default_client, default_socket, join
@@ -46,6 +47,13 @@ __version__ = "0.1.0"
 
 
 def gpu_path_available():
-    """Whether this libspclient can take CUDA tensors (issue 4's device
-    API). False for now: CUDA tensors raise GpuPathUnavailable."""
-    return False
+    """Whether CUDA tensors can be used here: torch sees a GPU and
+    libspclient can load the CUDA driver (spc_gpu_probe). The daemon's own
+    GPU support is known only at the first device buffer: without it,
+    that op raises GpuPathUnavailable, saying why."""
+    import ctypes
+    import torch
+    if not torch.cuda.is_available():
+        return False
+    n = ctypes.c_int()
+    return _lib.lib.spc_gpu_probe(ctypes.byref(n)) == 0 and n.value > 0

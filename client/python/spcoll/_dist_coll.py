@@ -30,6 +30,13 @@ tensor when it lies in spcoll memory and is contiguous (zero copy: make it
 with spcoll.distributed.empty), else into a pool tensor copied back in
 finish. In-place ops (all_reduce, broadcast) always copy back: the daemon
 does not read and write one tensor in one op.
+
+CUDA tensors: a collective runs on the device path when its tensors are
+on one GPU (`use` is told the caller's tensors before the op is built);
+its pool tensors are then device memory of that GPU, inputs are staged
+and outputs copied back on torch's current stream, and the op is ordered
+on that stream both ways (see _inflight.Call). Host and device tensors in
+one collective are refused with a ValueError naming both.
 """
 import functools
 import operator
@@ -37,7 +44,7 @@ import operator
 import torch
 import torch.distributed as dist
 
-from . import _lib
+from . import _cuda, _lib
 from ._inflight import Call
 from .memory import spc_dtype
 from .ops import _Op
@@ -71,11 +78,28 @@ class Coll:
         self.client = group.client
         self.pool = group.client.pool
         self.w, self.r = group.size, group.rank
+        self.device = -1          # the place of the collective being built
+
+    def use(self, tensors, what="the collective's tensors"):
+        """Set the place (host, or a CUDA ordinal) of the next collective
+        from the caller's tensors (nested lists allowed)."""
+        flat = []
+
+        def walk(x):
+            if isinstance(x, torch.Tensor):
+                flat.append(x)
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    walk(y)
+        walk(tensors)
+        self.device = _cuda.place(flat, what)
+        return self.device
 
     # -- memory --
     def flat_in(self, t):
         """t as a flat tensor the daemon can read (zero copy when it is)."""
         t = t.detach()
+        self._same_place(t, "input")
         if t.numel() == 0 or self.pool.locate(t) is not None:
             return t.reshape(-1)
         return self.pool.stage(t).view(-1)
@@ -83,7 +107,9 @@ class Coll:
     def cat_in(self, ts, dtype):
         """The tensors of a list, concatenated in one pool tensor."""
         n = sum(t.numel() for t in ts)
-        x = self.pool.empty([n], dtype)
+        for t in ts:
+            self._same_place(t, "input")
+        x = self.pool.empty([n], dtype, self.device)
         off = 0
         with torch.no_grad():
             for t in ts:
@@ -95,12 +121,22 @@ class Coll:
 
     def flat_out(self, t):
         """(flat tensor the daemon writes, copy-back target or None)."""
+        self._same_place(t, "output")
         if t.numel() and self.pool.locate(t) is not None:
             return t.view(-1), None
-        return self.pool.empty([t.numel()], t.dtype), t
+        return self.pool.empty([t.numel()], t.dtype, self.device), t
 
     def empty(self, n, dtype):
-        return self.pool.empty([n], dtype)
+        return self.pool.empty([n], dtype, self.device)
+
+    def _same_place(self, t, what):
+        d = _cuda.place([t], what)
+        if d != self.device:
+            name = lambda k: "cpu" if k < 0 else "cuda:%d" % k
+            raise ValueError(
+                "spcoll: this collective's %s is on %s, its other tensors on "
+                "%s; a collective's tensors must all be on the CPU or all on "
+                "one GPU" % (what, name(d), name(self.device)))
 
     # -- one daemon op --
     def start(self, name, op, x, y, finish=None):
@@ -108,9 +144,13 @@ class Coll:
         dt = spc_dtype(x.dtype, "input")
         with self.client._lock:
             g = self.group._handle()
-            cin = self.pool.spc_tensor(x, self.pool.locate(x), dt, "input")
-            cout = self.pool.spc_tensor(y, self.pool.locate(y), dt, "output")
-            call = Call(self.client, name, (op, x, y, cin, cout), finish)
+            dev = _cuda.place([x, y], "%s's input and output" % name)
+            cin = self.pool.spc_tensor(x, self.pool.locate(x), dt, "input",
+                                       dev)
+            cout = self.pool.spc_tensor(y, self.pool.locate(y), dt, "output",
+                                        dev)
+            call = Call(self.client, name, (op, x, y, cin, cout), finish,
+                        stream=_cuda.current_stream(dev))
             return call.start(g, op.op, cin, cout)
 
     def _all_gather(self, x, sizes):

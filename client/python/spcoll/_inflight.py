@@ -10,11 +10,19 @@ bytes to the next allocation while the daemon still reads them), and runs
 Completion is polled with spc_test under the client's lock, so another
 thread may start or complete ops meanwhile; a wait with a deadline that
 passes raises a TimeoutError-like SpcollError and marks the call lost.
+
+A call on CUDA tensors carries torch's stream it was issued on: the
+daemon's work is ordered after what was queued on it (spc_start_on_stream),
+wait() makes that stream wait for the daemon's work (spc_wait_on_stream:
+the host waits only for the daemon's answer) and `finish` runs with that
+stream current, so its copies are ordered after the op. Such a wait does
+not take a deadline from Python: the daemon fails an op that some rank
+never issues after the group's op timeout, which ends the wait.
 """
 import ctypes
 import time
 
-from . import _lib
+from . import _cuda, _lib
 from .errors import SpcollError, raise_status
 
 lib = _lib.lib
@@ -28,8 +36,9 @@ _MAX_NAP = 0.001
 class Call:
     """A started op. state: 'pending', 'ok' or 'failed' (self.error)."""
 
-    def __init__(self, client, name, keep, finish=None):
+    def __init__(self, client, name, keep, finish=None, stream=None):
         self.client = client
+        self.stream = stream      # torch.cuda.Stream for device tensors
         self.name = name
         self.keep = keep          # tensors/arrays the daemon may still touch
         self.finish = finish      # () -> result, run once after success
@@ -42,8 +51,16 @@ class Call:
     def start(self, group_h, op, cin, cout):
         """spc_start; a failure to send fails the call at once."""
         with self.client._lock:
-            rc = lib.spc_start(group_h, ctypes.byref(op), ctypes.byref(cin),
-                               ctypes.byref(cout), ctypes.byref(self.req))
+            if self.stream is not None:
+
+                rc = lib.spc_start_on_stream(
+                    group_h, ctypes.byref(op), ctypes.byref(cin),
+                    ctypes.byref(cout), _cuda.stream_handle(self.stream),
+                    ctypes.byref(self.req))
+            else:
+                rc = lib.spc_start(group_h, ctypes.byref(op),
+                                   ctypes.byref(cin), ctypes.byref(cout),
+                                   ctypes.byref(self.req))
             if rc < 0:
                 self._fail(rc, self._msg())
         return self
@@ -85,7 +102,14 @@ class Call:
     def _done(self):
         self.keep = None
         try:
-            self.result = self.finish() if self.finish else None
+            if self.finish is None:
+                self.result = None
+            elif self.stream is not None:
+
+                with _cuda.stream_context(self.stream):
+                    self.result = self.finish()
+            else:
+                self.result = self.finish()
             self.state = "ok"
         except Exception as e:            # a local step after the op failed
             self.state, self.error = "failed", e
@@ -110,6 +134,8 @@ class Call:
     def wait(self, timeout=None):
         """Block until the op is over or `timeout` seconds (None: forever)
         pass; raise its error, or a timeout error (status SPC_ETIMEDOUT)."""
+        if self.stream is not None:
+            return self._wait_on_stream()
         deadline = None if timeout is None else time.monotonic() + timeout
         tries, nap = 0, 0.00002
         while not self.poll():
@@ -126,6 +152,21 @@ class Call:
             if tries > _SPINS:
                 time.sleep(nap)
                 nap = min(nap * 2, _MAX_NAP)
+        if self.state != "ok":
+            raise self.error
+        return self.result
+
+
+    def _wait_on_stream(self):
+
+        with self.client._lock:
+            if self.state == "pending":
+                rc = lib.spc_wait_on_stream(ctypes.byref(self.req),
+                                            _cuda.stream_handle(self.stream))
+                if rc < 0:
+                    self._fail(rc, self._msg())
+                else:
+                    self._done()
         if self.state != "ok":
             raise self.error
         return self.result

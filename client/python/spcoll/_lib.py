@@ -120,6 +120,14 @@ _PROTOS = {
     "spc_start_recv": (_I, [_P, _TP, _I, _I, ctypes.POINTER(_I), _PP]),
     "spc_last_timing": (_I, [_P, ctypes.POINTER(Timing)]),
     "spc_sp_pad_len": (_I64, [_I64, _I]),
+    # GPU (spcoll.h "GPU: tensors in CUDA device memory"); a stream is a
+    # cudaStream_t as an integer (torch's Stream.cuda_stream).
+    "spc_gpu_probe": (_I, [ctypes.POINTER(_I)]),
+    "spc_buffer_alloc_device": (_I, [_P, _I, _SZ, _PP]),
+    "spc_buffer_device": (_I, [_P]),
+    "spc_start_on_stream": (_I, [_P, _OPP, _TP, _TP, _P, _PP]),
+    "spc_wait_on_stream": (_I, [_PP, _P]),
+    "spc_run_on_stream": (_I, [_P, _OPP, _TP, _TP, _P]),
     "spc_sp_positions": (_I, [_I64, _I, _I, _I64P]),
     "spc_sp_keep_mask": (_I, [_I64, _I64, _I, _I, ctypes.POINTER(ctypes.c_uint8)]),
 }

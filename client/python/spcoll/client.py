@@ -88,16 +88,20 @@ class Client:
             return Group(self, g.value, name)
 
     # -- memory --
-    def empty(self, shape, dtype=None):
-        """An uninitialized CPU tensor in spcoll memory: ops read it and
-        write their outputs without any copy."""
+    def empty(self, shape, dtype=None, device=None):
+        """An uninitialized tensor in spcoll memory: ops read it and write
+        their outputs without any copy. device: None or "cpu" for host
+        memory, "cuda" / "cuda:N" / a torch.device for device memory that
+        spcoll allocates (spc_buffer_alloc_device)."""
         import torch
+        from . import _cuda
+        dev = _cuda.device_index(device)
         with self._lock:
             self._handle()
-            return self.pool.empty(shape, dtype or torch.float32)
+            return self.pool.empty(shape, dtype or torch.float32, dev)
 
-    def zeros(self, shape, dtype=None):
-        t = self.empty(shape, dtype)
+    def zeros(self, shape, dtype=None, device=None):
+        t = self.empty(shape, dtype, device)
         t.zero_()
         return t
 

@@ -124,6 +124,8 @@ def _collective(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
+            # host or device path, from the caller's tensors (mixed: refused)
+            self._coll.use(args, "%s's tensors" % method.__name__)
             return method(self, *args, **kwargs)
         except (ValueError, TypeError) as e:
             if isinstance(e, SpcollError) or self._broken is not None:
@@ -212,6 +214,7 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
 
     def _poison(self, what, err):
         c = self._coll
+        c.device = -1             # a host op whatever the failed one was
         x = c.empty(1, torch.int32)
         y = c.empty(2, torch.int32)
         from ._dist_coll import _DAEMON
@@ -229,7 +232,10 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             raise RuntimeError("spcoll: process group %r is broken (%s); "
                                "create a new one" % (self._group.name,
                                                      self._broken))
-        call = fn()
+        try:
+            call = fn()
+        finally:
+            self._coll.device = -1    # the next op says its own place
         return Work(self, call, outputs)
 
     # ---- reductions ----
@@ -624,7 +630,7 @@ def _register():
     import inspect
     kw = {"extended_api": True}
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
-        kw["devices"] = ["cpu"]
+        kw["devices"] = ["cpu", "cuda"]
     dist.Backend.register_backend(BACKEND, _create, **kw)
 
 
@@ -644,12 +650,14 @@ def process_group_of(pg):
     return None
 
 
-def empty(shape, dtype=torch.float32, group=None):
+def empty(shape, dtype=torch.float32, group=None, device=None):
     """A tensor in the memory the backend's daemon reads and writes
     directly: as an op's input it is not staged, as an output
     (all_gather_into_tensor, all_to_all_single, scatter) it is written in
-    place, with no copy back."""
-    return default_client(os.environ.get("SPCOLL_SOCKET")).empty(shape, dtype)
+    place, with no copy back. device="cuda" (or "cuda:N"): device memory
+    that spcoll allocated (see docs/python.md, CUDA tensors)."""
+    return default_client(os.environ.get("SPCOLL_SOCKET")).empty(
+        shape, dtype, device=device)
 
 
 def is_zero_copy(t):

@@ -24,7 +24,9 @@ class SpcollValueError(SpcollError, ValueError):
 
 
 class GpuPathUnavailable(RuntimeError):
-    """A CUDA tensor was passed but this libspclient has no device API."""
+    """A CUDA tensor was passed but the GPU path cannot run here: the CUDA
+    driver cannot be loaded, or the daemon has no GPU or no CUDA (the
+    message is libspclient's, naming which)."""
 
 
 def raise_status(status, message, call=None):

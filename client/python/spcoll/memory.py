@@ -12,6 +12,14 @@ deque, because it may run on any thread and in the middle of anything;
 the queue is drained under the client's lock by the next allocation.
 Every block keeps its arena, and the arena its client, alive: a client
 is never disconnected (which unmaps its buffers) under a live tensor.
+
+CUDA tensors (see _cuda.py for why): device arenas come from
+spc_buffer_alloc_device, one per GPU at a time, and hand out blocks the
+same way; a block's tensor is made through __cuda_array_interface__ and
+its DeviceView carries the finalizer. A CUDA tensor outside them is staged
+by a copy on the current stream. A freed block is reused in host order,
+which is safe for work on the stream it was used on (the rule of torch's
+own caching allocator without record_stream).
 """
 import bisect
 import collections
@@ -21,11 +29,11 @@ import weakref
 
 import torch
 
-from . import _lib
-from .errors import GpuPathUnavailable, raise_status
+from . import _cuda, _lib
 
 ALIGN = 64
 _MIB = 1 << 20
+_SPC_EUNSUPPORTED = -15
 
 
 def _arena_default():
@@ -62,31 +70,25 @@ def spc_dtype(dtype, what="tensor"):
 
 
 def check_device(t, what="tensor"):
-    """Host tensors only, until libspclient has a device API (issue 4)."""
-    if t.device.type == "cpu":
-        return
-    if t.device.type == "cuda":
-        raise GpuPathUnavailable(
-            "spcoll: %s is on %s, but this libspclient (%s) has no GPU path "
-            "(no device-buffer API in spcoll.h yet); move it to the CPU "
-            "with .cpu() or wait for the GPU path" % (
-                what, t.device, _lib.lib.spcoll_path))
-    raise ValueError("spcoll: %s is on device '%s'; only CPU tensors are "
-                     "supported" % (what, t.device))
+    """t's place: -1 for the CPU, else its CUDA ordinal (ValueError for any
+    other device)."""
+    return _cuda.place([t], what)
 
 
 class _Arena:
     __slots__ = ("pool", "cbuf", "base", "size", "view_cls", "free", "live",
-                 "__weakref__")
+                 "device", "__weakref__")
 
-    def __init__(self, pool, cbuf, size):
+    def __init__(self, pool, cbuf, size, device=-1):
         self.pool = pool
         self.cbuf = cbuf
         self.base = _lib.lib.spc_buffer_data(cbuf)
         self.size = size
-        # One ctypes type per arena: its instances expose exactly the arena
-        # to torch.frombuffer and can carry a finalizer.
-        self.view_cls = type("spcoll_arena_view", (ctypes.c_uint8 * size,), {})
+        self.device = device      # -1: host memory; else a CUDA ordinal
+        # One ctypes type per host arena: its instances expose exactly the
+        # arena to torch.frombuffer and can carry a finalizer.
+        self.view_cls = None if device >= 0 else type(
+            "spcoll_arena_view", (ctypes.c_uint8 * size,), {})
         self.free = [(0, size)]   # (offset, length), sorted, coalesced
         self.live = 0             # blocks handed out and not yet released
 
@@ -133,14 +135,22 @@ class Pool:
         self.staged_count = 0      # not in spcoll memory (see stage())
 
     # -- arenas --
-    def _new_arena(self, n):
+    def _new_arena(self, n, device=-1):
         size = max(self.arena_bytes, (n + 2 * _MIB - 1) // (2 * _MIB) * (2 * _MIB))
         cbuf = ctypes.c_void_p()
-        rc = _lib.lib.spc_buffer_alloc(self._client._handle(), size,
-                                       ctypes.byref(cbuf))
+        h = self._client._handle()
+        if device < 0:
+            rc = _lib.lib.spc_buffer_alloc(h, size, ctypes.byref(cbuf))
+            what = "buffer_alloc(%d bytes)" % size
+        else:
+            rc = _lib.lib.spc_buffer_alloc_device(h, device, size,
+                                                  ctypes.byref(cbuf))
+            what = "buffer_alloc_device(cuda:%d, %d bytes)" % (device, size)
+            if rc == _SPC_EUNSUPPORTED:
+                raise _cuda.unavailable(self._client, rc, what)
         if rc < 0:
-            self._client._raise(rc, "buffer_alloc(%d bytes)" % size)
-        a = _Arena(self, cbuf.value, size)
+            self._client._raise(rc, what)
+        a = _Arena(self, cbuf.value, size, device)
         i = bisect.bisect(self._bases, a.base)
         self._bases.insert(i, a.base)
         self._arenas.insert(i, a)
@@ -183,8 +193,9 @@ class Pool:
         self._arenas, self._bases = [], []
 
     # -- tensors --
-    def empty(self, shape, dtype):
-        """An uninitialized tensor of shape/dtype in spcoll memory."""
+    def empty(self, shape, dtype, device=-1):
+        """An uninitialized tensor of shape/dtype in spcoll memory: host
+        memory, or device memory of CUDA ordinal `device` (>= 0)."""
         spc_dtype(dtype)
         shape = tuple(int(s) for s in shape)
         numel = 1
@@ -194,17 +205,24 @@ class Pool:
                                  % (s, shape))
             numel *= s
         if numel == 0:
-            return torch.empty(shape, dtype=dtype)
+            return torch.empty(shape, dtype=dtype,
+                               device=_cuda.torch_device(device))
         esize = torch.empty((), dtype=dtype).element_size()
         n = (numel * esize + ALIGN - 1) // ALIGN * ALIGN
         self._drain()
         for a in self._arenas:
+            if a.device != device:
+                continue
             off = a.take(n)
             if off is not None:
                 break
         else:
-            a = self._new_arena(n)
+            a = self._new_arena(n, device)
             off = a.take(n)
+        if device >= 0:
+            view = _cuda.DeviceView(a.base + off, numel * esize)
+            weakref.finalize(view, _released, self._pending, a, off, n)
+            return _cuda.device_tensor(view, device, dtype, shape)
         view = a.view_cls.from_address(a.base)
         weakref.finalize(view, _released, self._pending, a, off, n)
         t = torch.frombuffer(view, dtype=dtype, count=numel, offset=off)
@@ -223,42 +241,44 @@ class Pool:
         off = p - a.base
         if off + t.numel() * t.element_size() > a.size:
             return None
+        if a.device != (-1 if t.device.type == "cpu" else t.device.index):
+            return None
         return a, off
 
     def describe(self, t, what):
         """(spc_tensor, keepalive) for t as an op input: zero copy when t is
         in spcoll memory and contiguous, else staged (one copy)."""
-        check_device(t, what)
+        dev = check_device(t, what)
         dt = spc_dtype(t.dtype, what)
         loc = self.locate(t)
         keep = t
         if loc is None and t.numel() > 0:
             keep = self.stage(t)
             loc = self.locate(keep)
-        return self.spc_tensor(keep, loc, dt, what), keep
+        return self.spc_tensor(keep, loc, dt, what, dev), keep
 
     def stage(self, t):
         """Copy t into spcoll memory: the one extra copy a tensor outside it
-        costs (also how non-contiguous tensors are made contiguous)."""
-        s = self.empty(t.shape, t.dtype)
+        costs (also how non-contiguous tensors are made contiguous). A CUDA
+        tensor is copied on the current stream, into device memory."""
+        s = self.empty(t.shape, t.dtype, check_device(t))
         with torch.no_grad():
             s.copy_(t)
         self.staged_bytes += t.numel() * t.element_size()
         self.staged_count += 1
         return s
 
-    def spc_tensor(self, t, loc, dt, what):
+    def spc_tensor(self, t, loc, dt, what, device=-1):
         ct = _lib.Tensor()
         if t.dim() > _lib.SPC_MAX_DIMS:
             raise ValueError("spcoll: %s has %d dims; at most %d" % (
                 what, t.dim(), _lib.SPC_MAX_DIMS))
         # A 0-d tensor travels as shape [1]; an empty one sits at offset 0
-        # of any arena (it fits anywhere).
+        # of any arena of its place (it fits anywhere).
         shape = list(t.shape) or [1]
         if loc is None:
-            if not self._arenas:
-                self._new_arena(1)
-            loc = (self._arenas[0], 0)
+            mine = [a for a in self._arenas if a.device == device]
+            loc = (mine[0] if mine else self._new_arena(1, device), 0)
         a, off = loc
         arr = _lib.int64_array(shape)
         rc = _lib.lib.spc_tensor_init(ctypes.byref(ct), a.cbuf, off, dt,

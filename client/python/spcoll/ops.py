@@ -16,9 +16,9 @@ import pickle
 
 import torch
 
-from . import _lib
+from . import _cuda, _lib
 from .errors import raise_status
-from .memory import spc_dtype
+from .memory import check_device, spc_dtype
 from .state import resolve
 from ._inflight import Call
 
@@ -115,6 +115,9 @@ def _run(group, op, x, what="input", out_shape=None, zero_out=False,
         g = group._handle()
         pool = c.pool
         cin, keep = pool.describe(x, what)
+        dev = check_device(x, what)
+        # Device tensors: ordered on torch's current stream both ways.
+        stream = _cuda.current_stream(dev)
         bad = None
         if out_shape is None:
             shape = (ctypes.c_int64 * _lib.SPC_MAX_DIMS)()
@@ -126,16 +129,22 @@ def _run(group, op, x, what="input", out_shape=None, zero_out=False,
                 out_shape = [1]
             else:
                 out_shape = list(shape[:nd.value])
-        y = pool.empty(out_shape, x.dtype)
+        y = pool.empty(out_shape, x.dtype, dev)
         if zero_out:
             y.zero_()
-        cout = pool.spc_tensor(y, pool.locate(y), spc_dtype(x.dtype), "output")
+        cout = pool.spc_tensor(y, pool.locate(y), spc_dtype(x.dtype), "output",
+                               dev)
         if async_op:
-            call = Call(c, op.name, (op, cin, cout, keep, y))
+            call = Call(c, op.name, (op, cin, cout, keep, y), stream=stream)
             call.start(g, op.op, cin, cout)
             return Handle(call, y, bad, post)
-        rc = lib.spc_run(g, ctypes.byref(op.op), ctypes.byref(cin),
-                         ctypes.byref(cout))
+        if stream is not None:
+            rc = lib.spc_run_on_stream(g, ctypes.byref(op.op),
+                                       ctypes.byref(cin), ctypes.byref(cout),
+                                       _cuda.stream_handle(stream))
+        else:
+            rc = lib.spc_run(g, ctypes.byref(op.op), ctypes.byref(cin),
+                             ctypes.byref(cout))
         del keep
         if bad is not None:
             raise_status(bad[0], bad[1], op.name)
