@@ -26,17 +26,6 @@ int spt_fixture_down(spt_daemon *d, void *shared, size_t n) {
   return spt_daemon_stop(d);
 }
 
-int spt_ctl(const spt_daemon *d, const char *args) {
-  char cmd[512];
-  const char *bin = getenv("SPCOLLD");
-  char dir[256] = "build/bin";
-  if (bin && strrchr(bin, '/'))
-    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
-  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s %s", dir, d->socket,
-           args);
-  return system(cmd);
-}
-
 int spt_rk_open(spt_rk *k, const char *socket, const char *group, int rank,
                 int world, int64_t timeout_ms) {
   memset(k, 0, sizeof(*k));

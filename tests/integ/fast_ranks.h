@@ -24,10 +24,6 @@ typedef struct {
 void *spt_fixture_up(spt_daemon *d, const char *const *extra, size_t n);
 int spt_fixture_down(spt_daemon *d, void *shared, size_t n);
 
-/* Run `spcollctl --socket <d's socket> args` (from $SPCOLLD's folder);
- * its exit status as system() gives it. */
-int spt_ctl(const spt_daemon *d, const char *args);
-
 /* Connect to socket, ask for timeout_ms (0: the daemon's), join group as
  * rank of world, allocate the buffer. -1 on failure (said on stderr). */
 int spt_rk_open(spt_rk *k, const char *socket, const char *group, int rank,

@@ -451,3 +451,14 @@ int spt_raw_join_pending(const char *socket, const char *name, int rank) {
     spcoll__frame__free_unpacked(r, NULL);
   return ok ? fd : -1;
 }
+
+int spt_ctl(const spt_daemon *d, const char *args) {
+  char cmd[512];
+  const char *bin = getenv("SPCOLLD");
+  char dir[256] = "build/bin";
+  if (bin && strrchr(bin, '/'))
+    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
+  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s %s", dir, d->socket,
+           args);
+  return system(cmd);
+}

@@ -32,6 +32,10 @@ long long spt_daemon_stat(const spt_daemon *d, const char *name);
  * (from /proc), -1 when unreadable. */
 int spt_daemon_maps(const spt_daemon *d);
 long spt_daemon_rss_kb(const spt_daemon *d);
+/* Run `spcollctl --socket <d's socket> args` (from $SPCOLLD's folder);
+ * its exit status as system() gives it. */
+int spt_ctl(const spt_daemon *d, const char *args);
+
 /* Print the daemon log to stderr (for failing tests). */
 void spt_daemon_dump_log(const spt_daemon *d);
 

@@ -37,17 +37,6 @@ static void pair_open(pair *p, const char *socket, const char *name) {
   }
 }
 
-static int ctl(const spt_daemon *d, const char *args) {
-  char cmd[512];
-  const char *bin = getenv("SPCOLLD");
-  char dir[256] = "build/bin";
-  if (bin && strrchr(bin, '/'))
-    snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(bin, '/') - bin), bin);
-  snprintf(cmd, sizeof(cmd), "%s/spcollctl --socket %s %s", dir, d->socket,
-           args);
-  return system(cmd);
-}
-
 START_TEST(abort_fails_pending_and_later_ops) {
   spt_daemon d;
   pair p;
@@ -56,13 +45,13 @@ START_TEST(abort_fails_pending_and_later_ops) {
   spc_request *req;
   ck_assert_int_eq(spc_all_gather_async(p.g[0], &p.in[0], &p.out[0], 0, NULL,
                                         &req), 0);
-  ck_assert_int_eq(ctl(&d, "abort ab"), 0);
+  ck_assert_int_eq(spt_ctl(&d, "abort ab"), 0);
   ck_assert_int_eq(spc_wait(&req), SPC_EABORTED);
   ck_assert_msg(strstr(spc_last_error(p.c[0]), "aborted by operator"), "%s",
                 spc_last_error(p.c[0]));
   ck_assert_int_eq(spc_all_gather(p.g[1], &p.in[1], &p.out[1], 0, NULL),
                    SPC_EABORTED);
-  ck_assert_int_ne(ctl(&d, "abort no-such-group 2>/dev/null"), 0);
+  ck_assert_int_ne(spt_ctl(&d, "abort no-such-group 2>/dev/null"), 0);
   spc_disconnect(p.c[0]);
   spc_disconnect(p.c[1]);
   ck_assert_int_eq(spt_daemon_stop(&d), 0);
@@ -77,7 +66,7 @@ START_TEST(drain_finishes_in_flight_then_exits) {
   spc_request *req;
   ck_assert_int_eq(spc_all_gather_async(p.g[0], &p.in[0], &p.out[0], 0, NULL,
                                         &req), 0);
-  ck_assert_int_eq(ctl(&d, "drain"), 0);
+  ck_assert_int_eq(spt_ctl(&d, "drain"), 0);
   spc_client *late = spt_connect(d.socket);
   spc_group *lg;
   ck_assert_int_eq(spc_group_join(late, "new", 1, 0, &lg), SPC_ESHUTDOWN);
