@@ -12,7 +12,42 @@ void spk_plan_free(spk_plan *plan) {
   free(plan->moves);
   free(plan->reduces);
   free(plan->rsrcs);
+  free(plan->mine);
+  free(plan->local);
   memset(plan, 0, sizeof(*plan));
+}
+
+int spk_plan_part(spk_plan *plan, const uint8_t *mine, spk_err *err) {
+  size_t w = (size_t)plan->world;
+  plan->mine = malloc(w);
+  plan->local = malloc(w * sizeof(*plan->local));
+  if (plan->mine == NULL || plan->local == NULL) {
+    free(plan->mine), free(plan->local);
+    plan->mine = NULL, plan->local = NULL;
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of a plan part for %zu "
+                       "ranks failed", w);
+  }
+  plan->nlocal = 0;
+  for (size_t r = 0; r < w; r++) {
+    plan->mine[r] = mine[r] != 0;
+    if (mine[r])
+      plan->local[plan->nlocal++] = (uint32_t)r;
+  }
+  return SPK_OK;
+}
+
+uint32_t spk_plan_partners(const spk_plan *plan, uint32_t r,
+                           const uint32_t **list) {
+  if (plan->mine == NULL || plan->mine[r]) {
+    *list = NULL;
+    return (uint32_t)plan->world;
+  }
+  *list = plan->local;
+  return plan->nlocal;
+}
+
+static int part_has(const spk_plan *plan, uint32_t rank) {
+  return plan->mine == NULL || plan->mine[rank];
 }
 
 int spk_grow(void **items, size_t n, size_t *cap, size_t size,
@@ -92,32 +127,41 @@ static uint64_t block_geometry(spk_move *m, const spk_block_end *src,
 int spk_plan_add_reduce(spk_plan *plan, const spk_block_end *dst,
                         const spk_block_end *srcs, int nsrc,
                         const int64_t *extent, size_t esize, spk_err *err) {
-  spk_reduce r = {.src0 = (uint32_t)plan->nrsrcs, .nsrc = (uint32_t)nsrc};
+  spk_reduce r = {.src0 = (uint32_t)plan->nrsrcs};
+  if (nsrc == 0) /* a part with no rank of the step */
+    return SPK_OK;
   uint64_t bytes = block_geometry(&r.geo, &srcs[0], dst, extent, esize);
   if (bytes == 0)
     return SPK_OK;
+  /* Landing elsewhere, a part keeps the sources it sends, in order. */
+  int whole = part_has(plan, dst->rank);
   int rc = spk_grow((void **)&plan->reduces, plan->nreduces, &plan->rcap,
                 sizeof(spk_reduce), "reduce steps", err);
   for (int k = 0; rc == SPK_OK && k < nsrc; k++) {
+    if (!whole && !plan->mine[srcs[k].rank])
+      continue;
     rc = spk_grow((void **)&plan->rsrcs, plan->nrsrcs, &plan->scap,
               sizeof(spk_rsrc), "reduce sources", err);
     if (rc < 0)
       break;
+    r.nsrc++;
     spk_move one;
     block_geometry(&one, &srcs[k], dst, extent, esize);
     plan->rsrcs[plan->nrsrcs++] =
         (spk_rsrc){srcs[k].rank, srcs[k].t, one.src_off};
   }
-  if (rc < 0)
+  if (rc < 0 || r.nsrc == 0)
     return rc;
   plan->reduces[plan->nreduces++] = r;
-  plan->bytes += bytes;
+  plan->bytes += whole ? bytes : 0;
   return SPK_OK;
 }
 
 int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
                        const spk_block_end *dst, const int64_t *extent,
                        size_t esize, spk_err *err) {
+  if (!part_has(plan, src->rank) && !part_has(plan, dst->rank))
+    return SPK_OK;
   spk_move m;
   uint64_t bytes = block_geometry(&m, src, dst, extent, esize);
   if (bytes == 0)
@@ -127,7 +171,7 @@ int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
   if (rc < 0)
     return rc;
   plan->moves[plan->nmoves++] = m;
-  plan->bytes += bytes;
+  plan->bytes += part_has(plan, dst->rank) ? bytes : 0;
   return SPK_OK;
 }
 

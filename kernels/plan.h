@@ -58,6 +58,14 @@ typedef struct {
   spk_rsrc *rsrcs;
   size_t nrsrcs, scap;
   uint64_t bytes;          /* total bytes the plan writes */
+  /* One node's part of a plan across nodes (spk_plan_part; NULL: the
+   * whole plan). mine[r] is 1 when rank r's tensors are on this node;
+   * steps that touch none of them are left out, reduce steps landing
+   * elsewhere keep only this node's sources, and bytes counts what lands
+   * in this node's tensors. local[0..nlocal) are those ranks, ascending. */
+  uint8_t *mine;
+  uint32_t *local;
+  uint32_t nlocal;
 } spk_plan;
 
 /* One side of a block: a rank's tensor, its shape and the block's origin. */
@@ -76,6 +84,23 @@ int spk_grow(void **items, size_t n, size_t *cap, size_t size,
 
 void spk_plan_init(spk_plan *plan, int world);
 void spk_plan_free(spk_plan *plan);
+
+/* Make plan (initialized, still empty) this node's part: mine[r] for
+ * each of its world ranks (copied). So a node of a big group holds
+ * O(local ranks x world) steps, not the world's O(world^2). Every node
+ * builds its part from the same arguments in the same order, so the
+ * steps two nodes share come in the same order at both (plan_cut.h
+ * relies on it). SPK_ENO_MEMORY when the copy cannot be made. */
+int spk_plan_part(spk_plan *plan, const uint8_t *mine, spk_err *err);
+
+/* The ranks a planner pairs rank r with, for steps with r at one end:
+ * every rank (returns world, *list NULL) when the plan is whole or r is
+ * this node's, else this node's ranks (ascending, in *list). Rank i of
+ * the answer is SPK_PARTNER(*list, i). Planners loop over it so that a
+ * part costs O(local ranks x world) time too. */
+uint32_t spk_plan_partners(const spk_plan *plan, uint32_t r,
+                           const uint32_t **list);
+#define SPK_PARTNER(list, i) ((list) != NULL ? (list)[i] : (uint32_t)(i))
 
 /* Append the copy of the block `extent` (elements of esize bytes) from src
  * to dst. An empty block appends nothing. SPK_ENO_MEMORY on allocation

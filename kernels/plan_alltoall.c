@@ -109,7 +109,8 @@ static int agree_shape(const spk_op_args *const *args, int r,
 }
 
 /* One block per (source j, destination r): piece r along s of x_j, all of
- * x_j along g, landing after the blocks of ranks < j along g of out_r. */
+ * x_j along g, landing at piece j of G along g of out_r (rank j holds
+ * exactly that piece, checked). */
 static int add_moves(const spk_op_args *const *args, int world,
                      const a2a_geom *ge, spk_plan *plan, spk_err *err) {
   size_t esize = spk_dtype_size(args[0]->dtype);
@@ -117,16 +118,18 @@ static int add_moves(const spk_op_args *const *args, int world,
   int64_t ext[SPK_MAX_DIMS];
   for (int r = 0; r < world; r++) {
     src_at[ge->s] = spk_split_offset(ge->S, world, r);
-    dst_at[ge->g] = 0;
     spk_block_end dst = {(uint32_t)r, SPK_T_OUT, &args[r]->out, dst_at};
-    for (int j = 0; j < world; j++) {
-      spk_block_end src = {(uint32_t)j, SPK_T_IN, &args[j]->in, src_at};
+    const uint32_t *list;
+    uint32_t n = spk_plan_partners(plan, (uint32_t)r, &list);
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t j = SPK_PARTNER(list, i);
+      spk_block_end src = {j, SPK_T_IN, &args[j]->in, src_at};
       memcpy(ext, args[j]->in.dim, sizeof(ext));
       ext[ge->s] = spk_split_size(ge->S, world, r);
+      dst_at[ge->g] = spk_split_offset(ge->G, world, (int)j);
       int rc = spk_plan_add_block(plan, &src, &dst, ext, esize, err);
       if (rc < 0)
         return rc;
-      dst_at[ge->g] += ext[ge->g];
     }
   }
   return SPK_OK;

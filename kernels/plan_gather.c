@@ -97,8 +97,11 @@ int spk_plan_all_gather(const spk_op_args *const *args, int world,
   int64_t zero[SPK_MAX_DIMS] = {0}, at[SPK_MAX_DIMS] = {0};
   for (int k = 0; k < world; k++) {
     spk_block_end src = {(uint32_t)k, SPK_T_IN, &args[k]->in, zero};
-    for (int r = 0; r < world; r++) {
-      spk_block_end dst = {(uint32_t)r, SPK_T_OUT, &args[r]->out, at};
+    const uint32_t *list;
+    uint32_t n = spk_plan_partners(plan, (uint32_t)k, &list);
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t r = SPK_PARTNER(list, i);
+      spk_block_end dst = {r, SPK_T_OUT, &args[r]->out, at};
       rc = spk_plan_add_block(plan, &src, &dst, args[k]->in.dim, esize, err);
       if (rc < 0)
         return rc;

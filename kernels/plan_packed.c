@@ -132,12 +132,16 @@ int spk_plan_packed_gather(const spk_op_args *const *args, int world,
   int rc = spk__agree_dim(args, world, 0, "packed dim", &p.d, err);
   if (rc == SPK_OK) /* dim d was checked per rank against the rule */
     rc = same_input(args, world, p.d, err);
-  for (int k = 0; rc == SPK_OK && k < world; k++)
-    for (int r = 0; rc == SPK_OK && r < world; r++) {
+  for (int k = 0; rc == SPK_OK && k < world; k++) {
+    const uint32_t *list;
+    uint32_t n = spk_plan_partners(plan, (uint32_t)k, &list);
+    for (uint32_t i = 0; rc == SPK_OK && i < n; i++) {
+      uint32_t r = SPK_PARTNER(list, i);
       spk_block_end packed = {(uint32_t)k, SPK_T_IN, &args[k]->in, NULL};
-      spk_block_end full = {(uint32_t)r, SPK_T_OUT, &args[r]->out, NULL};
+      spk_block_end full = {r, SPK_T_OUT, &args[r]->out, NULL};
       rc = add_pieces(&p, k, full, packed, 1, plan, err);
     }
+  }
   return rc;
 }
 

@@ -34,12 +34,14 @@ int spk_plan_all_reduce(const spk_op_args *const *args, int world,
     int64_t ext[1] = {spk_split_size(n, world, c)};
     uint32_t owner = (uint32_t)c;
     spk_block_end dst = {owner, SPK_T_OUT, &flat, at};
-    for (int k = 0; k < world; k++)
-      srcs[k] = (spk_block_end){(uint32_t)k, SPK_T_IN, &flat, at};
-    rc = spk_plan_add_reduce(plan, &dst, srcs, world, ext, esize, err);
-    for (int r = 0; rc == SPK_OK && r < world; r++) {
-      spk_block_end to = {(uint32_t)r, SPK_T_OUT, &flat, at};
-      if ((uint32_t)r != owner)
+    const uint32_t *list;
+    uint32_t np = spk_plan_partners(plan, owner, &list);
+    for (uint32_t i = 0; i < np; i++)
+      srcs[i] = (spk_block_end){SPK_PARTNER(list, i), SPK_T_IN, &flat, at};
+    rc = spk_plan_add_reduce(plan, &dst, srcs, (int)np, ext, esize, err);
+    for (uint32_t i = 0; rc == SPK_OK && i < np; i++) {
+      spk_block_end to = {SPK_PARTNER(list, i), SPK_T_OUT, &flat, at};
+      if (to.rank != owner)
         rc = spk_plan_add_block(plan, &dst, &to, ext, esize, err);
     }
   }
@@ -102,10 +104,14 @@ int spk_plan_reduce_scatter(const spk_op_args *const *args, int world,
   int64_t zero[SPK_MAX_DIMS] = {0}, at[SPK_MAX_DIMS] = {0};
   for (int r = 0; rc == SPK_OK && r < world; r++) {
     spk_block_end dst = {(uint32_t)r, SPK_T_OUT, &args[r]->out, zero};
-    for (int k = 0; k < world; k++)
-      srcs[k] = (spk_block_end){(uint32_t)k, SPK_T_IN, &args[k]->in, at};
-    rc = spk_plan_add_reduce(plan, &dst, srcs, world, args[r]->out.dim, esize,
-                             err);
+    const uint32_t *list;
+    uint32_t np = spk_plan_partners(plan, (uint32_t)r, &list);
+    for (uint32_t i = 0; i < np; i++) {
+      uint32_t k = SPK_PARTNER(list, i);
+      srcs[i] = (spk_block_end){k, SPK_T_IN, &args[k]->in, at};
+    }
+    rc = spk_plan_add_reduce(plan, &dst, srcs, (int)np, args[r]->out.dim,
+                             esize, err);
     at[d] += sizes[r];
   }
   free(sizes);

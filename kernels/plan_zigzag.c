@@ -102,11 +102,15 @@ int spk_plan_zigzag_gather(const spk_op_args *const *args, int world,
     return rc;
   z.c = args[0]->in.dim[z.d] / 2;
   int64_t last = 2 * (int64_t)world - 1;
-  for (int k = 0; rc == SPK_OK && k < world; k++)
-    for (int r = 0; rc == SPK_OK && r < world; r++) {
+  for (int k = 0; rc == SPK_OK && k < world; k++) {
+    const uint32_t *list;
+    uint32_t n = spk_plan_partners(plan, (uint32_t)k, &list);
+    for (uint32_t i = 0; rc == SPK_OK && i < n; i++) {
+      int r = (int)SPK_PARTNER(list, i);
       rc = copy_chunk(&z, k, 0, r, k, plan, err);
       if (rc == SPK_OK)
         rc = copy_chunk(&z, k, 1, r, last - k, plan, err);
     }
+  }
   return rc;
 }

@@ -8,7 +8,14 @@ $(XNODE_BENCH): $(BUILD)/bench/xnode_bench.o $(BUILD)/tests/integ/harness.o \
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
 
-all: $(XNODE_BENCH)
+# Plan time and memory per op against world size (64..4096 ranks, 8 a
+# node): one node's part and cut, beside the whole plan.
+PLAN_BENCH := $(BUILD)/bin/spcoll-plan-bench
+$(PLAN_BENCH): $(BUILD)/bench/plan_bench.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
+
+all: $(XNODE_BENCH) $(PLAN_BENCH)
 
 .PHONY: bench-multinode
 bench-multinode: deps
@@ -19,3 +26,4 @@ bench-multinode: deps
 	$(Q)UCX_TLS=$${UCX_TLS:-tcp} $(XNODE_BENCH) --spcolld $(SPCOLLD) \
 	  --ucx-csv $(BUILD)/bench/ucx_xnode.csv --max-bytes $(XNODE_MAX_BYTES) \
 	  | tee $(BUILD)/bench/xnode.txt
+	$(Q)$(PLAN_BENCH) | tee $(BUILD)/bench/plan.txt

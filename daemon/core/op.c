@@ -370,6 +370,21 @@ static int op_bases(spd_op *op, spk_err *err) {
   return SPK_OK;
 }
 
+/* Across nodes this daemon plans only what reads or writes its own
+ * ranks' tensors (and sends its peers): O(local ranks x world) steps. */
+static int op_plan_part(spd_op *op, spk_err *err) {
+  int world = op->group->world;
+  uint8_t *mine = malloc((size_t)world);
+  if (mine == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of %d rank places "
+                       "failed", world);
+  for (int i = 0; i < world; i++)
+    mine[i] = !op->ranks[i].remote;
+  int rc = spk_plan_part(&op->plan, mine, err);
+  free(mine);
+  return rc;
+}
+
 int spd_op_plan(spd_op *op, spk_err *err) {
   int world = op->group->world;
   const spk_op_args **args = malloc((size_t)world * sizeof(*args));
@@ -378,7 +393,9 @@ int spd_op_plan(spd_op *op, spk_err *err) {
                        world);
   for (int i = 0; i < world; i++)
     args[i] = &op->ranks[i].args;
-  int rc = spk_plan_build(args, world, &op->plan, err);
+  int rc = op->group->multinode ? op_plan_part(op, err) : SPK_OK;
+  if (rc == SPK_OK)
+    rc = spk_plan_build(args, world, &op->plan, err);
   free(args);
   return rc;
 }

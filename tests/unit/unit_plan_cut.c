@@ -635,7 +635,8 @@ static void walk_end(const spk_plan *plan, const spk_cut *cut,
   }
 }
 
-static void run_streams(const spk_plan *plan, const spk_cut *cuts, int ph,
+static void run_streams(const spk_plan *const *plans, const spk_cut *cuts,
+                        int ph,
                         nodemem *mem, const size_t *sz, const int *node_of,
                         int nnodes, const char *tag) {
   for (int S = 0; S < nnodes; S++)
@@ -647,12 +648,12 @@ static void run_streams(const spk_plan *plan, const spk_cut *cuts, int ph,
       char what[PTL_TAG + 64];
       wire w = {0};
       snprintf(what, sizeof(what), "%s: phase %d %d->%d send", tag, ph, S, D);
-      walk_end(plan, &cuts[S], st, 0, &mem[S], sz, node_of, &w, what);
+      walk_end(plans[S], &cuts[S], st, 0, &mem[S], sz, node_of, &w, what);
       REQ(w.len == st->bytes && w.len == rt->bytes, "%s: packed %zu bytes, "
           "sender's stream says %llu, receiver's %llu", what, w.len,
           (unsigned long long)st->bytes, (unsigned long long)rt->bytes);
       snprintf(what, sizeof(what), "%s: phase %d %d->%d recv", tag, ph, S, D);
-      walk_end(plan, &cuts[D], rt, 1, &mem[D], sz, node_of, &w, what);
+      walk_end(plans[D], &cuts[D], rt, 1, &mem[D], sz, node_of, &w, what);
       REQ(w.at == w.len, "%s: unpacked %zu of %zu bytes", what, w.at, w.len);
       free(w.buf);
     }
@@ -660,24 +661,26 @@ static void run_streams(const spk_plan *plan, const spk_cut *cuts, int ph,
 
 /* ---- one distributed run ------------------------------------------------ */
 
-/* Run the plan cut over node_of as the nodes would, round k (init pattern
- * and poison k), and compare with want[k]. */
-static void run_nodes(const spk_plan *plan, const ptl_bufs *ref,
+/* Run the plans cut over node_of as the nodes would (node n cuts
+ * plans[n]: the whole plan, or its own part), round k (init pattern and
+ * poison k), and compare with want[k]. */
+static void run_nodes(const spk_plan *const *plans, const ptl_bufs *ref,
                       uint8_t *const (*want)[MAXW], const int *node_of,
                       int nnodes, const char *tag) {
-  int world = plan->world;
+  int world = plans[0]->world, whole = plans[0]->mine == NULL;
   spk_cut cuts[MAXN];
   for (int n = 0; n < nnodes; n++) {
     spk_err err = {{0}};
-    int rc = spk_plan_cut(plan, node_of, nnodes, n, &cuts[n], &err);
+    int rc = spk_plan_cut(plans[n], node_of, nnodes, n, &cuts[n], &err);
     REQ(rc == SPK_OK, "%s: cut for node %d: %d %s", tag, n, rc, err.msg);
   }
-  check_cuts(plan, cuts, node_of, nnodes, tag);
+  if (whole)
+    check_cuts(plans[0], cuts, node_of, nnodes, tag);
   int one = node_of[0], shared = 1;
   for (int r = 1; r < world; r++)
     shared &= node_of[r] == one;
-  if (shared)
-    check_uncut(plan, cuts, nnodes, one, tag);
+  if (shared && whole)
+    check_uncut(plans[0], cuts, nnodes, one, tag);
 
   for (int k = 0; k < 2; k++) {
     nodemem mem[MAXN];
@@ -695,7 +698,7 @@ static void run_nodes(const spk_plan *plan, const ptl_bufs *ref,
             p[j] = init_byte(k, j);
       }
     for (int ph = 0; ph < 2; ph++) {
-      run_streams(plan, cuts, ph, mem, ref->sz, node_of, nnodes, tag);
+      run_streams(plans, cuts, ph, mem, ref->sz, node_of, nnodes, tag);
       for (int n = 0; n < nnodes; n++)
         spk_plan_exec(&cuts[n].local[ph], mem[n].b);
     }
@@ -729,6 +732,111 @@ static void run_nodes(const spk_plan *plan, const ptl_bufs *ref,
   }
   for (int n = 0; n < nnodes; n++)
     spk_cut_free(&cuts[n]);
+}
+
+/* ---- per-node plans ---------------------------------------------------- */
+
+static uint64_t geo_len(const uint64_t *len, int nd) {
+  uint64_t b = 1;
+  for (int i = 0; i < nd; i++)
+    b *= len[i];
+  return b;
+}
+
+/* A reduce step's geometry without src_rank/src_t/src_off, which
+ * reduce steps leave unused (plan.h). */
+static int same_reduce_geo(const spk_move *a, const spk_move *b) {
+  spk_move x = *a, y = *b;
+  x.src_rank = y.src_rank = 0;
+  x.src_t = y.src_t = 0;
+  x.src_off = y.src_off = 0;
+  return memcmp(&x, &y, sizeof(x)) == 0;
+}
+
+static int move_has(const spk_move *m, const uint8_t *mine) {
+  return mine[m->src_rank] || mine[m->dst_rank];
+}
+
+/* Node n's part is the whole plan's steps that touch its ranks, in the
+ * whole plan's order; a reduce step landing elsewhere keeps only n's
+ * sources; bytes counts what lands on n. */
+static void check_part(const spk_plan *whole, const spk_plan *part,
+                       const uint8_t *mine, int n, const char *tag) {
+  size_t k = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < whole->nmoves; i++) {
+    const spk_move *m = &whole->moves[i];
+    if (!move_has(m, mine))
+      continue;
+    REQ(k < part->nmoves && memcmp(&part->moves[k], m, sizeof(*m)) == 0,
+        "%s: node %d's part: move %zu is not the whole plan's move %zu",
+        tag, n, k, i);
+    k++;
+  }
+  REQ(k == part->nmoves, "%s: node %d's part has %zu moves, want %zu", tag,
+      n, part->nmoves, k);
+  size_t q = 0, s = 0;
+  for (size_t i = 0; i < whole->nreduces; i++) {
+    const spk_reduce *r = &whole->reduces[i];
+    int here = mine[r->geo.dst_rank];
+    uint32_t want = 0;
+    for (uint32_t j = r->src0; j < r->src0 + r->nsrc; j++)
+      if (here || mine[whole->rsrcs[j].rank]) {
+        REQ(s < part->nrsrcs && part->rsrcs[s].rank == whole->rsrcs[j].rank &&
+                part->rsrcs[s].t == whole->rsrcs[j].t &&
+                part->rsrcs[s].off == whole->rsrcs[j].off,
+            "%s: node %d's part: reduce source %zu differs", tag, n, s);
+        s++, want++;
+      }
+    if (want == 0)
+      continue;
+    REQ(q < part->nreduces && part->reduces[q].nsrc == want &&
+            same_reduce_geo(&part->reduces[q].geo, &r->geo),
+        "%s: node %d's part: reduce step %zu is not the whole plan's %zu",
+        tag, n, q, i);
+    q++;
+  }
+  REQ(q == part->nreduces && s == part->nrsrcs, "%s: node %d's part has "
+      "%zu reduce steps and %zu sources, want %zu and %zu", tag, n,
+      part->nreduces, part->nrsrcs, q, s);
+  for (size_t i = 0; i < whole->nmoves; i++)
+    bytes += mine[whole->moves[i].dst_rank] ? geo_len(whole->moves[i].len,
+                                                      whole->moves[i].nd) : 0;
+  for (size_t i = 0; i < whole->nreduces; i++)
+    bytes += mine[whole->reduces[i].geo.dst_rank]
+                 ? geo_len(whole->reduces[i].geo.len, whole->reduces[i].geo.nd)
+                 : 0;
+  REQ(part->bytes == bytes, "%s: node %d's part says %llu bytes land there, "
+      "want %llu", tag, n, (unsigned long long)part->bytes,
+      (unsigned long long)bytes);
+}
+
+/* Every node plans only its part, as spcolld does across nodes: each
+ * part is the whole plan filtered (check_part), and the nodes, each
+ * cutting its own part, still compute the reference outputs. */
+static void run_parts(const ocase *c, const spk_plan *whole,
+                      const ptl_bufs *b, uint8_t *const (*want)[MAXW],
+                      const int *node_of, int nnodes, const char *tag) {
+  spk_plan parts[MAXN];
+  const spk_plan *pp[MAXN];
+  char ptag[PTL_TAG + 112];
+  snprintf(ptag, sizeof(ptag), "%s parts", tag);
+  for (int n = 0; n < nnodes; n++) {
+    uint8_t mine[MAXW];
+    for (int r = 0; r < c->world; r++)
+      mine[r] = node_of[r] == n;
+    spk_err err = {{0}};
+    spk_plan_init(&parts[n], c->world);
+    int rc = spk_plan_part(&parts[n], mine, &err);
+    if (rc == SPK_OK)
+      rc = spk_plan_build(c->argp, c->world, &parts[n], &err);
+    REQ(rc == SPK_OK, "%s: node %d's part: %d %s", ptag, n, rc, err.msg);
+    check_part(whole, &parts[n], mine, n, ptag);
+    pp[n] = &parts[n];
+  }
+  run_nodes(pp, b, want, node_of, nnodes, ptag);
+  for (int n = 0; n < nnodes; n++)
+    spk_plan_free(&parts[n]);
 }
 
 /* Counts per op kind, scale and node count, so a run can show what it
@@ -767,7 +875,12 @@ static void run_case(const ocase *c, int kind, int nmaps, int it,
     char mtag[PTL_TAG + 96], ms[64];
     map_str(ms, sizeof(ms), node_of, world, nnodes);
     snprintf(mtag, sizeof(mtag), "%s %s", tag, ms);
-    run_nodes(&plan, &b, (uint8_t *const(*)[MAXW])want, node_of, nnodes,
+    const spk_plan *same[MAXN];
+    for (int n = 0; n < nnodes; n++)
+      same[n] = &plan;
+    run_nodes(same, &b, (uint8_t *const(*)[MAXW])want, node_of, nnodes,
+              mtag);
+    run_parts(c, &plan, &b, (uint8_t *const(*)[MAXW])want, node_of, nnodes,
               mtag);
     cover_nodes[nnodes]++;
     for (int r = 1; r < world; r++)
@@ -957,7 +1070,8 @@ START_TEST(test_by_hand_reduce) {
   memcpy(b.b[PTL_IN(1)], x1, 16);
   uint8_t *want[2][MAXW] = {{(uint8_t *)s, (uint8_t *)s},
                             {(uint8_t *)s, (uint8_t *)s}};
-  run_nodes(&plan, &b, (uint8_t *const(*)[MAXW])want, node_of, 2,
+  const spk_plan *both[2] = {&plan, &plan};
+  run_nodes(both, &b, (uint8_t *const(*)[MAXW])want, node_of, 2,
             "by hand reduce");
   ptl_bufs_free(&b);
   spk_plan_free(&plan);
