@@ -27,3 +27,11 @@ bench-multinode: deps
 	  --ucx-csv $(BUILD)/bench/ucx_xnode.csv --max-bytes $(XNODE_MAX_BYTES) \
 	  | tee $(BUILD)/bench/xnode.txt
 	$(Q)$(PLAN_BENCH) | tee $(BUILD)/bench/plan.txt
+
+# The longer scale run (make check runs the short one as multinode_scale):
+# 16 daemons, the op suites at worlds 64 and 128, the fault phase 3 times.
+.PHONY: check-scale
+check-scale: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)SPCOLLD=$(SPCOLLD) SPC_TEST_DATA=tests/data SPT_SCALE_LONG=1 \
+	  sh tests/integ/multinode_scale.sh $(BUILD)

@@ -46,6 +46,11 @@ for t in test_ops_copy test_ops_reduce; do
   [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue
   SPT_NODES=3 run "$BUILD/tests/$t" "multinode_${t#test_}"
 done
+# At scale: 16 daemons, world 64 (tests/integ/multinode_scale.sh): the op
+# suites, split groups, and a node killed under a world-64 group.
+if [ -x "$BUILD/tests/test_ops_copy" ] && [ "$ONLY" != client ]; then
+  run "$(dirname "$0")/integ/multinode_scale.sh" multinode_scale
+fi
 # The op suites again with every op on the serial engine (--mover serial,
 # daemon/engine/engine_serial.c): an engine added through the table alone runs
 # them unchanged.

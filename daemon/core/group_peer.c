@@ -49,6 +49,10 @@ void spd_group_peer_left(spd_group *g, int rank, int lost, const char *why) {
   l.rank = rank;
   l.lost = lost;
   l.reason = (char *)why;
+  if (g->broken) {
+    l.broken_status = g->broken_status;
+    l.broken_reason = g->broken_reason;
+  }
   m.body_case = SPCOLL__PEER__MSG__BODY_LEAVE;
   m.leave = &l;
   send_all(g->ctx, &m);
@@ -213,17 +217,25 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
     return;
   slot->remote = 0;
   g->joined--;
-  char msg[320];
-  snprintf(msg, sizeof(msg), "%s", l->reason && l->reason[0] ? l->reason
-                                                             : "a rank left");
-  spd_group_break(g, SPK_EPEER_LOST, msg);
+  char msg[400];
+  int status = SPK_EPEER_LOST;
+  if (l->broken_status < 0 && l->broken_reason && l->broken_reason[0]) {
+    status = l->broken_status; /* the cause, as that node saw it */
+    snprintf(msg, sizeof(msg), "node %d: %s", node, l->broken_reason);
+  } else {
+    snprintf(msg, sizeof(msg), "%s", l->reason && l->reason[0] ? l->reason
+                                                               : "a rank left");
+  }
+  spd_group_break(g, status, msg);
   /* Its node finished its part of every op the rank had issued (that is
-   * when its client may leave): those go on here; the others fail. */
+   * when its client may leave): those go on here; the others fail, with
+   * the group's first cause. */
   spd_op *op = TAILQ_FIRST(&g->ops), *next;
   for (; op != NULL; op = next) {
     next = TAILQ_NEXT(op, link);
     if (!op->running && !op->ranks[l->rank].arrived)
-      spd_op_fail(op, SPK_EPEER_LOST, msg);
+      spd_op_fail(op, g->broken ? g->broken_status : status,
+                  g->broken ? g->broken_reason : msg);
   }
   spd_group_kick(g);
   spd_group_maybe_free(g);

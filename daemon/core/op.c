@@ -319,7 +319,11 @@ static void op_done(void *arg) {
   g->running = 0;
   ctx->running_ops--;
   if (op->fail_status < 0) {
-    /* The engine failed: every local rank hears why. */
+    /* The engine failed: every local rank hears why. A node lost under a
+     * cross-node op breaks the group with that cause, so the departures
+     * it leads to tell the other nodes the cause, not themselves. */
+    if (g->multinode && op->fail_status == SPK_ENODE_LOST)
+      spd_group_break(g, op->fail_status, op->fail_msg);
     spd_op_fail(op, op->fail_status, op->fail_msg);
     spd_op_after(g);
     return;

@@ -128,10 +128,25 @@ int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
 void spd_engine_abort(spd_op *op, int status, const char *msg,
                       int dead_node) {
   const spd_engine *e = spd_engines[op->engine];
-  /* Running but not yet submitted (a plan built off the loop): the op
-   * layer fails it itself once the plan is back. */
-  if (op->work.arg == op && e->abort != NULL)
+  /* Running but not yet submitted (a plan built off the loop): kept, and
+   * the op layer fails it once the plan is back (op_plan.c). */
+  if (op->work.arg != op) {
+    if (op->fail_status >= 0) {
+      op->fail_status = status;
+      snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", msg);
+    }
+    return;
+  }
+  if (e->abort != NULL)
     e->abort(&op->work, status, msg, dead_node);
+}
+
+const char *spd_engine_describe(const spd_op *op, char *buf, size_t len) {
+  buf[0] = '\0';
+  const spd_engine *e = op->running ? spd_engines[op->engine] : NULL;
+  if (e != NULL && e->describe != NULL && op->work.arg == op)
+    e->describe(&op->work, buf, len);
+  return buf;
 }
 
 void spd_engine_account(spd_op *op) {

@@ -25,4 +25,8 @@ void spd_engine_account(spd_op *op);
 int spd_op_rank_engine_open(spd_op_rank *r, const Spcoll__OpRequest *rq,
                             spk_err *err);
 
+/* What op's engine says it waits for ("" when it says nothing or the op
+ * is not in an engine). */
+const char *spd_engine_describe(const spd_op *op, char *buf, size_t len);
+
 #endif

@@ -119,29 +119,38 @@ void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a) {
   spd_op_rank_arrived(op);
 }
 
+/* The group breaks even when the op is not here yet (no rank of this
+ * node reached it): its ranks are then refused when they do, so this
+ * node never starts an op that node will post no stream of. */
 void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
+  char msg[320];
+  snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
+  int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
+  spd_group_break(g, status, msg);
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->seq == f->seq)
       break;
   if (op == NULL)
     return;
-  char msg[320];
-  snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
-  int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
-  spd_group_break(g, status, msg);
+  /* Not started here: the nodes that did start it would wait for this
+   * node's streams, so they hear it will not run here either. */
+  if (!op->running)
+    spd_op_peer_tell_failed(op, status, msg);
   if (op->running)
     spd_engine_abort(op, status, msg, node);
   else
     spd_op_fail(op, status, msg);
 }
 
+/* A lost node posts nothing more: receives from it are cancelled (a
+ * tagged receive waits on the worker, not on the dead endpoint, so it
+ * would never end by itself). */
 void spd_op_peer_node_lost(spd_group *g, int node, const char *msg) {
-  (void)node;
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->running)
-      spd_engine_abort(op, SPK_ENODE_LOST, msg, -1);
+      spd_engine_abort(op, SPK_ENODE_LOST, msg, node);
 }
 
 void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg) {

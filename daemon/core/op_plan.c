@@ -23,6 +23,15 @@ static void plan_after(uv_work_t *w, int status) {
                      "thread pool: %s", uv_strerror(status));
   else if (rc == SPK_OK && ctx->stopping)
     rc = spk_err_set(&op->plan_err, SPK_ESHUTDOWN, "daemon shutting down");
+  else if (rc == SPK_OK && op->fail_status < 0) {
+    /* Aborted while it was planned (a node lost, another node's OpFail;
+     * spd_engine_abort kept it): the others may be running it, they hear
+     * this node will not. A rank that merely left after its part does
+     * not abort it: that op goes on. */
+    rc = spk_err_set(&op->plan_err, op->fail_status, "%s", op->fail_msg);
+    op->fail_status = 0;
+    spd_group_peer_op_failed(g, op, rc, op->plan_err.msg);
+  }
   if (spd_op_launch(op, rc, &op->plan_err) < 0)
     spd_op_after(g); /* failed and gone: the group goes on */
 }

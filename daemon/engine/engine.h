@@ -144,6 +144,9 @@ typedef struct spd_engine {
   int (*rank_open)(const spd_rank_req *rq, void **state_p, spk_err *err);
   void (*rank_close)(void *state);
   int (*rank_recorded)(const void *state);
+  /* What a submitted work is waiting for, one line for stats (NULL: the
+   * engine says nothing); snprintf's return. */
+  int (*describe)(const spd_work *w, char *buf, size_t len);
 } spd_engine;
 
 /* The rows, each defined in its engine's file as spd_engine_<name>. */

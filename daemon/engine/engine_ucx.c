@@ -24,6 +24,7 @@ typedef struct {
   spd_xop *x;
   spd_iov *iov;
   size_t niov, cap;
+  int posted, done;
 } xstream;
 
 struct spd_xop {
@@ -109,6 +110,7 @@ static int local_submit(spd_xop *x, const spk_plan *l, spk_err *err) {
 static void on_stream_done(void *arg, int status, const char *msg) {
   xstream *s = arg;
   spd_xop *x = s->x;
+  s->done = 1;
   x->inflight--;
   if (status < 0)
     xop_fail(x, status, msg);
@@ -176,6 +178,7 @@ static int phase_post(spd_xop *x, int ph, spk_err *err) {
       if (rc < 0)
         return rc;
       x->inflight++;
+      s->posted = 1;
       if (!recv)
         x->sent += st->bytes;
     }
@@ -301,6 +304,24 @@ static void ucx_abort(spd_work *w, int status, const char *msg,
       spd_peer_stream_cancel(w->ctx, &x->streams[i]);
 }
 
+/* What a running op waits for, for stats: its step, the streams not yet
+ * done (node numbers), the dead nodes' mask. */
+static int ucx_describe(const spd_work *w, char *buf, size_t len) {
+  const spd_xop *x = w->priv;
+  if (x == NULL)
+    return snprintf(buf, len, "not started");
+  int n = snprintf(buf, len, "step=%d inflight=%d failed=%d dead=%#llx "
+                   "waiting=", x->phase, x->inflight, x->failed,
+                   (unsigned long long)x->dead);
+  for (size_t i = 0; i < x->nstreams && n > 0 && (size_t)n < len; i++) {
+    const xstream *st = &x->streams[i];
+    if (st->posted && !st->done)
+      n += snprintf(buf + n, len - (size_t)n, "%s%zu,", i % 2 ? "recv<-" :
+                    "send->", i / 2);
+  }
+  return n;
+}
+
 /* Across nodes, host memory only: UCX here sends from host addresses. */
 static int ucx_wants(const spd_work *w) {
   return w->multinode && !w->device && w->broken != NULL ? 2 : 0;
@@ -318,4 +339,5 @@ const spd_engine spd_engine_ucx = {
     .submit = ucx_submit,
     .abort = ucx_abort,
     .forget_buffer = ucx_forget_buffer,
+    .describe = ucx_describe,
 };

@@ -131,6 +131,9 @@ void spd_peer_event_push(spd_peers *P, spd_peer_event *ev);
 void spd_peer_ep_close(spd_peers *P, ucp_ep_h ep);
 /* Cancel the streams of node; their callbacks report status. */
 void spd_peer_xfers_cancel(spd_peers *P, int node);
+/* 1 when a send to node is still in flight (at a stop: a given-up
+ * rendezvous send, which a graceful close would wait on for ever). */
+int spd_peer_xfers_stuck(const spd_peers *P, int node);
 void spd_peer_xfer_finish(spd_peers *P, spd_xfer *x);
 /* A send given up (spd_peer_stream_cancel): its op hears now. */
 void spd_peer_xfer_given_up(spd_peers *P, spd_xfer *x);

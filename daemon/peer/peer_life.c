@@ -181,15 +181,22 @@ void spd_peers_quiesce(spd_ctx *ctx) {
 }
 
 /* Close our endpoints after what they carry (the Byes) went out, waiting
- * at most a second; then force what is left. */
+ * at most a second; then force what is left. An endpoint with a send in
+ * flight is closed by force at once: the send may be one its receiver
+ * gave up, which UCX cannot cancel, and a worker destroyed with it still
+ * on the endpoint aborts the daemon. */
 static void out_eps_close(spd_peers *P) {
   void *reqs[SPD_MAX_NODES];
   int n = 0;
-  ucp_request_param_t prm = {.op_attr_mask = 0};
   for (int i = 0; i < P->ctx->cfg.npeers; i++) {
     spd_peer *p = &P->peer[i];
     if (p->ep == NULL)
       continue;
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    if (spd_peer_xfers_stuck(P, i)) {
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    }
     void *req = ucp_ep_close_nbx(p->ep, &prm);
     if (UCS_PTR_IS_PTR(req))
       reqs[n++] = req;

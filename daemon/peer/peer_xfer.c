@@ -132,6 +132,14 @@ void spd_peer_xfers_cancel(spd_peers *P, int node) {
       ucp_request_cancel(P->worker, x->req);
 }
 
+int spd_peer_xfers_stuck(const spd_peers *P, int node) {
+  const spd_xfer *x;
+  TAILQ_FOREACH(x, &P->xfers, link)
+    if (x->node == node && !x->recv && !x->done && x->req != NULL)
+      return 1;
+  return 0;
+}
+
 void spd_peer_stream_cancel(spd_ctx *ctx, void *arg) {
   spd_peers *P = ctx->peers;
   spd_xfer *x;

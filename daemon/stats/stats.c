@@ -6,6 +6,7 @@
 #include "group.h"
 #include "group_seg.h"
 #include "op.h"
+#include "op_engine.h"
 #include "session.h"
 
 int spd_stats_sees_group(const spd_ctx *ctx, const spd_group *g) {
@@ -112,13 +113,18 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
             spd_stats_group_state(g), (unsigned long long)g->ops_done,
             spd_stats_members(g, members, sizeof(members)));
     spd_op *op;
-    TAILQ_FOREACH(op, &g->ops, link)
+    char eng[256];
+    TAILQ_FOREACH(op, &g->ops, link) {
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=%d "
-              "stuck=%d waiting_for=%s\n", label,
+              "stuck=%d waiting_for=%s", label,
               (unsigned long long)op->seq,
               spd_op_slot_name(spd_op_slot_of(op)),
               (double)(now - op->created_ns) * 1e-9, op->running,
               op->stuck_reported, spd_op_missing(op, miss, sizeof(miss)));
+      if (spd_engine_describe(op, eng, sizeof(eng))[0] != '\0')
+        fprintf(out, " engine=%s %s", spd_engine_name(op->engine), eng);
+      fputc('\n', out);
+    }
     spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
     if (spd_gseg_pending(g, now, &fw))
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=0 stuck=0 "

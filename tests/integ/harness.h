@@ -41,11 +41,11 @@ void spt_daemon_dump_log(const spt_daemon *d);
 
 /* Daemons peering over UCX on loopback tcp (UCX_TLS=tcp unless already
  * set), one per node, each on its own socket and a free port. */
-#define SPT_MAX_NODES 4
+#define SPT_MAX_NODES 16
 typedef struct {
   int n;
   spt_daemon d[SPT_MAX_NODES];
-  char peers[256];                /* the --peers list they share */
+  char peers[512];                /* the --peers list they share */
   const char *extra[16];          /* more flags for every node */
 } spt_nodes;
 int spt_nodes_start(spt_nodes *N, int n, const char *const *extra);

@@ -237,6 +237,9 @@ int opr_run_worlds(const char *name, spt_rank_fn fn, void *arg) {
   if (only != NULL && strstr(name, only) == NULL)
     return 0;
   int n = opr_nodes.n, lo = n ? n : 2, hi = n ? 2 * n : 4, step = n ? n : 1;
+  /* SPT_WORLD=w: that world only (the 16-daemon scale suite's 64). */
+  if (getenv("SPT_WORLD") != NULL)
+    lo = hi = atoi(getenv("SPT_WORLD"));
   for (int w = lo; w <= hi; w += step) {
     snprintf(opr_gname, sizeof(opr_gname), "%s-w%d", name, w);
     if (spt_run_ranks(w, fn, arg, 60) != 0) {

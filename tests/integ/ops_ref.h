@@ -13,6 +13,7 @@
 
 enum { OPR_SEED = 42, OPR_SEED_GRAD = 77, OPR_SEED_GRAD2 = 91 };
 #define OPR_BUF_BYTES (16u << 20) /* each rank's buffer */
+#define OPR_MAXW 128              /* most ranks of a run (the scale suite) */
 
 /* The daemon, started around every test, and the group name of the run
  * in progress (case + world). */
@@ -85,8 +86,9 @@ int opr_op_failed(opr_rk *k, const char *op, int rc);
 
 /* ---- running cases -------------------------------------------------- */
 
-/* Run fn on `world` ranks for world = 2, 3, 4; a failed world is counted
- * and named, the remaining ones still run. */
+/* Run fn on `world` ranks for world = 2, 3, 4 (across n nodes: n and 2n;
+ * SPT_WORLD=w in the environment: w only); a failed world is counted and
+ * named, the remaining ones still run. */
 int opr_run_worlds(const char *name, spt_rank_fn fn, void *arg);
 
 /* Every case of table (a struct with a `name`) for world = 2, 3, 4. */

@@ -1,8 +1,11 @@
 /* A peer daemon dies mid-run: the ranks on the other nodes get an error
  * naming it (never a hang: a guard kills what does not finish), those
  * daemons go on serving new groups, and the restarted daemon takes part in
- * a new group across all nodes; a group of one node runs through it
- * untouched. 3 daemons on loopback UCX, world 6. */
+ * a new group across all nodes; a group of one node and a group across
+ * nodes other than the lost one run through it untouched. 3 daemons on
+ * loopback UCX, world 6; SPT_FAULT_NODES=16 (the scale suite,
+ * multinode_scale): 16 daemons, world 64, the groups spanning the lost
+ * node hear of it on every rank. */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -16,10 +19,12 @@
 #include "check_run.h"
 #include "harness.h"
 
-#define NODES 3
 #define N_ELEMS 4096
+#define MAXW 64
 
 static spt_nodes nodes;
+static int NODES = 3, WORLD = 6;
+static char victim_name[32]; /* "node N": what survivors must be told */
 
 /* All-gathers of verified data until the op fails or `iters` are done;
  * a byte goes to ready_fd after the first one. Exit: 0 done, 10 + the
@@ -47,7 +52,8 @@ static int gather_loop(int rank, int world, int nnodes, const char *name,
       fprintf(stderr, "rank %d op %d: %s: %s\n", rank, it, spc_strerror(rc),
               spc_last_error(c));
       /* Survivors must be told which node went. */
-      if (rc != SPC_ECONNECTION && strstr(spc_last_error(c), "node 2") == NULL)
+      if (rc != SPC_ECONNECTION &&
+          strstr(spc_last_error(c), victim_name) == NULL)
         return 1;
       return 10 - rc;
     }
@@ -96,18 +102,26 @@ static void reap(pid_t *pids, int *codes, int n, int guard_s) {
       return;
     usleep(10000);
   }
+  int hung = 0;
   for (int r = 0; r < n; r++)
     if (codes[r] == -2) {
       fprintf(stderr, "rank %d hung: killed\n", r);
       kill(pids[r], SIGKILL);
       waitpid(pids[r], NULL, 0);
       codes[r] = -1;
+      hung = 1;
+    }
+  for (int i = 0; hung && i < nodes.n; i++) /* what the daemons saw */
+    if (nodes.d[i].pid > 0) {
+      spt_daemon_dump_log(&nodes.d[i]);
+      fprintf(stderr, "---- node %d's pending ops ----\n", i);
+      spt_ctl(&nodes.d[i], "stats >&2");
     }
 }
 
 static void run_ok(const char *name, int world, int nnodes) {
-  pid_t pids[8];
-  int codes[8];
+  pid_t pids[MAXW];
+  int codes[MAXW];
   fork_ranks(pids, world, nnodes, name, 3, -1);
   reap(pids, codes, world, 60);
   for (int r = 0; r < world; r++)
@@ -122,47 +136,64 @@ static void kill_node(int i) {
 
 START_TEST(peer_dies_mid_run) {
   const char *extra[] = {"--peer-timeout", "3", NULL};
+  int victim = NODES - 1, span = NODES - 1; /* a group on nodes 0..span-1 */
+  snprintf(victim_name, sizeof(victim_name), "node %d", victim);
   ck_assert_int_eq(spt_nodes_start(&nodes, NODES, extra), 0);
   int fds[2];
   ck_assert_int_eq(pipe(fds), 0);
-  pid_t pids[6], bys[2];
-  int codes[6], bycodes[2];
-  fork_ranks(pids, 6, NODES, "doomed", 1000000, fds[1]);
-  /* A group of node 0 alone runs through the loss untouched. */
+  pid_t pids[MAXW], bys[2], others[MAXW];
+  int codes[MAXW], bycodes[2], ocodes[MAXW];
+  fork_ranks(pids, WORLD, NODES, "doomed", 1000000, fds[1]);
+  /* A group of node 0 alone, and one across the nodes but the lost one,
+   * run through the loss untouched. */
   fork_ranks(bys, 2, 1, "bystander", 400, -1);
+  fork_ranks(others, 2 * span, span, "spared", 200, -1);
   close(fds[1]);
-  char buf[6];
-  size_t got = 0;
-  while (got < 6) { /* every rank finished one verified op */
-    ssize_t n = read(fds[0], buf, sizeof(buf) - got);
+  char buf[MAXW];
+  int got = 0;
+  while (got < WORLD) { /* every rank finished one verified op */
+    ssize_t n = read(fds[0], buf, (size_t)(WORLD - got));
     ck_assert_int_gt(n, 0);
-    got += (size_t)n;
+    got += (int)n;
   }
   close(fds[0]);
-  kill_node(2);
-  reap(pids, codes, 6, 60);
-  reap(bys, bycodes, 2, 120);
+  kill_node(victim);
+  reap(pids, codes, WORLD, 60);
+  reap(bys, bycodes, 2, 180);
+  reap(others, ocodes, 2 * span, 180);
   for (int r = 0; r < 2; r++)
     ck_assert_msg(bycodes[r] == 0, "bystander rank %d exit %d", r,
                   bycodes[r]);
-  for (int r = 0; r < 6; r++) {
-    /* Ranks 2 and 5 lived on node 2: their daemon is gone. The others
-     * hear of the node (SPC_ENODELOST), or of a rank lost with it. */
-    int want = r % NODES == 2 ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
+  for (int r = 0; r < 2 * span; r++)
+    ck_assert_msg(ocodes[r] == 0, "spared rank %d exit %d", r, ocodes[r]);
+  for (int r = 0; r < WORLD; r++) {
+    /* The victim's ranks lost their daemon. The others hear of the node
+     * (SPC_ENODELOST), or of a rank lost with it. */
+    int on_victim = r % NODES == victim;
+    int want = on_victim ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
     int also = 10 - SPC_EPEERLOST;
-    ck_assert_msg(codes[r] == want || (r % NODES != 2 && codes[r] == also),
+    ck_assert_msg(codes[r] == want || (!on_victim && codes[r] == also),
                   "rank %d exit %d, wanted %d", r, codes[r], want);
   }
   /* The survivors serve a new group of their own... */
-  run_ok("after-2", 4, 2);
-  /* ...and the restarted node joins a new group of all three. */
-  ck_assert_int_eq(spt_node_start(&nodes, 2), 0);
-  run_ok("with-2-again", 6, NODES);
+  run_ok("after-loss", 2 * span, span);
+  /* ...and the restarted node joins a new group of all of them. */
+  ck_assert_int_eq(spt_node_start(&nodes, victim), 0);
+  run_ok("with-it-again", WORLD, NODES);
   ck_assert_int_eq(spt_nodes_stop(&nodes), 0);
 }
 END_TEST
 
 int main(void) {
+  const char *n = getenv("SPT_FAULT_NODES");
+  if (n != NULL) {
+    NODES = atoi(n);
+    if (NODES < 3 || NODES > SPT_MAX_NODES) {
+      fprintf(stderr, "SPT_FAULT_NODES=%s: 3 to %d\n", n, SPT_MAX_NODES);
+      return 2;
+    }
+    WORLD = NODES * 4 <= MAXW ? NODES * 4 : MAXW;
+  }
   Suite *s = suite_create("multinode_fault");
   TCase *tc = tcase_create("fault");
   tcase_set_timeout(tc, 240);

@@ -30,7 +30,7 @@ static int split_rank(int rank, int w, void *arg) {
   if (opr_rk_open(&k, rank, w) < 0)
     return 1;
   int d = opr_norm(c->dim, c->ndim);
-  int64_t sz[8], oshape[SPC_MAX_DIMS], outer, inner;
+  int64_t sz[OPR_MAXW], oshape[SPC_MAX_DIMS], outer, inner;
   opr_pieces(c->pat, c->shape[d], w, sz);
   memcpy(oshape, c->shape, sizeof(oshape));
   oshape[d] = sz[rank];
@@ -62,7 +62,7 @@ static int gather_run(int rank, int w, const dim_case *c, int in_place) {
   if (opr_rk_open(&k, rank, w) < 0)
     return 1;
   int d = opr_norm(c->dim, c->ndim);
-  int64_t sz[8], ishape[SPC_MAX_DIMS], outer, inner;
+  int64_t sz[OPR_MAXW], ishape[SPC_MAX_DIMS], outer, inner;
   size_t es = spc_dtype_size(c->dt), on = opr_numel(c->shape, c->ndim);
   opr_pieces(c->pat, c->shape[d], w, sz);
   memcpy(ishape, c->shape, sizeof(ishape));
@@ -162,8 +162,8 @@ static int a2a_rank(int rank, int w, void *arg) {
   int nd = c->ndim, s = opr_norm(c->s, nd), g = opr_norm(c->g, nd);
   int64_t S = c->shape[s], G = c->shape[g];
   size_t es = spc_dtype_size(c->dt);
-  int64_t ish[8][SPC_MAX_DIMS], osh[SPC_MAX_DIMS];
-  void *xs[8];
+  int64_t ish[OPR_MAXW][SPC_MAX_DIMS], osh[SPC_MAX_DIMS];
+  void *xs[OPR_MAXW];
   for (int j = 0; j < w; j++) {
     memcpy(ish[j], c->shape, sizeof(ish[j]));
     ish[j][g] = opr_rule(G, w, j);
@@ -258,7 +258,7 @@ static int a2av_rank(int rank, int w, void *arg) {
   if (opr_rk_open(&k, rank, w) < 0)
     return 1;
   int nd = 1 + c->nrow;
-  int64_t ins[8], outs[8], ish[SPC_MAX_DIMS], osh[SPC_MAX_DIMS], rowlen = 1;
+  int64_t ins[OPR_MAXW], outs[OPR_MAXW], ish[SPC_MAX_DIMS], osh[SPC_MAX_DIMS], rowlen = 1;
   size_t es = spc_dtype_size(c->dt);
   for (int j = 0; j < w; j++) {
     ins[j] = a2av_m(c->pat, rank, j);
@@ -471,7 +471,7 @@ typedef struct {
   int64_t shape[SPC_MAX_DIMS]; /* padding rows along dim (past the seqs) */
   int dim;
   int nseq;
-  int64_t lens[8];
+  int64_t lens[OPR_MAXW];
 } pk_case;
 
 /* Rows of rank r's pieces between the packing (full, D rows) and rank r's

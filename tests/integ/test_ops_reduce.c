@@ -33,7 +33,7 @@ static void store_f(spc_dtype dt, void *p, size_t i, float v) {
  * wrapping. */
 static void reduce_ref(spc_dtype dt, int op, size_t n, uint64_t seed, int w,
                        void *ref) {
-  void *xs[8];
+  void *xs[OPR_MAXW];
   for (int k = 0; k < w; k++)
     xs[k] = opr_fresh(dt, n, seed, k);
   for (size_t i = 0; i < n; i++) {
@@ -158,7 +158,7 @@ static int bw_rank(int rank, int w, void *arg) {
   if (opr_rk_open(&k, rank, w) < 0)
     return 1;
   int nd = c->ndim, d = opr_norm(c->dim, nd), gather = c->kind == K_SPLIT_BWD;
-  int64_t sz[8], part[SPC_MAX_DIMS], outer, inner, T = c->shape[d];
+  int64_t sz[OPR_MAXW], part[SPC_MAX_DIMS], outer, inner, T = c->shape[d];
   opr_pieces(c->pat, T, w, sz);
   memcpy(part, c->shape, sizeof(part));
   part[d] = sz[rank];
@@ -523,7 +523,7 @@ static int bad_rank(int rank, int w, void *arg) {
     return 1;
   int last = rank == w - 1, nd = 2;
   spc_dtype dt = SPC_FLOAT32;
-  int64_t is[3] = {2, 3, 2}, os[3] = {2 * w, 3, 2}, sz[8], sz2[8];
+  int64_t is[3] = {2, 3, 2}, os[3] = {2 * w, 3, 2}, sz[OPR_MAXW], sz2[OPR_MAXW];
   for (int j = 0; j < w; j++)
     sz[j] = 2, sz2[j] = 1;
   spc_op op = spc_op_all_gather(0, NULL);
@@ -588,7 +588,9 @@ static int bad_rank(int rank, int w, void *arg) {
   /* the group still works */
   /* spt_check_gather reads SPC_MAX_DIMS entries of the shape */
   int64_t gs[2] = {2, 3}, go[SPC_MAX_DIMS] = {2 * w, 3};
-  int64_t twos[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+  int64_t twos[OPR_MAXW];
+  for (int i = 0; i < OPR_MAXW; i++)
+    twos[i] = 2;
   spc_tensor gin, gout;
   void *gx = opr_rk_tensor(&k, &gin, SPC_FLOAT32, 2, gs);
   void *gy = opr_rk_tensor(&k, &gout, SPC_FLOAT32, 2, go);
