@@ -1,8 +1,10 @@
 /* Cross-node spcoll: 3 daemons peering over UCX (loopback tcp unless
- * UCX_TLS says otherwise), 2 ranks each, all_to_all and all_gather from 2
- * KiB to --max-bytes per rank; printed next to ucx_perftest tag_bw of the
- * same sizes, read from the CSV scripts/bench_ucx.sh wrote in the same run
- * (make bench-multinode).
+ * UCX_TLS says otherwise), 2 ranks each (--nodes, --ranks-per-node),
+ * all_to_all and all_gather from 2 KiB to --max-bytes per rank; printed
+ * next to ucx_perftest tag_bw of the same sizes, read from the CSV
+ * scripts/bench_ucx.sh wrote in the same run (make bench-multinode), with
+ * what node 0 sent per op as its stats count it (UCX messages and bytes):
+ * what scripts/scale_model.py predicts at the same scale (docs/scale.md).
  * Prints numbers; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,15 +14,15 @@
 
 #include "harness.h"
 
-#define XB_NODES 3
-#define XB_WORLD 6
-#define XB_MAXSZ 32
+#define XB_MAXW 128
+
+static int xb_nnodes = 3, xb_world = 2; /* ranks per node until main multiplies */
 
 typedef struct {
   int op;                     /* 0: all_to_all, 1: all_gather */
   size_t bytes;               /* per rank input */
   int iters;
-  double secs[XB_WORLD];      /* each rank's timed loop */
+  double secs[XB_MAXW];       /* each rank's timed loop */
 } xb_point;
 
 static spt_nodes xb_nodes;
@@ -40,7 +42,7 @@ static int xb_op(spc_group *g, const xb_point *p, const spc_tensor *in,
 /* One rank: a warm-up op, then the timed loop. */
 static int xb_rank(int rank, int world, void *arg) {
   xb_point *p = arg;
-  spc_client *c = spt_connect(xb_nodes.d[rank % XB_NODES].socket);
+  spc_client *c = spt_connect(xb_nodes.d[rank % xb_nnodes].socket);
   spc_group *g;
   spc_buffer *b;
   char name[64];
@@ -101,8 +103,19 @@ int main(int argc, char **argv) {
       csv = argv[i + 1];
     else if (strcmp(argv[i], "--spcolld") == 0)
       setenv("SPCOLLD", argv[i + 1], 1);
+    else if (strcmp(argv[i], "--nodes") == 0)
+      xb_nnodes = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--ranks-per-node") == 0)
+      xb_world = atoi(argv[i + 1]);
   }
-  if (spt_nodes_start(&xb_nodes, XB_NODES, NULL) < 0) {
+  if (xb_nnodes < 2 || xb_nnodes > SPT_MAX_NODES || xb_world < 1 ||
+      xb_nnodes * xb_world > XB_MAXW) {
+    fprintf(stderr, "xnode-bench: --nodes 2..%d, --ranks-per-node so that "
+            "the world is at most %d\n", SPT_MAX_NODES, XB_MAXW);
+    return 2;
+  }
+  xb_world *= xb_nnodes; /* from here on: the world */
+  if (spt_nodes_start(&xb_nodes, xb_nnodes, NULL) < 0) {
     fprintf(stderr, "xnode-bench: the daemons did not start\n");
     return 1;
   }
@@ -114,23 +127,26 @@ int main(int argc, char **argv) {
   }
   printf("# cross-node: %d nodes (UCX_TLS=%s), %d ranks (rank r on node r %% "
          "%d); node GB/s = bytes each node sends to others / time\n",
-         XB_NODES, getenv("UCX_TLS"), XB_WORLD, XB_NODES);
-  printf("%-10s %12s %10s %9s %9s %10s %12s %7s\n", "op", "bytes/rank",
-         "time_us", "algbw", "busbw", "node_GB/s", "ucx_tag_bw", "ratio");
-  double w = XB_WORLD, share = 1.0 - 1.0 / XB_NODES; /* remote fraction */
+         xb_nnodes, getenv("UCX_TLS"), xb_world, xb_nnodes);
+  printf("%-10s %12s %10s %9s %9s %10s %12s %7s %8s %12s\n", "op",
+         "bytes/rank", "time_us", "algbw", "busbw", "node_GB/s", "ucx_tag_bw",
+         "ratio", "msgs/op", "bytes/op");
+  double w = xb_world, share = 1.0 - 1.0 / xb_nnodes; /* remote fraction */
   for (int op = 0; op < 2; op++)
     /* bench_ucx.sh's ladder (8 B x4, then max), from 2 KiB */
     for (size_t bytes = 2048;; bytes = bytes * 4 > max ? max : bytes * 4) {
       memset(p, 0, sizeof(*p));
       p->op = op, p->bytes = bytes;
+      long long m0 = spt_daemon_stat(&xb_nodes.d[0], "peer_streams_sent");
+      long long b0 = spt_daemon_stat(&xb_nodes.d[0], "mover_ucx_bytes");
       p->iters = bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 10 : 3;
-      if (spt_run_ranks(XB_WORLD, xb_rank, p, 600) != 0) {
+      if (spt_run_ranks(xb_world, xb_rank, p, 600) != 0) {
         fprintf(stderr, "xnode-bench: %s %zu failed\n",
                 op ? "all_gather" : "all_to_all", bytes);
         break;
       }
       double t = 0;
-      for (int r = 0; r < XB_WORLD; r++)
+      for (int r = 0; r < xb_world; r++)
         t = p->secs[r] > t ? p->secs[r] : t;
       t /= p->iters;
       /* nccl-tests: algbw of all_to_all counts the input, all_gather the
@@ -138,13 +154,18 @@ int main(int argc, char **argv) {
       double alg = (op ? bytes * w : bytes) / t / 1e9;
       /* Bytes a node sends: all_to_all, its ranks' blocks for remote
        * ranks; all_gather, its ranks' inputs once to every other node. */
-      double node_out = op ? (w / XB_NODES) * bytes * (XB_NODES - 1)
-                           : (w / XB_NODES) * bytes * share;
+      double node_out = op ? (w / xb_nnodes) * bytes * (xb_nnodes - 1)
+                           : (w / xb_nnodes) * bytes * share;
       double ubw = ucx_bw(csv, bytes);
-      printf("%-10s %12zu %10.1f %9.3f %9.3f %10.3f %12.3f %7.2f\n",
-             op ? "all_gather" : "all_to_all", bytes, t * 1e6, alg,
-             alg * (w - 1) / w, node_out / t / 1e9, ubw,
-             ubw > 0 ? node_out / t / 1e9 / ubw : 0.0);
+      /* What node 0 sent per op (the warm-up op included). */
+      double ops = p->iters + 1;
+      long long m1 = spt_daemon_stat(&xb_nodes.d[0], "peer_streams_sent");
+      long long b1 = spt_daemon_stat(&xb_nodes.d[0], "mover_ucx_bytes");
+      printf("%-10s %12zu %10.1f %9.3f %9.3f %10.3f %12.3f %7.2f %8.1f "
+             "%12.0f\n", op ? "all_gather" : "all_to_all", bytes, t * 1e6,
+             alg, alg * (w - 1) / w, node_out / t / 1e9, ubw,
+             ubw > 0 ? node_out / t / 1e9 / ubw : 0.0,
+             (double)(m1 - m0) / ops, (double)(b1 - b0) / ops);
       fflush(stdout);
       if (bytes >= max)
         break;

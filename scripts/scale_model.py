@@ -92,14 +92,15 @@ def main():
     p.add_argument("--msg-us", type=float, default=2.0,
                    help="per-message cost at the sender, us (2: a UCX "
                         "rendezvous send's software overhead, order of)")
-    p.add_argument("--plan-ns-per-move", type=float, default=290,
-                   help="plan build per move, ns (290: 1024-rank "
-                        "all_to_all, ~1M moves in ~0.3 s, security.md)")
+    p.add_argument("--plan-ns-per-move", type=float, default=140,
+                   help="plan build and cut per move, ns (140: "
+                        "spcoll-plan-bench, a whole 1024-rank all_to_all, "
+                        "1 M moves in 146 ms; docs/performance.md)")
     p.add_argument("--mem-gbs", type=float, default=20,
                    help="local copy bandwidth, GB/s (20)")
     a = p.parse_args()
     n, r = a.nodes, a.ranks_per_node
-    print("# %d nodes x %d ranks (world %d), %.0f Gb/s per node" %
+    print("# %d nodes x %d ranks (world %d), %g Gb/s per node" %
           (n, r, n * r, a.fabric_gbps))
     for op, s in (("all_to_all", a.a2a_bytes), ("all_gather", a.ag_bytes)):
         m = model(op, n, r, s, a)
@@ -119,7 +120,7 @@ def main():
         print("| per-message time | %s | %s |" %
               (ms(m["t_msgs_agg"]), ms(m["t_msgs_noagg"])))
         print("| local copies (memory bandwidth) | %s | |" % ms(m["t_local"]))
-        print("\n| plan per daemon | whole plan (today) | per-node plan |")
+        print("\n| plan per daemon | whole plan (before issue 17) | per-node plan (spcoll) |")
         print("|---|---|---|")
         print("| memory | %s | %s |" %
               (human(m["plan_whole_bytes"]), human(m["plan_node_bytes"])))

@@ -51,7 +51,9 @@ typedef struct {
   X(bytes_moved, spcoll_daemon_bytes_total,                                  \
     "Bytes written by completed ops since start.")                           \
   X(buffers_registered, spcoll_buffers_registered_total,                     \
-    "Buffers registered since start.")
+    "Buffers registered since start.")                                       \
+  X(peer_streams_sent, spcoll_peer_streams_sent_total,                       \
+    "Op data streams (UCX messages) sent to other nodes.")
 
 typedef struct {
 #define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;

@@ -106,6 +106,8 @@ int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
   } else {
     prm.cb.send = on_sent;
     req = ucp_tag_send_nbx(P->peer[node].ep, x->iov, niov, tag, &prm);
+    if (!UCS_PTR_IS_ERR(req))
+      P->ctx->stats.peer_streams_sent++;
   }
   if (UCS_PTR_IS_ERR(req)) {
     free(x->iov);
