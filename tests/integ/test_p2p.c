@@ -1,13 +1,18 @@
 /* Point-to-point sends and receives (issue 14): matched per (group,
  * source, destination, tag) in posting order, checked against each other,
  * and ended by the collectives' errors (a lost rank, the op timeout,
- * abort). Data is checked element by element; stats count the pairs. */
+ * abort). Data is checked element by element; stats count the pairs.
+ * SPT_NODES=n (tests/run.sh: multinode_p2p, n = 3) runs the same checks
+ * across n daemons peering over UCX on loopback, rank r on node r % n, in
+ * bigger worlds where a check needs ranks on several nodes, plus the loss
+ * of a whole node. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -16,6 +21,8 @@
 #include "harness.h"
 
 static spt_daemon daemon_;
+static spt_nodes nodes_;
+static int nnodes; /* 0: one daemon (daemon_) */
 
 /* What the ranks of one test share (fork keeps a MAP_SHARED mapping). */
 typedef struct {
@@ -27,16 +34,51 @@ typedef struct {
 static shared_t *sh;
 
 static void setup(void) {
-  sh = spt_fixture_up(&daemon_, NULL, sizeof(*sh));
-  ck_assert_ptr_nonnull(sh);
+  if (nnodes == 0) {
+    sh = spt_fixture_up(&daemon_, NULL, sizeof(*sh));
+    ck_assert_ptr_nonnull(sh);
+    return;
+  }
+  /* A killed node is noticed by its endpoints' errors, or after 3 s of
+   * silence at the latest. */
+  const char *extra[] = {"--peer-timeout", "3", NULL};
+  ck_assert_int_eq(spt_nodes_start(&nodes_, nnodes, extra), 0);
+  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(sh, MAP_FAILED);
 }
 
 static void teardown(void) {
-  ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
+  if (nnodes == 0) {
+    ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
+    return;
+  }
+  munmap(sh, sizeof(*sh));
+  ck_assert_int_eq(spt_nodes_stop(&nodes_), 0);
+}
+
+/* The daemon rank runs on. */
+static const spt_daemon *node_of(int rank) {
+  return nnodes ? &nodes_.d[rank % nnodes] : &daemon_;
+}
+
+/* A counter summed over every daemon. */
+static long long stat_sum(const char *name) {
+  long long sum = 0;
+  for (int i = 0; i < (nnodes ? nnodes : 1); i++)
+    sum += spt_daemon_stat(nnodes ? &nodes_.d[i] : &daemon_, name);
+  return sum;
 }
 
 static int open_rank(spt_rk *k, int rank, int w, int64_t timeout_ms) {
-  return spt_rk_open(k, daemon_.socket, sh->group, rank, w, timeout_ms);
+  return spt_rk_open(k, node_of(rank)->socket, sh->group, rank, w,
+                     timeout_ms);
+}
+
+/* Across nodes each node counts its side of a pair (two for a pair across
+ * nodes, one for a pair of one node) and its part of a collective. */
+static long long pair_ops(int src, int dst) {
+  return nnodes && src % nnodes != dst % nnodes ? 2 : 1;
 }
 
 /* n floats of message `msg` from rank `from`. */
@@ -90,14 +132,27 @@ static int ring_rank(int rank, int w, void *arg) {
   return spt_rk_close(&k, bad);
 }
 
+/* One node: worlds 2 to 4. Across n nodes: worlds n + 1 and 2n, so the
+ * ring has pairs across nodes and pairs within one node. */
 START_TEST(ring_exchange) {
-  for (int w = 2; w <= 4; w++) {
+  int lo = nnodes ? nnodes + 1 : 2, hi = nnodes ? 2 * nnodes : 4;
+  for (int w = lo; w <= hi; w += nnodes ? nnodes - 1 : 1) {
     snprintf(sh->group, sizeof(sh->group), "ring%d", w);
-    long long before = spt_daemon_stat(&daemon_, "ops_completed");
+    long long before = stat_sum("ops_completed");
+    long long ucx_before = stat_sum("mover_ucx_ops");
     ck_assert_int_eq(spt_run_ranks(w, ring_rank, NULL, 120), 0);
     /* 3 steps of w pairs and of one all_reduce */
-    ck_assert_int_eq(spt_daemon_stat(&daemon_, "ops_completed") - before,
-                     3 * w + 3);
+    long long pairs = 0, cross = 0;
+    for (int r = 0; r < w; r++) {
+      pairs += pair_ops(r, (r + 1) % w);
+      cross += pair_ops(r, (r + 1) % w) - 1;
+    }
+    int reduce_nodes = nnodes ? (w < nnodes ? w : nnodes) : 1;
+    ck_assert_int_eq(stat_sum("ops_completed") - before,
+                     3 * pairs + 3 * reduce_nodes);
+    /* The pairs across nodes went over UCX, on both of their nodes. */
+    ck_assert_int_eq(stat_sum("mover_ucx_ops") - ucx_before,
+                     3 * 2 * cross + (nnodes ? 3 * reduce_nodes : 0));
   }
 }
 END_TEST
@@ -144,27 +199,39 @@ START_TEST(tags_and_order) {
 }
 END_TEST
 
-/* Ranks 1 and 2 send to rank 0, which receives from any source twice and
- * learns who sent each. */
+/* Every other rank sends two messages to rank 0, which receives from any
+ * source twice per sender and learns who sent each: each sender's two
+ * exactly once and in the order sent, with its own data. Across nodes
+ * (world n + 1) the senders are on rank 0's node and on the others. */
 static int any_rank(int rank, int w, void *arg) {
   (void)arg;
   spt_rk k;
   if (open_rank(&k, rank, w, 0) < 0)
     return 1;
-  spc_tensor t[2];
-  float *p[2] = {tensor(&k, &t[0], 100), tensor(&k, &t[1], 100)};
-  int bad = p[0] == NULL || p[1] == NULL;
+  spc_tensor t[16];
+  float *p[16];
+  int bad = 0, n = 2 * (w - 1);
+  for (int i = 0; i < n; i++)
+    bad |= (p[i] = tensor(&k, &t[i], 100)) == NULL;
   if (!bad && rank > 0) {
-    for (size_t j = 0; j < 100; j++)
-      p[0][j] = val(rank, 5, j);
-    bad = spc_send(k.g, &t[0], 0, 5) < 0;
+    spc_request *r[2];
+    for (int m = 0; m < 2 && !bad; m++) {
+      for (size_t j = 0; j < 100; j++)
+        p[m][j] = val(rank, 5 + m, j);
+      bad = spc_start_send(k.g, &t[m], 0, 5, &r[m]) < 0;
+    }
+    for (int m = 0; m < 2 && !bad; m++)
+      bad = spc_wait(&r[m]) < 0;
   } else if (!bad) {
-    int src[2] = {-9, -9};
-    for (int i = 0; i < 2 && !bad; i++)
-      bad = spc_recv(k.g, &t[i], SPC_ANY_SOURCE, 5, &src[i]) < 0 ||
-            (src[i] != 1 && src[i] != 2) ||
-            check(p[i], 100, src[i], 5, rank);
-    bad |= src[0] == src[1];
+    int got[8] = {0};
+    for (int i = 0; i < n && !bad; i++) {
+      int src = -9;
+      bad = spc_recv(k.g, &t[i], SPC_ANY_SOURCE, 5, &src) < 0 || src < 1 ||
+            src >= w || got[src] > 1 ||
+            check(p[i], 100, src, 5 + got[src], rank);
+      if (!bad)
+        got[src]++;
+    }
   }
   if (bad)
     fprintf(stderr, "rank %d: any source: %s\n", rank, spc_last_error(k.c));
@@ -175,7 +242,8 @@ static int any_rank(int rank, int w, void *arg) {
 
 START_TEST(any_source) {
   snprintf(sh->group, sizeof(sh->group), "any");
-  ck_assert_int_eq(spt_run_ranks(3, any_rank, NULL, 120), 0);
+  ck_assert_int_eq(spt_run_ranks(nnodes ? nnodes + 1 : 3, any_rank, NULL,
+                                 120), 0);
 }
 END_TEST
 
@@ -264,67 +332,107 @@ START_TEST(bad_arguments_refused) {
 }
 END_TEST
 
-/* mode 0: rank 1 is killed while rank 0 waits to receive from it;
- * 1: rank 1 never sends (op timeout of 300 ms); 2: an operator aborts
- * the group while rank 0 waits. Rank 0 fails with the collectives'
- * error in each case, in bounded time (the daemon's, not a limit here). */
-static const int want_rc[3] = {SPC_EPEERLOST, SPC_ETIMEDOUT, SPC_EABORTED};
-static const char *const want_msg[3] = {
+/* Rank 0 waits on rank 1 (on another node when there are several), and:
+ * mode 0: rank 1 is killed while rank 0 waits to receive from it;
+ * 1: rank 1 never sends (op timeout of 300 ms);
+ * 2: an operator aborts the group on rank 0's node while it receives;
+ * 3: rank 0 sends and rank 1 never receives (op timeout);
+ * 4: rank 0 sends and an operator aborts the group on rank 1's node
+ *    (where, across nodes, the send waits to be matched);
+ * 5 (across nodes): rank 1's whole node is killed while rank 0 both
+ *    receives from and sends to rank 1: both fail naming the node.
+ * Rank 0 fails with the collectives' error in each case, in bounded time
+ * (the daemon's, not a limit here). */
+#define MODES 6
+static const int want_rc[MODES] = {SPC_EPEERLOST, SPC_ETIMEDOUT, SPC_EABORTED,
+                                   SPC_ETIMEDOUT, SPC_EABORTED, SPC_ENODELOST};
+static const char *const want_msg[MODES] = {
     "was lost", "rank 1 never posted the matching send",
-    "aborted by operator"};
+    "aborted by operator", "rank 1 never posted the matching receive",
+    "aborted by operator", "node 1 ("};
 
-static int ctl_abort(void) {
+static int ctl_abort(int on_rank) {
   char args[128];
   snprintf(args, sizeof(args), "abort %s", sh->group);
-  return spt_ctl(&daemon_, args);
+  return spt_ctl(node_of(on_rank), args);
+}
+
+/* What rank 1 does: die, abort, kill its node, or nothing; then it waits
+ * for rank 0 to be done. */
+static int fault_other(spt_rk *k, int mode) {
+  usleep(100000); /* let rank 0 post first */
+  if (mode == 0)
+    raise(SIGKILL);
+  if ((mode == 2 || mode == 4) && ctl_abort(mode == 2 ? 0 : 1) != 0)
+    return spt_rk_close(k, 1);
+  if (mode == 5 && kill(node_of(1)->pid, SIGKILL) != 0) {
+    perror("kill of rank 1's node");
+    return spt_rk_close(k, 1);
+  }
+  while (!__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  return spt_rk_close(k, 0);
 }
 
 static int fault_rank(int rank, int w, void *arg) {
   int mode = *(const int *)arg;
   spt_rk k;
-  if (open_rank(&k, rank, w, mode == 1 ? 300 : 0) < 0)
+  if (open_rank(&k, rank, w, mode == 1 || mode == 3 ? 300 : 0) < 0)
     return 1;
   if (spt_rk_reduce_once(&k, rank, w, 8, 0, 0))
     return spt_rk_close(&k, 1);
   k.used = 0;
-  spc_tensor t;
-  if (tensor(&k, &t, 16) == NULL)
+  spc_tensor t, u;
+  if (tensor(&k, &t, 16) == NULL || tensor(&k, &u, 16) == NULL)
     return spt_rk_close(&k, 1);
-  if (rank == 1) {
-    if (mode == 0) {
-      usleep(100000); /* let rank 0 post its receive first */
-      raise(SIGKILL);
+  if (rank == 1)
+    return fault_other(&k, mode);
+  spc_request *rq[2] = {NULL, NULL};
+  int rc[2] = {0, 0}, n = 0, bad = 0;
+  if (mode != 3 && mode != 4)
+    rc[n++] = spc_start_recv(k.g, &t, 1, 9, NULL, &rq[0]);
+  if (mode >= 3)
+    rc[n++] = spc_start_send(k.g, &u, 1, 9, &rq[1]);
+  for (int i = 0; i < 2; i++) {
+    if (rq[i] == NULL)
+      continue;
+    int r = spc_wait(&rq[i]);
+    const char *e = spc_last_error(k.c);
+    if (r != want_rc[mode] || !strstr(e, want_msg[mode])) {
+      fprintf(stderr, "mode %d: rank 0's %s got %d '%s'\n", mode,
+              i ? "send" : "receive", r, e);
+      bad = 1;
     }
-    if (mode == 2) {
-      usleep(100000);
-      if (ctl_abort() != 0)
-        return spt_rk_close(&k, 1);
-    }
-    while (!__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE))
-      usleep(1000);
-    return spt_rk_close(&k, 0);
   }
-  int rc = spc_recv(k.g, &t, 1, 9, NULL);
-  const char *e = spc_last_error(k.c);
-  int bad = rc != want_rc[mode] || !strstr(e, want_msg[mode]);
-  if (bad)
-    fprintf(stderr, "mode %d: rank 0 got %d '%s'\n", mode, rc, e);
+  for (int i = 0; i < n; i++)
+    bad |= rc[i] < 0;
   __atomic_store_n(&sh->flag, 1, __ATOMIC_RELEASE);
   return spt_rk_close(&k, bad);
 }
 
 START_TEST(lost_timeout_abort) {
-  for (int mode = 0; mode < 3; mode++) {
+  for (int mode = 0; mode < (nnodes ? MODES : MODES - 1); mode++) {
     snprintf(sh->group, sizeof(sh->group), "fault%d", mode);
     sh->flag = 0;
     int failed = spt_run_ranks(2, fault_rank, &mode, 120);
-    ck_assert_int_eq(failed, mode == 0 ? 1 : 0); /* the killed rank */
+    ck_assert_msg(failed == (mode == 0 ? 1 : 0), /* the killed rank */
+                  "mode %d: %d ranks failed", mode, failed);
+  }
+  if (nnodes) {
+    /* Node 1 was killed (mode 5): it died from the signal; started again
+     * for the others' clean stop. */
+    ck_assert_int_eq(spt_daemon_stop(&nodes_.d[1]), -1);
+    ck_assert_int_eq(spt_node_start(&nodes_, 1), 0);
   }
 }
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("p2p");
+  const char *n = getenv("SPT_NODES");
+  nnodes = n != NULL ? atoi(n) : 0;
+  if (nnodes < 2 || nnodes > SPT_MAX_NODES)
+    nnodes = 0;
+  Suite *s = suite_create(nnodes ? "multinode_p2p" : "p2p");
   TCase *tc = tcase_create("p2p");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
