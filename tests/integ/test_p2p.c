@@ -427,6 +427,81 @@ START_TEST(lost_timeout_abort) {
 }
 END_TEST
 
+/* A drain of rank 1's daemon (across nodes: the receiver's, where sends
+ * are matched) lets a send meet a receive posted before it, refuses a
+ * send that finds none, and the daemon exits once its last half is gone
+ * (rank 1's unmatched receive, failed when a rank leaves). */
+static int drain_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (open_rank(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = spt_rk_reduce_once(&k, rank, w, 8, 0, 0);
+  k.used = 0;
+  spc_tensor t[2];
+  float *p[2] = {tensor(&k, &t[0], 32), tensor(&k, &t[1], 32)};
+  if (bad || p[0] == NULL || p[1] == NULL)
+    return spt_rk_close(&k, 1);
+  if (rank == 1) {
+    spc_request *r1, *r3;
+    bad = spc_start_recv(k.g, &t[0], 0, 1, NULL, &r1) < 0 ||
+          spc_start_recv(k.g, &t[1], 0, 3, NULL, &r3) < 0;
+    usleep(200000); /* the daemon has both before the drain */
+    __atomic_store_n(&sh->flag, 1, __ATOMIC_RELEASE);
+    bad = bad || spc_wait(&r1) < 0 || check(p[0], 32, 0, 1, rank);
+    while (!bad && __atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) != 2)
+      usleep(1000);
+    if (bad)
+      fprintf(stderr, "rank 1: drain: %s\n", spc_last_error(k.c));
+    return spt_rk_close(&k, bad); /* r3 never matched: it goes with us */
+  }
+  while (__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) != 1)
+    usleep(1000);
+  bad = spt_ctl(node_of(1), "drain") != 0;
+  for (size_t i = 0; i < 32; i++)
+    p[0][i] = val(0, 1, i);
+  int rc = bad ? -1 : spc_send(k.g, &t[0], 1, 1);
+  if (rc < 0) {
+    fprintf(stderr, "rank 0: send to a waiting receive: %s\n",
+            spc_last_error(k.c));
+    bad = 1;
+  }
+  rc = spc_send(k.g, &t[1], 1, 2);
+  if (rc != SPC_ESHUTDOWN || !strstr(spc_last_error(k.c), "draining")) {
+    fprintf(stderr, "rank 0: send with no receive got %d '%s'\n", rc,
+            spc_last_error(k.c));
+    bad = 1;
+  }
+  __atomic_store_n(&sh->flag, 2, __ATOMIC_RELEASE);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(drain_lets_matched_finish) {
+  snprintf(sh->group, sizeof(sh->group), "drain");
+  ck_assert_int_eq(spt_run_ranks(2, drain_rank, NULL, 120), 0);
+  /* The drained daemon exits by itself (status 0: teardown reaps it). */
+  const spt_daemon *d = node_of(1);
+  int st = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 3000 && got != d->pid; i++) {
+    got = waitpid(d->pid, &st, WNOHANG);
+    if (got != d->pid)
+      usleep(10000);
+  }
+  ck_assert_msg(got == d->pid, "the drained daemon did not exit");
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  spt_daemon *dm = nnodes ? &nodes_.d[1] : &daemon_;
+  dm->pid = 0;
+  unlink(dm->log);
+  rmdir(dm->dir);
+  /* Started again for the teardown's clean stop. */
+  if (nnodes)
+    ck_assert_int_eq(spt_node_start(&nodes_, 1), 0);
+  else
+    ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+}
+END_TEST
+
 int main(void) {
   const char *n = getenv("SPT_NODES");
   nnodes = n != NULL ? atoi(n) : 0;
@@ -442,6 +517,7 @@ int main(void) {
   tcase_add_test(tc, disagreement_fails_both);
   tcase_add_test(tc, bad_arguments_refused);
   tcase_add_test(tc, lost_timeout_abort);
+  tcase_add_test(tc, drain_lets_matched_finish);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
