@@ -427,6 +427,60 @@ START_TEST(lost_timeout_abort) {
 }
 END_TEST
 
+/* Across nodes: rank 1's node stops (SIGSTOP) after posting rank 1's
+ * send to rank 0's node; rank 0's receive then matches it there and its
+ * pair runs (its receive stream posted, the sender's never coming); the
+ * stopped node is killed. The running pair fails with the node named as
+ * lost (not a bare stream error), never hangs. */
+static int mid_pair_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (open_rank(&k, rank, w, 0) < 0)
+    return 1;
+  if (spt_rk_reduce_once(&k, rank, w, 8, 0, 0))
+    return spt_rk_close(&k, 1);
+  k.used = 0;
+  spc_tensor t;
+  if (tensor(&k, &t, 1 << 16) == NULL)
+    return spt_rk_close(&k, 1);
+  spc_request *rq;
+  pid_t node = node_of(1)->pid;
+  if (rank == 1) {
+    if (spc_start_send(k.g, &t, 0, 4, &rq) < 0)
+      return spt_rk_close(&k, 1);
+    usleep(200000); /* the send reached rank 0's node */
+    int bad = kill(node, SIGSTOP) != 0;
+    __atomic_store_n(&sh->flag, 1, __ATOMIC_RELEASE);
+    while (!bad && __atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) != 2)
+      usleep(1000);
+    bad |= kill(node, SIGKILL) != 0;
+    while (!bad && __atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) != 3)
+      usleep(1000);
+    return spt_rk_close(&k, bad);
+  }
+  while (__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) != 1)
+    usleep(1000);
+  int bad = spc_start_recv(k.g, &t, 1, 4, NULL, &rq) < 0;
+  usleep(200000); /* matched here: the pair runs */
+  __atomic_store_n(&sh->flag, 2, __ATOMIC_RELEASE);
+  int rc = bad ? -1 : spc_wait(&rq);
+  if (rc != SPC_ENODELOST || !strstr(spc_last_error(k.c), "node 1 (")) {
+    fprintf(stderr, "rank 0: receive of a pair whose node died got %d "
+            "'%s'\n", rc, spc_last_error(k.c));
+    bad = 1;
+  }
+  __atomic_store_n(&sh->flag, 3, __ATOMIC_RELEASE);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(node_lost_mid_pair) {
+  snprintf(sh->group, sizeof(sh->group), "midpair");
+  ck_assert_int_eq(spt_run_ranks(2, mid_pair_rank, NULL, 120), 0);
+  ck_assert_int_eq(spt_daemon_stop(&nodes_.d[1]), -1); /* killed */
+  ck_assert_int_eq(spt_node_start(&nodes_, 1), 0);
+}
+END_TEST
+
 /* A drain of rank 1's daemon (across nodes: the receiver's, where sends
  * are matched) lets a send meet a receive posted before it, refuses a
  * send that finds none, and the daemon exits once its last half is gone
@@ -518,6 +572,8 @@ int main(void) {
   tcase_add_test(tc, bad_arguments_refused);
   tcase_add_test(tc, lost_timeout_abort);
   tcase_add_test(tc, drain_lets_matched_finish);
+  if (nnodes)
+    tcase_add_test(tc, node_lost_mid_pair);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
