@@ -148,10 +148,8 @@ static void run_free(spd_p2p_run *run) {
   free(run);
 }
 
-static void run_done(void *arg, int status, const char *msg) {
-  spd_p2p_run *run = arg;
-  spd_group *g = run->h[run->h[0] == NULL]->g;
-  spd_ctx *ctx = g->ctx;
+void spd_p2p_run_end(spd_p2p_run *run, int status, const char *msg) {
+  spd_ctx *ctx = run->h[run->h[0] == NULL]->g->ctx;
   if (status == SPK_OK) {
     ctx->stats.ops_completed++;
     ctx->stats.bytes_moved += run->plan.bytes;
@@ -167,6 +165,17 @@ static void run_done(void *arg, int status, const char *msg) {
       spd_p2p_half_answer(run->h[i], status,
                           msg ? msg : "the engine failed", run->src);
   run_free(run);
+}
+
+/* The engine finished the run (this node's end of it, across nodes). */
+static void run_done(void *arg, int status, const char *msg) {
+  spd_p2p_run *run = arg;
+  spd_group *g = run->h[run->h[0] == NULL]->g;
+  spd_ctx *ctx = g->ctx;
+  run->engine_done = 1;
+  if (run->remote >= 0 && spd_p2p_peer_ended(run, status, msg))
+    return; /* a send waits for its receiver's word */
+  spd_p2p_run_end(run, status, msg);
   spd_group_maybe_free(g);
   spd_drain_check(ctx);
 }

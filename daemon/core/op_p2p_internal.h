@@ -51,6 +51,9 @@ struct spd_p2p_run {
   uint64_t seq;               /* across nodes: the pair's stream number */
   int told;                   /* the remote node knows the pair runs */
   int aborted;                /* the engine was told to stop it */
+  int engine_done;            /* the engine finished this node's end */
+  int acked;                  /* the sender's end: the receiver's node said
+                               * its output holds the data */
   int engine;
   spk_plan plan;
   uint8_t *bases[2 * SPK_T_COUNT];
@@ -77,6 +80,10 @@ void spd_p2p_pair_start(spd_group *g, spd_p2p_half *snd, spd_p2p_half *rcv);
  * still the caller's. */
 int spd_p2p_run_start(spd_group *g, spd_p2p_run *run, spk_err *err);
 
+/* Answer the run's halves with status and msg, count it, free it (the
+ * group is the caller's to free). */
+void spd_p2p_run_end(spd_p2p_run *run, int status, const char *msg);
+
 /* op_p2p_peer.c */
 /* A local send h to a rank of another node: posted there (h->posted), and
  * kept in p2p_sends until that node answers. */
@@ -90,6 +97,10 @@ void spd_p2p_peer_drop(spd_p2p_half *h, int status, const char *msg);
 /* The receiver's side of a pair whose send came from another node: snd
  * is the proxy (freed here), rcv the local receive; both checked. */
 void spd_p2p_peer_start(spd_group *g, spd_p2p_half *snd, spd_p2p_half *rcv);
+/* The engine finished this node's end of a pair across nodes: 1 while
+ * the run must still wait (a send, for its receiver's word); 0: end it
+ * now. */
+int spd_p2p_peer_ended(spd_p2p_run *run, int status, const char *msg);
 /* A cross-node run's engine failed (work.broken). */
 void spd_p2p_peer_broken(void *arg, int status, const char *msg, int tell);
 

@@ -6,9 +6,11 @@
  * receive only. The receiver's node checks the pair as on one node, posts
  * its receive stream and answers (MATCH: go, with the pair's stream
  * number, or the error both ranks get, in the same words); the sender's
- * node then posts the send stream. A side that gives up tells the other
- * (DROP: a send not yet matched; ABORT: a pair that will not run or end
- * there). Loop thread only. */
+ * node then posts the send stream; the receive's end, once over, tells
+ * the sender's node (DONE), whose send completes on that word (so a send
+ * returns once the receiver holds the data, as on one node). A side that
+ * gives up tells the other (DROP: a send not yet matched; ABORT: a pair
+ * that will not run or end there). Loop thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,15 +70,35 @@ void spd_p2p_peer_drop(spd_p2p_half *h, int status, const char *msg) {
   msg_send(h->g, h->g->ranks[h->peer].node, &p);
 }
 
-static void send_abort(spd_group *g, int node, uint64_t seq, int from_sender,
-                       int status, const char *msg) {
+/* ABORT or DONE of the pair with stream number seq. */
+static void send_end(spd_group *g, int node, Spcoll__Peer__P2p__Kind kind,
+                     uint64_t seq, int from_sender, int status,
+                     const char *msg) {
   Spcoll__Peer__P2p p = SPCOLL__PEER__P2P__INIT;
-  p.kind = SPCOLL__PEER__P2P__KIND__ABORT;
+  p.kind = kind;
   p.seq = seq;
   p.from_sender = from_sender;
   p.status = status;
-  p.error = (char *)msg;
+  p.error = (char *)(status < 0 && msg != NULL ? msg : "");
   msg_send(g, node, &p);
+}
+
+static void send_abort(spd_group *g, int node, uint64_t seq, int from_sender,
+                       int status, const char *msg) {
+  send_end(g, node, SPCOLL__PEER__P2P__KIND__ABORT, seq, from_sender, status,
+           msg);
+}
+
+int spd_p2p_peer_ended(spd_p2p_run *run, int status, const char *msg) {
+  if (run->h[0] == NULL) {
+    /* The receive's end: the sender's node hears how it went. */
+    if (run->told)
+      send_end(run->h[1]->g, run->remote, SPCOLL__PEER__P2P__KIND__DONE,
+               run->seq, 0, status, msg ? msg : "the engine failed");
+    return 0;
+  }
+  /* The send's end: a failure ends it now; success waits for DONE. */
+  return status == SPK_OK && !run->acked;
 }
 
 void spd_p2p_peer_broken(void *arg, int status, const char *msg, int tell) {
@@ -247,11 +269,16 @@ static spd_p2p_run *run_find(spd_group *g, int node, int send, uint64_t seq,
   return NULL;
 }
 
-static void run_abort(spd_p2p_run *run, int status, const char *msg,
-                      int node) {
+/* End run with status: through its engine while that runs it (node: a
+ * node that will not take part), else (a send waiting for its receiver's
+ * word) now. */
+static void run_stop(spd_p2p_run *run, int status, const char *msg,
+                     int node) {
   const spd_engine *e = spd_engines[run->engine];
   run->aborted = 1;
-  if (e->abort != NULL)
+  if (run->engine_done)
+    spd_p2p_run_end(run, status, msg);
+  else if (e->abort != NULL)
     e->abort(&run->work, status, msg, node);
 }
 
@@ -262,7 +289,23 @@ static void on_abort(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
     return;
   char msg[320];
   snprintf(msg, sizeof(msg), "node %d: %s", node, m->error ? m->error : "");
-  run_abort(run, m->status < 0 ? m->status : SPK_ENODE_LOST, msg, node);
+  run_stop(run, m->status < 0 ? m->status : SPK_ENODE_LOST, msg, node);
+}
+
+/* The receiver's node says how its end of our send went. */
+static void on_done(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
+  spd_p2p_run *run = run_find(g, node, 1, m->seq, 0);
+  if (run == NULL)
+    return;
+  if (m->status < 0) {
+    char msg[320];
+    snprintf(msg, sizeof(msg), "node %d: %s", node, m->error ? m->error : "");
+    run_stop(run, m->status, msg, node);
+    return;
+  }
+  run->acked = 1;
+  if (run->engine_done)
+    spd_p2p_run_end(run, SPK_OK, NULL);
 }
 
 void spd_p2p_peer_msg(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
@@ -280,6 +323,9 @@ void spd_p2p_peer_msg(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
   case SPCOLL__PEER__P2P__KIND__ABORT:
     on_abort(g, node, m);
     break;
+  case SPCOLL__PEER__P2P__KIND__DONE:
+    on_done(g, node, m);
+    break;
   default:
     SPD_DEBUG(&ctx->log, "node %d sent point-to-point message kind %d: "
               "ignored", node, (int)m->kind);
@@ -293,6 +339,6 @@ void spd_p2p_node_lost(spd_group *g, int node, const char *msg) {
   for (int send = 0; send < 2; send++) {
     spd_p2p_run *run;
     while ((run = run_find(g, node, send, 0, 1)) != NULL)
-      run_abort(run, SPK_ENODE_LOST, msg, node);
+      run_stop(run, SPK_ENODE_LOST, msg, node);
   }
 }
