@@ -265,8 +265,28 @@ START_TEST(any_source) {
 }
 END_TEST
 
-/* A count and then a dtype disagreement fail both ranks in the same
- * words; the group goes on. */
+/* A P2p request naming buffer 987654, which this client never
+ * registered: sent raw, as the library refuses it. */
+static int raw_send_unknown_buffer(spt_rk *k, int dst, int tag) {
+  Spcoll__Tensor tm = SPCOLL__TENSOR__INIT;
+  int64_t shape[1] = {8};
+  tm.buffer_id = 987654, tm.dtype = SPC_FLOAT32, tm.n_shape = 1;
+  tm.shape = shape;
+  Spcoll__P2p rq = SPCOLL__P2P__INIT;
+  rq.group_id = k->g->id, rq.send = 1, rq.peer = dst, rq.tag = tag;
+  rq.tensor = &tm;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.body_case = SPCOLL__FRAME__BODY_P2P;
+  f.p2p = &rq;
+  Spcoll__Frame *reply = NULL;
+  int rc = spc__call(k->c, &f, -1, &reply);
+  if (reply != NULL)
+    spcoll__frame__free_unpacked(reply, NULL);
+  return rc;
+}
+
+/* A count, a dtype disagreement and the sender's own error fail both
+ * ranks in the same words; the group goes on. */
 static int mismatch_rank(int rank, int w, void *arg) {
   (void)arg;
   spt_rk k;
@@ -293,6 +313,18 @@ static int mismatch_rank(int rank, int w, void *arg) {
   if (rc != SPC_EMISMATCH ||
       !strstr(e, "dtype float32 sent, int32 expected by the receive")) {
     fprintf(stderr, "rank %d: dtype mismatch gave %d '%s'\n", rank, rc, e);
+    bad = 1;
+  }
+  /* The sender's own error (a buffer it never registered, past the
+   * library's checks in a raw request) reaches the receiver too. */
+  rc = rank == 0 ? raw_send_unknown_buffer(&k, 1, 2)
+                 : spc_recv(k.g, mine, 0, 2, NULL);
+  e = spc_last_error(k.c);
+  if (rc != SPC_ENOTFOUND ||
+      !strstr(e, "from rank 0 to rank 1 (tag 2): rank 0's send: send "
+                 "tensor names buffer 987654")) {
+    fprintf(stderr, "rank %d: the sender's error gave %d '%s'\n", rank, rc,
+            e);
     bad = 1;
   }
   k.used = 0;
