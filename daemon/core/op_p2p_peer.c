@@ -97,7 +97,12 @@ int spd_p2p_peer_ended(spd_p2p_run *run, int status, const char *msg) {
                run->seq, 0, status, msg ? msg : "the engine failed");
     return 0;
   }
-  /* The send's end: a failure ends it now; success waits for DONE. */
+  /* The send's end: success waits for DONE; a failure ends it now, and
+   * the receive must not wait for a stream that may never come (unknown
+   * there once that end is over: ignored). */
+  if (status < 0 && run->told)
+    send_abort(run->h[0]->g, run->remote, run->seq, 1, status,
+               msg ? msg : "the engine failed");
   return status == SPK_OK && !run->acked;
 }
 
