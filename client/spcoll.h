@@ -397,10 +397,12 @@ int spc_test(spc_request **req, int *done_p);
  * earliest send to it with its tag. Sender and receiver tensors must have
  * the same dtype and element count (shapes may differ), or both fail with
  * SPC_EMISMATCH naming the two. Independent of the group's collectives
- * (their orders do not interleave). Tags are >= 0. Host tensors of a
- * group whose ranks are all on this node; a device tensor or a group
- * spanning nodes gets SPC_EUNSUPPORTED. The op timeout, a lost rank, abort
- * and drain end a waiting send or receive with the collectives' errors. */
+ * (their orders do not interleave). Tags are >= 0. Host tensors (a device
+ * tensor gets SPC_EUNSUPPORTED), in groups of one node or spanning nodes:
+ * across nodes the receiver's daemon matches, so a receive from any source
+ * takes the sends of other nodes in the order they reached it. The op
+ * timeout, a lost rank or node, abort and drain end a waiting send or
+ * receive with the collectives' errors. */
 #define SPC_ANY_SOURCE (-1)
 
 /* Send t to rank dst; returns once the receiver's output holds it. */

@@ -41,8 +41,10 @@ for t in "$BUILD"/tests/test_*; do
   run "$t"
 done
 # The op suites again across 3 daemons peering over UCX on loopback tcp
-# (rank r on node r % 3, worlds 3 and 6): the multi-node suite.
-for t in test_ops_copy test_ops_reduce; do
+# (rank r on node r % 3, worlds 3 and 6): the multi-node suite; and the
+# point-to-point suite likewise (pairs across nodes and within one, a
+# killed node).
+for t in test_ops_copy test_ops_reduce test_p2p; do
   [ -x "$BUILD/tests/$t" ] && [ "$ONLY" != client ] || continue
   SPT_NODES=3 run "$BUILD/tests/$t" "multinode_${t#test_}"
 done

@@ -52,6 +52,10 @@ typedef struct spd_group {
   /* Point to point (op_p2p.c): halves not yet matched, in arrival order,
    * and the halves of pairs in an engine. */
   struct spd_p2p_list p2p_sends, p2p_recvs, p2p_run;
+  /* Across nodes (op_p2p_peer.c): the id of the next send posted to its
+   * receiver's node, and the stream number of the next pair matched here
+   * with a send of another node. */
+  uint64_t p2p_next_id, p2p_next_seq;
 } spd_group;
 
 /* Join `name` as `rank`. Replies GroupJoined to every rank once all have

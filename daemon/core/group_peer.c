@@ -9,6 +9,7 @@
 
 #include "group.h"
 #include "op.h"
+#include "op_p2p.h"
 #include "peer.h"
 #include "tensor_check.h"
 
@@ -227,6 +228,10 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
                                                                : "a rank left");
   }
   spd_group_break(g, status, msg);
+  /* Unmatched point-to-point halves fail, as when a rank of this node
+   * leaves (pairs already running end on their own). */
+  spd_p2p_fail_pending(g, g->broken ? g->broken_status : status,
+                       g->broken ? g->broken_reason : msg);
   /* Its node finished its part of every op the rank had issued (that is
    * when its client may leave): those go on here; the others fail, with
    * the group's first cause. */
@@ -256,6 +261,10 @@ static void on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
   case SPCOLL__PEER__MSG__BODY_ARGS:
     if ((g = spd_group_by_peer_rec(ctx, node, m->args->rec)) != NULL)
       spd_op_peer_args(g, node, m->args);
+    break;
+  case SPCOLL__PEER__MSG__BODY_P2P:
+    if ((g = spd_group_by_peer_rec(ctx, node, m->p2p->rec)) != NULL)
+      spd_p2p_peer_msg(g, node, m->p2p);
     break;
   case SPCOLL__PEER__MSG__BODY_OP_FAIL:
     if ((g = spd_group_by_peer_rec(ctx, node, m->op_fail->rec)) != NULL)
@@ -298,6 +307,7 @@ static void on_lost(spd_ctx *ctx, int node, const char *reason) {
     spd_group_break(g, SPK_ENODE_LOST, msg);
     spd_group_fail_pending(g, SPK_ENODE_LOST, msg);
     spd_op_peer_node_lost(g, node, msg);
+    spd_p2p_node_lost(g, node, msg);
     spd_group_maybe_free(g);
   }
 }

@@ -1,45 +1,17 @@
 /* Point-to-point ops: see op_p2p.h. A half is one rank's send or
  * receive; two halves that match make a pair, run as a one-move plan of a
  * two-rank work item (rank 0 the sender's input, rank 1 the receiver's
- * output) by whichever engine the table picks. */
-#include "op_p2p.h"
+ * output) by whichever engine the table picks. Pairs across nodes are
+ * matched on the receiver's node (op_p2p_peer.c) and run there and on the
+ * sender's node as the two ends of one UCX stream. */
+#include "op_p2p_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffer.h"
-#include "engine.h"
 #include "op.h"
 #include "quota.h"
-
-typedef struct spd_p2p_run spd_p2p_run;
-
-typedef struct spd_p2p_half {
-  TAILQ_ENTRY(spd_p2p_half) link;
-  spd_group *g;
-  int send, rank, peer, tag;  /* peer: the other rank; -1 any (receive) */
-  spd_session *session;       /* NULL once its client went away */
-  uint64_t req, arrived_ns;
-  uid_t uid;
-  int status;                 /* a local error found at arrival */
-  spk_err err;
-  spd_buffer *buf;
-  uint64_t off;
-  spk_op_args args;           /* dtype; shape in `in` (send) or `out` */
-  int64_t numel;
-} spd_p2p_half;
-
-struct spd_p2p_run {
-  spd_p2p_half *h[2];         /* the send, the receive */
-  int engine;
-  spk_plan plan;
-  uint8_t *bases[2 * SPK_T_COUNT];
-  int dev[2], node_of[2];
-  void *rank_state[2];
-  spd_work_rank ranks[2];
-  spd_work work;
-};
 
 static const char *dir_name(const spd_p2p_half *h) {
   return h->send ? "send" : "receive";
@@ -47,21 +19,26 @@ static const char *dir_name(const spd_p2p_half *h) {
 
 /* ---- halves ---- */
 
-static void half_free(spd_p2p_half *h) {
+void spd_p2p_half_free(spd_p2p_half *h) {
   spd_ctx *ctx = h->g->ctx;
   if (h->session != NULL)
     h->session->pending--;
-  spd_quota_give(&ctx->quotas, h->uid, SPD_Q_PENDING, 1);
-  spd_quota_give(&ctx->quotas, h->uid, SPD_Q_REQUEST_BYTES,
-                 (long long)sizeof(*h));
+  if (h->charged) {
+    spd_quota_give(&ctx->quotas, h->uid, SPD_Q_PENDING, 1);
+    spd_quota_give(&ctx->quotas, h->uid, SPD_Q_REQUEST_BYTES,
+                   (long long)sizeof(*h));
+  }
   if (h->buf != NULL)
     spd_buffer_unref(ctx, h->buf);
   free(h);
 }
 
-/* Answer h's request: Done (a receive's names its source) or Error. */
-static void half_answer(spd_p2p_half *h, int status, const char *msg,
-                        int source) {
+void spd_p2p_half_answer(spd_p2p_half *h, int status, const char *msg,
+                         int source) {
+  if (h->node >= 0) {
+    spd_p2p_peer_answer(h, status, msg);
+    return;
+  }
   if (h->session == NULL)
     return;
   if (status < 0) {
@@ -118,7 +95,7 @@ static int half_args_ok(const spd_group *g, int rank, const Spcoll__P2p *rq,
 
 /* The earliest unmatched half that pairs with h: a send from s to d with
  * tag t and a receive at d from s (or any) with tag t. */
-static spd_p2p_half *match(spd_group *g, const spd_p2p_half *h) {
+spd_p2p_half *spd_p2p_match(spd_group *g, const spd_p2p_half *h) {
   spd_p2p_half *o;
   if (h->send) {
     TAILQ_FOREACH(o, &g->p2p_recvs, link)
@@ -160,19 +137,19 @@ static int pair_check(const spd_p2p_half *snd, const spd_p2p_half *rcv,
 /* ---- running a pair ---- */
 
 static void run_free(spd_p2p_run *run) {
-  spd_group *g = run->h[0]->g;
   for (int i = 0; i < 2; i++) {
-    TAILQ_REMOVE(&g->p2p_run, run->h[i], link);
-    half_free(run->h[i]);
+    spd_p2p_half *h = run->h[i];
+    if (h == NULL)
+      continue;
+    TAILQ_REMOVE(&h->g->p2p_run, h, link);
+    spd_p2p_half_free(h);
   }
   spk_plan_free(&run->plan);
   free(run);
 }
 
-static void run_done(void *arg, int status, const char *msg) {
-  spd_p2p_run *run = arg;
-  spd_group *g = run->h[0]->g;
-  spd_ctx *ctx = g->ctx;
+void spd_p2p_run_end(spd_p2p_run *run, int status, const char *msg) {
+  spd_ctx *ctx = run->h[run->h[0] == NULL]->g->ctx;
   if (status == SPK_OK) {
     ctx->stats.ops_completed++;
     ctx->stats.bytes_moved += run->plan.bytes;
@@ -184,42 +161,59 @@ static void run_done(void *arg, int status, const char *msg) {
     ctx->stats.ops_failed++;
   }
   for (int i = 0; i < 2; i++)
-    half_answer(run->h[i], status, msg ? msg : "the engine failed",
-                run->h[0]->rank);
+    if (run->h[i] != NULL)
+      spd_p2p_half_answer(run->h[i], status,
+                          msg ? msg : "the engine failed", run->src);
   run_free(run);
+}
+
+/* The engine finished the run (this node's end of it, across nodes). */
+static void run_done(void *arg, int status, const char *msg) {
+  spd_p2p_run *run = arg;
+  spd_group *g = run->h[run->h[0] == NULL]->g;
+  spd_ctx *ctx = g->ctx;
+  run->engine_done = 1;
+  if (run->remote >= 0 && spd_p2p_peer_ended(run, status, msg))
+    return; /* a send waits for its receiver's word */
+  spd_p2p_run_end(run, status, msg);
   spd_group_maybe_free(g);
   spd_drain_check(ctx);
 }
 
-static void run_rank(spd_p2p_run *run, int i, int t) {
+/* Rank i of the work item: this node's half's tensor t, or (h NULL) the
+ * remote half, known by its arguments only. */
+static void run_rank(spd_p2p_run *run, spd_ctx *ctx, int i, int t) {
   const spd_p2p_half *h = run->h[i];
   spd_work_rank *wr = &run->ranks[i];
-  wr->args = &h->args;
+  wr->args = h != NULL ? &h->args : &run->rargs;
   for (int k = 0; k < SPK_T_COUNT; k++)
     wr->t[k] = (spd_work_tensor){.dev = -1};
+  run->dev[i] = -1;
+  if (h == NULL) {
+    run->node_of[i] = run->remote;
+    return;
+  }
   wr->t[t] = (spd_work_tensor){.here = 1, .dev = -1, .off = h->off,
                                .buf_base = h->buf->base,
                                .buf_size = h->buf->size,
                                .buf_id = h->buf->id,
                                .state = h->buf->engine_state};
   run->bases[i * SPK_T_COUNT + t] = h->buf->base + h->off;
-  run->dev[i] = -1;
-  run->node_of[i] = h->g->ctx->cfg.node_index;
+  run->node_of[i] = ctx->cfg.node_index;
 }
 
 /* The copy as a plan: sender's input, whole, into the receiver's output. */
 static int run_plan(spd_p2p_run *run, spk_err *err) {
-  const spd_p2p_half *snd = run->h[0];
   spk_plan_init(&run->plan, 2);
-  run->plan.dtype = snd->args.dtype;
-  spk_shape flat = {.ndim = 1, .dim = {snd->numel}};
-  int64_t origin[1] = {0}, extent[1] = {snd->numel};
+  run->plan.dtype = run->dtype;
+  spk_shape flat = {.ndim = 1, .dim = {run->numel}};
+  int64_t origin[1] = {0}, extent[1] = {run->numel};
   spk_block_end src = {.rank = 0, .t = SPK_T_IN, .shape = &flat,
                        .origin = origin};
   spk_block_end dst = {.rank = 1, .t = SPK_T_OUT, .shape = &flat,
                        .origin = origin};
   return spk_plan_add_block(&run->plan, &src, &dst, extent,
-                            spk_dtype_size(snd->args.dtype), err);
+                            spk_dtype_size(run->dtype), err);
 }
 
 static int run_submit(spd_group *g, spd_p2p_run *run, spk_err *err) {
@@ -227,15 +221,20 @@ static int run_submit(spd_group *g, spd_p2p_run *run, spk_err *err) {
   int rc = run_plan(run, err);
   if (rc < 0)
     return rc;
-  run_rank(run, 0, SPK_T_IN);
-  run_rank(run, 1, SPK_T_OUT);
+  run_rank(run, ctx, 0, SPK_T_IN);
+  run_rank(run, ctx, 1, SPK_T_OUT);
+  int cross = run->remote >= 0;
+  /* Across nodes the UCX engine moves it: one stream, tagged by the
+   * sender's node, the receiver's record of the group and seq. */
   run->work = (spd_work){.plan = &run->plan, .bases = run->bases,
                          .dev = run->dev, .ranks = run->ranks,
                          .rank_state = run->rank_state,
                          .node_of = run->node_of, .world = 2,
-                         .name = g->name, .key = g->rec,
+                         .multinode = cross, .name = g->name,
+                         .seq = run->seq, .key = g->rec,
                          .peer_key = g->peer_rec, .ctx = ctx,
-                         .done = run_done, .arg = run};
+                         .done = run_done, .arg = run,
+                         .broken = cross ? spd_p2p_peer_broken : NULL};
   run->engine = spd_engine_pick(&run->work, spd_engine_find(ctx->cfg.mover));
   if (run->engine < 0)
     return spk_err_set(err, SPK_EUNSUPPORTED, "no engine of this spcolld "
@@ -244,30 +243,49 @@ static int run_submit(spd_group *g, spd_p2p_run *run, spk_err *err) {
   return spd_engines[run->engine]->submit(&run->work, err);
 }
 
-static void pair_start(spd_group *g, spd_p2p_half *snd, spd_p2p_half *rcv) {
+int spd_p2p_run_start(spd_group *g, spd_p2p_run *run, spk_err *err) {
+  for (int i = 0; i < 2; i++)
+    if (run->h[i] != NULL) {
+      run->h[i]->run = run;
+      TAILQ_INSERT_TAIL(&g->p2p_run, run->h[i], link);
+    }
+  int rc = run_submit(g, run, err);
+  if (rc == SPK_OK)
+    return rc;
+  for (int i = 0; i < 2; i++)
+    if (run->h[i] != NULL)
+      TAILQ_REMOVE(&g->p2p_run, run->h[i], link);
+  spk_plan_free(&run->plan);
+  free(run);
+  return rc;
+}
+
+/* Both halves here: run them, or answer both with the error. */
+void spd_p2p_pair_start(spd_group *g, spd_p2p_half *snd, spd_p2p_half *rcv) {
   spk_err err;
   int rc = pair_check(snd, rcv, &err);
+  if (rc == SPK_OK && snd->node >= 0) {
+    spd_p2p_peer_start(g, snd, rcv);
+    return;
+  }
   spd_p2p_run *run = NULL;
   if (rc == SPK_OK && (run = calloc(1, sizeof(*run))) == NULL)
     rc = spk_err_set(&err, SPK_ENO_MEMORY, "calloc of a point-to-point run "
                      "failed");
   if (rc == SPK_OK) {
     run->h[0] = snd, run->h[1] = rcv;
-    TAILQ_INSERT_TAIL(&g->p2p_run, snd, link);
-    TAILQ_INSERT_TAIL(&g->p2p_run, rcv, link);
-    rc = run_submit(g, run, &err);
+    run->remote = -1;
+    run->src = snd->rank, run->dst = rcv->rank;
+    run->dtype = snd->args.dtype, run->numel = snd->numel;
+    rc = spd_p2p_run_start(g, run, &err);
     if (rc == SPK_OK)
       return; /* run_done answers both */
-    TAILQ_REMOVE(&g->p2p_run, snd, link);
-    TAILQ_REMOVE(&g->p2p_run, rcv, link);
-    spk_plan_free(&run->plan);
-    free(run);
   }
   g->ctx->stats.ops_failed++;
-  half_answer(snd, rc, err.msg, snd->rank);
-  half_answer(rcv, rc, err.msg, snd->rank);
-  half_free(snd);
-  half_free(rcv);
+  spd_p2p_half_answer(snd, rc, err.msg, snd->rank);
+  spd_p2p_half_answer(rcv, rc, err.msg, snd->rank);
+  spd_p2p_half_free(snd);
+  spd_p2p_half_free(rcv);
 }
 
 /* ---- arrival ---- */
@@ -294,7 +312,8 @@ static spd_p2p_half *half_new(spd_group *g, int rank, spd_session *s,
   }
   *h = (spd_p2p_half){.g = g, .send = rq->send != 0, .rank = rank,
                       .peer = rq->peer, .tag = rq->tag, .session = s,
-                      .req = req, .arrived_ns = spd_now_ns(), .uid = s->uid};
+                      .req = req, .arrived_ns = spd_now_ns(), .uid = s->uid,
+                      .charged = 1, .node = -1};
   s->pending++;
   return h;
 }
@@ -304,11 +323,6 @@ static const char *refusal(spd_group *g, spd_session *s, char *msg,
                            size_t len) {
   if (g->broken)
     return g->broken_reason;
-  if (g->multinode) {
-    snprintf(msg, len, "point-to-point ops across nodes are not supported "
-             "yet: group '%s' spans nodes", g->name);
-    return msg;
-  }
   if (s->pending >= g->ctx->cfg.client_max_pending) {
     snprintf(msg, len, "client limit: %d ops pending (client_max_pending)",
              s->pending);
@@ -322,8 +336,7 @@ void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   char msg[300];
   const char *why = refusal(g, s, msg, sizeof(msg));
   if (why != NULL) {
-    int st = g->broken ? g->broken_status
-             : g->multinode ? SPK_EUNSUPPORTED : SPK_ENO_MEMORY;
+    int st = g->broken ? g->broken_status : SPK_ENO_MEMORY;
     spd_session_send_error(s, req, st, why);
     return;
   }
@@ -338,12 +351,16 @@ void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   }
   /* A rank's own error still pairs: both ranks then hear it. */
   h->status = half_fill(h, s, rq, &h->err);
-  spd_p2p_half *o = match(g, h);
+  if (h->send && g->ranks[h->peer].remote) {
+    spd_p2p_peer_post(g, h); /* its receiver's node matches it */
+    return;
+  }
+  spd_p2p_half *o = spd_p2p_match(g, h);
   /* Draining: a half another rank already posted may complete. */
   if (o == NULL && g->ctx->draining) {
     spd_session_send_error(s, req, SPK_ESHUTDOWN,
                            "daemon draining: no new ops");
-    half_free(h);
+    spd_p2p_half_free(h);
     return;
   }
   if (o == NULL) {
@@ -351,7 +368,7 @@ void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
     return;
   }
   TAILQ_REMOVE(o->send ? &g->p2p_sends : &g->p2p_recvs, o, link);
-  pair_start(g, h->send ? h : o, h->send ? o : h);
+  spd_p2p_pair_start(g, h->send ? h : o, h->send ? o : h);
 }
 
 /* ---- failures ---- */
@@ -360,9 +377,12 @@ static void fail_list(struct spd_p2p_list *l, int status, const char *msg) {
   spd_p2p_half *h;
   while ((h = TAILQ_FIRST(l)) != NULL) {
     TAILQ_REMOVE(l, h, link);
-    h->g->ctx->stats.ops_failed++;
-    half_answer(h, status, msg, -1);
-    half_free(h);
+    if (h->node < 0) /* a proxy's failure counts on its own node */
+      h->g->ctx->stats.ops_failed++;
+    if (h->posted)
+      spd_p2p_peer_drop(h, status, msg);
+    spd_p2p_half_answer(h, status, msg, -1);
+    spd_p2p_half_free(h);
   }
 }
 

@@ -3,8 +3,10 @@
  * destination, tag) in the order each rank posted them, checked against
  * each other (dtype, element count) and copied by the engine the table
  * picks. Same errors and bounds as collectives: the op timeout, a lost
- * rank, abort and drain reach unmatched halves; quotas count them. Groups
- * of this node only (groups spanning nodes refuse them). Loop thread
+ * rank, abort and drain reach unmatched halves; quotas count them. In a
+ * group spanning nodes, a pair of one node runs as above; a pair across
+ * nodes is matched on its receiver's node, which its sender's node posts
+ * each send to, and moved as one UCX stream (op_p2p_peer.c). Loop thread
  * only. */
 #ifndef SPD_OP_P2P_H
 #define SPD_OP_P2P_H
@@ -12,6 +14,7 @@
 #include <stdint.h>
 
 #include "group.h"
+#include "peer.pb-c.h"
 
 /* Rank's P2p request rq (id req) on g. Answered now when refused. */
 void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
@@ -28,6 +31,12 @@ void spd_p2p_forget_rank(spd_group *g, int rank, int lost);
 /* An unmatched half older than the group's op timeout fails the group,
  * naming the rank that never posted the other half. */
 void spd_p2p_tick(spd_group *g, uint64_t now);
+
+/* Across nodes (op_p2p_peer.c): a message of node about a pair of g; a
+ * lost node's running pairs fail with msg (its unmatched halves fail with
+ * the group's other pending ops). */
+void spd_p2p_peer_msg(spd_group *g, int node, const Spcoll__Peer__P2p *m);
+void spd_p2p_node_lost(spd_group *g, int node, const char *msg);
 
 /* 1 while g has P2P halves not yet answered (the drain waits for them). */
 int spd_p2p_busy(const spd_group *g);

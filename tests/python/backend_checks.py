@@ -494,6 +494,30 @@ def p2p_tags_and_any_source(c):
 
 
 @check
+def p2p_mismatch_fails_both(c):
+    """A send and its receive that disagree on the element count both raise
+    with the daemon's words (across nodes too: the receiver's daemon
+    checks, the sender hears the same text); the next pair works."""
+    nxt, prv = (c.rank + 1) % c.world, (c.rank - 1) % c.world
+    w = dist.isend(c.data(c.rank, (4,), torch.float32), nxt, tag=5)
+    got = torch.zeros(5)
+    for what, f in (("receive", lambda: dist.recv(got, prv, tag=5)),
+                    ("send", w.wait)):
+        try:
+            f()
+            c.true("mismatched %s raised" % what, False)
+        except RuntimeError as e:
+            c.true("the %s names the counts (%s)" % (what, e),
+                   "4 elements sent, 5 expected by the receive" in str(e))
+    ok = torch.zeros(4)
+    w = dist.isend(c.data(c.rank, (4,), torch.float32, salt=1), nxt, tag=6)
+    dist.recv(ok, prv, tag=6)
+    w.wait()
+    c.same("the pair after it", ok,
+           c.data(prv, (4,), torch.float32, salt=1))
+
+
+@check
 def mismatch_fails_everywhere(c):
     n = 4 + (c.rank == 0)
     for a in (False, True):

@@ -14,8 +14,11 @@ import backend_checks
 import launch
 from conftest import SPCOLLD
 
+# P2P: the ring (pairs across the daemons and within one), tags, receive
+# from any source and a count mismatch, all on the daemons' P2P op.
 ONLY = ["all_reduce_vs_gloo", "all_to_all_single_vs_gloo", "all_gather",
-        "all_to_all", "rooted_vs_gloo", "p2p_ring", "mismatch_fails_everywhere",
+        "all_to_all", "rooted_vs_gloo", "p2p_ring", "p2p_tags_and_any_source",
+        "p2p_mismatch_fails_both", "mismatch_fails_everywhere",
         "train_ulysses_three_steps"]
 
 

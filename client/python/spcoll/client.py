@@ -179,8 +179,7 @@ class Group:
         self.name = name
         self.rank = lib.spc_group_rank(handle)
         self.size = lib.spc_group_size(handle)
-        # Some rank runs on another node (point to point then takes pair
-        # groups: the daemon's P2P op is this node's only).
+        # Some rank runs on another node.
         self.spans_nodes = bool(lib.spc_group_spans_nodes(handle))
 
     def _handle(self):

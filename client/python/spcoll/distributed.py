@@ -186,21 +186,19 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
                 pass
 
     def shutdown(self):
-        """Leave the spcoll group and the P2P pair groups (torch 2.x calls
-        this from destroy_process_group; on 1.13 the group's collection
-        does). Other ranks' ops still waiting on them fail with
-        SPC_EPEERLOST. Idempotent."""
-        groups = [self._group] + list(getattr(self._p2p, "groups", {}).values())
+        """Leave the spcoll group (torch 2.x calls this from
+        destroy_process_group; on 1.13 the group's collection does). Other
+        ranks' ops still waiting on it fail with SPC_EPEERLOST.
+        Idempotent."""
         if getattr(self, "_left", False):
             return
         self._left = True
         if self._broken is None:
             self._broken = "destroyed"
-        for g in groups:
-            try:
-                g.leave()
-            except Exception:     # client closed, forked child: nothing held
-                pass
+        try:
+            self._group.leave()
+        except Exception:         # client closed, forked child: nothing held
+            pass
 
     def abort(self):
         self.shutdown()
@@ -496,10 +494,6 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         t = _one(tensors, "recv")
-        if not self._p2p.native:
-            raise RuntimeError("spcoll: recv from any source is not "
-                               "supported on a group spanning nodes (pass "
-                               "src)")
         return self._work(lambda: self._p2p.recv(t, -1, tag), [t], "recv")
 
     # ---- torch 2.x names of the single-tensor forms ----
