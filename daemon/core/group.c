@@ -232,7 +232,8 @@ int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req) {
   return SPK_OK;
 }
 
-void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
+/* The collectives not yet running fail (point-to-point is the caller's). */
+static void fail_pending_ops(spd_group *g, int status, const char *msg) {
   /* Fast-path ops fail with the same error (issue 18). */
   if (g->broken)
     spd_gseg_break(g, g->broken_status, g->broken_reason);
@@ -246,6 +247,10 @@ void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
     spd_group_peer_op_failed(g, op, status, msg);
     spd_op_fail(op, status, msg);
   }
+}
+
+void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
+  fail_pending_ops(g, status, msg);
   spd_p2p_fail_pending(g, status, msg);
 }
 
@@ -269,8 +274,10 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
   spd_group_break(g, SPK_EPEER_LOST, msg);
   spd_group_peer_left(g, m->rank, lost, msg);
   /* Pending ops fail on every rank, the departing one included (a client
-   * that merely left is still there to hear it; a lost one drops it). */
-  spd_group_fail_pending(g, SPK_EPEER_LOST, msg);
+   * that merely left is still there to hear it; a lost one drops it);
+   * point-to-point only where it involves the departing rank. */
+  fail_pending_ops(g, SPK_EPEER_LOST, msg);
+  spd_p2p_fail_rank(g, m->rank, SPK_EPEER_LOST, msg);
   /* An op already in the mover finishes for the others; the departing
    * rank is answered now, since its session may not outlive the op. */
   spd_op *op;

@@ -228,10 +228,10 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
                                                                : "a rank left");
   }
   spd_group_break(g, status, msg);
-  /* Unmatched point-to-point halves fail, as when a rank of this node
-   * leaves (pairs already running end on their own). */
-  spd_p2p_fail_pending(g, g->broken ? g->broken_status : status,
-                       g->broken ? g->broken_reason : msg);
+  /* Unmatched point-to-point halves of or for the rank fail, as when a
+   * rank of this node leaves (pairs already running end on their own). */
+  spd_p2p_fail_rank(g, l->rank, g->broken ? g->broken_status : status,
+                    g->broken ? g->broken_reason : msg);
   /* Its node finished its part of every op the rank had issued (that is
    * when its client may leave): those go on here; the others fail, with
    * the group's first cause. */

@@ -319,10 +319,35 @@ static spd_p2p_half *half_new(spd_group *g, int rank, spd_session *s,
 }
 
 /* Why g takes no point-to-point op from s now, or NULL. */
-static const char *refusal(spd_group *g, spd_session *s, char *msg,
+static int rank_present(const spd_group *g, int r) {
+  return g->ranks[r].session != NULL || g->ranks[r].remote;
+}
+
+/* A group broken only by ranks leaving (SPK_EPEER_LOST) still carries
+ * point-to-point between the ranks that stayed, as torch's backends do
+ * after a peer's destroy_process_group; collectives fail. */
+const char *spd_p2p_closed(const spd_group *g, int a, int b, char *msg,
                            size_t len) {
-  if (g->broken)
+  if (!g->broken)
+    return NULL;
+  if (g->broken_status != SPK_EPEER_LOST)
     return g->broken_reason;
+  for (int i = 0; i < 2; i++) {
+    int r = i ? b : a;
+    if (r >= 0 && r < g->world && !rank_present(g, r)) {
+      snprintf(msg, len, "rank %d left group '%s': %s", r, g->name,
+               g->broken_reason);
+      return msg;
+    }
+  }
+  return NULL;
+}
+
+static const char *refusal(spd_group *g, int rank, spd_session *s,
+                           const Spcoll__P2p *rq, char *msg, size_t len) {
+  const char *why = spd_p2p_closed(g, rank, rq->peer, msg, len);
+  if (why != NULL)
+    return why;
   if (s->pending >= g->ctx->cfg.client_max_pending) {
     snprintf(msg, len, "client limit: %d ops pending (client_max_pending)",
              s->pending);
@@ -334,7 +359,7 @@ static const char *refusal(spd_group *g, spd_session *s, char *msg,
 void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                     const Spcoll__P2p *rq) {
   char msg[300];
-  const char *why = refusal(g, s, msg, sizeof(msg));
+  const char *why = refusal(g, rank, s, rq, msg, sizeof(msg));
   if (why != NULL) {
     int st = g->broken ? g->broken_status : SPK_ENO_MEMORY;
     spd_session_send_error(s, req, st, why);
@@ -389,6 +414,27 @@ static void fail_list(struct spd_p2p_list *l, int status, const char *msg) {
 void spd_p2p_fail_pending(spd_group *g, int status, const char *msg) {
   fail_list(&g->p2p_sends, status, msg);
   fail_list(&g->p2p_recvs, status, msg);
+}
+
+/* The halves of rank, and those naming it as their peer, fail; the other
+ * pairs go on. */
+static void fail_rank_list(struct spd_p2p_list *l, int rank, int status,
+                           const char *msg) {
+  struct spd_p2p_list gone = TAILQ_HEAD_INITIALIZER(gone);
+  spd_p2p_half *h = TAILQ_FIRST(l), *next;
+  for (; h != NULL; h = next) {
+    next = TAILQ_NEXT(h, link);
+    if (h->rank == rank || h->peer == rank) {
+      TAILQ_REMOVE(l, h, link);
+      TAILQ_INSERT_TAIL(&gone, h, link);
+    }
+  }
+  fail_list(&gone, status, msg);
+}
+
+void spd_p2p_fail_rank(spd_group *g, int rank, int status, const char *msg) {
+  fail_rank_list(&g->p2p_sends, rank, status, msg);
+  fail_rank_list(&g->p2p_recvs, rank, status, msg);
 }
 
 void spd_p2p_forget_rank(spd_group *g, int rank, int lost) {

@@ -23,6 +23,9 @@ void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
 /* Fail every unmatched half of g with status and msg (pairs in an engine
  * finish). */
 void spd_p2p_fail_pending(spd_group *g, int status, const char *msg);
+/* Rank left: its pending halves and those waiting on it fail; pairs of
+ * the ranks that stayed go on. */
+void spd_p2p_fail_rank(spd_group *g, int rank, int status, const char *msg);
 
 /* rank leaves g: its halves in an engine stop referring to its session
  * (told first when it merely left: lost = 0). */

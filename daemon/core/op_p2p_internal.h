@@ -104,4 +104,9 @@ int spd_p2p_peer_ended(spd_p2p_run *run, int status, const char *msg);
 /* A cross-node run's engine failed (work.broken). */
 void spd_p2p_peer_broken(void *arg, int status, const char *msg, int tell);
 
+/* Why no point-to-point op between ranks a and b (b -1: any) can run in
+ * g now (its reason, or msg filled), NULL when it can. */
+const char *spd_p2p_closed(const spd_group *g, int a, int b, char *msg,
+                           size_t len);
+
 #endif

@@ -165,8 +165,11 @@ static void on_post(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
                         "node");
     return;
   }
-  if (g->broken) {
-    spd_p2p_peer_answer(&tmp, g->broken_status, g->broken_reason);
+  char why_buf[300];
+  const char *why = spd_p2p_closed(g, m->src, m->dst, why_buf,
+                                   sizeof(why_buf));
+  if (why != NULL) {
+    spd_p2p_peer_answer(&tmp, g->broken_status, why);
     return;
   }
   spd_p2p_half *h = calloc(1, sizeof(*h));

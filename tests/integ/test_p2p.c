@@ -605,6 +605,68 @@ START_TEST(drain_lets_matched_finish) {
 }
 END_TEST
 
+/* Rank 0 leaves (torch: its destroy_process_group) while ranks 1 and 2
+ * still exchange: their pair goes on, as on torch's backends; a send to
+ * rank 0 fails naming it, and collectives fail (rank 0 is gone). */
+static int wait_flag(int want) {
+  for (int i = 0; i < 6000 && __atomic_load_n(&sh->flag, __ATOMIC_SEQ_CST) <
+                                  want; i++)
+    usleep(10000);
+  return __atomic_load_n(&sh->flag, __ATOMIC_SEQ_CST) >= want ? 0 : 1;
+}
+
+static int leave_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (open_rank(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = spt_rk_reduce_once(&k, rank, w, 8, 0, 0);
+  __atomic_add_fetch(&sh->flag, 1, __ATOMIC_SEQ_CST); /* 3: all met */
+  if (rank == 0) {
+    bad |= wait_flag(3);
+    bad |= spc_group_leave(k.g) < 0;
+    k.g = NULL;
+    __atomic_add_fetch(&sh->flag, 1, __ATOMIC_SEQ_CST); /* 4: gone */
+    return spt_rk_close(&k, bad);
+  }
+  spc_tensor t;
+  float *x = tensor(&k, &t, 1000);
+  spc_request *rq = NULL;
+  if (rank == 1) /* posted before or after the leave: either way kept */
+    bad |= spc_start_recv(k.g, &t, 2, 5, NULL, &rq) < 0;
+  bad |= wait_flag(4);
+  usleep(200000); /* the Leave reaches every daemon first */
+  if (rank == 2) {
+    for (size_t i = 0; i < 1000; i++)
+      x[i] = val(2, 5, i);
+    bad |= spc_send(k.g, &t, 1, 5) < 0;
+  } else {
+    bad |= spc_wait(&rq) < 0 || check(x, 1000, 2, 5, 1);
+    int rc = spc_send(k.g, &t, 0, 6);
+    if (rc != SPC_EPEERLOST || strstr(spc_last_error(k.c), "rank 0") == NULL) {
+      fprintf(stderr, "rank 1: send to the departed rank 0: %d %s\n", rc,
+              spc_last_error(k.c));
+      bad = 1;
+    }
+  }
+  if (bad)
+    fprintf(stderr, "rank %d: pair after a leave: %s\n", rank,
+            spc_last_error(k.c));
+  k.used = 0;
+  if (spt_rk_reduce_once(&k, rank, w, 8, 1, 0) == 0) { /* must fail */
+    fprintf(stderr, "rank %d: all_reduce without rank 0 succeeded\n", rank);
+    bad = 1;
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(leave_keeps_other_pairs) {
+  snprintf(sh->group, sizeof(sh->group), "leave");
+  sh->flag = 0;
+  ck_assert_int_eq(spt_run_ranks(3, leave_rank, NULL, 120), 0);
+}
+END_TEST
+
 int main(void) {
   const char *n = getenv("SPT_NODES");
   nnodes = n != NULL ? atoi(n) : 0;
@@ -621,6 +683,7 @@ int main(void) {
   tcase_add_test(tc, bad_arguments_refused);
   tcase_add_test(tc, lost_timeout_abort);
   tcase_add_test(tc, drain_lets_matched_finish);
+  tcase_add_test(tc, leave_keeps_other_pairs);
   if (nnodes)
     tcase_add_test(tc, node_lost_mid_pair);
   suite_add_tcase(s, tc);
