@@ -63,6 +63,7 @@ static int shape_in(const Spcoll__Peer__Tensor *t, const char *what,
  * the planner, as for a local rank. */
 static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
                        spk_err *err) {
+  r->group_split = a->group_split; /* its stats slot even when it failed */
   if (a->status < 0)
     return spk_err_set(err, a->status, "%s", a->error ? a->error : "");
   spk_op_args *x = &r->args;
@@ -74,10 +75,8 @@ static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
   x->ndims = (int)a->n_dims;
   for (size_t i = 0; i < a->n_dims; i++)
     x->dims[i] = a->dims[i];
-  if (a->group_split) {
-    r->group_split = 1;
+  if (a->group_split)
     return SPK_OK; /* color and key, no tensors */
-  }
   int rc = spd_op_copy_list(a->sizes, a->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
     rc = spd_op_copy_list(a->sizes2, a->n_sizes2, &r->sizes2, "sizes2", err);
@@ -124,11 +123,15 @@ void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->seq == f->seq)
       break;
-  if (op == NULL)
-    return;
   char msg[320];
   snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
   int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
+  if (op == NULL) {
+    /* Done here: a group split this node ran may have sub-groups waiting
+     * for that node's ranks, which will not come. */
+    spd_group_split_failed(g, f->seq, status, msg);
+    return;
+  }
   spd_group_break(g, status, msg);
   if (op->running)
     spd_engine_abort(op, status, msg, node);
