@@ -69,9 +69,8 @@ static spd_group *split_record(spd_group *parent, const char *name, int n,
 
 /* Make (or complete) the sub-group of entries e[0..n) (one color) and add
  * this node's members; the group announces itself ready once its last
- * rank is in, here or on another node. Sets *made_p when it made one. */
-static int split_make(spd_op *op, const split_entry *e, int n, int self,
-                      spd_group **made_p) {
+ * rank is in, here or on another node. */
+static int split_make(spd_op *op, const split_entry *e, int n, int self) {
   spd_group *parent = op->group;
   int spans = 0;
   for (int i = 0; i < n; i++)
@@ -82,7 +81,6 @@ static int split_make(spd_op *op, const split_entry *e, int n, int self,
   spd_group *g = split_record(parent, name, n, spans);
   if (g == NULL)
     return SPK_ENO_MEMORY;
-  *made_p = g;
   g->split = 1;
   g->split_parent = parent->rec;
   g->split_seq = op->seq;
@@ -98,6 +96,16 @@ static int split_make(spd_op *op, const split_entry *e, int n, int self,
       return SPK_ENO_MEMORY; /* still reserved: split_undo answers it */
     unreserve(r);
   }
+  /* A rank of another node that left the parent before its join came
+   * here never joins: its node's Join would have come before its Leave. */
+  for (int i = 0; i < n && !g->ready; i++)
+    if (!spd_group_has_rank(g, i) && !spd_group_has_rank(parent, e[i].rank)) {
+      char msg[200];
+      snprintf(msg, sizeof(msg), "rank %d of group '%s' left during group "
+               "split", e[i].rank, parent->name);
+      spd_group_split_abandon(g, SPK_EPEER_LOST, msg); /* may free g */
+      break;
+    }
   return SPK_OK;
 }
 
@@ -187,9 +195,8 @@ void spd_group_split_run(spd_op *op) {
     int here = 0;
     for (j = i; j < world && e[j].color == e[i].color; j++)
       here |= e[j].node == self;
-    spd_group *made = NULL;
     if (e[i].color >= 0 && here)
-      rc = split_make(op, e + i, j - i, self, &made);
+      rc = split_make(op, e + i, j - i, self);
   }
   if (rc < 0) {
     snprintf(msg, sizeof(msg), "group split of '%s': out of memory",

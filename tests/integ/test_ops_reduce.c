@@ -1,6 +1,7 @@
 /* The reducing ops, the backward ops of split and all_gather, group split
  * (ring and Ulysses sub-groups, a hybrid 2x2 run, sub-groups of one node)
- * and bad input, through a real daemon (or 3 peering ones: SPT_NODES). Cases run with 2, 3 and 4 ranks on random data; every
+ * and bad input, through a real daemon (or 3 peering ones: SPT_NODES).
+ * Cases run with 2, 3 and 4 ranks on random data; every
  * output element is compared with a naive reference that each rank
  * computes on its own by regenerating every rank's input (plain index
  * loops, nothing from kernels/); the helpers they are built from, shared
