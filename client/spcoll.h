@@ -368,7 +368,12 @@ int spc_all_gather_async(spc_group *group, const spc_tensor *in,
  * rank of g calls it; ranks passing the same color form a new group, ranked
  * by (key, rank in g). color < 0 joins no group (*sub_p = NULL). Used for
  * hybrid context parallelism: with ring size R, ring groups are colors
- * rank / R (consecutive ranks) and Ulysses groups colors rank % R. */
+ * rank / R (consecutive ranks) and Ulysses groups colors rank % R.
+ * A group across nodes splits too: a sub-group whose ranks are all on one
+ * node is a group of that node (spc_group_spans_nodes 0), the others span
+ * nodes. SPC_ENOMEM on every rank when a rank with a color is at its
+ * client's group limit; a node lost before a sub-group is complete fails
+ * the split on every rank, the message naming the node. */
 int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p);
 
 /* Where the daemon spent the last op this client completed (all 0 before

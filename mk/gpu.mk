@@ -52,7 +52,8 @@ $(BUILD)/tests/gpu/%.o: tests/gpu/%.c $(PB_H)
 	  -Itests/integ -MMD -MP -c $< -o $@
 
 $(GPU_TEST_BIN): $(BUILD)/tests/test_gpu_%: $(BUILD)/tests/gpu/test_gpu_%.o \
-  $(GPU_TEST_LIB) $(BUILD)/tests/integ/harness.o $(LIBA)
+  $(GPU_TEST_LIB) $(BUILD)/tests/integ/harness.o \
+  $(BUILD)/tests/integ/harness_nodes.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) \
 	  $(GPU_USER_LIBS) -lm

@@ -64,7 +64,8 @@ done
 # when the build has it: 4 simulated GPUs, strict CUDA/NCCL rules, the
 # same production binaries. Counted apart from a real GPU's run above.
 if [ -f "$BUILD/gpusim/libcudart.so.13" ] && [ "$ONLY" != client ]; then
-  for t in tests/test_gpu_ops tests/test_gpu_errors gpusim/sim_rules; do
+  for t in tests/test_gpu_ops tests/test_gpu_errors tests/test_gpu_split_nodes \
+    gpusim/sim_rules; do
     [ -x "$BUILD/$t" ] || continue
     n=$(basename "$t")
     WRAP="sh $(dirname "$0")/gpusim/simrun.sh $BUILD" run "$BUILD/$t" \

@@ -297,7 +297,11 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
   if (--g->nlocal == 0 && (g->ready || g->broken))
     g->detached = 1;
   spd_ctx *ctx = g->ctx;
-  spd_group_maybe_free(g);
+  if (g->split && !g->ready)
+    spd_group_split_abandon(g, SPK_EPEER_LOST, msg); /* nobody can take
+                                                     * its place */
+  else
+    spd_group_maybe_free(g);
   spd_drain_check(ctx);
 }
 

@@ -56,6 +56,11 @@ typedef struct spd_group {
    * receiver's node, and the stream number of the next pair matched here
    * with a send of another node. */
   uint64_t p2p_next_id, p2p_next_seq;
+  /* Made by a group split (group_split.c): the parent's record id here
+   * and the split's sequence number. Until it is ready, the slot of a
+   * rank not yet joined names the node its join must come from. */
+  int split;
+  uint64_t split_parent, split_seq;
 } spd_group;
 
 /* Join `name` as `rank`. Replies GroupJoined to every rank once all have
@@ -138,6 +143,18 @@ void spd_group_peer_op_failed(spd_group *g, struct spd_op *op, int status,
 int spd_group_other_nodes(const spd_group *g, int *nodes);
 /* The record whose id on node is rec (NULL: none). */
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec);
+
+/* Group split across nodes (group_split.c). Does g, a sub-group of a
+ * split still gathering ranks, wait for a rank of node? */
+int spd_group_split_awaits(const spd_group *g, int node);
+/* Sub-group g of a split cannot complete (a node lost, a member gone, the
+ * split failed on another node): every local rank's split fails with
+ * status and msg, the other nodes hear them leave, and g is joined no
+ * more (freed once no rank is left in it). */
+void spd_group_split_abandon(spd_group *g, int status, const char *msg);
+/* Split `seq` of parent failed: abandon its sub-groups not yet complete. */
+void spd_group_split_failed(spd_group *parent, uint64_t seq, int status,
+                            const char *msg);
 
 /* Mark a ready group broken (once) with status and reason. */
 void spd_group_break(spd_group *g, int status, const char *reason);

@@ -243,7 +243,11 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
                   g->broken ? g->broken_reason : msg);
   }
   spd_group_kick(g);
-  spd_group_maybe_free(g);
+  if (g->split && !g->ready)
+    spd_group_split_abandon(g, SPK_EPEER_LOST, msg); /* nobody can take
+                                                     * its place */
+  else
+    spd_group_maybe_free(g);
 }
 
 static void on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
@@ -295,7 +299,10 @@ static void on_lost(spd_ctx *ctx, int node, const char *reason) {
   spd_group *g = TAILQ_FIRST(&ctx->groups), *next;
   for (; g != NULL; g = next) {
     next = TAILQ_NEXT(g, link);
-    if (!node_has_ranks(g, node))
+    /* A sub-group of a split still waiting for that node's ranks cannot
+     * complete: the split fails on every rank (group_split.c). */
+    int awaited = spd_group_split_awaits(g, node);
+    if (!node_has_ranks(g, node) && !awaited)
       continue;
     char msg[400];
     snprintf(msg, sizeof(msg), "node %d (%s:%d) was lost: %s", node,
@@ -308,7 +315,10 @@ static void on_lost(spd_ctx *ctx, int node, const char *reason) {
     spd_group_fail_pending(g, SPK_ENODE_LOST, msg);
     spd_op_peer_node_lost(g, node, msg);
     spd_p2p_node_lost(g, node, msg);
-    spd_group_maybe_free(g);
+    if (awaited)
+      spd_group_split_abandon(g, SPK_ENODE_LOST, msg);
+    else
+      spd_group_maybe_free(g);
   }
 }
 

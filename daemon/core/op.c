@@ -235,12 +235,17 @@ void spd_op_arrive_split(spd_group *g, int rank, spd_session *s, uint64_t req,
   r->args.ndims = 2;
   r->args.dims[0] = gs->color;
   r->args.dims[1] = gs->key;
+  spd_group_split_reserve(r, rank, s, gs->color);
   op_rank_in(op, rank);
 }
 
 int spd_op_slot_of(const spd_op *op) {
-  return op->ranks[0].group_split ? SPD_OP_SLOT_GROUP_SPLIT
-                                  : spd_op_slot(op->ranks[0].args.op);
+  /* Any rank that arrived says what the op is (rank 0 may not have yet:
+   * the stats of a pending op name it too). */
+  const spd_op_rank *r = &op->ranks[0];
+  for (int i = 1; i < op->group->world && !r->arrived; i++)
+    r = &op->ranks[i];
+  return r->group_split ? SPD_OP_SLOT_GROUP_SPLIT : spd_op_slot(r->args.op);
 }
 
 void spd_op_rank_arrived(spd_op *op) {
@@ -265,6 +270,7 @@ void spd_op_free(spd_op *op) {
         spd_buffer_unref(ctx, r->buf[t]);
     free(r->sizes);
     free(r->sizes2);
+    spd_group_split_release(r);
     spd_engines_rank_close(&r->eng);
   }
   spk_plan_free(&op->plan);
@@ -295,6 +301,7 @@ void spd_op_forget_session(spd_op *op, int rank) {
   spd_op_rank *r = &op->ranks[rank];
   if (r->session != NULL)
     r->session->pending--;
+  spd_group_split_release(r); /* a client that left goes on */
   r->session = NULL;
 }
 
@@ -427,12 +434,8 @@ void spd_op_start(spd_op *op) {
   spk_err err;
   int rc = op_rank_error(op, &err);
   if (rc == SPK_OK && op_is_group_split(op, &rc, &err)) {
-    if (!g->multinode) {
-      spd_group_split_run(op);
-      return;
-    }
-    rc = spk_err_set(&err, SPK_EUNSUPPORTED, "group split of group '%s', "
-                     "which spans nodes, is not supported", g->name);
+    spd_group_split_run(op); /* on every node alike: group_split.c */
+    return;
   }
   if (rc == SPK_OK && g->world >= SPD_PLAN_OFF_LOOP_WORLD &&
       spd_op_plan_off_loop(op) == SPK_OK)

@@ -33,6 +33,8 @@ typedef struct {
   /* A group split (GroupSplit): matched like an op but run by the daemon
    * itself; args.dims = {color, key}, args.op 0, no tensors. */
   int group_split;
+  int group_reserved;         /* holds a place in its client's
+                               * client_max_groups (group_split.c) */
 } spd_op_rank;
 
 typedef struct spd_op {
@@ -102,9 +104,17 @@ void spd_op_after(spd_group *g);
 /* Reply `status` with msg to every rank still present and free the op. */
 void spd_op_fail(spd_op *op, int status, const char *msg);
 
-/* Run a group split whose ranks have all arrived (group_split.c); replies
- * to every rank and frees the op. */
+/* Run a group split whose ranks have all arrived (group_split.c): makes
+ * the sub-groups holding this node's ranks, answers them (a sub-group
+ * across nodes once its every rank joined) and frees the op. */
 void spd_group_split_run(spd_op *op);
+/* Rank's split request (color) arrives from client s: a place in the
+ * client's client_max_groups is held for it until the split runs, or the
+ * rank's status says the limit is reached (failing the split on every
+ * rank, every node, alike). Release gives a place still held back. */
+void spd_group_split_reserve(spd_op_rank *r, int rank, spd_session *s,
+                             int color);
+void spd_group_split_release(spd_op_rank *r);
 
 /* The op of g with sequence number seq, made when new (NULL: no memory). */
 spd_op *spd_op_get(spd_group *g, uint64_t seq);

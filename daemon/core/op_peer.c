@@ -63,6 +63,7 @@ static int shape_in(const Spcoll__Peer__Tensor *t, const char *what,
  * the planner, as for a local rank. */
 static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
                        spk_err *err) {
+  r->group_split = a->group_split; /* its stats slot even when it failed */
   if (a->status < 0)
     return spk_err_set(err, a->status, "%s", a->error ? a->error : "");
   spk_op_args *x = &r->args;
@@ -74,10 +75,8 @@ static int remote_fill(spd_op_rank *r, const Spcoll__Peer__Args *a,
   x->ndims = (int)a->n_dims;
   for (size_t i = 0; i < a->n_dims; i++)
     x->dims[i] = a->dims[i];
-  if (a->group_split) {
-    r->group_split = 1;
+  if (a->group_split)
     return SPK_OK; /* color and key, no tensors */
-  }
   int rc = spd_op_copy_list(a->sizes, a->n_sizes, &r->sizes, "sizes", err);
   if (rc == SPK_OK)
     rc = spd_op_copy_list(a->sizes2, a->n_sizes2, &r->sizes2, "sizes2", err);
@@ -119,20 +118,40 @@ void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a) {
   spd_op_rank_arrived(op);
 }
 
-/* The group breaks even when the op is not here yet (no rank of this
- * node reached it): its ranks are then refused when they do, so this
- * node never starts an op that node will post no stream of. */
+/* 1 when every rank of this node is past op seq (it ran here). */
+static int done_here(const spd_group *g, uint64_t seq) {
+  int local = 0;
+  for (int r = 0; r < g->world; r++) {
+    if (g->ranks[r].session == NULL)
+      continue;
+    local++;
+    if (g->ranks[r].next_seq <= seq)
+      return 0;
+  }
+  return local > 0;
+}
+
+/* Node failed op seq. Not here yet (no rank of this node reached it):
+ * the group breaks, so its ranks are refused when they do and this node
+ * never starts an op that node will post no stream of. Done here: only a
+ * group split can have left something waiting (sub-groups for that
+ * node's ranks), and a failed split leaves its parent usable. */
 void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
   char msg[320];
   snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
   int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
-  spd_group_break(g, status, msg);
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->seq == f->seq)
       break;
-  if (op == NULL)
+  if (op == NULL) {
+    int done = done_here(g, f->seq);
+    spd_group_split_failed(g, f->seq, status, msg);
+    if (!done)
+      spd_group_break(g, status, msg);
     return;
+  }
+  spd_group_break(g, status, msg);
   /* Not started here: the nodes that did start it would wait for this
    * node's streams, so they hear it will not run here either. */
   if (!op->running)

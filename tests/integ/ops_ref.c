@@ -188,11 +188,13 @@ int opr_expect_same(int rank, const char *what, spc_dtype dt, const void *got,
 
 /* ---- one rank's connection, group and shared buffer ----------------- */
 
+int opr_node_of(int rank) { return opr_nodes.n ? rank % opr_nodes.n : 0; }
+
 int opr_rk_open(opr_rk *k, int rank, int world) {
   memset(k, 0, sizeof(*k));
   k->rank = rank, k->world = world;
   /* Across nodes, ranks go round the nodes: a map no plan expects. */
-  k->c = spt_connect(opr_nodes.n ? opr_nodes.d[rank % opr_nodes.n].socket
+  k->c = spt_connect(opr_nodes.n ? opr_nodes.d[opr_node_of(rank)].socket
                                  : opr_daemon.socket);
   if (k->c == NULL)
     return -1;

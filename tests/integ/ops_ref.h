@@ -74,6 +74,9 @@ typedef struct {
   int rank, world;
 } opr_rk;
 
+/* The node rank runs on: r % n across n nodes (SPT_NODES), else 0. */
+int opr_node_of(int rank);
+
 /* Connect to opr_daemon, join group opr_gname, allocate the buffer. */
 int opr_rk_open(opr_rk *k, int rank, int world);
 /* Carve a tensor out of the buffer, filled with garbage (0xEE bytes). */

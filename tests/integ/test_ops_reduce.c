@@ -1,6 +1,7 @@
 /* The reducing ops, the backward ops of split and all_gather, group split
- * (ring and Ulysses sub-groups, a hybrid 2x2 run) and bad input, through a
- * real daemon. Cases run with 2, 3 and 4 ranks on random data; every
+ * (ring and Ulysses sub-groups, a hybrid 2x2 run, sub-groups of one node)
+ * and bad input, through a real daemon (or 3 peering ones: SPT_NODES).
+ * Cases run with 2, 3 and 4 ranks on random data; every
  * output element is compared with a naive reference that each rank
  * computes on its own by regenerating every rank's input (plain index
  * loops, nothing from kernels/); the helpers they are built from, shared
@@ -349,6 +350,15 @@ static int sub_gather(opr_rk *k, spc_group *sub, const int *members, int n,
             me);
     return 1;
   }
+  /* Across nodes a sub-group spans nodes exactly when its members do. */
+  int spans = 0;
+  for (int m = 1; m < n; m++)
+    spans |= opr_node_of(members[m]) != opr_node_of(members[0]);
+  if (spc_group_spans_nodes(sub) != spans) {
+    fprintf(stderr, "[%s] rank %d: %s group spans nodes: %d, want %d\n",
+            opr_gname, k->rank, what, spc_group_spans_nodes(sub), spans);
+    return 1;
+  }
   int64_t ish[2] = {opr_rule(7, n, me), 3}, osh[2] = {7, 3};
   spc_tensor in, out;
   void *x = opr_rk_tensor(k, &in, SPC_FLOAT32, 2, ish);
@@ -409,30 +419,54 @@ START_TEST(group_split_ring_ulysses) {
 }
 END_TEST
 
-/* Across nodes a group split (a GroupSplit request, in sequence with the
- * ops) is refused on every rank with SPC_EUNSUPPORTED and no sub-group;
- * the parent group goes on with its next op. */
-static int split_refused_rank(int rank, int w, void *arg) {
+/* A split whose colors follow the nodes (color = node, rank r on node
+ * r % n): every sub-group is of one node's ranks, so it is a local group:
+ * it says it spans no node, its ops are right, and no daemon moves a byte
+ * over UCX for it. The parent, across nodes, says it spans them. */
+static int split_by_node_rank(int rank, int w, void *arg) {
   (void)arg;
   opr_rk k;
   if (opr_rk_open(&k, rank, w) < 0)
     return 1;
+  int nodes = opr_nodes.n ? opr_nodes.n : 2, bad = 0;
   spc_group *sub = NULL;
-  int rc = spc_group_split(k.g, rank % 2, rank, &sub), bad = 0;
-  if (rc != SPC_EUNSUPPORTED || sub != NULL) {
-    fprintf(stderr, "[%s] rank %d: group split across nodes gave %d (%s), "
-            "want SPC_EUNSUPPORTED\n", opr_gname, rank, rc,
-            spc_last_error(k.c));
+  int rc = spc_group_split(k.g, rank % nodes, rank, &sub);
+  if (rc < 0)
+    return opr_rk_close(&k, opr_op_failed(&k, "group_split", rc));
+  if (spc_group_spans_nodes(k.g) != (opr_nodes.n > 1)) {
+    fprintf(stderr, "[%s] rank %d: parent spans nodes: %d\n", opr_gname,
+            rank, spc_group_spans_nodes(k.g));
     bad = 1;
   }
-  int all_m[4] = {0, 1, 2, 3};
-  bad |= sub_gather(&k, k.g, all_m, w, rank, 6, "parent all_gather");
+  int members[8], n = 0;
+  for (int m = rank % nodes; m < w; m += nodes)
+    members[n++] = m;
+  bad |= sub_gather(&k, sub, members, n, rank / nodes, 7, "node all_gather");
+  if (sub != NULL)
+    spc_group_leave(sub);
   return opr_rk_close(&k, bad);
 }
 
-START_TEST(group_split_across_nodes_refused) {
-  snprintf(opr_gname, sizeof(opr_gname), "gsplitx");
-  ck_assert_int_eq(spt_run_ranks(4, split_refused_rank, NULL, 60), 0);
+/* mover_ucx_ops of every daemon of the suite, into n[]. */
+static void ucx_ops(long long *n) {
+  int nd = opr_nodes.n ? opr_nodes.n : 1;
+  for (int i = 0; i < nd; i++) {
+    n[i] = spt_daemon_stat(opr_nodes.n ? &opr_nodes.d[i] : &opr_daemon,
+                           "mover_ucx_ops");
+    ck_assert_msg(n[i] >= 0, "daemon %d: no mover_ucx_ops stat", i);
+  }
+}
+
+START_TEST(group_split_by_node_is_local) {
+  snprintf(opr_gname, sizeof(opr_gname), "gsplitnode");
+  long long before[SPT_MAX_NODES], after[SPT_MAX_NODES];
+  ucx_ops(before);
+  int w = 2 * (opr_nodes.n ? opr_nodes.n : 2);
+  ck_assert_int_eq(spt_run_ranks(w, split_by_node_rank, NULL, 60), 0);
+  ucx_ops(after);
+  for (int i = 0; i < (opr_nodes.n ? opr_nodes.n : 1); i++)
+    ck_assert_msg(after[i] == before[i], "daemon %d ran %lld ops over UCX "
+                  "for sub-groups of one node", i, after[i] - before[i]);
 }
 END_TEST
 
@@ -625,18 +659,11 @@ START_TEST(bad_input_cases) { OPR_RUN_TABLE(bad_cases, bad_rank); }
 END_TEST
 
 int main(void) {
-  const TTest *tests[] = {all_reduce_cases, reduce_scatter_cases,
-                          backward_cases,   bad_input_cases,
-                          group_split_ring_ulysses, hybrid_2x2};
-  size_t n = sizeof(tests) / sizeof(tests[0]);
-  /* Group split of a group spanning nodes is not supported yet: across
-   * nodes the split and hybrid tests are left out, and said so. */
-  if (getenv("SPT_NODES") != NULL) {
-    printf("multi-node: group_split_ring_ulysses and hybrid_2x2 left out "
-           "(group split across nodes is not supported: "
-           "group_split_across_nodes_refused checks that it says so)\n");
-    tests[n - 2] = group_split_across_nodes_refused;
-    n -= 1;
-  }
-  return opr_run_suite("ops_reduce", tests, n);
+  /* Across nodes (SPT_NODES) rank r runs on node r % n, so every split
+   * below but group_split_by_node_is_local makes sub-groups across nodes. */
+  const TTest *tests[] = {all_reduce_cases,         reduce_scatter_cases,
+                          backward_cases,           bad_input_cases,
+                          group_split_ring_ulysses, hybrid_2x2,
+                          group_split_by_node_is_local};
+  return opr_run_suite("ops_reduce", tests, sizeof(tests) / sizeof(tests[0]));
 }
