@@ -462,3 +462,33 @@ int spt_ctl(const spt_daemon *d, const char *args) {
            args);
   return system(cmd);
 }
+
+int spt_reap(const pid_t *pids, int *codes, int n, int guard_s) {
+  for (int r = 0; r < n; r++)
+    codes[r] = -2;
+  for (int t = 0; t < guard_s * 100; t++) {
+    int left = 0;
+    for (int r = 0; r < n; r++) {
+      int st;
+      if (codes[r] != -2)
+        continue;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r])
+        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      else
+        left++;
+    }
+    if (left == 0)
+      return 0;
+    usleep(10000);
+  }
+  int hung = 0;
+  for (int r = 0; r < n; r++)
+    if (codes[r] == -2) {
+      fprintf(stderr, "rank %d hung: killed\n", r);
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], NULL, 0);
+      codes[r] = -1;
+      hung++;
+    }
+  return hung;
+}

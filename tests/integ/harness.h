@@ -59,6 +59,11 @@ typedef int (*spt_rank_fn)(int rank, int world, void *arg);
  * the number of ranks that failed (nonzero exit, signal or hang). */
 int spt_run_ranks(int world, spt_rank_fn fn, void *arg, int guard_s);
 
+/* Wait for the processes pids[0..n), killing those still running after
+ * guard_s (a hang guard, not a timing check): codes[i] is each one's exit
+ * status, -1 for one killed or dead by a signal. Returns how many hung. */
+int spt_reap(const pid_t *pids, int *codes, int n, int guard_s);
+
 /* Deterministic test data: element i of (seed, rank) in any dtype.
  * Floats are multiples of 1/64 in [-32, 32) so sums are exact. */
 void spt_fill(void *p, spc_dtype dt, size_t n, uint64_t seed, int rank);

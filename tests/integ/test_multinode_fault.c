@@ -82,36 +82,10 @@ static void fork_ranks(pid_t *pids, int world, int nnodes, const char *name,
   }
 }
 
-/* Wait for every rank, killing those still running after guard_s (a hang
- * guard, not a timing check). Fills exit codes; -1 for killed ones. */
+/* spt_reap, and when a rank hung, what the daemons saw. */
 static void reap(pid_t *pids, int *codes, int n, int guard_s) {
-  for (int r = 0; r < n; r++)
-    codes[r] = -2;
-  for (int t = 0; t < guard_s * 100; t++) {
-    int left = 0;
-    for (int r = 0; r < n; r++) {
-      int st;
-      if (codes[r] != -2)
-        continue;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r])
-        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-      else
-        left++;
-    }
-    if (left == 0)
-      return;
-    usleep(10000);
-  }
-  int hung = 0;
-  for (int r = 0; r < n; r++)
-    if (codes[r] == -2) {
-      fprintf(stderr, "rank %d hung: killed\n", r);
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], NULL, 0);
-      codes[r] = -1;
-      hung = 1;
-    }
-  for (int i = 0; hung && i < nodes.n; i++) /* what the daemons saw */
+  int hung = spt_reap(pids, codes, n, guard_s);
+  for (int i = 0; hung && i < nodes.n; i++)
     if (nodes.d[i].pid > 0) {
       spt_daemon_dump_log(&nodes.d[i]);
       fprintf(stderr, "---- node %d's pending ops ----\n", i);

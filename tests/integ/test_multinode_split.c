@@ -89,34 +89,6 @@ static int named_failure(rk *k, const char *what, int rc) {
   return 10 - rc;
 }
 
-/* Wait for every rank, killing those still running after guard_s (a hang
- * guard, not a timing check); exit codes into codes, -1 for killed. */
-static void reap(pid_t *pids, int *codes, int n, int guard_s) {
-  for (int r = 0; r < n; r++)
-    codes[r] = -2;
-  for (int t = 0; t < guard_s * 100; t++) {
-    int left = 0;
-    for (int r = 0; r < n; r++) {
-      int st;
-      if (codes[r] != -2)
-        continue;
-      if (waitpid(pids[r], &st, WNOHANG) == pids[r])
-        codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-      else
-        left++;
-    }
-    if (left == 0)
-      return;
-    usleep(10000);
-  }
-  for (int r = 0; r < n; r++)
-    if (codes[r] == -2) {
-      fprintf(stderr, "rank %d hung: killed\n", r);
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], NULL, 0);
-      codes[r] = -1;
-    }
-}
 
 typedef int (*rank_fn)(int rank, const int *fds);
 
@@ -216,7 +188,7 @@ START_TEST(split_over_group_limit_fails_on_every_node) {
   pid_t pids[6];
   int codes[6];
   fork_ranks(pids, 6, limit_rank, NULL);
-  reap(pids, codes, 6, 60);
+  spt_reap(pids, codes, 6, 60);
   for (int r = 0; r < 6; r++)
     ck_assert_msg(codes[r] == 0, "rank %d exit %d", r, codes[r]);
   ck_assert_int_eq(spt_nodes_stop(&nodes), 0);
@@ -269,7 +241,7 @@ START_TEST(node_lost_during_split_fails_it_everywhere) {
     ck_assert_int_eq(await_groups(i, "grep -c '^group gsd/split0/' | "
                                      "grep -qx 2", 60), 0);
   kill_node(2, SIGKILL);
-  reap(pids, codes, 6, 60);
+  spt_reap(pids, codes, 6, 60);
   for (int r = 0; r < 6; r++) {
     int want = r % NODES == 2 ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
     ck_assert_msg(codes[r] == want ||
@@ -353,7 +325,7 @@ START_TEST(node_lost_after_split_spares_local_sub_group) {
   await_bytes(fds[0], 9); /* every rank finished one verified op */
   kill_node(2, SIGKILL);
   close(fds[3]); /* node 0's sub-group hears it and does 20 more */
-  reap(pids, codes, 9, 120);
+  spt_reap(pids, codes, 9, 120);
   for (int r = 0; r < 9; r++) {
     int want = r == 0 || r == 3   ? 0
                : r % NODES == 2 ? 10 - SPC_ECONNECTION
