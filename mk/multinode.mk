@@ -29,7 +29,8 @@ bench-multinode: deps
 	$(Q)$(PLAN_BENCH) | tee $(BUILD)/bench/plan.txt
 
 # The longer scale run (make check runs the short one as multinode_scale):
-# 16 daemons, the op suites at worlds 64 and 128, the fault phase 3 times.
+# 16 daemons, the copy suite at worlds 64 and 128, the reduce suite at 64,
+# the fault phase 3 times.
 .PHONY: check-scale
 check-scale: deps
 	$(Q)$(MAKE) --no-print-directory all
