@@ -39,6 +39,7 @@ typedef struct {
   int ndev;
   uint64_t mem_limit; /* bytes per device */
   int sms;
+  uint64_t op_delay_us; /* SPCSIM_SLOW_STREAMS: before each stream op */
 } sim_config;
 
 const sim_config *sim_cfg(void);
