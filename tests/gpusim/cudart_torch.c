@@ -81,8 +81,9 @@ API cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s,
 }
 
 API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+  uint64_t used = sim_dev_used(sim_cur_dev());
   *total = sim_cfg()->mem_limit;
-  *free_b = sim_cfg()->mem_limit; /* the limit is checked at allocation */
+  *free_b = used < *total ? *total - used : 0;
   return cudaSuccess;
 }
 
@@ -110,6 +111,7 @@ API cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
     break;
   default:
     *v = 0; /* features the simulator does not have */
+    sim_attr_unmodelled("cudaDeviceGetAttribute", (int)a);
   }
   return cudaSuccess;
 }

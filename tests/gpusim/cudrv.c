@@ -192,6 +192,7 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     break;
   default:
     *v = 0; /* features the simulator does not have (VMM, multicast) */
+    sim_attr_unmodelled("cuDeviceGetAttribute", (int)a);
   }
   return CUDA_SUCCESS;
 }

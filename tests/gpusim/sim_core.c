@@ -131,6 +131,22 @@ int sim_dev_reserve(int dev, uint64_t bytes) {
   return SIM_OK;
 }
 
+void sim_attr_unmodelled(const char *call, int attr) {
+  static uint8_t said[512]; /* both enums stay below 512 */
+  pthread_mutex_lock(&core_mu);
+  int first = attr < 0 || attr >= 512 || !said[attr];
+  if (attr >= 0 && attr < 512)
+    said[attr] = 1;
+  pthread_mutex_unlock(&core_mu);
+  if (first)
+    fprintf(stderr, "spcsim: %s: attribute %d not simulated: 0\n", call, attr);
+}
+
+uint64_t sim_dev_used(int dev) {
+  uint64_t *u = shared_used ? &shared_used[dev] : &local_used[dev];
+  return __atomic_load_n(u, __ATOMIC_ACQUIRE);
+}
+
 void sim_dev_unreserve(int dev, uint64_t bytes) {
   uint64_t *u = shared_used ? &shared_used[dev] : &local_used[dev];
   __atomic_sub_fetch(u, bytes, __ATOMIC_ACQ_REL);
