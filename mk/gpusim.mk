@@ -48,15 +48,29 @@ $(GPUSIM_DIR)/cudart.o $(GPUSIM_DIR)/cudrv.o $(GPUSIM_DIR)/nccl.o: \
 GPUSIM_SO = $(CC) -shared -pthread -Wl,-soname,$(notdir $@) -o $@ $< \
   -L$(GPUSIM_DIR) -lspcsim -Wl,-rpath,'$$ORIGIN' -lm
 
+$(GPUSIM_DIR)/cudart_torch.o: GPUSIM_CFLAGS += -isystem $(CUDA_HOME)/include \
+  -fvisibility=hidden
+
+# What PyPI's torch links beyond spcoll's needs: "not supported" stubs.
+$(GPUSIM_DIR)/absent_%.o: tests/gpusim/absent.c tests/gpusim/sim.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(GPUSIM_CFLAGS) -fvisibility=hidden \
+	  -isystem $(CUDA_HOME)/include \
+	  -DSIM_ABSENT_$(shell echo $* | tr a-z A-Z) -c $< -o $@
+
 $(GPUSIM_DIR)/libcudart.so.13: $(GPUSIM_DIR)/cudart.o tests/gpusim/cudart.map \
+  $(GPUSIM_DIR)/cudart_torch.o $(GPUSIM_DIR)/absent_cudart.o \
   $(GPUSIM_DIR)/libspcsim.so
-	$(Q)$(GPUSIM_SO) -Wl,--version-script=tests/gpusim/cudart.map
+	$(Q)$(GPUSIM_SO) $(GPUSIM_DIR)/cudart_torch.o \
+	  $(GPUSIM_DIR)/absent_cudart.o -Wl,--version-script=tests/gpusim/cudart.map
 
-$(GPUSIM_DIR)/libcuda.so.1: $(GPUSIM_DIR)/cudrv.o $(GPUSIM_DIR)/libspcsim.so
-	$(Q)$(GPUSIM_SO)
+$(GPUSIM_DIR)/libcuda.so.1: $(GPUSIM_DIR)/cudrv.o $(GPUSIM_DIR)/absent_cuda.o \
+  $(GPUSIM_DIR)/libspcsim.so
+	$(Q)$(GPUSIM_SO) $(GPUSIM_DIR)/absent_cuda.o
 
-$(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/libspcsim.so
-	$(Q)$(GPUSIM_SO)
+$(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/absent_nccl.o \
+  $(GPUSIM_DIR)/libspcsim.so
+	$(Q)$(GPUSIM_SO) $(GPUSIM_DIR)/absent_nccl.o
 
 # The rules suite: the misuse of each rule, rejected (tests/run.sh runs it
 # through tests/gpusim/simrun.sh).

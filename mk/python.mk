@@ -76,6 +76,30 @@ check-python-torch-latest: $(LIBSO) $(SPCOLLD) $(CPEER)
 	    -p no:cacheprovider tests/python; \
 	fi
 
+# CUDA tensors from Python on spcsim (tests/gpusim): PyPI torch's CUDA
+# build starts on the simulator, so the device path (registration, IPC,
+# stream order both ways, both movers, the torch backend on CUDA tensors)
+# runs end to end without a GPU; checks that need a kernel of torch's own
+# are reported as skipped. Not a GPU result: on a real GPU the same suite
+# runs under plain check-python-torch-latest.
+.PHONY: check-python-cuda-sim
+CHECK_EXTRA += check-python-cuda-sim
+check-python-cuda-sim: $(LIBSO) $(SPCOLLD)
+	$(Q)$(MAKE) --no-print-directory $(TORCH_VENV_STAMP) || true
+	$(Q)if [ ! -f $(TORCH_VENV_STAMP) ]; then \
+	  echo "SKIP check-python-cuda-sim: no torch from PyPI" \
+	    "(see $(BUILD)/torch-latest.log)"; \
+	elif [ ! -f $(BUILD)/gpusim/libcudart.so.13 ]; then \
+	  echo "SKIP check-python-cuda-sim: no simulator under $(BUILD)/gpusim" \
+	    "(CUDA/NCCL headers not found at build time)"; \
+	else \
+	  echo "== CUDA tensors from Python on spcsim (SIMULATED, torch" \
+	    "$$(cat $(TORCH_VENV_STAMP))) =="; \
+	  SPCOLL_LIB=$(abspath $(LIBSO)) SPCOLLD=$(abspath $(SPCOLLD)) \
+	  PYTHONPATH=$(CURDIR)/client/python PYTHONDONTWRITEBYTECODE=1 \
+	  sh tests/python/cuda_sim.sh $(BUILD) $(TORCH_VENV)/bin/python; \
+	fi
+
 # Upstream sequence-parallel code from PyPI, unchanged (megatron-core,
 # yunchang, DeepSpeed, axolotl-ringmaster), in the same virtualenv, checked on backend "spcoll"
 # against "gloo" (tests/python_upstream). DeepSpeed is an sdist: built

@@ -148,6 +148,55 @@ API CUresult cuCtxPopCurrent(CUcontext *c) {
   return CUDA_SUCCESS;
 }
 
+/* For PyPI torch (see cudart_torch.c): the current context is the
+ * current device's primary context, and every primary context reports
+ * itself active (the runtime part opens them without the driver's
+ * retain count). */
+API CUresult cuCtxGetCurrent(CUcontext *c) {
+  *c = ctx_of(sim_cur_dev());
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxSetCurrent(CUcontext c) {
+  if (c == NULL)
+    return CUDA_SUCCESS;
+  int d = dev_of_ctx(c);
+  if (d < 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  sim_set_cur_dev(d);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags,
+                                        int *active) {
+  if (d < 0 || d >= sim_cfg()->ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  if (flags)
+    *flags = 0;
+  *active = 1;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+  if (d < 0 || d >= sim_cfg()->ndev)
+    return CUDA_ERROR_INVALID_DEVICE;
+  switch (a) {
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *v = 9;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *v = sim_cfg()->sms;
+    break;
+  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    *v = 1;
+    break;
+  default:
+    *v = 0; /* features the simulator does not have (VMM, multicast) */
+    sim_attr_unmodelled("cuDeviceGetAttribute", (int)a);
+  }
+  return CUDA_SUCCESS;
+}
+
 API CUresult cuCtxSynchronize(void) {
   return C(sim_device_sync(sim_cur_dev()));
 }

@@ -39,6 +39,7 @@ typedef struct {
   int ndev;
   uint64_t mem_limit; /* bytes per device */
   int sms;
+  uint64_t op_delay_us; /* SPCSIM_SLOW_STREAMS: before each stream op */
 } sim_config;
 
 const sim_config *sim_cfg(void);
@@ -52,6 +53,10 @@ void sim_uuid(int dev, uint8_t out[16]);
 /* Bytes of device dev in use, across processes sharing SPCSIM_STATE. */
 int sim_dev_reserve(int dev, uint64_t bytes);
 void sim_dev_unreserve(int dev, uint64_t bytes);
+uint64_t sim_dev_used(int dev);
+/* A device attribute the simulator does not model: 0, said on stderr once
+ * per process and attribute (torch asks for many at start). */
+void sim_attr_unmodelled(const char *call, int attr);
 /* Devices dev has enabled peer access to (cudaDeviceEnablePeerAccess). */
 int sim_peer_enabled(int from, int to);
 int sim_peer_enable(int from, int to);

@@ -125,6 +125,13 @@ int sim_malloc(int dev, uint64_t size, void **p_out) {
 int sim_free(void *p, const char *call) {
   if (p == NULL)
     return SIM_OK;
+  /* cudaFree waits until the device is idle before it unmaps: work still
+   * queued may read the allocation (torch's empty_cache frees segments
+   * right after queueing copies from them and relies on this). The
+   * streams' errors are their own calls' to report. */
+  sim_map pre;
+  if (sim_lookup(p, 1, &pre) && pre.kind == SIM_M_DEVICE && pre.ptr == p)
+    (void)sim_device_sync(pre.dev);
   pthread_mutex_lock(&mu);
   sim_map *m = find_locked(p, 1);
   if (m == NULL || m->ptr != p || m->kind != SIM_M_DEVICE) {

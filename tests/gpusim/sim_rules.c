@@ -525,6 +525,39 @@ START_TEST(device_memory_exhaustion) {
 }
 END_TEST
 
+/* cudaFree waits for the device before it unmaps (as CUDA's does):
+ * torch's empty_cache frees segments right after queueing copies from
+ * them. The copy is held behind a host function so it is still queued
+ * when the source is freed; without the wait it reads unmapped memory. */
+static void hold(void *arg) {
+  usleep(100 * 1000); /* keeps the copy queued; not a timing check */
+  *(volatile int *)arg = 1;
+}
+
+START_TEST(free_waits_for_queued_work) {
+  enum { N = 1 << 20 };
+  unsigned char *src, *dst, *got = malloc(N);
+  ck_assert_ptr_nonnull(got);
+  volatile int held = 0;
+  cudaStream_t s;
+  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  OK(cudaMalloc((void **)&src, N));
+  OK(cudaMalloc((void **)&dst, N));
+  OK(cudaMemset(src, 0x5a, N));
+  OK(cudaDeviceSynchronize()); /* the memset may be queued too */
+  OK(cudaLaunchHostFunc(s, hold, (void *)&held));
+  OK(cudaMemcpyAsync(dst, src, N, cudaMemcpyDeviceToDevice, s));
+  OK(cudaFree(src));
+  ck_assert_msg(held == 1, "cudaFree returned before queued work ran");
+  OK(cudaMemcpy(got, dst, N, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(got[i], 0x5a);
+  OK(cudaFree(dst));
+  OK(cudaStreamDestroy(s));
+  free(got);
+}
+END_TEST
+
 int main(void) {
   if (dlsym(RTLD_DEFAULT, "sim_cfg") == NULL) {
     printf("skipped: not running on spcsim (tests/gpusim/simrun.sh)\n");
@@ -552,6 +585,7 @@ int main(void) {
   tcase_add_test(tc, nccl_comm_from_two_threads);
   tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);
   tcase_add_test(tc, device_memory_exhaustion);
+  tcase_add_test(tc, free_waits_for_queued_work);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

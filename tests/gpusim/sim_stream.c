@@ -62,6 +62,10 @@ static void *worker_main(void *arg) {
     int st = s->status;
     pthread_mutex_unlock(&s->mu);
     sim_set_cur_dev(s->dev);
+    /* Slow streams (SPCSIM_SLOW_STREAMS): a consumer that does not wait
+     * for this stream reads too early nearly every time. */
+    if (sim_cfg()->op_delay_us > 0)
+      usleep((useconds_t)sim_cfg()->op_delay_us);
     op->fn(op->arg, &st);
     if (op->free_arg)
       free(op->arg);

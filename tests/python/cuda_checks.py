@@ -1,0 +1,409 @@
+"""Checks of CUDA tensors through spcoll, run on every rank of one launch
+(same order everywhere; mismatches are recorded, not raised, so all ranks
+keep issuing the same ops). Each op on CUDA tensors is compared with the
+same op on the same values as CPU tensors (the host path, itself checked
+against naive references by the other suites); the values are multiples
+of 1/64 in a small range, so sums are exact in any order and every result
+must be bitwise equal.
+
+Run only where torch sees a GPU: a real one, or spcsim (tests/gpusim)
+under PyPI torch. spcsim runs no kernel of torch's own (its fatbins are
+not simulated), so the checks use only copies on the device: data is made
+on the CPU and moved with .to(device), results come back with .cpu().
+Checks that need a torch kernel (AVG's division, a non-contiguous copy)
+report "SKIP: ..." on the simulator; the pytest side turns that into a
+skipped test, never a pass.
+
+Returns {check name: [failures] or "SKIP: why"}."""
+import hashlib
+import os
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import spcoll
+from spcoll import ops
+
+SIM = bool(os.environ.get("SPCSIM_STATE"))
+CHECKS = []
+BACKEND_CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def backend_check(fn):
+    BACKEND_CHECKS.append(fn)
+    return fn
+
+
+class NeedsKernels(Exception):
+    """This check runs a torch CUDA kernel: real GPUs only."""
+
+
+def needs_kernels(what):
+    if SIM:
+        raise NeedsKernels("%s runs a torch CUDA kernel, which spcsim does "
+                           "not simulate" % what)
+
+
+class Ctx:
+    def __init__(self, rank, world, dev, group, client):
+        self.rank, self.world, self.dev = rank, world, dev
+        self.g, self.c = group, client
+        self.failures, self.compared, self.name = [], 0, ""
+
+    def data(self, r, shape, dtype=torch.float32, salt=0):
+        key = repr((self.name, r, salt, tuple(shape), str(dtype))).encode()
+        gen = torch.Generator().manual_seed(
+            int.from_bytes(hashlib.sha256(key).digest()[:6], "little"))
+        if dtype.is_floating_point:
+            return (torch.randint(-256, 256, shape, generator=gen).double()
+                    / 64).to(dtype)
+        return torch.randint(-20, 20, shape, generator=gen).to(dtype)
+
+    def mine(self, shape, dtype=torch.float32, salt=0):
+        return self.data(self.rank, shape, dtype, salt)
+
+    def same(self, label, got, want):
+        """got: a CUDA result (must be on this rank's GPU), want: CPU."""
+        self.compared += 1
+        if got.device != self.dev:
+            self.failures.append("%s %s: result on %s, want %s" % (
+                self.name, label, got.device, self.dev))
+            return
+        g = got.cpu()
+        if g.shape != want.shape or g.dtype != want.dtype or \
+                not torch.equal(g, want):
+            self.failures.append("%s %s: got %s %s %s, want %s %s %s" % (
+                self.name, label, g.dtype, tuple(g.shape),
+                g.flatten()[:6].tolist(), want.dtype, tuple(want.shape),
+                want.flatten()[:6].tolist()))
+
+    def both(self, label, fn, x):
+        """fn on x as a CUDA tensor and as a CPU tensor: equal results."""
+        self.same(label, fn(x.to(self.dev)), fn(x))
+
+
+# ---- every native op --------------------------------------------------------
+
+@check
+def native_copy_ops(c):
+    w, r = c.world, c.rank
+    for dt in (torch.float32, torch.bfloat16, torch.int64):
+        c.both("split %s" % dt, lambda t: ops.split(t, c.g, dim=1), c.data(0, [3, 2 * w + 1, 4], dt))
+        sizes = [2 + j for j in range(w)]
+        xg = c.mine([sizes[r], 5], dt)
+        c.both("gather %s" % dt, lambda t: ops.all_gather(t, c.g, dim=0, sizes=sizes), xg)
+        c.both("all_to_all %s" % dt, lambda t: ops.all_to_all(t, c.g, scatter_dim=2, gather_dim=1), c.mine([2, 3, 2 * w, 2], dt))
+    ins = [1 + (r + j) % 3 for j in range(w)]
+    outs = [1 + (j + r) % 3 for j in range(w)]
+    xv = c.mine([sum(ins), 3])
+    c.both("all_to_all_v", lambda t: ops.all_to_all_v(t, c.g, ins, outs), xv)
+    xz = c.mine([4 * w, 3])
+    c.both("zigzag_split", lambda t: ops.zigzag_split(t, c.g, 0), c.data(0, [4 * w, 3]))
+    c.both("zigzag_gather", lambda t: ops.zigzag_gather(t, c.g, 0), xz[:2 * 2])
+    lens = [w + 1, 2 * w - 1]
+    xp = c.data(0, [sum(lens), 2])
+    c.both("packed_split", lambda t: ops.packed_split(t, c.g, lens, 0), xp)
+    mine = ops.packed_split(xp, c.g, lens, 0)
+    c.both("packed_gather", lambda t: ops.packed_gather(t, c.g, lens, 0), mine)
+
+
+@check
+def native_reductions(c):
+    for dt in (torch.float32, torch.float16, torch.int32):
+        x = c.mine([4, 7], dt)
+        for op in ("sum", "max", "min"):
+            c.both("all_reduce %s %s" % (op, dt),
+                   lambda t: ops.all_reduce(t, c.g, op), x)
+        c.both("reduce_scatter %s" % dt,
+               lambda t: ops.reduce_scatter(t, c.g, 0), c.mine([2 * c.world + 1, 3], dt))
+
+
+@check
+def zero_copy_in_spcoll_device_memory(c):
+    x = c.c.empty([6, 4], torch.float32, device=c.dev)
+    x.copy_(c.mine([6, 4]).to(c.dev))
+    before = c.c.staging_stats()
+    y = ops.all_gather(x, c.g, dim=0)
+    if c.c.staging_stats() != before:
+        c.failures.append("an input in spcoll device memory was staged")
+    if not c.c.is_shared(y):
+        c.failures.append("an op's output is not in spcoll device memory")
+    want = ops.all_gather(c.mine([6, 4]), c.g, dim=0)
+    c.same("gather of spcoll memory", y, want)
+
+
+@check
+def foreign_tensor_is_staged(c):
+    x = c.mine([5, 3]).to(c.dev)         # torch's caching allocator
+    n0 = c.c.staging_stats()[0]
+    y = ops.all_reduce(x, c.g)
+    if c.c.staging_stats()[0] != n0 + 1 or c.c.is_shared(x):
+        c.failures.append("a caching-allocator tensor was not staged once")
+    c.same("all_reduce of a torch tensor", y, ops.all_reduce(c.mine([5, 3]), c.g))
+
+
+@check
+def non_contiguous_input(c):
+    needs_kernels("a non-contiguous device copy")
+    x = c.mine([4, 6])
+    c.both("gather of a transposed tensor",
+           lambda t: ops.all_gather(t.t(), c.g, dim=0), x)
+
+
+# ---- stream order -------------------------------------------------------------
+
+BIG = 1 << 20     # elements: enough work in flight that a missing wait shows
+
+
+@check
+def stream_order_on_a_side_stream(c):
+    """Input written by an async copy on a side stream, the op issued on
+    that stream, the result copied on it: correct only if the daemon waits
+    for the stream and the stream for the daemon (no host sync here).
+    Three rounds: the first ones may allocate (and free) spcoll arenas,
+    and cudaFree synchronizes the device, which would hide a missing
+    wait."""
+    s = torch.cuda.Stream(device=c.dev)
+    for i in range(3):
+        host = c.mine([BIG], salt=i).pin_memory()
+        with torch.cuda.stream(s):
+            x = host.to(c.dev, non_blocking=True)
+            y = ops.all_reduce(x, c.g)
+            z = torch.empty_like(y)
+            z.copy_(y)                          # after the daemon's write
+            out = z.to("cpu", non_blocking=True)
+        s.synchronize()
+        want = ops.all_reduce(c.mine([BIG], salt=i), c.g)
+        c.compared += 1
+        if not torch.equal(out, want):
+            c.failures.append("side-stream all_reduce round %d: got %s "
+                              "want %s" % (i, out[:4].tolist(),
+                                           want[:4].tolist()))
+        del x, y, z, out            # the next round reuses the blocks
+
+
+@check
+def async_handle_waits_on_stream(c):
+    s = torch.cuda.Stream(device=c.dev)
+    host = c.mine([BIG, 2]).pin_memory()
+    with torch.cuda.stream(s):
+        x = host.to(c.dev, non_blocking=True)
+        h = ops.all_gather(x, c.g, dim=0, async_op=True)
+        del x                                # kept alive by the handle
+        y = h.wait()
+        out = y.to("cpu", non_blocking=True)
+    s.synchronize()
+    want = ops.all_gather(c.mine([BIG, 2]), c.g, dim=0)
+    c.compared += 1
+    if not torch.equal(out, want):
+        c.failures.append("async all_gather on a side stream went wrong")
+
+
+# ---- torch's allocator frees its segments whenever it likes ------------------
+
+@check
+def empty_cache_after_ops(c):
+    for i in range(3):
+        x = c.mine([1 << 16], salt=i).to(c.dev)
+        y = ops.all_reduce(x, c.g)
+        c.same("round %d" % i, y, ops.all_reduce(c.mine([1 << 16], salt=i), c.g))
+        del x, y
+        torch.cuda.empty_cache()    # cudaFree of torch's segments
+
+
+@check
+def empty_cache_while_op_in_flight(c):
+    x = c.mine([1 << 16]).to(c.dev)
+    h = ops.all_gather(x, c.g, dim=0, async_op=True)
+    del x
+    torch.cuda.empty_cache()        # the input's segment goes back to CUDA
+    y = h.wait()
+    c.same("all_gather across empty_cache", y,
+           ops.all_gather(c.mine([1 << 16]), c.g, dim=0))
+
+
+@check
+def trim_returns_device_arenas(c):
+    t = c.c.empty([1 << 10], torch.float32, device=c.dev)
+    del t
+    c.c.trim()
+    left = [a for a in c.c.pool._arenas if a.device >= 0 and a.live == 0]
+    c.compared += 1
+    if left:
+        c.failures.append("trim kept %d empty device arena(s)" % len(left))
+
+
+# ---- torch.distributed backend "spcoll" on CUDA tensors ----------------------
+
+R = dist.ReduceOp
+
+
+_bsame = Ctx.same
+
+
+@backend_check
+def backend_all_reduce(c):
+    for op in (R.SUM, R.MAX, R.MIN):
+        t = c.mine([5, 3]).to(c.dev)
+        dist.all_reduce(t, op)
+        ref = c.mine([5, 3])
+        dist.all_reduce(ref, op)
+        _bsame(c, "all_reduce %s" % op, t, ref)
+    t = c.mine([9]).to(c.dev)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    ref = c.mine([9])
+    dist.all_reduce(ref)
+    _bsame(c, "async all_reduce", t, ref)
+
+
+@backend_check
+def backend_avg(c):
+    needs_kernels("ReduceOp.AVG (a division on the device)")
+    t = c.mine([5]).to(c.dev)
+    dist.all_reduce(t, R.AVG)
+    ref = c.mine([5])
+    dist.all_reduce(ref, R.AVG)
+    _bsame(c, "all_reduce AVG", t, ref)
+
+
+@backend_check
+def backend_gathers_and_scatters(c):
+    w = c.world
+    x = c.mine([4, 3])
+    out = torch.empty([4 * w, 3], device=c.dev)
+    dist.all_gather_into_tensor(out, x.to(c.dev))
+    ref = torch.empty([4 * w, 3])
+    dist.all_gather_into_tensor(ref, x)
+    _bsame(c, "all_gather_into_tensor", out, ref)
+    outs = [torch.empty([4, 3], device=c.dev) for _ in range(w)]
+    dist.all_gather(outs, x.to(c.dev))
+    refs = [torch.empty([4, 3]) for _ in range(w)]
+    dist.all_gather(refs, x)
+    for j in range(w):
+        _bsame(c, "all_gather[%d]" % j, outs[j], refs[j])
+    big = c.mine([2 * w, 3])
+    o = torch.empty([2, 3], device=c.dev)
+    dist.reduce_scatter_tensor(o, big.to(c.dev))
+    ro = torch.empty([2, 3])
+    dist.reduce_scatter_tensor(ro, big)
+    _bsame(c, "reduce_scatter_tensor", o, ro)
+    b = c.mine([6]).to(c.dev)
+    dist.broadcast(b, 1 % w)
+    rb = c.mine([6])
+    dist.broadcast(rb, 1 % w)
+    _bsame(c, "broadcast", b, rb)
+    a = c.mine([2 * w, 2])
+    ao = torch.empty([2 * w, 2], device=c.dev)
+    dist.all_to_all_single(ao, a.to(c.dev))
+    ar = torch.empty([2 * w, 2])
+    dist.all_to_all_single(ar, a)
+    _bsame(c, "all_to_all_single", ao, ar)
+    dist.barrier()
+
+
+@backend_check
+def backend_refuses_mixed_host_and_device(c):
+    c.compared += 1
+    try:
+        outs = [torch.empty([2]) for _ in range(c.world)]
+        dist.all_gather(outs, c.mine([2]).to(c.dev))
+        c.failures.append("host outputs for a CUDA input were accepted")
+    except (ValueError, RuntimeError) as e:
+        if "mix host and device" not in str(e) and \
+                "must all be on the CPU or all on one GPU" not in str(e):
+            c.failures.append("unclear error: %s" % e)
+
+
+@backend_check
+def backend_zero_copy_output(c):
+    import spcoll.distributed as sd
+    w = c.world
+    out = sd.empty([3 * w], torch.float32, device=c.dev)
+    if not sd.is_zero_copy(out):
+        c.failures.append("spcoll.distributed.empty(device=...) is not "
+                          "zero copy")
+    dist.all_gather_into_tensor(out, c.mine([3]).to(c.dev))
+    ref = torch.empty([3 * w])
+    dist.all_gather_into_tensor(ref, c.mine([3]))
+    _bsame(c, "all_gather_into_tensor into spcoll memory", out, ref)
+
+
+def _run_checks(ctx, checks, only):
+    results = {}
+    for fn in checks:
+        if only is not None and fn.__name__ not in only:
+            continue
+        ctx.failures, ctx.compared, ctx.name = [], 0, fn.__name__
+        try:
+            fn(ctx)
+            if ctx.compared == 0:
+                ctx.failures.append("compared nothing")
+            results[fn.__name__] = ctx.failures
+        except NeedsKernels as e:
+            results[fn.__name__] = "SKIP: %s" % e
+        except Exception:
+            results[fn.__name__] = ctx.failures + [
+                "raised:\n" + traceback.format_exc()]
+    return results
+
+
+STREAM_CHECKS = ("stream_order_on_a_side_stream",
+                 "async_handle_waits_on_stream")
+
+
+class _Unordered:
+    """libspclient as the Python package sees it, except that the daemon
+    is ordered after a stream of its own instead of the caller's: the
+    stream checks must then fail (the control that shows they can)."""
+
+    def __init__(self, lib, dev):
+        self._lib, self._stream = lib, torch.cuda.Stream(device=dev)
+
+    def _other(self):
+        import ctypes
+        return ctypes.c_void_p(self._stream.cuda_stream)
+
+    def __getattr__(self, name):
+        f = getattr(self._lib, name)
+        if name == "spc_start_on_stream":
+            return lambda g, op, i, o, s, r: f(g, op, i, o, self._other(), r)
+        if name == "spc_run_on_stream":
+            return lambda g, op, i, o, s: f(g, op, i, o, self._other())
+        return f
+
+
+def run(rank, world, sock, placement, tag, store=None):
+    """placement: "one_gpu" (every rank on cuda:0, the daemon's CUDA
+    mover), "gpu_per_rank" (rank r on cuda:r, NCCL) or "unordered" (as
+    one_gpu, the stream checks only, with the daemon ordered after the
+    wrong stream: a negative control). store: a file path: then the
+    torch backend checks run too."""
+    torch.set_num_threads(1)
+    dev = torch.device("cuda", rank if placement == "gpu_per_rank" else 0)
+    torch.cuda.set_device(dev)
+    only = None
+    if placement == "unordered":
+        from spcoll import _inflight
+        _inflight.lib = ops.lib = _Unordered(ops.lib, dev)
+        only = STREAM_CHECKS
+    client = spcoll.connect(sock)
+    g = client.join("cuda-%s-%s" % (placement, tag), world, rank)
+    ctx = Ctx(rank, world, dev, g, client)
+    results = _run_checks(ctx, CHECKS, only)
+    if store is not None:
+        os.environ["SPCOLL_SOCKET"] = sock
+        dist.init_process_group("spcoll", init_method="file://" + store,
+                                rank=rank, world_size=world)
+        results.update(_run_checks(ctx, BACKEND_CHECKS, None))
+        dist.destroy_process_group()
+    torch.cuda.synchronize()
+    g.leave()
+    client.close()
+    return results

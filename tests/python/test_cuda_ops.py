@@ -1,0 +1,134 @@
+"""CUDA tensors through spcoll on a GPU: every native op and the torch
+backend's collectives on CUDA tensors against the same ops on CPU
+tensors, stream order on a side stream and with async handles, torch's
+empty_cache while ops are in flight, zero copy from spcoll device memory
+(cuda_checks.py). Two placements: every rank on GPU 0 (the daemon's CUDA
+mover) and, with two GPUs or more, one GPU per rank (NCCL).
+
+Runs only where torch sees a GPU: a real one, or spcsim under PyPI torch
+(`make check-python-cuda-sim`). Elsewhere every test here is SKIPPED,
+never passed. Whether torch sees a GPU is asked in a child process: CUDA
+initialized in this process would not survive the fork of the ranks."""
+import os
+
+import pytest
+
+import cuda_checks
+import cuda_probe
+import launch
+
+WORLD = 2
+
+
+def gpus():
+    n = cuda_probe.gpus()
+    if not isinstance(n, int):
+        pytest.skip(n)
+    if n == 0:
+        pytest.skip("no CUDA device visible to torch %s: the CUDA tensor "
+                    "suite needs a GPU (or spcsim: make "
+                    "check-python-cuda-sim)" % _torch_version())
+    return n
+
+
+def _torch_version():
+    import torch
+    return torch.__version__
+
+
+_runs = {}
+_movers = {}
+
+# The daemon's mover for each placement: every rank on one GPU moves with
+# the CUDA mover (IPC and the plan kernel), one GPU per rank with NCCL.
+MOVER = {"one_gpu": ("mover_cuda_ops", "mover_nccl_ops"),
+         "gpu_per_rank": ("mover_nccl_ops", "mover_cuda_ops"),
+         "unordered": ("mover_cuda_ops", "mover_nccl_ops")}
+
+
+def _stats(daemon):
+    """The daemon's counters, through spcollctl beside spcolld."""
+    import subprocess
+    from conftest import SPCOLLD
+    ctl = os.path.join(os.path.dirname(SPCOLLD), "spcollctl")
+    out = subprocess.run([ctl, "--socket", daemon, "stats"], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    return {k: int(v) for k, v in
+            (l.split() for l in out.splitlines() if len(l.split()) == 2
+             and l.split()[1].lstrip("-").isdigit())}
+
+
+@pytest.fixture(scope="module")
+def results(daemon, workdir):
+    def get(placement):
+        n = gpus()
+        if placement == "gpu_per_rank" and n < WORLD:
+            pytest.skip("one GPU per rank needs %d GPUs, torch sees %d"
+                        % (WORLD, n))
+        if placement not in _runs:
+            d = os.path.join(workdir, "cuda-" + placement)
+            before = _stats(daemon)
+            store = None if placement == "unordered" else \
+                os.path.join(d, "store")
+            _runs[placement] = launch.run_ranks(
+                WORLD, cuda_checks.run,
+                (daemon, placement, str(os.getpid()), store), d, guard=180)
+            after = _stats(daemon)
+            _movers[placement] = {k: after.get(k, 0) - before.get(k, 0)
+                                  for k in MOVER[placement]}
+        return _runs[placement]
+    return get
+
+
+@pytest.mark.parametrize("placement", ["one_gpu", "gpu_per_rank"],
+                         ids=[p + ("-simulated" if cuda_checks.SIM else "")
+                              for p in ("one_gpu", "gpu_per_rank")])
+def test_cuda_mover(results, placement):
+    """The placement's ops ran on the mover it is meant to check."""
+    results(placement)
+    used, other = MOVER[placement]
+    moved = _movers[placement]
+    assert moved[used] > 0 and moved[other] == 0, moved
+
+
+NAMES = [f.__name__ for f in cuda_checks.CHECKS + cuda_checks.BACKEND_CHECKS]
+
+
+# On spcsim every result is labelled simulated, in its test id too.
+PLACEMENT_IDS = [p + ("-simulated" if cuda_checks.SIM else "")
+                 for p in ("one_gpu", "gpu_per_rank")]
+
+
+@pytest.mark.parametrize("placement", ["one_gpu", "gpu_per_rank"],
+                         ids=PLACEMENT_IDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda(results, placement, name):
+    bad, skips = [], set()
+    for r, res in enumerate(results(placement)):
+        if "__error__" in res:
+            bad.append(res["__error__"])
+            continue
+        got = res.get(name, ["not run"])
+        if isinstance(got, str):
+            skips.add(got[len("SKIP: "):])
+        else:
+            bad.extend("rank %d: %s" % (r, f) for f in got)
+    assert not bad, "\n".join(bad[:20])
+    if skips:
+        pytest.skip("; ".join(sorted(skips)))
+
+
+def test_stream_checks_see_a_missing_wait(results):
+    """The control: with the daemon ordered after the wrong stream, both
+    stream checks fail. Only on spcsim, whose trainers' streams are slowed
+    (SPCSIM_SLOW_STREAMS in cuda_sim.sh) so that the daemon reads before
+    the copies it did not wait for; a real GPU's timing is not ours."""
+    if not cuda_checks.SIM or not os.environ.get("SPCSIM_SLOW_STREAMS"):
+        pytest.skip("the negative control needs spcsim's slow streams "
+                    "(make check-python-cuda-sim)")
+    res = results("unordered")
+    for r, got in enumerate(res):
+        assert "__error__" not in got, got.get("__error__")
+        for name in cuda_checks.STREAM_CHECKS:
+            assert got[name], ("rank %d: %s passed with the daemon ordered "
+                               "after the wrong stream" % (r, name))
