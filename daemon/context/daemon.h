@@ -95,6 +95,7 @@ typedef struct spd_ctx {
   uv_signal_t sig_term, sig_int;
   uv_timer_t watchdog;       /* looks for stuck ops once a second */
   uv_timer_t grace;          /* bounds the last flush at shutdown */
+  uv_timer_t stop_limit;     /* bounds a stop's wait for running ops */
   uv_tcp_t metrics;          /* optional HTTP /metrics on 127.0.0.1 */
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;

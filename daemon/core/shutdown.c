@@ -1,11 +1,48 @@
 /* Orderly stop of the daemon (SIGTERM/SIGINT). */
+#include <unistd.h>
+
 #include "daemon.h"
 #include "gpu_ipc.h"
 #include "group.h"
 #include "engine.h"
+#include "op.h"
 #include "peer.h"
 #include "sd.h"
 #include "session.h"
+
+/* An op that never ends in its mover (a GPU stream waiting on an event
+ * its dead client never recorded, a peer stopped mid-stream) would hold
+ * the stop for ever: past drain_timeout the daemon says which and exits
+ * without the orderly teardown, which could touch what that op still
+ * uses. Its clients see the connection close. */
+static void on_stop_limit(uv_timer_t *t) {
+  spd_ctx *ctx = t->data;
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    spd_op *op;
+    TAILQ_FOREACH(op, &g->ops, link)
+      if (op->running)
+        SPD_ERROR(&ctx->log, "stop: op %llu of group '%s' still running "
+                  "after %lld s (drain_timeout)", (unsigned long long)op->seq,
+                  g->name, ctx->cfg.drain_timeout);
+  }
+  SPD_ERROR(&ctx->log, "exiting with %d op(s) still running",
+            ctx->running_ops);
+  _exit(3);
+}
+
+static void stop_limit_arm(spd_ctx *ctx) {
+  int rc = uv_timer_init(ctx->loop, &ctx->stop_limit);
+  if (rc == 0)
+    rc = uv_timer_start(&ctx->stop_limit, on_stop_limit,
+                        (uint64_t)ctx->cfg.drain_timeout * 1000, 0);
+  if (rc < 0) {
+    SPD_WARN(&ctx->log, "stop deadline timer: %s; the stop waits for the "
+             "running ops", uv_strerror(rc));
+    return;
+  }
+  ctx->stop_limit.data = ctx;
+}
 
 void spd_shutdown(spd_ctx *ctx) {
   if (ctx->stopping)
@@ -20,6 +57,8 @@ void spd_shutdown(spd_ctx *ctx) {
     spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
   if (ctx->running_ops == 0)
     spd_shutdown_continue(ctx);
+  else
+    stop_limit_arm(ctx);
 }
 
 static void on_grace(uv_timer_t *t) {
@@ -39,6 +78,9 @@ void spd_shutdown_continue(spd_ctx *ctx) {
     uv_timer_start(&ctx->grace, on_grace, 2000, 0);
     uv_unref((uv_handle_t *)&ctx->grace);
   }
+  if (ctx->stop_limit.data != NULL)
+    uv_close((uv_handle_t *)&ctx->stop_limit, NULL);
+  ctx->stop_limit.data = NULL;
   spd_session *s;
   while ((s = TAILQ_FIRST(&ctx->sessions)) != NULL)
     spd_session_close(s);

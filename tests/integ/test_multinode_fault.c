@@ -19,12 +19,13 @@
 #include "check_run.h"
 #include "harness.h"
 
-#define N_ELEMS 4096
+#define N_ELEMS_SMALL 4096
 #define MAXW 64
 
 static spt_nodes nodes;
 static int NODES = 3, WORLD = 6;
 static char victim_name[32]; /* "node N": what survivors must be told */
+static int N_ELEMS = N_ELEMS_SMALL; /* floats per rank */
 
 /* All-gathers of verified data until the op fails or `iters` are done;
  * a byte goes to ready_fd after the first one. Exit: 0 done, 10 + the
@@ -158,6 +159,69 @@ START_TEST(peer_dies_mid_run) {
 }
 END_TEST
 
+/* Freeze node 1 (SIGSTOP) at a moment node 0 has an op running, i.e.
+ * waiting for node 1's streams: frozen and thawed again until node 0's
+ * stats say so. 1 when caught. */
+static int freeze_while_running(void) {
+  for (int tries = 0; tries < 200; tries++) {
+    if (kill(nodes.d[1].pid, SIGSTOP) != 0)
+      return 0;
+    usleep(100000);
+    if (spt_daemon_stat(&nodes.d[0], "running_ops") > 0)
+      return 1;
+    kill(nodes.d[1].pid, SIGCONT);
+    usleep((useconds_t)(1000 + tries * 7919 % 20000));
+  }
+  return 0;
+}
+
+/* A stop never waits for ever on an op stuck in its engine: node 1's
+ * daemon is frozen (its peer timeout far away) while node 0 runs an
+ * all-gather, which then waits for streams that never come. SIGTERM on
+ * node 0: it exits with status 3 after drain_timeout (2 s), naming the
+ * op; without the bound it hangs until spt_daemon_stop's SIGKILL (-1). */
+static int frozen_stop_once(int attempt) {
+  const char *extra[] = {"--peer-timeout", "600", "--drain-timeout", "2",
+                         NULL};
+  ck_assert_int_eq(spt_nodes_start(&nodes, 2, extra), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pids[4];
+  int codes[4];
+  char name[32];
+  snprintf(name, sizeof(name), "frozen%d", attempt);
+  N_ELEMS = 1 << 18;
+  fork_ranks(pids, 4, 2, name, 1000000, fds[1]);
+  close(fds[1]);
+  char buf[4];
+  int got = 0;
+  while (got < 4) {
+    ssize_t r = read(fds[0], buf, (size_t)(4 - got));
+    ck_assert_int_gt(r, 0);
+    got += (int)r;
+  }
+  close(fds[0]);
+  ck_assert_msg(freeze_while_running(), "never caught node 0 with an op "
+                "running");
+  int rc = spt_daemon_stop(&nodes.d[0]);
+  kill(nodes.d[1].pid, SIGKILL); /* its ranks see the connection close */
+  waitpid(nodes.d[1].pid, NULL, 0);
+  nodes.d[1].pid = 0;
+  reap(pids, codes, 4, 60);
+  for (int r = 0; r < 4; r++) /* every rank failed, none hung */
+    ck_assert_msg(codes[r] >= 10, "frozen: rank %d exit %d", r, codes[r]);
+  N_ELEMS = N_ELEMS_SMALL;
+  ck_assert_msg(rc == 3, "node 0's stop with an op stuck: exit %d (3: "
+                "bounded; -1: killed after hanging)", rc);
+  return rc;
+}
+
+START_TEST(stop_with_an_op_stuck_is_bounded) {
+  victim_name[0] = '\0'; /* a stop, not a lost node */
+  frozen_stop_once(1);
+}
+END_TEST
+
 int main(void) {
   const char *n = getenv("SPT_FAULT_NODES");
   if (n != NULL) {
@@ -172,6 +236,8 @@ int main(void) {
   TCase *tc = tcase_create("fault");
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, peer_dies_mid_run);
+  if (getenv("SPT_FAULT_NODES") == NULL)
+    tcase_add_test(tc, stop_with_an_op_stuck_is_bounded);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
