@@ -55,6 +55,7 @@ typedef struct spd_op {
   uint64_t created_ns;        /* when the first rank arrived */
   uint64_t started_ns;        /* when every rank had arrived */
   uint64_t submitted_ns;      /* when handed to a mover */
+  int abandoned;              /* ran past the op timeout: ranks answered */
   uv_work_t plan_work;        /* building the plan off the loop */
   int plan_rc;
   spk_err plan_err;

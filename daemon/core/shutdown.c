@@ -23,19 +23,34 @@ static void on_stop_limit(uv_timer_t *t) {
     TAILQ_FOREACH(op, &g->ops, link)
       if (op->running)
         SPD_ERROR(&ctx->log, "stop: op %llu of group '%s' still running "
-                  "after %lld s (drain_timeout)", (unsigned long long)op->seq,
-                  g->name, ctx->cfg.drain_timeout);
+                  "in its engine%s", (unsigned long long)op->seq, g->name,
+                  op->abandoned ? " (timed out before)" : " past "
+                  "drain_timeout");
   }
   SPD_ERROR(&ctx->log, "exiting with %d op(s) still running",
             ctx->running_ops);
   _exit(3);
 }
 
+/* 1 when every running op already timed out in its engine (its ranks
+ * were answered): nothing is left to wait for. */
+static int only_abandoned(spd_ctx *ctx) {
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    spd_op *op;
+    TAILQ_FOREACH(op, &g->ops, link)
+      if (op->running && !op->abandoned)
+        return 0;
+  }
+  return 1;
+}
+
 static void stop_limit_arm(spd_ctx *ctx) {
+  uint64_t ms = only_abandoned(ctx) ? 0 : (uint64_t)ctx->cfg.drain_timeout *
+                                              1000;
   int rc = uv_timer_init(ctx->loop, &ctx->stop_limit);
   if (rc == 0)
-    rc = uv_timer_start(&ctx->stop_limit, on_stop_limit,
-                        (uint64_t)ctx->cfg.drain_timeout * 1000, 0);
+    rc = uv_timer_start(&ctx->stop_limit, on_stop_limit, ms, 0);
   if (rc < 0) {
     SPD_WARN(&ctx->log, "stop deadline timer: %s; the stop waits for the "
              "running ops", uv_strerror(rc));

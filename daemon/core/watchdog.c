@@ -1,7 +1,7 @@
 /* The daemon's clock: stuck ops are logged once, naming the ranks that
  * have not issued them (stats show them with their age all along); an op
- * waiting past its group's op timeout fails on every rank and breaks the
- * group; groups that never complete fail their joins at the join
+ * waiting past its group's op timeout, or running in its engine past it,
+ * fails on every rank and breaks the group; groups that never complete fail their joins at the join
  * deadline; connections past their hello or partial-frame deadline go;
  * a drain past its deadline stops the daemon. */
 #include <stdio.h>
@@ -9,6 +9,8 @@
 #include "group.h"
 #include "group_seg.h"
 #include "op.h"
+#include "op_engine.h"
+#include "session.h"
 #include "op_p2p.h"
 
 /* Deadlines are in seconds (or the client's milliseconds): a quarter of a
@@ -42,6 +44,33 @@ static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
   spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
 }
 
+/* An op running in its engine past the op timeout, which no engine ends
+ * by itself (a GPU stream waiting on an event its dead client never
+ * recorded, a peer frozen mid-stream with its peer timeout far away): its
+ * ranks hear it now and the group breaks. The op stays until its engine
+ * lets go of it (a stop waits for that at most drain_timeout). */
+static void running_timed_out(spd_group *g, spd_op *op, uint64_t now) {
+  spd_ctx *ctx = g->ctx;
+  char msg[400];
+  snprintf(msg, sizeof(msg), "op %llu (%s) of group '%s' timed out after "
+           "%.1f s running in the %s engine; its outputs are undefined",
+           (unsigned long long)op->seq, spd_op_slot_name(spd_op_slot_of(op)),
+           g->name, (double)(now - op->submitted_ns) * 1e-9,
+           spd_engine_name(op->engine));
+  SPD_WARN(&ctx->log, "%s", msg);
+  ctx->stats.ops_timed_out++;
+  op->abandoned = 1;
+  spd_group_break(g, SPK_ETIMEDOUT, msg);
+  for (int i = 0; i < g->world; i++) {
+    spd_op_rank *r = &op->ranks[i];
+    if (r->session != NULL)
+      spd_session_send_error(r->session, r->req, SPK_ETIMEDOUT, msg);
+    spd_op_forget_session(op, i);
+  }
+  spd_engine_abort(op, SPK_ETIMEDOUT, msg, -1);
+  spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
+}
+
 static void group_tick(spd_group *g, uint64_t now) {
   spd_ctx *ctx = g->ctx;
   spd_gseg_tick(g, now); /* fast-path ops stalled past the op timeout */
@@ -50,6 +79,11 @@ static void group_tick(spd_group *g, uint64_t now) {
   uint64_t stuck = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link) {
+    if (op->running && !op->abandoned && op->submitted_ns != 0 &&
+        now - op->submitted_ns > g->op_timeout_ns) {
+      running_timed_out(g, op, now);
+      return;
+    }
     if (op->running)
       continue;
     if (op->arrived < g->world && now - op->created_ns > g->op_timeout_ns) {

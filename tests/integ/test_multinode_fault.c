@@ -222,6 +222,51 @@ START_TEST(stop_with_an_op_stuck_is_bounded) {
 }
 END_TEST
 
+/* An op running past the op timeout (node 1 frozen mid-op, its peer
+ * timeout far away) fails on node 0's ranks with SPC_ETIMEDOUT naming it,
+ * instead of holding them for ever; the stop that follows is bounded. */
+START_TEST(running_op_times_out) {
+  const char *extra[] = {"--peer-timeout", "600", "--op-timeout", "3",
+                         "--drain-timeout", "2", NULL};
+  victim_name[0] = '\0';
+  ck_assert_int_eq(spt_nodes_start(&nodes, 2, extra), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pids[4];
+  int codes[4];
+  N_ELEMS = 1 << 18;
+  fork_ranks(pids, 4, 2, "overdue", 1000000, fds[1]);
+  close(fds[1]);
+  char buf[4];
+  int got = 0;
+  while (got < 4) {
+    ssize_t r = read(fds[0], buf, (size_t)(4 - got));
+    ck_assert_int_gt(r, 0);
+    got += (int)r;
+  }
+  close(fds[0]);
+  ck_assert_msg(freeze_while_running(), "never caught node 0 with an op "
+                "running");
+  pid_t mine[2] = {pids[0], pids[2]}; /* node 0's ranks */
+  int mcodes[2];
+  reap(mine, mcodes, 2, 60);
+  long long timed_out = spt_daemon_stat(&nodes.d[0], "ops_timed_out");
+  int rc = spt_daemon_stop(&nodes.d[0]);
+  kill(nodes.d[1].pid, SIGKILL);
+  waitpid(nodes.d[1].pid, NULL, 0);
+  nodes.d[1].pid = 0;
+  pid_t theirs[2] = {pids[1], pids[3]};
+  reap(theirs, codes, 2, 60);
+  N_ELEMS = N_ELEMS_SMALL;
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(mcodes[i] == 10 - SPC_ETIMEDOUT, "node 0's rank %d exit "
+                  "%d, wanted %d (SPC_ETIMEDOUT)", 2 * i, mcodes[i],
+                  10 - SPC_ETIMEDOUT);
+  ck_assert_int_ge(timed_out, 1);
+  ck_assert_msg(rc == 3, "node 0's stop: exit %d, wanted 3", rc);
+}
+END_TEST
+
 int main(void) {
   const char *n = getenv("SPT_FAULT_NODES");
   if (n != NULL) {
@@ -238,6 +283,8 @@ int main(void) {
   tcase_add_test(tc, peer_dies_mid_run);
   if (getenv("SPT_FAULT_NODES") == NULL)
     tcase_add_test(tc, stop_with_an_op_stuck_is_bounded);
+  if (getenv("SPT_FAULT_NODES") == NULL)
+    tcase_add_test(tc, running_op_times_out);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
