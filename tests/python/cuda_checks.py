@@ -407,3 +407,35 @@ def run(rank, world, sock, placement, tag, store=None):
     g.leave()
     client.close()
     return results
+
+
+# ---- a rank that dies with its op queued on its stream ----------------------
+
+def dead_client_rank(rank, world, sock):
+    """Rank 0 queues work on its stream ahead of an async all_reduce (so
+    its start event is recorded only after them) and dies before its
+    stream gets there; rank 1 must hear a timeout, not wait for ever."""
+    import time
+    from spcoll import ops
+    torch.cuda.set_device(0)
+    c = spcoll.connect(sock)
+    g = c.join("dead-client", world, rank, timeout=3.0)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.ones(1 << 16).to("cuda:0")  # a copy: no torch kernel
+        # A first op makes the staging arena: allocating one waits for
+        # the device, which would run the queue below before the op.
+        ops.all_reduce(x, g)
+        if rank == 0:
+            host = torch.ones(1 << 16).pin_memory()
+            for _ in range(40):     # slowed streams: seconds of queued work
+                x.copy_(host, non_blocking=True)
+        h = ops.all_reduce(x, g, async_op=True)
+        if rank == 0:
+            time.sleep(0.2)
+            os._exit(3)
+        try:
+            h.wait()
+            return {"res": "completed"}
+        except Exception as e:      # the daemon's timeout, as RuntimeError
+            return {"res": "raised", "msg": str(e)}

@@ -132,3 +132,51 @@ def test_stream_checks_see_a_missing_wait(results):
         for name in cuda_checks.STREAM_CHECKS:
             assert got[name], ("rank %d: %s passed with the daemon ordered "
                                "after the wrong stream" % (r, name))
+
+
+def test_dead_client_times_out_and_stop_is_bounded(workdir):
+    """A rank dies before its stream records its op's start event: the
+    daemon's stream waits on an event nobody will record. The other rank
+    fails at the group's 3 s timeout (the op timeout covers an op running
+    in its engine) and spcolld, stopped, exits at once with status 3
+    naming the op, rather than waiting for ever. Its own daemon: the
+    stuck stream would hold the shared one's GPU 0."""
+    if not cuda_checks.SIM or not os.environ.get("SPCSIM_SLOW_STREAMS"):
+        pytest.skip("needs spcsim's slow streams to queue the start event "
+                    "behind work the dead rank never finishes "
+                    "(make check-python-cuda-sim)")
+    gpus()
+    import signal
+    import socket
+    import subprocess
+    import time
+    from conftest import SPCOLLD
+    d = os.path.join(workdir, "dead-client")
+    os.makedirs(d, exist_ok=True)
+    sock = os.path.join(d, "spcolld.sock")
+    log = open(os.path.join(d, "spcolld.log"), "wb")
+    p = subprocess.Popen([SPCOLLD, "--socket", sock, "--workers", "2"],
+                         stdout=log, stderr=log)
+    for _ in range(1000):           # readiness, not a timing check
+        try:
+            with socket.socket(socket.AF_UNIX) as so:
+                so.connect(sock)
+            break
+        except OSError:
+            time.sleep(0.01)
+    res = launch.run_ranks(2, cuda_checks.dead_client_rank, (sock,),
+                           os.path.join(d, "ranks"), guard=120)
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = "hung after SIGTERM"
+    log.close()
+    text = open(log.name).read()
+    assert "rank 0 died" in res[0].get("__error__", ""), res[0]
+    assert res[1].get("res") == "raised", (res[1], text[-2000:])
+    assert "timed out" in res[1]["msg"] and "running in the" in \
+        res[1]["msg"], res[1]["msg"]
+    assert rc == 3 and "still running in its engine" in text, \
+        (rc, text[-2000:])
