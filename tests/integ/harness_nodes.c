@@ -47,17 +47,11 @@ int spt_node_start(spt_nodes *N, int i) {
   return spt_daemon_start(&N->d[i], argv);
 }
 
-int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
-  memset(N->d, 0, sizeof(N->d));
-  N->n = n;
-  memset(N->extra, 0, sizeof(N->extra));
-  for (int k = 0; extra != NULL && extra[k] != NULL && k < 15; k++)
-    N->extra[k] = extra[k];
-  /* Loopback tcp unless the caller's environment says otherwise. */
-  setenv("UCX_TLS", "tcp", 0);
-  /* SPT_NODE_HOSTS="a,b,c": the nodes' own addresses (network namespaces,
-   * scripts/multinode_netns.sh) with port 7410 each; else loopback. */
+/* The --peers list: the nodes' own addresses (SPT_NODE_HOSTS, port 7410
+ * each) or loopback with free ports, all distinct. */
+static int peers_list(spt_nodes *N, int n) {
   const char *hosts = getenv("SPT_NODE_HOSTS");
+  int ports[SPT_MAX_NODES];
   size_t used = 0;
   N->peers[0] = '\0';
   for (int i = 0; i < n; i++) {
@@ -70,18 +64,50 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
       if (h == NULL)
         return -1;
       snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
-    } else if ((port = free_port()) < 0) {
-      return -1;
+    } else {
+      int dup;
+      do {
+        if ((port = free_port()) < 0)
+          return -1;
+        dup = 0;
+        for (int k = 0; k < i; k++)
+          dup |= ports[k] == port;
+      } while (dup);
     }
+    ports[i] = port;
     used += (size_t)snprintf(N->peers + used, sizeof(N->peers) - used,
                              "%s%s:%d", i ? "," : "", host, port);
   }
-  for (int i = 0; i < n; i++)
-    if (spt_node_start(N, i) < 0) {
-      fprintf(stderr, "node %d did not start\n", i);
-      return -1;
-    }
   return 0;
+}
+
+int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
+  memset(N->d, 0, sizeof(N->d));
+  N->n = n;
+  memset(N->extra, 0, sizeof(N->extra));
+  for (int k = 0; extra != NULL && extra[k] != NULL && k < 15; k++)
+    N->extra[k] = extra[k];
+  /* Loopback tcp unless the caller's environment says otherwise. */
+  setenv("UCX_TLS", "tcp", 0);
+  /* A port found free may be taken by another process before its daemon
+   * binds it (parallel suites pick from the same range): start again on
+   * new ports, a few times. */
+  for (int attempt = 0; attempt < 4; attempt++) {
+    if (peers_list(N, n) < 0)
+      return -1;
+    int i = 0;
+    while (i < n && spt_node_start(N, i) == 0)
+      i++;
+    if (i == n)
+      return 0;
+    fprintf(stderr, "node %d did not start (attempt %d)\n", i, attempt + 1);
+    for (int k = 0; k < i; k++)
+      spt_daemon_stop(&N->d[k]);
+    memset(N->d, 0, sizeof(N->d));
+    if (getenv("SPT_NODE_HOSTS") != NULL)
+      break; /* fixed ports: a retry would meet the same */
+  }
+  return -1;
 }
 
 int spt_nodes_stop(spt_nodes *N) {
