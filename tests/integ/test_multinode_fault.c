@@ -94,6 +94,18 @@ static void reap(pid_t *pids, int *codes, int n, int guard_s) {
     }
 }
 
+/* Until n ranks finished one verified op (a byte each on fd); closes fd. */
+static void wait_ready(int fd, int n) {
+  char buf[MAXW];
+  int got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, buf, (size_t)(n - got));
+    ck_assert_int_gt(r, 0);
+    got += (int)r;
+  }
+  close(fd);
+}
+
 static void run_ok(const char *name, int world, int nnodes) {
   pid_t pids[MAXW];
   int codes[MAXW];
@@ -124,14 +136,7 @@ START_TEST(peer_dies_mid_run) {
   fork_ranks(bys, 2, 1, "bystander", 400, -1);
   fork_ranks(others, 2 * span, span, "spared", 200, -1);
   close(fds[1]);
-  char buf[MAXW];
-  int got = 0;
-  while (got < WORLD) { /* every rank finished one verified op */
-    ssize_t n = read(fds[0], buf, (size_t)(WORLD - got));
-    ck_assert_int_gt(n, 0);
-    got += (int)n;
-  }
-  close(fds[0]);
+  wait_ready(fds[0], WORLD);
   kill_node(victim);
   reap(pids, codes, WORLD, 60);
   reap(bys, bycodes, 2, 180);
@@ -175,50 +180,53 @@ static int freeze_while_running(void) {
   return 0;
 }
 
+/* Two nodes with extra flags, 4 ranks all-gathering 1 MiB each as
+ * group `name` (pids: theirs; rank r on node r % 2), node 1 frozen once
+ * node 0 has an op running. */
+static void start_and_freeze(const char *const *extra, const char *name,
+                             pid_t *pids) {
+  ck_assert_int_eq(spt_nodes_start(&nodes, 2, extra), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  N_ELEMS = 1 << 18;
+  fork_ranks(pids, 4, 2, name, 1000000, fds[1]);
+  close(fds[1]);
+  wait_ready(fds[0], 4);
+  ck_assert_msg(freeze_while_running(), "never caught node 0 with an op "
+                "running");
+}
+
+/* Node 1 (frozen) killed: its ranks see the connection close. */
+static void kill_frozen(void) {
+  kill(nodes.d[1].pid, SIGKILL);
+  waitpid(nodes.d[1].pid, NULL, 0);
+  nodes.d[1].pid = 0;
+}
+
 /* A stop never waits for ever on an op stuck in its engine: node 1's
  * daemon is frozen (its peer timeout far away) while node 0 runs an
  * all-gather, which then waits for streams that never come. SIGTERM on
  * node 0: it exits with status 3 after drain_timeout (2 s), naming the
  * op; without the bound it hangs until spt_daemon_stop's SIGKILL (-1). */
-static int frozen_stop_once(int attempt) {
+static void frozen_stop(void) {
   const char *extra[] = {"--peer-timeout", "600", "--drain-timeout", "2",
                          NULL};
-  ck_assert_int_eq(spt_nodes_start(&nodes, 2, extra), 0);
-  int fds[2];
-  ck_assert_int_eq(pipe(fds), 0);
   pid_t pids[4];
   int codes[4];
-  char name[32];
-  snprintf(name, sizeof(name), "frozen%d", attempt);
-  N_ELEMS = 1 << 18;
-  fork_ranks(pids, 4, 2, name, 1000000, fds[1]);
-  close(fds[1]);
-  char buf[4];
-  int got = 0;
-  while (got < 4) {
-    ssize_t r = read(fds[0], buf, (size_t)(4 - got));
-    ck_assert_int_gt(r, 0);
-    got += (int)r;
-  }
-  close(fds[0]);
-  ck_assert_msg(freeze_while_running(), "never caught node 0 with an op "
-                "running");
+  start_and_freeze(extra, "frozen", pids);
   int rc = spt_daemon_stop(&nodes.d[0]);
-  kill(nodes.d[1].pid, SIGKILL); /* its ranks see the connection close */
-  waitpid(nodes.d[1].pid, NULL, 0);
-  nodes.d[1].pid = 0;
+  kill_frozen();
   reap(pids, codes, 4, 60);
   for (int r = 0; r < 4; r++) /* every rank failed, none hung */
     ck_assert_msg(codes[r] >= 10, "frozen: rank %d exit %d", r, codes[r]);
   N_ELEMS = N_ELEMS_SMALL;
   ck_assert_msg(rc == 3, "node 0's stop with an op stuck: exit %d (3: "
                 "bounded; -1: killed after hanging)", rc);
-  return rc;
 }
 
 START_TEST(stop_with_an_op_stuck_is_bounded) {
   victim_name[0] = '\0'; /* a stop, not a lost node */
-  frozen_stop_once(1);
+  frozen_stop();
 }
 END_TEST
 
@@ -229,32 +237,15 @@ START_TEST(running_op_times_out) {
   const char *extra[] = {"--peer-timeout", "600", "--op-timeout", "3",
                          "--drain-timeout", "2", NULL};
   victim_name[0] = '\0';
-  ck_assert_int_eq(spt_nodes_start(&nodes, 2, extra), 0);
-  int fds[2];
-  ck_assert_int_eq(pipe(fds), 0);
   pid_t pids[4];
   int codes[4];
-  N_ELEMS = 1 << 18;
-  fork_ranks(pids, 4, 2, "overdue", 1000000, fds[1]);
-  close(fds[1]);
-  char buf[4];
-  int got = 0;
-  while (got < 4) {
-    ssize_t r = read(fds[0], buf, (size_t)(4 - got));
-    ck_assert_int_gt(r, 0);
-    got += (int)r;
-  }
-  close(fds[0]);
-  ck_assert_msg(freeze_while_running(), "never caught node 0 with an op "
-                "running");
+  start_and_freeze(extra, "overdue", pids);
   pid_t mine[2] = {pids[0], pids[2]}; /* node 0's ranks */
   int mcodes[2];
   reap(mine, mcodes, 2, 60);
   long long timed_out = spt_daemon_stat(&nodes.d[0], "ops_timed_out");
   int rc = spt_daemon_stop(&nodes.d[0]);
-  kill(nodes.d[1].pid, SIGKILL);
-  waitpid(nodes.d[1].pid, NULL, 0);
-  nodes.d[1].pid = 0;
+  kill_frozen();
   pid_t theirs[2] = {pids[1], pids[3]};
   reap(theirs, codes, 2, 60);
   N_ELEMS = N_ELEMS_SMALL;

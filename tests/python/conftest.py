@@ -30,30 +30,30 @@ def workdir():
         yield d
 
 
-@pytest.fixture(scope="session")
-def daemon(workdir):
-    """A private spcolld; its clean exit at the end is part of the run."""
+def start_spcolld(d):
+    """A spcolld on d/spcolld.sock, logging to d/spcolld.log, once its
+    socket accepts: (process, socket path, log file)."""
     if not os.access(SPCOLLD, os.X_OK):
         pytest.fail("no spcolld at %s: build it (make all) or set SPCOLLD" % SPCOLLD)
-    sock = os.path.join(workdir, "spcolld.sock")
-    log = open(os.path.join(workdir, "spcolld.log"), "wb")
+    sock = os.path.join(d, "spcolld.sock")
+    log = open(os.path.join(d, "spcolld.log"), "wb")
     p = subprocess.Popen([SPCOLLD, "--socket", sock, "--workers", "2",
                           "--log-level", "info"], stdout=log, stderr=log)
-    up = False
     for _ in range(1000):         # readiness, not a timing check
         if p.poll() is not None:
             break
         try:
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(sock)
-            up = True
-            break
+            return p, sock, log
         except OSError:
             time.sleep(0.01)
-    if not up:
-        p.kill()
-        pytest.fail("spcolld did not start:\n" + open(log.name).read())
-    yield sock
+    p.kill()
+    pytest.fail("spcolld did not start:\n" + open(log.name).read())
+
+
+def stop_spcolld(p, log):
+    """SIGTERM; its exit status, or "hung after SIGTERM" (killed)."""
     p.send_signal(signal.SIGTERM)
     try:
         rc = p.wait(30)
@@ -61,5 +61,14 @@ def daemon(workdir):
         p.kill()
         rc = "hung after SIGTERM"
     log.close()
+    return rc
+
+
+@pytest.fixture(scope="session")
+def daemon(workdir):
+    """A private spcolld; its clean exit at the end is part of the run."""
+    p, sock, log = start_spcolld(workdir)
+    yield sock
+    rc = stop_spcolld(p, log)
     if rc != 0:
         pytest.fail("spcolld exited with %s; log:\n%s" % (rc, open(log.name).read()))

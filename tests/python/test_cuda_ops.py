@@ -146,33 +146,13 @@ def test_dead_client_times_out_and_stop_is_bounded(workdir):
                     "behind work the dead rank never finishes "
                     "(make check-python-cuda-sim)")
     gpus()
-    import signal
-    import socket
-    import subprocess
-    import time
-    from conftest import SPCOLLD
+    from conftest import start_spcolld, stop_spcolld
     d = os.path.join(workdir, "dead-client")
     os.makedirs(d, exist_ok=True)
-    sock = os.path.join(d, "spcolld.sock")
-    log = open(os.path.join(d, "spcolld.log"), "wb")
-    p = subprocess.Popen([SPCOLLD, "--socket", sock, "--workers", "2"],
-                         stdout=log, stderr=log)
-    for _ in range(1000):           # readiness, not a timing check
-        try:
-            with socket.socket(socket.AF_UNIX) as so:
-                so.connect(sock)
-            break
-        except OSError:
-            time.sleep(0.01)
+    p, sock, log = start_spcolld(d)
     res = launch.run_ranks(2, cuda_checks.dead_client_rank, (sock,),
                            os.path.join(d, "ranks"), guard=120)
-    p.send_signal(signal.SIGTERM)
-    try:
-        rc = p.wait(60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        rc = "hung after SIGTERM"
-    log.close()
+    rc = stop_spcolld(p, log)
     text = open(log.name).read()
     assert "rank 0 died" in res[0].get("__error__", ""), res[0]
     assert res[1].get("res") == "raised", (res[1], text[-2000:])
