@@ -322,8 +322,11 @@ static int register_device(spc_client *c, void *ptr, size_t size, int owned,
 
 int spc_buffer_register_device(spc_client *c, void *ptr, size_t size,
                                spc_buffer **buf_p) {
-  if (c == NULL || ptr == NULL || buf_p == NULL)
+  if (c == NULL)
     return SPC_EINVAL;
+  if (ptr == NULL || buf_p == NULL)
+    return spc__fail(c, SPC_EINVAL, "spc_buffer_register_device: %s is NULL",
+                     ptr == NULL ? "ptr" : "buf_p");
   return register_device(c, ptr, size, 0, buf_p);
 }
 

@@ -19,6 +19,7 @@ typedef struct { char bytes[16]; } spc__CUuuid;
 
 enum {
   SPC__CUDA_SUCCESS = 0,
+  SPC__CUDA_ERROR_NOT_READY = 600,
   SPC__CU_POINTER_ATTRIBUTE_CONTEXT = 1,
   SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
   SPC__CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
@@ -58,6 +59,8 @@ enum {
   X(EventDestroy, "cuEventDestroy_v2", (spc__CUevent e))                     \
   X(EventRecord, "cuEventRecord", (spc__CUevent e, spc__CUstream s))         \
   X(EventSynchronize, "cuEventSynchronize", (spc__CUevent e))                \
+  X(EventQuery, "cuEventQuery", (spc__CUevent e))                            \
+  X(StreamQuery, "cuStreamQuery", (spc__CUstream s))                         \
   X(IpcGetEventHandle, "cuIpcGetEventHandle",                                \
     (spc__CUipcEventHandle * h, spc__CUevent e))                             \
   X(StreamWaitEvent, "cuStreamWaitEvent",                                    \

@@ -45,6 +45,22 @@ static int event_slot(spc_client *c, const spc__cu_api *cu, spc__gpu_dev *d,
   return SPC_OK;
 }
 
+/* Whether every piece of work queued on stream so far is complete, so the
+ * daemon may touch the tensors at once: then no ready event goes with the
+ * op, and the daemon's stream does not wait on one. Each such wait is a
+ * hand-over between the caller's and the daemon's CUDA contexts, which on
+ * a GPU shared by processes (no MPS) costs a context switch. Only a
+ * stream of the caller's own: the NULL and per-thread default streams
+ * also order work of other streams that a query of them does not see. */
+static int stream_idle(const spc__cu_api *cu, void *stream) {
+  uintptr_t s = (uintptr_t)stream;
+  if (s <= 2) /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
+    return 0;
+  /* Anything but success (not ready, or an error a later call reports
+   * itself) records the event as before. */
+  return cu->StreamQuery((spc__CUstream)stream) == SPC__CUDA_SUCCESS;
+}
+
 int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
                        Spcoll__OpRequest *rq, spc__gpu_opev *ev) {
   ev->dev = NULL;
@@ -62,7 +78,8 @@ int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
   if (rc < 0)
     return rc;
   rc = event_slot(c, cu, d, &slot);
-  if (rc == SPC_OK) {
+  int idle = rc == SPC_OK && stream_idle(cu, stream);
+  if (rc == SPC_OK && !idle) {
     spc__CUresult r = cu->EventRecord(d->ready[slot], (spc__CUstream)stream);
     if (r != SPC__CUDA_SUCCESS)
       rc = spc__fail(c, SPC_EDEVICE, "cuEventRecord on stream %p of CUDA "
@@ -71,8 +88,10 @@ int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
   spc__gpu_pop(cu);
   if (rc < 0)
     return rc;
-  rq->ready_event.len = sizeof(d->ready_h[slot]);
-  rq->ready_event.data = (uint8_t *)&d->ready_h[slot];
+  if (!idle) {
+    rq->ready_event.len = sizeof(d->ready_h[slot]);
+    rq->ready_event.data = (uint8_t *)&d->ready_h[slot];
+  }
   rq->done_event.len = sizeof(d->done_h[slot]);
   rq->done_event.data = (uint8_t *)&d->done_h[slot];
   ev->dev = d;
@@ -130,8 +149,12 @@ int spc_wait_on_stream(spc_request **reqp, spc_stream stream) {
   int prc = spc__gpu_push(c, cu, d->ctx);
   if (prc < 0)
     return prc;
-  spc__CUresult r = cu->StreamWaitEvent((spc__CUstream)stream, d->done[slot],
-                                        0);
+  /* The daemon answers once its work is complete, so the done event
+   * normally is: a stream wait on it would cost a context switch (see
+   * stream_idle) for nothing. */
+  spc__CUresult r = cu->EventQuery(d->done[slot]);
+  if (r != SPC__CUDA_SUCCESS)
+    r = cu->StreamWaitEvent((spc__CUstream)stream, d->done[slot], 0);
   spc__gpu_pop(cu);
   if (r != SPC__CUDA_SUCCESS)
     return spc__fail(c, SPC_EDEVICE, "cuStreamWaitEvent on stream %p of "

@@ -6,10 +6,11 @@
 #       stages the GPU binaries in .gpurun/ and the Debian libraries they
 #       load in .devlibs/ (both git-ignored through .git/info/exclude), and
 #       prints the device command to use.
-#   sh scripts/gpu_run.sh run [tests|bench|all]   on the GPU machine, from
-#       the repository root, with .gpurun and .devlibs carried there: the
-#       GPU suites and the benchmark, every log under $OUT (./gpu-out when
-#       unset), a summary at the end.
+#   sh scripts/gpu_run.sh run [tests|python|bench|all]   on the GPU
+#       machine, from the repository root, with .gpurun and .devlibs
+#       carried there: the GPU suites, the CUDA tensor suites from Python
+#       (the machine's own torch) and the benchmark, every log under $OUT
+#       (./gpu-out when unset), a summary at the end.
 #   sh scripts/gpu_run.sh sim [tests|bench|all] [BUILD]   here, on spcsim
 #       (the CUDA/NCCL simulator of tests/gpusim, built by make): the same
 #       run end to end from BUILD (build), every line marked "simulated":
@@ -20,7 +21,7 @@
 # be another major version.
 set -u
 
-stage_bins="bin/spcolld bin/spcoll-gpu-bench"
+stage_bins="bin/spcolld bin/spcollctl bin/spcoll-gpu-bench"
 stage_tests="unit_daemon_cuda_desc unit_client_cuda_abi test_gpu_absent \
 test_gpu_errors test_gpu_ops"
 
@@ -45,9 +46,11 @@ prepare() {
   mkdir -p .gpurun/bin .gpurun/tests .devlibs
   for b in $stage_bins; do cp "$build/$b" .gpurun/bin/ || exit 1; done
   for t in $stage_tests; do cp "$build/tests/$t" .gpurun/tests/ || exit 1; done
+  mkdir -p .gpurun/lib
+  cp -L "$build/lib/libspclient.so.1" .gpurun/lib/ || exit 1
   # What the binaries load from Debian, but glibc itself, the C++ runtime
   # (the driver may want a newer one than Debian's), the driver and NCCL.
-  for b in .gpurun/bin/* .gpurun/tests/*; do ldd "$b"; done |
+  for b in .gpurun/bin/* .gpurun/tests/* .gpurun/lib/*; do ldd "$b"; done |
     awk '/=> \// { print $3 }' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libnccl)\.so' |
     while read -r lib; do cp -L "$lib" .devlibs/; done
@@ -55,7 +58,8 @@ prepare() {
   if [ -n "$ucx" ] && [ -d "$ucx/ucx" ]; then
     cp -rL "$ucx/ucx" .devlibs/ucx
   fi
-  strip --strip-debug .gpurun/bin/* .gpurun/tests/* .devlibs/*.so* 2>/dev/null
+  strip --strip-debug .gpurun/bin/* .gpurun/tests/* .gpurun/lib/* \
+    .devlibs/*.so* 2>/dev/null
   echo "staged:"; du -sh .gpurun .devlibs
   ls .devlibs
   cat <<EOF
@@ -63,6 +67,33 @@ prepare() {
 device command (carry [".gpurun", ".devlibs"]):
   sh scripts/gpu_run.sh run all
 EOF
+}
+
+# The folder holding the Python wheel's libnccl.so.2 (nvidia-nccl-*), where
+# the wheels of CUDA 12 (nvidia/nccl/lib) or 13 put it.
+nccl_dir() {
+  python3 - <<'PY' 2>/dev/null
+import glob, os, site
+for d in site.getsitepackages():
+    for f in sorted(glob.glob(os.path.join(d, "nvidia", "**", "libnccl.so.2"),
+                              recursive=True)):
+        print(os.path.dirname(f))
+        raise SystemExit
+PY
+}
+
+# The CUDA tensor suites from Python with the machine's own torch, against
+# the staged spcolld and libspclient (the GPU machine only).
+run_python() {
+  start=$(date +%s)
+  SPCOLL_LIB="$PWD/$stage/lib/libspclient.so.1" SPCOLLD="$SPCOLLD" \
+  PYTHONPATH="$PWD/client/python" PYTHONDONTWRITEBYTECODE=1 \
+    timeout 300 python3 -m pytest -q -rs -p no:cacheprovider \
+    tests/python/test_device_path.py tests/python/test_cuda_ops.py \
+    > "$OUT/python_cuda.log" 2>&1
+  rc=$?
+  echo "python cuda suites (exit $rc, $(( $(date +%s) - start )) s): $(tail -n 1 "$OUT/python_cuda.log")" |
+    tee -a "$summary"
 }
 
 run() {
@@ -80,12 +111,13 @@ run() {
     export SPCOLLD="$PWD/$b/bin/spcolld"
   else
     OUT=${OUT:-$PWD/gpu-out}
-    bins=.gpurun/bin tests=.gpurun/tests label="" max=1G
-    nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' \
-      2>/dev/null)
-    export LD_LIBRARY_PATH="$PWD/.devlibs${nccl:+:$nccl/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # GPURUN: another staged build to run (an earlier one, to compare).
+    stage=${GPURUN:-.gpurun}
+    bins=$stage/bin tests=$stage/tests label="" max=1G
+    nccl=$(nccl_dir)
+    export LD_LIBRARY_PATH="$PWD/.devlibs${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export UCX_MODULE_DIR="$PWD/.devlibs/ucx"
-    export SPCOLLD="$PWD/.gpurun/bin/spcolld"
+    export SPCOLLD="$PWD/$stage/bin/spcolld"
   fi
   mkdir -p "$OUT"
   export SPCOLL_GPU_LOGS=1 # the daemons' logs go into each suite's log
@@ -119,7 +151,7 @@ test_gpu_absent sim:test_gpu_errors sim:test_gpu_ops sim:sim_rules"
         sim:*) t=${t#sim:}; wrap="sh tests/gpusim/simrun.sh $b" ;;
       esac
       start=$(date +%s)
-      $wrap "$tests/$t" > "$OUT/$t.log" 2>&1
+      timeout 300 $wrap "$tests/$t" > "$OUT/$t.log" 2>&1
       rc=$?
       case $rc in
         0) verdict=PASS ;;
@@ -130,13 +162,19 @@ test_gpu_absent sim:test_gpu_errors sim:test_gpu_ops sim:sim_rules"
         tee -a "$summary"
     done
   fi
+  if [ "${SIM:-0}" != 1 ] && { [ "$what" = all ] || [ "$what" = python ]; }; then
+    run_python
+  fi
   if [ "$what" = all ] || [ "$what" = bench ]; then
     wrap=""
     [ "${SIM:-0}" = 1 ] && wrap="sh tests/gpusim/simrun.sh $b"
-    $wrap "$bins/spcoll-gpu-bench" --ranks 4 --min-bytes 1M --max-bytes "$max" \
-      --csv "$OUT/gpu_bench.csv" > "$OUT/gpu_bench.txt" 2> "$OUT/gpu_bench.err"
-    echo "${label}bench exit $?" | tee -a "$summary"
-    cat "$OUT/gpu_bench.txt"
+    # BENCH_MOVER: the daemon's --mover for the benchmark (auto).
+    m=${BENCH_MOVER:-auto} f="$OUT/gpu_bench${BENCH_MOVER:+_$BENCH_MOVER}"
+    timeout 300 $wrap "$bins/spcoll-gpu-bench" --ranks 4 \
+      --min-bytes "${BENCH_MIN:-1M}" \
+      --max-bytes "$max" --mover "$m" --csv "$f.csv" > "$f.txt" 2> "$f.err"
+    echo "${label}bench (mover $m) exit $?" | tee -a "$summary"
+    cat "$f.txt"
   fi
 }
 

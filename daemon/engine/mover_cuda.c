@@ -112,7 +112,9 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   int rc = spd_gpu_pinned_get(gpu, total, &cj->host, err);
   if (rc < 0)
     return rc;
+  spd_gpu_job_mark(&cj->job, cj->stream, "start");
   rc = spd_gpu_wait_ready(w->rank_state, w->world, cj->stream, err);
+  spd_gpu_job_mark(&cj->job, cj->stream, "ranks ready");
   if (rc == SPK_OK)
     rc = spd_gpu_alloc(cj->stream, total, &d, err);
   if (rc < 0)
@@ -122,9 +124,11 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
                  (uint64_t)(uintptr_t)d + at1, &L[1]);
   int sms = gpu->dev[cj->dev].sms;
   rc = spd_gpu_copy_up(cj->stream, d, cj->host, total, err);
+  spd_gpu_job_mark(&cj->job, cj->stream, "descriptors up");
   /* Moves may read what reduce steps wrote: phase 1 after phase 0. */
   for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
     rc = spd_gpu_launch(w->plan, &L[ph], sms, cj->stream, err);
+  spd_gpu_job_mark(&cj->job, cj->stream, "kernels");
   cudaError_t e = cudaFreeAsync(d, cj->stream);
   if (rc == SPK_OK && e != cudaSuccess)
     rc = spk_err_set(err, SPK_EDEVICE, "cudaFreeAsync of descriptors: %s",
@@ -132,6 +136,7 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   if (rc == SPK_OK)
     rc = spd_gpu_record_done(w->rank_state, w->world, cj->dev, cj->stream,
                              err);
+  spd_gpu_job_mark(&cj->job, cj->stream, "done events");
   if (rc == SPK_OK)
     rc = spd_gpu_job_watch(&cj->job, cj->stream, err);
   if (rc == SPK_OK)

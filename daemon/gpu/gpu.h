@@ -113,6 +113,7 @@ void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem);
 /* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
 
 typedef struct spd_gpu_job spd_gpu_job;
+#define SPD_GPU_MARKS 6
 /* The job's report: SPK_OK, or an SPK_E* and why; on the loop thread. */
 typedef void (*spd_gpu_done_cb)(void *arg, int status, const char *msg);
 /* The mover's cleanup when every stream of the job is done (streams back
@@ -132,6 +133,14 @@ struct spd_gpu_job {
   int status;                  /* first cudaError_t a callback saw */
   int fail_status;             /* an SPK_E* the mover found late */
   char fail_msg[256];
+  /* Where an op's time on the GPU path goes (debug log at completion):
+   * made, armed (all queued), last stream callback (a CUDA thread). */
+  uint64_t t_init_ns, t_armed_ns, t_streams_ns;
+  /* At debug level, timing events at the stages of one stream's work
+   * (spd_gpu_job_mark): the GPU time between them is logged. */
+  int nmarks, marks_stopped;
+  cudaEvent_t mark[SPD_GPU_MARKS];
+  const char *mark_name[SPD_GPU_MARKS];
 };
 
 /* Initialize job (the mover's struct starts with it) on the loop; done(arg,
@@ -142,6 +151,10 @@ int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_gpu_done_cb done,
                      spd_gpu_job_fn finish, spk_err *err);
 /* Count the work queued on s so far as the job's (a stream callback). */
 int spd_gpu_job_watch(spd_gpu_job *job, cudaStream_t s, spk_err *err);
+/* At debug level, a timing event on s named for the stage that ends here;
+ * the first mark starts the count. Nothing otherwise, and a failure only
+ * stops the marks (they are for the log). */
+void spd_gpu_job_mark(spd_gpu_job *job, cudaStream_t s, const char *stage);
 /* Every stream is watched: the job completes once their work is done. */
 void spd_gpu_job_arm(spd_gpu_job *job);
 /* Complete the job at once with an error for every rank (the mover found

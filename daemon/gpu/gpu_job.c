@@ -11,11 +11,58 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The GPU time between the job's marks, for the log; the events are
+ * complete (every stream is done), so reading them does not wait. */
+static void marks_report(spd_gpu_job *job) {
+  char line[512] = "";
+  size_t at = 0;
+  for (int i = 1; i < job->nmarks && at < sizeof(line); i++) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, job->mark[i - 1], job->mark[i]) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      break;
+    }
+    at += (size_t)snprintf(line + at, sizeof(line) - at, "%s%s %.1f us",
+                           i > 1 ? ", " : "", job->mark_name[i],
+                           (double)ms * 1e3);
+  }
+  if (line[0] != '\0')
+    SPD_DEBUG(&job->gpu->ctx->log, "group '%s' op %llu: on the GPU: %s",
+              job->name, (unsigned long long)job->seq, line);
+  for (int i = 0; i < job->nmarks; i++)
+    if (cudaEventDestroy(job->mark[i]) != cudaSuccess)
+      cudaGetLastError();
+  job->nmarks = 0;
+}
+
+void spd_gpu_job_mark(spd_gpu_job *job, cudaStream_t s, const char *stage) {
+  if (job->gpu->ctx->log.level < SPD_LOG_DEBUG || job->marks_stopped ||
+      job->nmarks == SPD_GPU_MARKS)
+    return;
+  cudaEvent_t e;
+  if (cudaEventCreate(&e) != cudaSuccess) {
+    cudaGetLastError();
+    job->marks_stopped = 1; /* the created ones are still destroyed */
+    return;
+  }
+  if (cudaEventRecord(e, s) != cudaSuccess) {
+    cudaGetLastError();
+    if (cudaEventDestroy(e) != cudaSuccess)
+      cudaGetLastError();
+    job->marks_stopped = 1;
+    return;
+  }
+  job->mark[job->nmarks] = e;
+  job->mark_name[job->nmarks++] = stage;
+}
+
 /* Every stream of the job is done: the mover cleans up, then the job
  * reports, failed (every rank hears why) when a stream reported an error
  * or the mover found one after submission. */
 static void on_job_closed(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
+  marks_report(job);
   if (job->finish != NULL)
     job->finish(job);
   /* The mover's own finding first: it says why (an aborted NCCL set
@@ -33,6 +80,15 @@ static void on_job_closed(uv_handle_t *h) {
   if (status < 0)
     SPD_ERROR(&job->gpu->ctx->log, "group '%s' op %llu failed on the GPU: "
               "%s", job->name, (unsigned long long)job->seq, msg);
+  if (status == SPK_OK && job->t_streams_ns != 0) {
+    uint64_t now = uv_hrtime();
+    SPD_DEBUG(&job->gpu->ctx->log, "group '%s' op %llu: GPU job queued in "
+              "%.1f us, streams done %.1f us later, loop woke %.1f us later",
+              job->name, (unsigned long long)job->seq,
+              (double)(job->t_armed_ns - job->t_init_ns) / 1e3,
+              (double)(job->t_streams_ns - job->t_armed_ns) / 1e3,
+              (double)(now - job->t_streams_ns) / 1e3);
+  }
   spd_gpu_done_cb done = job->done;
   void *arg = job->arg;
   free(job);
@@ -59,6 +115,8 @@ int spd_gpu_job_init(spd_gpu *gpu, spd_gpu_job *job, spd_gpu_done_cb done,
   job->finish = finish;
   job->pending = 1; /* held until spd_gpu_job_arm */
   job->status = cudaSuccess;
+  job->t_init_ns = uv_hrtime();
+  job->nmarks = job->marks_stopped = 0;
   return SPK_OK;
 }
 
@@ -73,8 +131,10 @@ static void CUDART_CB on_stream_done(cudaStream_t s, cudaError_t status,
     __atomic_compare_exchange_n(&job->status, &ok, (int)status, 0,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }
-  if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) == 0)
+  if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+    job->t_streams_ns = uv_hrtime(); /* the last callback: no other writer */
     uv_async_send(&job->async);
+  }
 }
 
 int spd_gpu_job_watch(spd_gpu_job *job, cudaStream_t s, spk_err *err) {
@@ -92,8 +152,11 @@ int spd_gpu_job_watch(spd_gpu_job *job, cudaStream_t s, spk_err *err) {
 }
 
 void spd_gpu_job_arm(spd_gpu_job *job) {
-  if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) == 0)
+  job->t_armed_ns = uv_hrtime();
+  if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+    job->t_streams_ns = job->t_armed_ns; /* done before all was queued */
     uv_async_send(&job->async);
+  }
 }
 
 void spd_gpu_job_fail(spd_gpu_job *job, int status, const char *msg) {
@@ -119,6 +182,9 @@ void spd_gpu_job_fail_after(spd_gpu_job *job, const cudaStream_t *streams,
 
 static void on_dropped(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
+  for (int i = 0; i < job->nmarks; i++)
+    if (cudaEventDestroy(job->mark[i]) != cudaSuccess)
+      cudaGetLastError();
   if (job->finish != NULL)
     job->finish(job);
   free(job);

@@ -278,6 +278,14 @@ API CUresult cuEventSynchronize(CUevent e) {
   return C(sim_event_sync((sim_event *)e));
 }
 
+API CUresult cuEventQuery(CUevent e) {
+  return C(sim_event_query((sim_event *)e));
+}
+
+API CUresult cuStreamQuery(CUstream s) {
+  return C(sim_stream_query((sim_stream *)s));
+}
+
 API CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) {
   return C(sim_event_ipc_get((sim_event *)e, (sim_handle64 *)h,
                              "cuIpcGetEventHandle"));

@@ -15,6 +15,8 @@
 #include <cuda.h>
 
 _Static_assert((int)SPC__CUDA_SUCCESS == (int)CUDA_SUCCESS &&
+                   (int)SPC__CUDA_ERROR_NOT_READY ==
+                       (int)CUDA_ERROR_NOT_READY &&
                    (int)SPC__CU_POINTER_ATTRIBUTE_CONTEXT ==
                        (int)CU_POINTER_ATTRIBUTE_CONTEXT &&
                    (int)SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE ==
