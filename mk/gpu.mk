@@ -39,9 +39,11 @@ $(BUILD)/tests/unit/unit_client_cuda_abi.o: CFLAGS += $(GPU_USER_CFLAGS) \
 # GPU suites: tests/gpu/test_gpu_*.c, run by tests/run.sh with the others.
 # They use the CUDA runtime themselves (to fill and read device memory);
 # libspclient stays free of any CUDA link (it loads libcuda at run time).
+# gpu_cases.o: the op cases and their host-vs-device run, which the suites
+# that run them (test_gpu_ops, test_gpu_multinode) share.
 GPU_TEST_SRC := $(wildcard tests/gpu/test_gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
-GPU_TEST_LIB := $(BUILD)/tests/gpu/gpu_testlib.o
+GPU_TEST_LIB := $(BUILD)/tests/gpu/gpu_testlib.o $(BUILD)/tests/gpu/gpu_cases.o
 GPU_USER_CFLAGS := $(if $(HAVE_CUDA),-DSPC_HAVE_CUDA -isystem $(CUDA_HOME)/include)
 GPU_USER_LIBS := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 \
   -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart)
