@@ -66,8 +66,10 @@ static int xb_rank(int rank, int world, void *arg) {
   }
   double t0 = now_s();
   for (int i = 0; i < p->iters; i++)
-    if (xb_op(g, p, &in, &out) < 0)
+    if (xb_op(g, p, &in, &out) < 0) {
+      fprintf(stderr, "rank %d: op %d: %s\n", rank, i + 1, spc_last_error(c));
       return 1;
+    }
   p->secs[rank] = now_s() - t0;
   spc_buffer_free(b);
   spc_group_leave(g);

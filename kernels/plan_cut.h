@@ -1,7 +1,8 @@
 /* Cutting a plan across nodes. node_of[rank] says which node holds each
  * rank's tensors. Every node cuts the same plan the same way, so the pieces
  * of a stream (one direction of one phase between two nodes) are listed in
- * the same order at both of its ends, and a stream is one message.
+ * the same order at both of its ends, so a stream's bytes are one ordered
+ * sequence (on the wire, messages of SPD_PEER_CHUNK bytes).
  *
  * Phase 0 carries the sources of reduce steps to the node of their
  * destination; phase 1 carries moves. A node runs: phase-0 streams, its

@@ -25,8 +25,10 @@ usage: scale_model.py [--nodes 1000] [--ranks-per-node 8]
                       [--a2a-bytes B] [--ag-bytes B] [--fabric-gbps 400] ...
 """
 import argparse
+import math
 
 MOVE_BYTES = 248  # sizeof(spk_move) on x86-64 (kernels/plan.h)
+CHUNK = 1 << 20   # SPD_PEER_CHUNK (daemon/peer/peer.h): a message's most
 
 
 def model(op, n, r, s, a):
@@ -46,10 +48,12 @@ def model(op, n, r, s, a):
         out["egress_noagg"] = r * r * s * (n - 1)
         whole_moves = w * w
         local_bytes = r * w * s             # every local output, whole
-    out["msgs_pair_agg"] = 1
-    out["msgs_pair_noagg"] = r * r
-    out["msgs_node_agg"] = n - 1
-    out["msgs_node_noagg"] = r * r * (n - 1)
+    # A stream travels as messages of at most CHUNK bytes (SPD_PEER_CHUNK).
+    per_rank_pair = out["pair_bytes_noagg"] / (r * r)
+    out["msgs_pair_agg"] = max(1, math.ceil(out["pair_bytes_agg"] / CHUNK))
+    out["msgs_pair_noagg"] = r * r * max(1, math.ceil(per_rank_pair / CHUNK))
+    out["msgs_node_agg"] = out["msgs_pair_agg"] * (n - 1)
+    out["msgs_node_noagg"] = out["msgs_pair_noagg"] * (n - 1)
     node_moves = 2 * r * w - r * r
     out["plan_whole_bytes"] = whole_moves * MOVE_BYTES
     out["plan_node_bytes"] = node_moves * MOVE_BYTES

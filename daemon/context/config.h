@@ -73,7 +73,11 @@ typedef struct {
     "gain measured where ranks and daemon share the CPUs)")                 \
   X(nccl_timeout, "nccl-timeout", 300, 1, 604800,                            \
     "seconds an NCCL op may go without finishing; then its communicators "  \
-    "are aborted and the ops on them fail")
+    "are aborted and the ops on them fail")                                  \
+  X(xnode_staging_bytes, "xnode-staging-bytes", 256LL << 20, 1 << 20,       \
+    LLONG_MAX, "pinned host memory per GPU staging device tensors of "      \
+    "groups across nodes (UCX here moves host memory); an op that would "   \
+    "need more than is free fails on every rank")
 
 /* Operator commands (drain, abort): root, the daemon's own uid, and these. */
 #define SPD_MAX_OPERATORS 16

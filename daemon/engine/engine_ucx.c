@@ -1,10 +1,13 @@
 /* The cross-node engine: runs this node's cut of a plan (kernels/plan_cut.h)
  * — phase-0 streams, local reduce steps, phase-1 streams, local moves —
- * with one tagged UCX message per peer node and phase. The local steps are
- * work items of their own, run by whichever engine the table picks for
- * this node's tensors (composition: the UCX engine moves bytes between
- * nodes, never within one). It moves host memory only: device tensors
- * across nodes find no engine (issue 17). A failed work item still posts every stream of
+ * with one stream of tagged UCX messages per peer node and phase. The
+ * local steps are work items of their own, run by whichever engine the
+ * table picks for this node's tensors (composition: the UCX engine moves
+ * bytes between nodes, never within one). A stream goes as its wire chunks
+ * (SPD_PEER_CHUNK): from and into host memory directly; device tensors
+ * (this UCX moves host memory only) through pinned staging, with their
+ * proxies in device memory too, so the local steps run on the GPU
+ * engines (xnode_stage.h). A failed work item still posts every stream of
  * its cut (skipping only its local steps), so every node's sends and
  * receives meet and nothing hangs; streams with a lost node fail at once.
  * Its failure breaks the group (work.broken). Loop thread only. */
@@ -17,6 +20,7 @@
 #include "daemon.h"
 #include "peer.h"
 #include "plan_cut.h"
+#include "xnode_stage.h"
 typedef struct spd_xop spd_xop;
 
 /* One stream of the op: its iov list lives until UCX is done with it. */
@@ -25,6 +29,8 @@ typedef struct {
   spd_iov *iov;
   size_t niov, cap;
   int posted, done;
+  int pending;                /* its messages (or staged run) not done */
+  spd_xstage_stream *staged;  /* device memory: the staged run */
 } xstream;
 
 struct spd_xop {
@@ -40,6 +46,11 @@ struct spd_xop {
   int stepping;               /* in xop_step: completions only count */
   uint64_t dead;              /* nodes that post no stream of this op */
   spd_work local;             /* the running local step's work item */
+  spd_xstage *stage;          /* device tensors: their staging */
+  spd_work_rank *lranks;      /* device: the local steps' view, other */
+  int *ldev;                  /* nodes' ranks on the proxies' GPU */
+  spd_iov *scratch;           /* one message's iov list */
+  size_t nscratch;
   xstream *streams;           /* of the current phase */
   size_t nstreams;
   uint64_t sent;
@@ -56,6 +67,10 @@ static void xop_free(spd_xop *x) {
   for (size_t i = 0; i < x->nstreams; i++)
     free(x->streams[i].iov);
   free(x->streams);
+  spd_xstage_close(x->stage);
+  free(x->lranks);
+  free(x->ldev);
+  free(x->scratch);
   int world = x->w->world;
   if (x->proxies != NULL)
     for (int i = 0; i < world * SPK_T_COUNT; i++)
@@ -99,6 +114,10 @@ static int local_submit(spd_xop *x, const spk_plan *l, spk_err *err) {
   x->local.arg = x;
   x->local.broken = NULL;
   x->local.priv = NULL;
+  if (x->stage != NULL) {
+    x->local.ranks = x->lranks;
+    x->local.dev = x->ldev;
+  }
   int kind = spd_engine_pick(&x->local, spd_engine_find(w->ctx->cfg.mover));
   if (kind < 0)
     return spk_err_set(err, SPK_EUNSUPPORTED, "no engine of this spcolld "
@@ -107,13 +126,16 @@ static int local_submit(spd_xop *x, const spk_plan *l, spk_err *err) {
   return spd_engines[kind]->submit(&x->local, err);
 }
 
+/* A message of the stream (or its staged run) is done. */
 static void on_stream_done(void *arg, int status, const char *msg) {
   xstream *s = arg;
   spd_xop *x = s->x;
-  s->done = 1;
-  x->inflight--;
   if (status < 0)
     xop_fail(x, status, msg);
+  if (--s->pending > 0)
+    return;
+  s->done = 1;
+  x->inflight--;
   xop_step(x);
 }
 
@@ -148,6 +170,78 @@ static int stream_build(spd_xop *x, const spk_stream *st, int recv,
   return SPK_OK;
 }
 
+/* The iov entries of bytes [at, at + len) of the stream, into x->scratch. */
+static int chunk_iov(spd_xop *x, const xstream *s, size_t *i, uint64_t *off,
+                     uint64_t len, size_t *n_out, spk_err *err) {
+  size_t n = 0;
+  while (len > 0 && *i < s->niov) {
+    if (n == x->nscratch) {
+      size_t ncap = x->nscratch ? x->nscratch * 2 : 16;
+      spd_iov *ns = realloc(x->scratch, ncap * sizeof(*ns));
+      if (ns == NULL)
+        return spk_err_set(err, SPK_ENO_MEMORY, "realloc of %zu iov "
+                           "entries failed", ncap);
+      x->scratch = ns, x->nscratch = ncap;
+    }
+    const spd_iov *v = &s->iov[*i];
+    uint64_t take = v->len - *off < len ? v->len - *off : len;
+    x->scratch[n++] = (spd_iov){(uint8_t *)v->base + *off, take};
+    len -= take;
+    *off += take;
+    if (*off == v->len)
+      (*i)++, *off = 0;
+  }
+  *n_out = n;
+  return SPK_OK;
+}
+
+/* Host memory: every message of the stream at once, straight from and
+ * into the tensors. Each counts in s->pending before it is posted (its
+ * end may come inside spd_peer_stream, which runs the worker). */
+static int host_post(spd_xop *x, xstream *s, int node, int recv,
+                     uint64_t tag, uint64_t bytes, spk_err *err) {
+  size_t i = 0, n = 0;
+  uint64_t off = 0;
+  int rc = SPK_OK;
+  for (uint64_t at = 0; rc == SPK_OK && at < bytes; at += SPD_PEER_CHUNK) {
+    uint64_t len = bytes - at < SPD_PEER_CHUNK ? bytes - at : SPD_PEER_CHUNK;
+    rc = chunk_iov(x, s, &i, &off, len, &n, err);
+    if (rc == SPK_OK) {
+      s->pending++;
+      rc = spd_peer_stream(x->w->ctx, node, recv, tag, x->scratch, n, len,
+                           on_stream_done, s, err);
+      if (rc < 0)
+        s->pending--;
+    }
+  }
+  return rc;
+}
+
+/* One stream: staged (device memory) or its messages straight (host). */
+static int stream_post(spd_xop *x, xstream *s, const spk_stream *st,
+                       int node, int recv, uint64_t tag, spk_err *err) {
+  /* Held while posting: whatever was posted counts, even if a later
+   * message failed, and messages may end before the last is posted. */
+  s->pending = 1;
+  s->posted = 1;
+  x->inflight++;
+  int rc = stream_build(x, st, recv, s, err);
+  if (rc == SPK_OK && x->stage != NULL) {
+    s->pending++;
+    rc = spd_xstage_post(x->stage, node, recv, tag, s->iov, s->niov,
+                         st->bytes, on_stream_done, s, &s->staged, err);
+    if (rc < 0)
+      s->pending--;
+  } else if (rc == SPK_OK) {
+    rc = host_post(x, s, node, recv, tag, st->bytes, err);
+  }
+  if (--s->pending == 0) {
+    s->done = 1;
+    x->inflight--;
+  }
+  return rc;
+}
+
 /* Post every non-empty stream of the phase, both directions. */
 static int phase_post(spd_xop *x, int ph, spk_err *err) {
   spd_work *w = x->w;
@@ -164,12 +258,9 @@ static int phase_post(spd_xop *x, int ph, spk_err *err) {
       if (st->bytes == 0 || (x->dead & (1ull << node)))
         continue;
       xstream *s = &x->streams[node * 2 + recv];
-      int rc = stream_build(x, st, recv, s, err);
       uint64_t tag = recv ? stream_tag(node, ph, w->key, w->seq)
                           : stream_tag(self, ph, w->peer_key[node], w->seq);
-      if (rc == SPK_OK)
-        rc = spd_peer_stream(w->ctx, node, recv, tag, s->iov, s->niov,
-                             st->bytes, on_stream_done, s, err);
+      int rc = stream_post(x, s, st, node, recv, tag, err);
       if (rc == SPK_ENODE_LOST) {
         /* Not connected: nothing to meet there; the others go on. */
         xop_fail(x, rc, err->msg);
@@ -177,8 +268,6 @@ static int phase_post(spd_xop *x, int ph, spk_err *err) {
       }
       if (rc < 0)
         return rc;
-      x->inflight++;
-      s->posted = 1;
       if (!recv)
         x->sent += st->bytes;
     }
@@ -233,6 +322,72 @@ static void xop_step(spd_xop *x) {
   w->done(w->arg, status, msg);
 }
 
+/* Bytes of rank r's tensor t: a proxy holds all of it. */
+static size_t tensor_bytes(const spd_work_rank *r, int t) {
+  const spk_shape *sh = t == SPK_T_IN ? &r->args->in : &r->args->out;
+  size_t bytes = spk_dtype_size(r->args->dtype);
+  for (int d = 0; d < sh->ndim; d++)
+    bytes *= (size_t)sh->dim[d];
+  return bytes;
+}
+
+/* The most staging buffers one phase of the cut takes at once. */
+static int most_buffers(const spk_cut *cut) {
+  int most = 0;
+  for (int ph = 0; ph < 2; ph++) {
+    int n = 0;
+    for (int node = 0; node < cut->nnodes; node++)
+      n += spd_xstage_buffers(cut->send[ph][node].bytes) +
+           spd_xstage_buffers(cut->recv[ph][node].bytes);
+    most = n > most ? n : most;
+  }
+  return most;
+}
+
+/* Device tensors: staging on the lowest GPU of this node's ranks, where
+ * the proxies go too; the local steps see other nodes' ranks on it. */
+static int stage_prepare(spd_xop *x, spk_err *err) {
+  spd_work *w = x->w;
+  int world = w->world, at = -1;
+  for (int i = 0; i < world; i++)
+    if (w->dev[i] >= 0 && (at < 0 || w->dev[i] < at))
+      at = w->dev[i];
+  x->lranks = malloc((size_t)world * sizeof(*x->lranks));
+  x->ldev = malloc((size_t)world * sizeof(*x->ldev));
+  if (x->lranks == NULL || x->ldev == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "allocation of the local view "
+                       "of %d ranks failed", world);
+  for (int i = 0; i < world; i++) {
+    x->lranks[i] = w->ranks[i];
+    x->ldev[i] = w->dev[i] >= 0 ? w->dev[i] : at;
+    for (int t = 0; t < SPK_T_COUNT; t++)
+      if (!w->ranks[i].t[t].here)
+        x->lranks[i].t[t].dev = at;
+  }
+  return spd_xstage_open(w, at, most_buffers(&x->cut), &x->stage, err);
+}
+
+/* Another node's tensor that this node's steps read or write: a proxy. */
+static int proxy_make(spd_xop *x, int i, spk_err *err) {
+  size_t bytes = tensor_bytes(&x->w->ranks[i / SPK_T_COUNT], i % SPK_T_COUNT);
+  if (x->stage != NULL)
+    return spd_xstage_proxy(x->stage, bytes, &x->bases[i], err);
+  x->proxies[i] = malloc(bytes ? bytes : 1);
+  if (x->proxies[i] == NULL)
+    return spk_err_set(err, SPK_ENO_MEMORY, "malloc of a %zu-byte proxy of "
+                       "rank %d's tensor failed", bytes, i / SPK_T_COUNT);
+  x->bases[i] = x->proxies[i];
+  return SPK_OK;
+}
+
+static void on_stage_started(void *arg, int status, const char *msg) {
+  spd_xop *x = arg;
+  x->inflight--;
+  if (status < 0)
+    xop_fail(x, status, msg);
+  xop_step(x);
+}
+
 static int xop_prepare(spd_xop *x, spk_err *err) {
   spd_work *w = x->w;
   int world = w->world;
@@ -243,26 +398,23 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
                        "of %d ranks failed", world);
   int rc = spk_plan_cut(w->plan, w->node_of, spd_peer_count(w->ctx),
                         spd_peer_self(w->ctx), &x->cut, err);
+  if (rc == SPK_OK && w->device)
+    rc = stage_prepare(x, err);
   for (int i = 0; rc == SPK_OK && i < world * SPK_T_COUNT; i++) {
-    const spd_work_rank *r = &w->ranks[i / SPK_T_COUNT];
-    const spd_work_tensor *t = &r->t[i % SPK_T_COUNT];
+    const spd_work_tensor *t = &w->ranks[i / SPK_T_COUNT].t[i % SPK_T_COUNT];
     x->bases[i] = w->bases[i];
-    if (t->here)
+    if (t->here && t->dev < 0)
       rc = spd_peer_map(w->ctx, t->buf_base, t->buf_size, t->buf_id,
                         &t->state[SPD_ENGINE_UCX], err);
-    else if (x->cut.proxy[i]) {
-      const spk_shape *sh = i % SPK_T_COUNT == SPK_T_IN ? &r->args->in
-                                                         : &r->args->out;
-      size_t bytes = spk_dtype_size(r->args->dtype);
-      for (int d = 0; d < sh->ndim; d++)
-        bytes *= (size_t)sh->dim[d];
-      x->proxies[i] = malloc(bytes ? bytes : 1);
-      if (x->proxies[i] == NULL)
-        rc = spk_err_set(err, SPK_ENO_MEMORY, "malloc of a %zu-byte proxy of "
-                         "rank %d's tensor failed", bytes, i / SPK_T_COUNT);
-      x->bases[i] = x->proxies[i];
-    }
+    else if (!t->here && x->cut.proxy[i])
+      rc = proxy_make(x, i, err);
   }
+  /* The streams start once the staging has passed the ranks' ready
+   * events and the proxies exist. */
+  if (rc == SPK_OK && x->stage != NULL)
+    rc = spd_xstage_start(x->stage, on_stage_started, x, err);
+  if (rc == SPK_OK && x->stage != NULL)
+    x->inflight++;
   return rc;
 }
 
@@ -299,9 +451,15 @@ static void ucx_abort(spd_work *w, int status, const char *msg,
   if (dead_node < 0)
     return;
   x->dead |= 1ull << dead_node;
-  for (size_t i = 0; i < x->nstreams; i++)
-    if (x->streams[i].iov != NULL && (int)(i / 2) == dead_node)
-      spd_peer_stream_cancel(w->ctx, &x->streams[i]);
+  for (size_t i = 0; i < x->nstreams; i++) {
+    xstream *s = &x->streams[i];
+    if (s->iov == NULL || (int)(i / 2) != dead_node || s->done)
+      continue;
+    if (s->staged != NULL)
+      spd_xstage_stream_cancel(s->staged);
+    else
+      spd_peer_stream_cancel(w->ctx, s);
+  }
 }
 
 /* What a running op waits for, for stats: its step, the streams not yet
@@ -322,9 +480,9 @@ static int ucx_describe(const spd_work *w, char *buf, size_t len) {
   return n;
 }
 
-/* Across nodes, host memory only: UCX here sends from host addresses. */
+/* Every op of a group across nodes: device tensors are staged. */
 static int ucx_wants(const spd_work *w) {
-  return w->multinode && !w->device && w->broken != NULL ? 2 : 0;
+  return w->multinode && w->broken != NULL ? 2 : 0;
 }
 
 /* The buffer's UCX registration (made for its first cross-node op). */

@@ -24,6 +24,10 @@ typedef struct {
   cudaStream_t *streams;       /* free streams of the pool */
   int nstreams, cap;
   int opened;                  /* the daemon has a context here */
+  void **stage_free;           /* pinned staging chunks kept for reuse */
+  int nstage_free, stage_cap;
+  size_t stage_size;           /* bytes of each */
+  long long staged;            /* bytes of them reserved now */
 } spd_gpu_dev;
 
 /* An allocation of a client, opened with cudaIpcOpenMemHandle. */
@@ -187,6 +191,14 @@ int spd_gpu_record_done(void *const *ranks, int world, int dev,
 int spd_gpu_pinned_get(spd_gpu *gpu, size_t bytes, void **p_out,
                        spk_err *err);
 void spd_gpu_pinned_put(spd_gpu *gpu, void *p);
+
+/* Pinned chunks of `size` bytes staging device tensors across nodes
+ * (engine/xnode_stage.c), n of them into bufs: reserved against dev's
+ * bound `cap` (bytes reserved at once; SPK_ENO_MEMORY naming the
+ * xnode_staging_bytes key past it) and kept for reuse when put back. */
+int spd_gpu_stage_get(spd_gpu *gpu, int dev, int n, size_t size,
+                      long long cap, void **bufs, spk_err *err);
+void spd_gpu_stage_put(spd_gpu *gpu, int dev, void **bufs, int n);
 
 /* Stream-ordered allocation on s's device (cudaMallocAsync), and the
  * copy of host descriptors into it; free with cudaFreeAsync on s after

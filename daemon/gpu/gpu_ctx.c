@@ -155,8 +155,61 @@ void spd_gpu_state_free(spd_gpu *gpu) {
     for (int i = 0; i < gpu->dev[d].nstreams; i++)
       cudaStreamDestroy(gpu->dev[d].streams[i]);
     free(gpu->dev[d].streams);
+    for (int i = 0; i < gpu->dev[d].nstage_free; i++)
+      cudaFreeHost(gpu->dev[d].stage_free[i]);
+    free(gpu->dev[d].stage_free);
   }
   free(gpu);
+}
+
+int spd_gpu_stage_get(spd_gpu *gpu, int dev, int n, size_t size,
+                      long long cap, void **bufs, spk_err *err) {
+  spd_gpu_dev *d = &gpu->dev[dev];
+  long long want = (long long)n * (long long)size;
+  if (d->staged + want > cap)
+    return spk_err_set(err, SPK_ENO_MEMORY, "staging device tensors across "
+                       "nodes needs %lld bytes of pinned memory for GPU %d; "
+                       "%lld of xnode_staging_bytes = %lld are in use",
+                       want, dev, d->staged, cap);
+  if (d->stage_size != 0 && d->stage_size != size)
+    return spk_err_set(err, SPK_EINVAL, "staging chunks of %zu bytes asked "
+                       "for GPU %d, whose are %zu", size, dev, d->stage_size);
+  int got = 0;
+  for (; got < n && d->nstage_free > 0; got++)
+    bufs[got] = d->stage_free[--d->nstage_free];
+  for (; got < n; got++) {
+    cudaError_t e = cudaMallocHost(&bufs[got], size);
+    if (e != cudaSuccess) {
+      d->stage_size = size;
+      d->staged += (long long)got * (long long)size; /* put takes it back */
+      spd_gpu_stage_put(gpu, dev, bufs, got);
+      return spk_err_set(err, SPK_EDEVICE, "cudaMallocHost of a %zu-byte "
+                         "staging chunk for GPU %d: %s", size, dev,
+                         cudaGetErrorString(e));
+    }
+  }
+  d->stage_size = size;
+  d->staged += want;
+  return SPK_OK;
+}
+
+void spd_gpu_stage_put(spd_gpu *gpu, int dev, void **bufs, int n) {
+  spd_gpu_dev *d = &gpu->dev[dev];
+  d->staged -= (long long)n * (long long)d->stage_size;
+  if (d->nstage_free + n > d->stage_cap) {
+    int ncap = d->nstage_free + n;
+    void **nf = realloc(d->stage_free, (size_t)ncap * sizeof(*nf));
+    if (nf == NULL) {
+      /* Not kept, then: given back. */
+      for (int i = 0; i < n; i++)
+        if (cudaFreeHost(bufs[i]) != cudaSuccess)
+          cudaGetLastError();
+      return;
+    }
+    d->stage_free = nf, d->stage_cap = ncap;
+  }
+  for (int i = 0; i < n; i++)
+    d->stage_free[d->nstage_free++] = bufs[i];
 }
 
 int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,

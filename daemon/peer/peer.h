@@ -47,10 +47,18 @@ typedef struct spd_iov {
   size_t len;
 } spd_iov;
 
-/* One stream of an op: a tagged message to (recv = 0) or from (recv = 1)
+/* A stream of B bytes travels as ceil(B / SPD_PEER_CHUNK) messages of
+ * this many bytes (the last one the rest), one tag, in order: a protocol
+ * constant, so the ends agree on the messages whether each moves host
+ * memory directly or stages device memory chunk by chunk. */
+#define SPD_PEER_CHUNK ((uint64_t)1 << 20)
+
+/* One message of a stream: a tagged message to (recv = 0) or from (recv = 1)
  * node, over the memory iov[0..niov) names (the list itself is copied;
  * the memory must stay valid until cb). cb(arg, status, message) runs
- * once, on the loop thread, never from inside this call. */
+ * once, on the loop thread, and may run inside this call (it runs the
+ * worker, which may complete this message and others): count the message
+ * before posting it. */
 typedef void (*spd_xfer_cb)(void *arg, int status, const char *msg);
 int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
                     const spd_iov *iov, size_t niov, uint64_t bytes,
