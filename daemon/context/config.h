@@ -77,7 +77,12 @@ typedef struct {
   X(xnode_staging_bytes, "xnode-staging-bytes", 256LL << 20, 1 << 20,       \
     LLONG_MAX, "pinned host memory per GPU staging device tensors of "      \
     "groups across nodes (UCX here moves host memory); an op that would "   \
-    "need more than is free fails on every rank")
+    "need more than is free fails on every rank")                           \
+  X(xnode_direct, "xnode-direct", 0, 0, 2,                                   \
+    "device tensors across nodes: 0 sends from and receives into device "   \
+    "memory when this node's UCX moves CUDA memory (said at start), else "  \
+    "stages them through pinned host memory; 1 always stages; 2 always "    \
+    "direct (a UCX whose report is wrong; the tests, on the simulator)")
 
 /* Operator commands (drain, abort): root, the daemon's own uid, and these. */
 #define SPD_MAX_OPERATORS 16

@@ -5,9 +5,9 @@
  * table picks for this node's tensors (composition: the UCX engine moves
  * bytes between nodes, never within one). A stream goes as its wire chunks
  * (SPD_PEER_CHUNK): from and into host memory directly; device tensors
- * (this UCX moves host memory only) through pinned staging, with their
- * proxies in device memory too, so the local steps run on the GPU
- * engines (xnode_stage.h). A failed work item still posts every stream of
+ * through pinned staging (xnode_stage.h) unless this node's UCX moves
+ * CUDA memory (xnode_direct), with their proxies in device memory, so the
+ * local steps run on the GPU engines. A failed work item still posts every stream of
  * its cut (skipping only its local steps), so every node's sends and
  * receives meet and nothing hangs; streams with a lost node fail at once.
  * Its failure breaks the group (work.broken). Loop thread only. */
@@ -47,6 +47,7 @@ struct spd_xop {
   uint64_t dead;              /* nodes that post no stream of this op */
   spd_work local;             /* the running local step's work item */
   spd_xstage *stage;          /* device tensors: their staging */
+  int direct;                 /* device tensors, UCX moves them itself */
   spd_work_rank *lranks;      /* device: the local steps' view, other */
   int *ldev;                  /* nodes' ranks on the proxies' GPU */
   spd_iov *scratch;           /* one message's iov list */
@@ -226,7 +227,7 @@ static int stream_post(spd_xop *x, xstream *s, const spk_stream *st,
   s->posted = 1;
   x->inflight++;
   int rc = stream_build(x, st, recv, s, err);
-  if (rc == SPK_OK && x->stage != NULL) {
+  if (rc == SPK_OK && x->stage != NULL && !x->direct) {
     s->pending++;
     rc = spd_xstage_post(x->stage, node, recv, tag, s->iov, s->niov,
                          st->bytes, on_stream_done, s, &s->staged, err);
@@ -364,7 +365,8 @@ static int stage_prepare(spd_xop *x, spk_err *err) {
       if (!w->ranks[i].t[t].here)
         x->lranks[i].t[t].dev = at;
   }
-  return spd_xstage_open(w, at, most_buffers(&x->cut), &x->stage, err);
+  return spd_xstage_open(w, at, x->direct ? 0 : most_buffers(&x->cut),
+                         &x->stage, err);
 }
 
 /* Another node's tensor that this node's steps read or write: a proxy. */
@@ -398,12 +400,15 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
                        "of %d ranks failed", world);
   int rc = spk_plan_cut(w->plan, w->node_of, spd_peer_count(w->ctx),
                         spd_peer_self(w->ctx), &x->cut, err);
+  int mode = (int)w->ctx->cfg.xnode_direct;
+  x->direct = w->device && (mode == 2 ||
+                            (mode == 0 && spd_peer_moves_cuda(w->ctx)));
   if (rc == SPK_OK && w->device)
     rc = stage_prepare(x, err);
   for (int i = 0; rc == SPK_OK && i < world * SPK_T_COUNT; i++) {
     const spd_work_tensor *t = &w->ranks[i / SPK_T_COUNT].t[i % SPK_T_COUNT];
     x->bases[i] = w->bases[i];
-    if (t->here && t->dev < 0)
+    if (t->here && (t->dev < 0 || x->direct))
       rc = spd_peer_map(w->ctx, t->buf_base, t->buf_size, t->buf_id,
                         &t->state[SPD_ENGINE_UCX], err);
     else if (!t->here && x->cut.proxy[i])

@@ -36,6 +36,8 @@ int spd_peers_enabled(const spd_ctx *ctx);
 int spd_peer_is_up(const spd_ctx *ctx, int node);
 int spd_peer_self(const spd_ctx *ctx);
 int spd_peer_count(const spd_ctx *ctx);
+/* Whether this node's UCX moves CUDA memory (ucp_context_query). */
+int spd_peer_moves_cuda(const spd_ctx *ctx);
 
 /* Send a control message. To a node that is not up it is dropped: the
  * node hears the state again when it comes up (hooks.on_up). */

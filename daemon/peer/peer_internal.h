@@ -93,6 +93,7 @@ typedef struct spd_peers {
   int handles;                /* libuv handles not yet closed */
   uint64_t incarnation;
   int stopping, progressing;
+  int cuda;                   /* UCX moves CUDA memory */
   spd_peer peer[SPD_MAX_NODES];
   TAILQ_HEAD(, spd_in_ep) in_eps;
   TAILQ_HEAD(, spd_xfer) xfers;

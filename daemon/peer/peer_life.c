@@ -18,6 +18,10 @@ int spd_peer_count(const spd_ctx *ctx) {
   return ctx->cfg.npeers;
 }
 
+int spd_peer_moves_cuda(const spd_ctx *ctx) {
+  return ctx->peers != NULL && ctx->peers->cuda;
+}
+
 int spd_peer_is_up(const spd_ctx *ctx, int node) {
   if (ctx->peers == NULL || node < 0 || node >= ctx->cfg.npeers)
     return 0;
@@ -58,8 +62,9 @@ static int ucx_init(spd_peers *P, spk_err *err) {
   return SPK_OK;
 }
 
-/* Whether the site's UCX was built with CUDA (logged at start; device
- * tensors of groups spanning nodes are refused either way for now). */
+/* Whether the site's UCX was built with CUDA (logged at start): device
+ * tensors of groups spanning nodes then go straight from device memory
+ * (engine_ucx.c, xnode_direct). */
 static int ucx_has_cuda(spd_peers *P) {
   ucp_context_attr_t attr = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
   if (ucp_context_query(P->ucp, &attr) != UCS_OK)
@@ -141,11 +146,15 @@ int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
   if (rc == SPK_OK)
     rc = loop_attach(P, err);
   if (rc == SPK_OK)
+    P->cuda = ucx_has_cuda(P);
+  if (rc == SPK_OK)
     SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d; %s",
              ctx->cfg.node_index, ctx->cfg.npeers, ctx->cfg.ucx_listen.host,
              ctx->cfg.ucx_listen.port,
-             ucx_has_cuda(P) ? "this UCX moves CUDA memory"
-                             : "this UCX has no CUDA support");
+             P->cuda ? "this UCX moves CUDA memory: device tensors go "
+                       "directly"
+                     : "this UCX has no CUDA support: device tensors are "
+                       "staged through pinned host memory");
   return rc;
 }
 

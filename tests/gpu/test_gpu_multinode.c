@@ -20,6 +20,8 @@
  *
  * The device streams go through pinned staging (engine/xnode_stage.c):
  * the big cases (16 MiB gather, 8 MiB all-reduce) take many chunks.
+ * (e) is (a) with xnode_direct 2 (device memory handed to UCX as a UCX
+ * that moves CUDA memory would take it), run on spcsim only.
  * staging_is_bounded: with xnode_staging_bytes below what an op needs
  * every rank's device op fails naming the key, and the daemons serve on;
  * with just enough, ops in a row all run (each gives its staging back).
@@ -54,6 +56,7 @@ typedef struct {
   int world;
   int node[MAX_WORLD];        /* rank r talks to nodes.d[node[r]] */
   int gpu[MAX_WORLD];         /* and its tensors are on GPU gpu[r] */
+  const char *const *extra;   /* the daemons' options */
 } placement;
 
 static spt_nodes nodes;
@@ -146,7 +149,7 @@ static int rank_main(int rank, int world, void *arg) {
 static void run_placement(const placement *p) {
   fprintf(stderr, "== %s %s: %d ranks, %zu cases\n", p->label, p->group,
           p->world, gpc_ncases);
-  ck_assert_int_eq(spt_nodes_start(&nodes, NODES, NULL), 0);
+  ck_assert_int_eq(spt_nodes_start(&nodes, NODES, p->extra), 0);
   ck_assert_int_eq(pipe2(why_pipe, O_CLOEXEC | O_NONBLOCK), 0);
   int failed = spt_run_ranks(p->world, rank_main, (void *)p, 240);
   close(why_pipe[1]);
@@ -238,6 +241,21 @@ static void bound_run(const char *bytes, int refused) {
                 bytes, failed);
 }
 
+/* (e): (a) with --xnode-direct 2, UCX given the device addresses as a
+ * UCX that moves CUDA memory would be. On spcsim device memory is host
+ * memory, so this UCX can; it checks the direct path's proxies, mappings
+ * and order, not a CUDA-capable UCX (none here). With the staging pool
+ * at its 1 MiB minimum every op would be refused if it staged. */
+START_TEST(six_ranks_direct) {
+  static const char *const extra[] = {"--xnode-direct", "2",
+                                      "--xnode-staging-bytes", "1048576",
+                                      NULL};
+  static const placement p = {"(e)", "gpu-mn-6-direct", 6,
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, extra};
+  run_placement(&p);
+}
+END_TEST
+
 START_TEST(staging_is_bounded) {
   bound_run("3145728", 1);
   bound_run("4194304", 0);
@@ -246,28 +264,28 @@ END_TEST
 
 START_TEST(six_ranks_round_robin_one_gpu) {
   static const placement p = {"(a)", "gpu-mn-6-gpu0", 6,
-                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}};
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, NULL};
   run_placement(&p);
 }
 END_TEST
 
 START_TEST(six_ranks_two_gpus_per_node) {
   static const placement p = {"(b)", "gpu-mn-6-2gpus", 6,
-                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1, 1, 1}};
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1, 1, 1}, NULL};
   run_placement(&p);
 }
 END_TEST
 
 START_TEST(three_ranks_one_per_node) {
   static const placement p = {"(c)", "gpu-mn-3-one-each", 3, {0, 1, 2},
-                              {0, 0, 0}};
+                              {0, 0, 0}, NULL};
   run_placement(&p);
 }
 END_TEST
 
 START_TEST(five_ranks_uneven) {
   static const placement p = {"(d)", "gpu-mn-5-uneven", 5, {0, 0, 0, 1, 2},
-                              {0, 0, 0, 0, 0}};
+                              {0, 0, 0, 0, 0}, NULL};
   run_placement(&p);
 }
 END_TEST
@@ -287,6 +305,13 @@ int main(void) {
   tcase_add_test(tc, three_ranks_one_per_node);
   tcase_add_test(tc, five_ranks_uneven);
   tcase_add_test(tc, staging_is_bounded);
+  /* Only where device memory is host memory (spcsim): this UCX cannot
+   * read a real GPU's. */
+  if (getenv("SPCSIM_STATE") != NULL)
+    tcase_add_test(tc, six_ranks_direct);
+  else
+    printf("not run: six_ranks_direct needs a UCX that moves CUDA memory, "
+           "or spcsim\n");
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
