@@ -438,7 +438,10 @@ int spc_start_recv(spc_group *group, const spc_tensor *t, int src, int tag,
  * Memory must come from cudaMalloc / cuMemAlloc: CUDA IPC does not cover
  * stream-ordered pools (cudaMallocAsync), managed or VMM (cuMemCreate)
  * memory. An op's tensors must be all host or all device memory, each
- * rank's two on one GPU, aligned to their element size.
+ * rank's two on one GPU, aligned to their element size. Groups that span
+ * nodes take device tensors too: between nodes their bytes go through
+ * pinned host memory, or straight from device memory where the node's
+ * UCX moves CUDA memory (spcolld's xnode_direct).
  *
  * Stream order: spc_start_on_stream records an event on the caller's
  * stream and the daemon's work waits for it, so the caller need not

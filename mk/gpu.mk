@@ -44,7 +44,8 @@ $(BUILD)/tests/unit/unit_client_cuda_abi.o: CFLAGS += $(GPU_USER_CFLAGS) \
 # that run them (test_gpu_ops, test_gpu_multinode) share.
 GPU_TEST_SRC := $(wildcard tests/gpu/test_gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
-GPU_TEST_LIB := $(BUILD)/tests/gpu/gpu_testlib.o $(BUILD)/tests/gpu/gpu_cases.o
+GPU_TEST_LIB := $(BUILD)/tests/gpu/gpu_testlib.o $(BUILD)/tests/gpu/gpu_cases.o \
+  $(BUILD)/tests/integ/ops_ref.o
 GPU_USER_CFLAGS := $(if $(HAVE_CUDA),-DSPC_HAVE_CUDA -isystem $(CUDA_HOME)/include)
 GPU_USER_LIBS := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 \
   -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart)

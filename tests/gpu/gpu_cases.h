@@ -55,10 +55,6 @@ int64_t gpc_rule(int64_t n, int w, int r);
 spc_op gpc_case_op(const gpc_case *c, int r, int w, int64_t *shape,
                    int64_t *lists);
 
-/* spt_fill's values, but 16-bit floats get finite values (NaN payloads
- * are not part of what host and device must agree on). */
-void gpc_fill(void *p, spc_dtype dt, size_t n, int rank, uint64_t seed);
-
 /* Floats of magnitudes 2^-k .. 2^k, so a sum's rounding depends on the
  * order of the additions; with nan, some elements of some ranks are NaN. */
 void gpc_fill_hard(void *p, spc_dtype dt, size_t n, int rank, uint64_t seed,

@@ -22,6 +22,10 @@
  * the big cases (16 MiB gather, 8 MiB all-reduce) take many chunks.
  * (e) is (a) with xnode_direct 2 (device memory handed to UCX as a UCX
  * that moves CUDA memory would take it), run on spcsim only.
+ * node_lost_mid_op: a daemon killed while its group runs 8 MiB device
+ * all-gathers (8 chunks a stream): every other rank fails naming the
+ * node, within the peer timeout, no staging buffer is left out, and the
+ * survivors then run device ops across the two nodes left.
  * staging_is_bounded: with xnode_staging_bytes below what an op needs
  * every rank's device op fails naming the key, and the daemons serve on;
  * with just enough, ops in a row all run (each gives its staging back).
@@ -34,6 +38,8 @@
  * "skipped: no GPU", exit 77. */
 #include <check.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +262,128 @@ START_TEST(six_ranks_direct) {
 }
 END_TEST
 
+#define LOST_ELEMS (2 << 20) /* 8 MiB of float a rank */
+
+/* Device all-gathers of verified data in group `name` of the ranks on
+ * `nodes_used` nodes (rank r on node r % nodes_used), until one fails or
+ * iters are done; a byte to ready_fd after the first. Exit: 0 done,
+ * 10 - status of the failure (which must name node 2 unless it is the
+ * rank's own daemon that went), 1 setup or wrong data. */
+static int lost_loop(int rank, int world, int nodes_used, const char *name,
+                     int iters, int ready_fd) {
+  size_t in_b = LOST_ELEMS * sizeof(float), all = in_b * (size_t)world;
+  float *d, *h = malloc(all);
+  spc_group *g;
+  spc_buffer *b;
+  GPT_CUDA(cudaSetDevice(0));
+  GPT_CUDA(cudaMalloc((void **)&d, in_b + all));
+  spc_client *c = spt_connect(nodes.d[rank % nodes_used].socket);
+  if (h == NULL || c == NULL || spc_group_join(c, name, world, rank, &g) < 0 ||
+      spc_buffer_register_device(c, d, in_b + all, &b) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  int64_t s1[1] = {LOST_ELEMS}, s2[1] = {(int64_t)LOST_ELEMS * world};
+  spc_tensor in, out;
+  spc_tensor_init(&in, b, 0, SPC_FLOAT32, 1, s1);
+  spc_tensor_init(&out, b, in_b, SPC_FLOAT32, 1, s2);
+  for (int i = 0; i < LOST_ELEMS; i++)
+    h[i] = (float)(rank * LOST_ELEMS + i);
+  GPT_CUDA(cudaMemcpy(d, h, in_b, cudaMemcpyHostToDevice));
+  for (int it = 0; it < iters; it++) {
+    int rc = spc_all_gather(g, &in, &out, 0, NULL);
+    if (rc < 0) {
+      fprintf(stderr, "rank %d op %d: %s: %s\n", rank, it, spc_strerror(rc),
+              spc_last_error(c));
+      if (rc != SPC_ECONNECTION && !strstr(spc_last_error(c), "node 2"))
+        return 1;
+      return 10 - rc;
+    }
+    GPT_CUDA(cudaMemcpy(h, (uint8_t *)d + in_b, all, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < all / sizeof(float); i++)
+      if (h[i] != (float)i) {
+        fprintf(stderr, "rank %d op %d: element %zu is %g\n", rank, it, i,
+                (double)h[i]);
+        return 1;
+      }
+    if (it == 0 && ready_fd >= 0 && write(ready_fd, "r", 1) != 1)
+      return 1;
+  }
+  spc_buffer_free(b);
+  spc_group_leave(g);
+  spc_disconnect(c);
+  cudaFree(d);
+  free(h);
+  return 0;
+}
+
+static void fork_lost(pid_t *pids, int world, int nodes_used, const char *name,
+                      int iters, int ready_fd) {
+  for (int r = 0; r < world; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(lost_loop(r, world, nodes_used, name, iters, ready_fd));
+  }
+}
+
+/* Whether node i's log says a stage closed with buffers out. */
+static int buffers_left_out(int i) {
+  FILE *f = fopen(nodes.d[i].log, "r");
+  char line[512];
+  int bad = 0;
+  while (f != NULL && fgets(line, sizeof(line), f))
+    bad |= strstr(line, "buffers out") != NULL;
+  if (f != NULL)
+    fclose(f);
+  return bad;
+}
+
+START_TEST(node_lost_mid_op) {
+  const char *const extra[] = {"--peer-timeout", "3", NULL};
+  enum { W = 6 };
+  ck_assert_int_eq(spt_nodes_start(&nodes, NODES, extra), 0);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pids[W];
+  int codes[W];
+  fork_lost(pids, W, NODES, "gpu-mn-lost", 1000000, fds[1]);
+  close(fds[1]);
+  char buf[W];
+  for (int got = 0, n; got < W && (n = (int)read(fds[0], buf, W)) > 0;)
+    got += n;
+  close(fds[0]);
+  ck_assert_int_eq(kill(nodes.d[2].pid, SIGKILL), 0);
+  waitpid(nodes.d[2].pid, NULL, 0);
+  nodes.d[2].pid = 0;
+  int hung = spt_reap(pids, codes, W, 60);
+  for (int i = 0; hung && i < 2; i++)
+    spt_daemon_dump_log(&nodes.d[i]);
+  ck_assert_msg(hung == 0, "%d rank(s) still running 60 s after the loss",
+                hung);
+  for (int r = 0; r < W; r++) {
+    int on_victim = r % NODES == 2;
+    int want = on_victim ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
+    ck_assert_msg(codes[r] == want ||
+                  (!on_victim && codes[r] == 10 - SPC_EPEERLOST),
+                  "rank %d exit %d, wanted %d", r, codes[r], want);
+  }
+  /* The survivors run device ops across the two nodes left. */
+  pid_t again[4];
+  int acodes[4];
+  fork_lost(again, 4, 2, "gpu-mn-after-loss", 3, -1);
+  ck_assert_int_eq(spt_reap(again, acodes, 4, 120), 0);
+  for (int r = 0; r < 4; r++)
+    ck_assert_msg(acodes[r] == 0, "after the loss, rank %d exit %d", r,
+                  acodes[r]);
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(!buffers_left_out(i), "node %d's log: a stage closed with "
+                  "buffers out", i);
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(spt_daemon_stop(&nodes.d[i]), 0);
+}
+END_TEST
+
 START_TEST(staging_is_bounded) {
   bound_run("3145728", 1);
   bound_run("4194304", 0);
@@ -305,6 +433,7 @@ int main(void) {
   tcase_add_test(tc, three_ranks_one_per_node);
   tcase_add_test(tc, five_ranks_uneven);
   tcase_add_test(tc, staging_is_bounded);
+  tcase_add_test(tc, node_lost_mid_op);
   /* Only where device memory is host memory (spcsim): this UCX cannot
    * read a real GPU's. */
   if (getenv("SPCSIM_STATE") != NULL)
