@@ -42,7 +42,8 @@ struct spd_xstage_stream {
   size_t niov;
   spos *start;                /* [nchunks] */
   int active;                 /* copies and messages in flight */
-  int stopped, failed, finished, status;
+  int stopped;                /* cancelled (failed too) */
+  int failed, finished, status;
   char msg[256];
   spd_xfer_cb cb;
   void *arg;
@@ -76,20 +77,23 @@ static void stream_fail(spd_xstage_stream *st, int status, const char *msg) {
   snprintf(st->msg, sizeof(st->msg), "%s", msg);
 }
 
-/* Every chunk done (a send's also on the wire), or the stream failed or
- * was stopped, and nothing of it in flight: its buffers go back and its
- * owner hears. */
+/* The stream is over: its buffers go back to the stage. */
+static void stream_end(spd_xstage_stream *st) {
+  st->finished = 1;
+  for (int i = 0; i < st->nbuf; i++)
+    st->xs->bufs[st->xs->nfree++] = st->buf[i].buf;
+}
+
+/* Every chunk done (a send's also on the wire), or the stream failed, and
+ * nothing of it in flight: it ends and its owner hears. */
 static void finish_if_done(spd_xstage_stream *st) {
   if (st->finished || st->active > 0)
     return;
   int all = st->next_chunk == st->nchunks &&
             (st->recv || st->next_send == st->nchunks);
-  if (!all && !st->failed && !st->stopped)
+  if (!all && !st->failed)
     return;
-  st->finished = 1;
-  spd_xstage *xs = st->xs;
-  for (int i = 0; i < st->nbuf; i++)
-    xs->bufs[xs->nfree++] = st->buf[i].buf;
+  stream_end(st);
   st->cb(st->arg, st->failed ? st->status : SPK_OK,
          st->failed ? st->msg : "");
 }
@@ -191,7 +195,7 @@ static void post_sends(spd_xstage_stream *st) {
       b->copied = 0;
       st->next_send++;
       spk_err err;
-      if (st->failed || st->stopped) {
+      if (st->failed) {
         b->busy = 0;
         continue;
       }
@@ -249,7 +253,7 @@ static void on_copied_up(void *arg, int status, const char *msg) {
 static void pump(spd_xstage_stream *st) {
   st->active++; /* hold: nothing inside finishes the stream */
   post_sends(st);
-  while (!st->failed && !st->stopped && st->next_chunk < st->nchunks) {
+  while (!st->failed && st->next_chunk < st->nchunks) {
     sbuf *b = NULL;
     for (int i = 0; i < st->nbuf && b == NULL; i++)
       if (!st->buf[i].busy)
@@ -273,7 +277,7 @@ static void pump(spd_xstage_stream *st) {
       stream_fail(st, rc, err.msg);
     }
   }
-  if ((st->failed || st->stopped) && !st->recv)
+  if (st->failed && !st->recv)
     for (int i = 0; i < st->nbuf; i++)
       if (st->buf[i].busy && st->buf[i].copied)
         st->buf[i].busy = st->buf[i].copied = 0; /* never to be sent */
@@ -344,9 +348,7 @@ int spd_xstage_post(spd_xstage *xs, int node, int recv, uint64_t tag,
   pump(st);
   st->active--;
   if (st->active == 0 && st->failed) {
-    st->finished = 1;
-    for (int i = 0; i < st->nbuf; i++)
-      xs->bufs[xs->nfree++] = st->buf[i].buf;
+    stream_end(st);
     return spk_err_set(err, st->status, "%s", st->msg);
   }
   finish_if_done(st); /* all of it may have ended already */

@@ -30,6 +30,9 @@ static void marks_report(spd_gpu_job *job) {
   if (line[0] != '\0')
     SPD_DEBUG(&job->gpu->ctx->log, "group '%s' op %llu: on the GPU: %s",
               job->name, (unsigned long long)job->seq, line);
+}
+
+static void marks_free(spd_gpu_job *job) {
   for (int i = 0; i < job->nmarks; i++)
     if (cudaEventDestroy(job->mark[i]) != cudaSuccess)
       cudaGetLastError();
@@ -63,6 +66,7 @@ void spd_gpu_job_mark(spd_gpu_job *job, cudaStream_t s, const char *stage) {
 static void on_job_closed(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
   marks_report(job);
+  marks_free(job);
   if (job->finish != NULL)
     job->finish(job);
   /* The mover's own finding first: it says why (an aborted NCCL set
@@ -182,9 +186,7 @@ void spd_gpu_job_fail_after(spd_gpu_job *job, const cudaStream_t *streams,
 
 static void on_dropped(uv_handle_t *h) {
   spd_gpu_job *job = h->data;
-  for (int i = 0; i < job->nmarks; i++)
-    if (cudaEventDestroy(job->mark[i]) != cudaSuccess)
-      cudaGetLastError();
+  marks_free(job);
   if (job->finish != NULL)
     job->finish(job);
   free(job);

@@ -1,0 +1,138 @@
+/* The op descriptors of the fast path (see client_fast.c): what a rank
+ * publishes of each op in its ring, what may run here, and the planners'
+ * arguments every rank rebuilds from all ranks' descriptors. */
+#include <string.h>
+
+#include "client_fast_internal.h"
+
+uint64_t spc__fast_tensor_bytes(const spc_tensor *t) {
+  uint64_t n = spc_dtype_size(t->dtype);
+  for (int i = 0; i < t->ndim; i++)
+    n *= (uint64_t)t->shape[i];
+  return n;
+}
+
+/* b is one of c's own buffers (spc_buffer_alloc), not a record made by
+ * hand for memory the daemon may know under another client. */
+static int buffer_own(const spc_client *c, const spc_buffer *b) {
+  for (const spc_buffer *x = c->buffers; x != NULL; x = x->next)
+    if (x == b)
+      return 1;
+  return 0;
+}
+
+/* Host memory of this client's own buffers, inside, aligned, within the
+ * staging size; in and out apart, or the very same bytes for all_reduce.
+ * Anything else is the daemon's to judge (and to refuse in its own
+ * words). */
+int spc__fast_fits(const spc_fast *f, const spc_client *c, int kind,
+                   const spc_tensor *in, const spc_tensor *out) {
+  const spc_tensor *ts[2] = {in, out};
+  uint64_t n[2];
+  if (kind < 0 || kind >= SPK_OP_COUNT)
+    return 0;
+  uint64_t limit = f->hdr->op_bytes[kind] < f->stage ? f->hdr->op_bytes[kind]
+                                                    : f->stage;
+  for (int i = 0; i < 2; i++) {
+    const spc_tensor *t = ts[i];
+    size_t es = spc_dtype_size(t->dtype);
+    n[i] = spc__fast_tensor_bytes(t);
+    if (!buffer_own(c, t->buf) || t->buf->gpu != NULL || es == 0 ||
+        t->offset % es != 0 || t->ndim < 1 || t->ndim > SPC_MAX_DIMS ||
+        n[i] > limit || t->offset > t->buf->size ||
+        n[i] > t->buf->size - t->offset)
+      return 0;
+    for (int d = 0; d < t->ndim; d++)
+      if (t->shape[d] < 0)
+        return 0;
+  }
+  if (in->buf != out->buf)
+    return 1;
+  int same = in->offset == out->offset && n[0] == n[1];
+  int apart = in->offset + n[0] <= out->offset ||
+              out->offset + n[1] <= in->offset;
+  return (same && kind == SPK_OP_ALL_REDUCE) || apart || n[0] == 0 ||
+         n[1] == 0;
+}
+
+void spc__fast_desc_fill(spk_fseg_desc *d, const spc_group *g,
+                         const spc_op *op, const spc_tensor *in,
+                         const spc_tensor *out) {
+  int ns = op->sizes ? (op->nsizes ? op->nsizes : g->world) : 0;
+  int ns2 = op->sizes2 ? (op->nsizes2 ? op->nsizes2 : g->world) : 0;
+  d->op = op->kind;
+  d->dtype = (uint32_t)in->dtype;
+  d->flags = op->flags;
+  d->ndims = op->ndims;
+  d->dims[0] = op->dims[0], d->dims[1] = op->dims[1];
+  d->scalar = op->scalar;
+  d->in_ndim = in->ndim, d->out_ndim = out->ndim;
+  memcpy(d->in_shape, in->shape, sizeof(d->in_shape));
+  memcpy(d->out_shape, out->shape, sizeof(d->out_shape));
+  d->nsizes = ns < 0 || ns > SPK_FSEG_MAXLIST ? -1 : ns;
+  d->nsizes2 = ns2 < 0 || ns2 > SPK_FSEG_MAXLIST ? -1 : ns2;
+  if (d->nsizes > 0)
+    memcpy(d->sizes, op->sizes, (size_t)ns * sizeof(int64_t));
+  if (d->nsizes2 > 0)
+    memcpy(d->sizes2, op->sizes2, (size_t)ns2 * sizeof(int64_t));
+  /* A dtype the client does not know, or lists too long for the ring,
+   * are for the daemon. */
+  if (d->nsizes < 0 || d->nsizes2 < 0 || in->dtype != out->dtype)
+    d->eligible = 0;
+}
+
+void spc__fast_args_of(const spk_fseg_desc *d, spk_op_args *a) {
+  memset(a, 0, sizeof(*a));
+  a->op = (spk_op_kind)d->op;
+  a->dtype = (spk_dtype)d->dtype;
+  a->in.ndim = d->in_ndim;
+  a->out.ndim = d->out_ndim;
+  memcpy(a->in.dim, d->in_shape, sizeof(a->in.dim));
+  memcpy(a->out.dim, d->out_shape, sizeof(a->out.dim));
+  a->ndims = d->ndims;
+  a->dims[0] = d->dims[0], a->dims[1] = d->dims[1];
+  a->nsizes = d->nsizes;
+  a->sizes = d->nsizes ? d->sizes : NULL;
+  a->nsizes2 = d->nsizes2;
+  a->sizes2 = d->nsizes2 ? d->sizes2 : NULL;
+  a->scalar = d->scalar;
+  a->flags = d->flags;
+}
+
+/* Take the next sequence number and publish d under it. The ring slot is
+ * free once every rank has read the descriptor it held. */
+int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
+  spc_fast *f = g->fast;
+  uint64_t s = f->seq + 1;
+  if (s > SPK_FSEG_RING) {
+    int rc = spc__fast_wait_all(g, FIELD(consumed), s - SPK_FSEG_RING);
+    if (rc < 0)
+      return rc;
+  }
+  spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  d->seq = s;
+  me->ring[s % SPK_FSEG_RING] = *d;
+  f->seq = s;
+  spc__fast_publish(f->hdr, me, &me->published, s);
+  return SPC_OK;
+}
+
+int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,
+                   const spc_tensor *out) {
+  if (g->fast == NULL)
+    return SPC_OK;
+  spk_fseg_desc d;
+  memset(&d, 0, sizeof(d));
+  if (op != NULL && in != NULL && out != NULL)
+    spc__fast_desc_fill(&d, g, op, in, out);
+  d.eligible = 0;
+  int rc = spc__fast_desc_publish(g, &d);
+  if (rc == SPC_OK)
+    spc__fast_consumed(g, g->fast->seq);
+  return rc;
+}
+
+void spc__fast_consumed(spc_group *g, uint64_t s) {
+  spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
+  spc__fast_publish(g->fast->hdr, me, &me->consumed, s);
+}
