@@ -63,7 +63,9 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   f->hdr = h;
   f->size = size;
   f->stage = h->stage_bytes;
+  f->half = (f->stage / 2) & ~(uint64_t)127;
   spc__fast_wait_init(f, g->world);
+  spc__fast_clock_init(&f->clock);
   spk_plan_init(&f->plan, g->world);
   g->fast = f;
   return SPC_OK;
@@ -113,18 +115,17 @@ static int plan_direct(const spk_plan *p) {
 #define REPLICATE_BYTES (64u << 10)
 static int plan_replicated(const spc_group *g, const spk_plan *p,
                            const spc_tensor *out) {
-  return g->fast->descs[0].op == SPK_OP_ALL_REDUCE &&
+  return g->fast->planned[0].op == SPK_OP_ALL_REDUCE &&
          p->scale == SPK_SCALE_NONE &&
          spc__fast_tensor_bytes(out) * (uint64_t)g->world <= REPLICATE_BYTES;
 }
 
-static void run_replicated(spc_group *g, const spc_tensor *out) {
+static void run_replicated(spc_group *g, uint64_t s, const spc_tensor *out) {
   spc_fast *f = g->fast;
   spk_plan *p = &f->plan;
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++) {
-    bases[r * SPK_T_COUNT + SPK_T_IN] =
-        spk_fseg_stage_of(f->hdr, f->stage, r, SPK_T_IN);
+    bases[r * SPK_T_COUNT + SPK_T_IN] = spc__fast_stage(f, r, SPK_T_IN, s);
     bases[r * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
   }
   for (size_t i = 0; i < p->nreduces; i++)
@@ -144,14 +145,14 @@ static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
   spk_plan *p = &f->plan;
   uint32_t me = (uint32_t)g->rank;
   if (plan_replicated(g, p, out)) {
-    run_replicated(g, out);
+    run_replicated(g, s, out);
     *direct_p = 1;
     return SPC_OK;
   }
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++)
     for (int t = 0; t < SPK_T_COUNT; t++)
-      bases[r * SPK_T_COUNT + t] = spk_fseg_stage_of(f->hdr, f->stage, r, t);
+      bases[r * SPK_T_COUNT + t] = spc__fast_stage(f, r, t, s);
   *direct_p = plan_direct(p);
   if (*direct_p) {
     bases[me * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
@@ -166,8 +167,8 @@ static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
     /* Nobody reads this rank's staged output before its reduce steps are
      * done (the barrier below), so it is free to fill now. */
     if (covered < spc__fast_tensor_bytes(out))
-      memcpy(spk_fseg_stage_of(f->hdr, f->stage, g->rank, SPK_T_OUT),
-             spc_tensor_data(out), spc__fast_tensor_bytes(out));
+      memcpy(spc__fast_stage(f, g->rank, SPK_T_OUT, s), spc_tensor_data(out),
+             spc__fast_tensor_bytes(out));
   }
   for (size_t i = 0; i < p->nreduces; i++)
     if (p->reduces[i].geo.dst_rank == me)
@@ -206,16 +207,35 @@ static void count(spc_group *g, int kind, int ok, uint64_t bytes,
   __atomic_add_fetch(&c->count, 1, __ATOMIC_RELEASE);
 }
 
-/* Every rank published an eligible descriptor of s: plan it and run this
- * rank's share. */
+static uint64_t desc_bytes(const spk_fseg_desc *d, int ndim,
+                           const int64_t *shape) {
+  uint64_t n = spk_dtype_size((spk_dtype)d->dtype);
+  for (int i = 0; i < ndim; i++)
+    n *= (uint64_t)shape[i];
+  return n;
+}
+
+/* Whether the op of descriptor d fits half the staging (every rank
+ * decides it alike from d; its owner from its tensors, the same bytes). */
+static int fits_half(const spc_fast *f, const spk_fseg_desc *d) {
+  return desc_bytes(d, d->in_ndim, d->in_shape) <= f->half &&
+         desc_bytes(d, d->out_ndim, d->out_shape) <= f->half;
+}
+
 /* The plan of the descriptors in f->descs: the last one when every rank
  * asked for the same op as then (a plan depends on nothing else), else a
  * new one. Descriptors are zeroed before they are filled, so equal ops
  * compare equal bytewise. */
-static int plan_get(spc_group *g) {
+static int plan_get(spc_group *g, int repeat) {
   spc_fast *f = g->fast;
+  if (repeat)
+    return SPC_OK;
   int same = f->plan_ok;
   for (int r = 0; r < g->world; r++) {
+    if (f->descs[r].repeat) {
+      f->descs[r] = f->planned[r];
+      continue;
+    }
     spk_fseg_desc d = f->descs[r];
     d.seq = 0;
     same = same && memcmp(&d, &f->planned[r], sizeof(d)) == 0;
@@ -229,6 +249,8 @@ static int plan_get(spc_group *g) {
     spc__fast_args_of(&f->descs[r], &args[r]);
     ap[r] = &args[r];
   }
+  for (int r = 0; r < g->world; r++)
+    f->small[r] = fits_half(f, &f->planned[r]);
   spk_plan_free(&f->plan);
   spk_plan_init(&f->plan, g->world);
   spk_err err;
@@ -238,24 +260,52 @@ static int plan_get(spc_group *g) {
 }
 
 static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
-                     uint64_t t0) {
+                     uint64_t t0, int repeat) {
   spc_fast *f = g->fast;
   int direct = 0;
-  int rc = plan_get(g);
+  int rc = plan_get(g, repeat);
   if (rc == SPC_OK)
     rc = plan_run(g, s, out, &direct);
   if (rc == SPC_OK && !direct)
-    memcpy(spc_tensor_data(out),
-           spk_fseg_stage_of(f->hdr, f->stage, g->rank, SPK_T_OUT),
+    memcpy(spc_tensor_data(out), spc__fast_stage(f, g->rank, SPK_T_OUT, s),
            spc__fast_tensor_bytes(out));
-  f->last_fast = s;
-  spk_fseg_rank *me = spc__fast_rank(f, g->rank);
-  /* Failed or not, this rank is done with every staging area. */
-  spc__fast_publish(f->hdr, me, &me->fdone, s);
-  if (rc == SPC_OK || rc == SPC_EMISMATCH || rc == SPC_EINVAL)
-    count(g, f->descs[0].op, rc == SPC_OK, f->plan.bytes,
-          spc__fast_now_ns() - t0);
+  if (f->small[g->rank])
+    f->last_use[s & 1] = s;
+  else
+    f->last_use[0] = f->last_use[1] = s;
+  /* Failed or not, this rank is done with every staging area and every
+   * descriptor of s: said by its next publish, or before it waits (see
+   * pending); at once after a failure, which may end the group. */
+  f->pending = s;
+  if (rc != SPC_OK)
+    spc__fast_flush(g);
+  if (g->rank == 0 &&
+      (rc == SPC_OK || rc == SPC_EMISMATCH || rc == SPC_EINVAL))
+    count(g, f->planned[0].op, rc == SPC_OK, f->plan.bytes,
+          spc__fast_clock_ns(&f->clock, t0));
   return rc;
+}
+
+/* Copy this rank's input of the next op (s) into its staging, once
+ * every rank is done with the bytes it goes to: the half of s's parity
+ * when the op fits one (which the last op, of the other parity, did not
+ * touch: no wait at all when ops repeat), else the whole area. */
+static int stage_in(spc_group *g, const spk_fseg_desc *d,
+                    const spc_tensor *in) {
+  spc_fast *f = g->fast;
+  uint64_t s = f->seq + 1;
+  f->small[g->rank] = (uint8_t)fits_half(f, d);
+  uint64_t need = f->small[g->rank] ? f->last_use[s & 1]
+                  : f->last_use[0] > f->last_use[1] ? f->last_use[0]
+                                                    : f->last_use[1];
+  if (need >= f->seen_pub) {
+    int rc = spc__fast_wait_all(g, FIELD(fdone), need);
+    if (rc < 0)
+      return rc;
+  }
+  memcpy(spc__fast_stage(f, g->rank, SPK_T_IN, s), spc_tensor_data(in),
+         spc__fast_tensor_bytes(in));
+  return SPC_OK;
 }
 
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
@@ -275,19 +325,14 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   int rc = spc__fast_broken(g);
   if (rc < 0)
     return rc;
-  uint64_t t0 = spc__fast_now_ns();
+  /* Only rank 0 counts (count()): the others need no clock. */
+  uint64_t t0 = g->rank == 0 ? spc__fast_clock_stamp(&f->clock) : 0;
   spk_fseg_desc d;
   memset(&d, 0, sizeof(d));
   d.eligible = 1;
   spc__fast_desc_fill(&d, g, op, in, out);
-  if (d.eligible) {
-    /* The staging areas are free once every rank finished the last op
-     * that used them. */
-    if ((rc = spc__fast_wait_all(g, FIELD(fdone), f->last_fast)) < 0)
-      return rc;
-    memcpy(spk_fseg_stage_of(f->hdr, f->stage, g->rank, SPK_T_IN),
-           spc_tensor_data(in), spc__fast_tensor_bytes(in));
-  }
+  if (d.eligible && (rc = stage_in(g, &d, in)) < 0)
+    return rc;
   if ((rc = spc__fast_desc_publish(g, &d)) < 0)
     return rc;
   uint64_t s = f->seq;
@@ -298,16 +343,13 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   }
   if ((rc = spc__fast_wait_all(g, FIELD(published), s)) < 0)
     return rc;
-  int all = 1;
-  for (int r = 0; r < g->world; r++) {
-    f->descs[r] = spc__fast_rank(f, r)->ring[s % SPK_FSEG_RING];
-    all &= f->descs[r].eligible == 1 && f->descs[r].seq == s;
-  }
-  spc__fast_publish(f->hdr, spc__fast_rank(f, g->rank),
-          &spc__fast_rank(f, g->rank)->consumed, s);
+  f->seen_pub = s;
+  int all, repeat;
+  spc__fast_desc_read(f, g->world, s, &all, &repeat);
   if (!all) {
+    spc__fast_consumed(g, s);
     *handled_p = 0;
     return SPC_OK;
   }
-  return fast_exec(g, s, out, t0);
+  return fast_exec(g, s, out, t0, repeat);
 }

@@ -1,6 +1,7 @@
 /* The op descriptors of the fast path (see client_fast.c): what a rank
  * publishes of each op in its ring, what may run here, and the planners'
  * arguments every rank rebuilds from all ranks' descriptors. */
+#include <stddef.h>
 #include <string.h>
 
 #include "client_fast_internal.h"
@@ -99,6 +100,46 @@ void spc__fast_args_of(const spk_fseg_desc *d, spk_op_args *a) {
   a->flags = d->flags;
 }
 
+/* A descriptor's first cache line. */
+#define HEAD offsetof(spk_fseg_desc, in_shape)
+
+/* a == b, for descriptors zeroed before they were filled: the head
+ * (which holds the list lengths), the shapes and the lists' entries. */
+static int desc_same(const spk_fseg_desc *a, const spk_fseg_desc *b) {
+  size_t lists = offsetof(spk_fseg_desc, sizes);
+  if (memcmp(a, b, lists) != 0)
+    return 0;
+  size_t n = a->nsizes > 0 ? (size_t)a->nsizes : 0;
+  size_t n2 = a->nsizes2 > 0 ? (size_t)a->nsizes2 : 0;
+  return memcmp(a->sizes, b->sizes, n * sizeof(a->sizes[0])) == 0 &&
+         memcmp(a->sizes2, b->sizes2, n2 * sizeof(a->sizes2[0])) == 0;
+}
+
+/* Every rank's descriptor of s into f->descs; whether all of them are
+ * eligible for the fast path, and whether all repeat the last plan. */
+void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
+                         int *repeat_p) {
+  int all = 1, repeat = f->plan_ok;
+  for (int r = 0; r < world; r++) {
+    const spk_fseg_rank *a = spc__fast_rank(f, r);
+    const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
+    /* A repeat's descriptor is f->planned[r] (plan_get copies it), and
+     * only the first line of its slot was written. `repeated` says so
+     * unless r already published its next op; then the slot does. */
+    if (__atomic_load_n(&a->repeated, __ATOMIC_RELAXED) == s ||
+        (x->seq == s && x->repeat)) {
+      f->descs[r].repeat = 1;
+      continue;
+    }
+    f->descs[r] = *x;
+    f->descs[r].repeat = 0;
+    repeat = 0;
+    all &= f->descs[r].eligible == 1 && f->descs[r].seq == s;
+  }
+  *all_p = all;
+  *repeat_p = repeat && all;
+}
+
 /* Take the next sequence number and publish d under it. The ring slot is
  * free once every rank has read the descriptor it held. */
 int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
@@ -110,9 +151,16 @@ int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
       return rc;
   }
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  spk_fseg_desc *slot = &me->ring[s % SPK_FSEG_RING];
+  d->seq = 0;
+  d->repeat = d->eligible && f->plan_ok && desc_same(d, &f->planned[g->rank]);
   d->seq = s;
-  me->ring[s % SPK_FSEG_RING] = *d;
+  /* Nobody reads a repeat's slot but the daemon's watchdog, which reads
+   * its first line (the op's kind). */
+  memcpy(slot, d, d->repeat ? HEAD : sizeof(*d));
   f->seq = s;
+  if (d->repeat)
+    __atomic_store_n(&me->repeated, s, __ATOMIC_RELAXED);
   spc__fast_publish(f->hdr, me, &me->published, s);
   return SPC_OK;
 }

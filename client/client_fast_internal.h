@@ -11,18 +11,46 @@
 #include "fast_seg.h"
 #include "planner.h"
 
+/* Op times for the stats (client_fast_clock.c). */
+typedef struct {
+  int tsc;                  /* the kernel keeps time with the TSC */
+  uint64_t calib_ns, calib_ticks;
+  double ns_per_tick;       /* 0 until calibrated */
+  uint64_t stamp_ns;        /* the last stamp, while not calibrated */
+} spc_fast_clock;
+
 typedef struct spc_fast {
   spk_fseg_hdr *hdr;
   uint64_t size;
   uint64_t stage;               /* the layout, as checked at attach */
   uint64_t seq;                 /* last sequence number this rank took */
-  uint64_t last_fast;           /* last one that ran here */
+  /* Ops whose input and output fit half the staging (every small op)
+   * alternate halves by sequence number, so a rank may fill one while
+   * the others still read the other: last_use[h], the last fast op that
+   * used half h (an op that fits no half uses both); seen_pub, the last s
+   * every rank was seen to have published (so every fast op before it is
+   * done everywhere: a rank publishes only after its last op is done). */
+  uint64_t half;
+  uint64_t last_use[2];
+  uint64_t seen_pub;
+  /* A small fast op this rank is done with but has not said so (0:
+   * none). Publishing it costs a store to the line the others poll and
+   * a fence; the next op's publish says it too, as nobody waits on it
+   * but a rank that must reuse the staging an op that fits no half
+   * takes, and that rank says so before it waits (spc__fast_flush). */
+  uint64_t pending;
+  /* Per rank, whether its op of f->plan fits a half. */
+  uint8_t small[SPK_FSEG_MAXWORLD];
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
                                  * spin_ns up to the daemon's mid_spin_ns */
   unsigned yield;
+  /* Waits so far; the next one sleeps at once (see relocate_next). */
+  uint64_t waits, relocated_at;
+  int relocate;
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
+  spc_fast_clock clock;
   /* The descriptors plan was built from (seq zeroed); plan_ok: it built.
    * Trainers repeat the same ops, so most ops reuse the plan. */
   spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
@@ -37,6 +65,20 @@ static inline spk_fseg_rank *spc__fast_rank(const spc_fast *f, int r) {
   return spk_fseg_rank_of(f->hdr, f->stage, r);
 }
 
+/* Rank r's staging of kind t (SPK_T_IN/OUT) for op s of f->plan. */
+static inline uint8_t *spc__fast_stage(const spc_fast *f, int r, int t,
+                                       uint64_t s) {
+  return spk_fseg_stage_of(f->hdr, f->stage, r, t) +
+         (f->small[r] ? (s & 1) * f->half : 0);
+}
+
+/* ---- client_fast_clock.c ---- */
+
+void spc__fast_clock_init(spc_fast_clock *k);
+/* A stamp at the start of an op, and the ns since one. */
+uint64_t spc__fast_clock_stamp(spc_fast_clock *k);
+uint64_t spc__fast_clock_ns(spc_fast_clock *k, uint64_t stamp);
+
 /* ---- client_fast_wait.c ---- */
 
 /* The wait budgets of a new segment, from the group's size and the CPUs
@@ -46,6 +88,8 @@ uint64_t spc__fast_now_ns(void);
 /* Store a counter of this rank (me) and wake whoever waits on it. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v);
+/* Publish this rank's pending "done" (consumed and fdone). */
+void spc__fast_flush(spc_group *g);
 /* The segment's broken status, as the call's failure; SPC_OK if not. */
 int spc__fast_broken(spc_group *g);
 /* Until every rank's counter at `field` reaches v (the daemon's watchdog
@@ -65,7 +109,12 @@ void spc__fast_desc_fill(spk_fseg_desc *d, const spc_group *g,
                          const spc_op *op, const spc_tensor *in,
                          const spc_tensor *out);
 void spc__fast_args_of(const spk_fseg_desc *d, spk_op_args *a);
-/* Take the next sequence number and publish d under it. */
+/* Every rank's descriptor of s into f->descs: *all_p, whether every one
+ * may run here; *repeat_p, whether every one is the op of f->plan. */
+void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
+                         int *repeat_p);
+/* Take the next sequence number and publish d under it (marked a repeat
+ * when it is this rank's op of f->plan). */
 int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d);
 /* This rank reads nobody's descriptor of op s (it takes the daemon
  * path): its ring slots may be reused. */

@@ -17,11 +17,16 @@
  * it sleeps. The spin is bounded in time, not in rounds, and adapts
  * between SPIN_MIN_NS and SPIN_MAX_NS: a wait that ends while spinning
  * doubles it (the others run on other CPUs: a long spin keeps the round
- * trip near a microsecond, as busy-polling MPI does), a wait that had to
- * yield halves it (the rank waited for shares this CPU, because another
- * job holds the other one: every round of spin delays it). When the group
- * has more ranks than the node has CPUs, that is the rule, so a waiter
- * yields and sleeps almost at once (OVER_*). */
+ * trip near a microsecond, as busy-polling MPI does), and so does one
+ * whose yields came straight back (nobody else wanted this CPU, so
+ * spinning cost nobody anything); a wait in which a yield gave the CPU
+ * away (it took over SHARED_NS) halves it: the rank waited for may share
+ * this CPU, because another job holds the other one, and every round of
+ * spin delays it. (Halving on any yield locked a quiet node into
+ * yielding: a short spin misses, the miss shortens the spin.) When the
+ * group has more ranks than the node has CPUs, sharing is the rule, so a
+ * waiter yields and sleeps almost at once (OVER_*). */
+#define SHARED_NS 3000
 #define SPIN_MIN_NS 1000
 #define SPIN_MAX_NS 100000
 #define YIELD_POLLS 16
@@ -44,29 +49,58 @@ uint64_t spc__fast_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* `wake` and `sleepers` share one line that every rank would write on
+ * every publish; touching it only when someone sleeps keeps a publish to
+ * this rank's own line. The fence pairs with the sleeper's: it counts
+ * itself in `sleepers` before its last look at the counters (wait_for),
+ * so either it sees our store, or we see it and bump the word it sleeps
+ * on. */
 static void wake(spk_fseg_hdr *h) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&h->sleepers, __ATOMIC_RELAXED) == 0)
+    return;
   __atomic_add_fetch(&h->wake, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&h->sleepers, __ATOMIC_SEQ_CST) != 0)
-    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+  syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Store a counter of this rank (me) and wake whoever waits on it. */
+/* Store a counter of this rank (me) and wake whoever waits on it.
+ * `progress` has one writer, this rank, so a plain increment does. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v) {
   __atomic_store_n(word, v, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&me->progress, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&me->progress, me->progress + 1, __ATOMIC_RELEASE);
   wake(h);
+}
+
+/* Whether a wait on `field` is one for "done with op v" (fdone,
+ * consumed), which a rank also tells by publishing a later op: it
+ * publishes only once its last op is done. */
+static int done_field(size_t field) {
+  return field == FIELD(fdone) || field == FIELD(consumed);
 }
 
 /* Every rank's counter at byte `field` of its area is at least v? */
 static int all_at_least(const spc_fast *f, int world, size_t field,
                         uint64_t v) {
+  int done = done_field(field);
   for (int r = 0; r < world; r++) {
-    const uint8_t *a = (const uint8_t *)spc__fast_rank(f, r);
-    if (__atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) < v)
+    const spk_fseg_rank *a = spc__fast_rank(f, r);
+    const uint64_t *w = (const uint64_t *)((const uint8_t *)a + field);
+    if (__atomic_load_n(w, __ATOMIC_ACQUIRE) < v &&
+        !(done && __atomic_load_n(&a->published, __ATOMIC_ACQUIRE) > v))
       return 0;
   }
   return 1;
+}
+
+void spc__fast_flush(spc_group *g) {
+  spc_fast *f = g->fast;
+  if (f->pending == 0)
+    return;
+  spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  __atomic_store_n(&me->consumed, f->pending, __ATOMIC_RELEASE);
+  spc__fast_publish(f->hdr, me, &me->fdone, f->pending);
+  f->pending = 0;
 }
 
 int spc__fast_broken(spc_group *g) {
@@ -98,52 +132,98 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
   if (all_at_least(g->fast, g->world, field, v))
     return SPC_OK;
+  /* Others may wait for this rank to be done as this one waits for them:
+   * say so before waiting (see pending). */
+  if (done_field(field))
+    spc__fast_flush(g);
   __atomic_store_n(&me->waiting, 1, __ATOMIC_RELEASE);
   int rc = wait_for(g, field, v);
   __atomic_store_n(&me->waiting, 0, __ATOMIC_RELEASE);
   return rc;
 }
 
+/* The spin budget after a wait (see SHARED_NS). */
+static void adapt(spc_fast *f, int shared) {
+  if (!shared && f->spin_ns < f->spin_max)
+    f->spin_ns = f->spin_ns * 2 < f->spin_max ? f->spin_ns * 2 : f->spin_max;
+  else if (shared && f->spin_ns > SPIN_MIN_NS)
+    f->spin_ns = f->spin_ns / 2 > SPIN_MIN_NS ? f->spin_ns / 2 : SPIN_MIN_NS;
+}
+
+/* One sleep on the segment's futex word, unless every rank's `field`
+ * reached v (*done_p). Counted in `sleepers` before the last look (see
+ * wake()). */
+static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
+  spk_fseg_hdr *h = g->fast->hdr;
+  __atomic_add_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
+  uint32_t w = __atomic_load_n(&h->wake, __ATOMIC_SEQ_CST);
+  *done_p = all_at_least(g->fast, g->world, field, v);
+  long r = 0;
+  int saved = 0;
+  if (!*done_p) {
+    struct timespec ts = {0, SLEEP_NS};
+    r = syscall(SYS_futex, &h->wake, FUTEX_WAIT, w, &ts, NULL, 0);
+    saved = errno;
+  }
+  __atomic_sub_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
+  if (r < 0 && saved != EAGAIN && saved != EINTR && saved != ETIMEDOUT)
+    return spc__fail(g->client, SPC_ESYSTEM, "futex wait on the group's "
+                     "shared segment failed: %s", strerror(saved));
+  if (r < 0 && saved == ETIMEDOUT)
+    return daemon_alive(g->client);
+  return SPC_OK;
+}
+
+/* A wait that ended after a yield gave the CPU away, in a group with a
+ * CPU per rank: the rank waited for was very likely placed on this CPU
+ * (a wake-up put both there), where the balancer leaves hot tasks, and
+ * every op would cost two switches from then on. The next wait sleeps
+ * at once, so that the wake-up places this rank anew, on an idle CPU.
+ * At most once in RELOCATE_WAITS waits: when another job holds the
+ * other CPUs, sleeping does not help and costs more than yielding. */
+#define RELOCATE_WAITS 1024
+static void relocate_next(spc_fast *f, int shared) {
+  if (shared && f->spin_max > OVER_SPIN_NS &&
+      f->waits - f->relocated_at >= RELOCATE_WAITS) {
+    f->relocate = 1;
+    f->relocated_at = f->waits;
+  }
+}
+
 static int wait_for(spc_group *g, size_t field, uint64_t v) {
   spc_fast *f = g->fast;
-  spk_fseg_hdr *h = f->hdr;
-  int rc;
-  uint64_t t0 = spc__fast_now_ns();
+  int rc, relocate = f->relocate;
+  /* The clock is read from the 16th poll on: most waits end before, and
+   * a read costs as much as a round trip between two cores. */
+  uint64_t t0 = 0;
   unsigned yields = 0;
+  int shared = 0;
+  f->relocate = 0;
+  f->waits++;
   for (unsigned i = 0;; i++) {
     if (all_at_least(f, g->world, field, v)) {
-      if (yields == 0 && f->spin_ns < f->spin_max)
-        f->spin_ns = f->spin_ns * 2 < f->spin_max ? f->spin_ns * 2
-                                                  : f->spin_max;
-      else if (yields > 0 && f->spin_ns > SPIN_MIN_NS)
-        f->spin_ns = f->spin_ns / 2 > SPIN_MIN_NS ? f->spin_ns / 2
-                                                  : SPIN_MIN_NS;
+      adapt(f, shared);
+      relocate_next(f, shared);
       return SPC_OK;
     }
     if ((rc = spc__fast_broken(g)) < 0)
       return rc;
-    if (yields == 0 &&
-        ((i & 15) != 0 || spc__fast_now_ns() - t0 < f->spin_ns)) {
+    if (i == 16)
+      t0 = spc__fast_now_ns();
+    if (!relocate && yields == 0 &&
+        (i <= 16 || (i & 15) != 0 || spc__fast_now_ns() - t0 < f->spin_ns)) {
       __builtin_ia32_pause();
       continue;
     }
-    if (yields < f->yield) {
+    if (!relocate && yields < f->yield) {
+      uint64_t y0 = spc__fast_now_ns();
       yields++;
       sched_yield();
+      shared |= spc__fast_now_ns() - y0 > SHARED_NS;
       continue;
     }
-    uint32_t w = __atomic_load_n(&h->wake, __ATOMIC_SEQ_CST);
-    if (all_at_least(f, g->world, field, v))
-      return SPC_OK;
-    __atomic_add_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
-    struct timespec ts = {0, SLEEP_NS};
-    long r = syscall(SYS_futex, &h->wake, FUTEX_WAIT, w, &ts, NULL, 0);
-    int saved = errno;
-    __atomic_sub_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
-    if (r < 0 && saved != EAGAIN && saved != EINTR && saved != ETIMEDOUT)
-      return spc__fail(g->client, SPC_ESYSTEM, "futex wait on the group's "
-                       "shared segment failed: %s", strerror(saved));
-    if (r < 0 && saved == ETIMEDOUT && (rc = daemon_alive(g->client)) < 0)
+    int done;
+    if ((rc = sleep_once(g, field, v, &done)) < 0 || done)
       return rc;
   }
 }

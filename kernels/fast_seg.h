@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 2u
+#define SPK_FSEG_VERSION 3u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -33,10 +33,14 @@
  * (the last one takes the rest), as the daemon's op stats do. */
 #define SPK_FSEG_HIST 31
 
-/* One rank's op, as it asked for it. */
+/* One rank's op, as it asked for it. The first cache line (seq to
+ * scalar) is what a reader of a repeated op touches. */
 typedef struct {
   uint64_t seq;
-  uint32_t eligible;       /* 1: this rank can run it here */
+  uint16_t eligible;       /* 1: this rank can run it here */
+  /* 1: the same op as this rank's in the last plan every rank built (the
+   * readers have it; the rest of the slot need not be read). */
+  uint16_t repeat;
   int32_t op;
   uint32_t dtype;
   uint32_t flags;
@@ -49,7 +53,7 @@ typedef struct {
   int64_t out_shape[SPK_MAX_DIMS];
   int64_t sizes[SPK_FSEG_MAXLIST];
   int64_t sizes2[SPK_FSEG_MAXLIST];
-} spk_fseg_desc;
+} __attribute__((aligned(128))) spk_fseg_desc;
 
 /* Counters of one rank, per op kind: written by that rank only; the
  * daemon adds rank 0's to its stats (every rank runs every op, so one
@@ -66,23 +70,31 @@ typedef struct {
 typedef struct {
   /* seq of the last descriptor this rank published / read every rank's
    * descriptor of / finished as a fast op (its staging may be reused) /
-   * finished the reduce phase of. */
+   * finished the reduce phase of. The other ranks poll this line. */
   uint64_t published;
   uint64_t consumed;
   uint64_t fdone;
   uint64_t reduced;
   /* Bumped by every publish of this rank: the daemon's watchdog sees the
-   * group move. `waiting`: 1 while this rank waits for the others. */
+   * group move. */
   uint64_t progress;
+  /* = published when that descriptor is a repeat (its `repeat` set):
+   * a reader of a repeated op needs nothing but this line. */
+  uint64_t repeated;
+  uint8_t pad0[80];
+  /* Words nobody polls, on their own lines (128 bytes apart: CPUs fetch
+   * lines in pairs): writing them must not take the polled line away from
+   * its readers. `waiting`: 1 while this rank
+   * waits for the others (for the watchdog). */
   uint32_t waiting;
-  uint32_t pad0;
+  uint32_t pad1;
   /* Written by the daemon only: the id of the last daemon-path request of
    * this rank it has answered (set just before the reply is queued). A rank
    * waiting on a mid-size op polls it briefly before blocking in recv, so
    * the answer does not cost it a sleep and a wake-up. A hint: the reply
    * on the socket stays the answer. */
   uint64_t answered;
-  uint8_t pad[8];
+  uint8_t pad2[112];
   spk_fseg_counters counters[SPK_OP_COUNT];
   spk_fseg_desc ring[SPK_FSEG_RING];
 } spk_fseg_rank;
@@ -113,11 +125,16 @@ typedef struct spk_fseg_hdr {
   char broken_msg[SPK_FSEG_MSG];
 } spk_fseg_hdr;
 
-/* Rank areas are cache-line aligned: one rank's counters never share a
- * line with another's. Staging (input, then output) follows the area. */
+/* Rank areas are aligned to pairs of cache lines (CPUs fetch lines in
+ * pairs): one rank's words never share a pair with another's. Staging
+ * (input, then output) follows the area. */
+static inline uint64_t spk_fseg_round(uint64_t n) {
+  return (n + 127) & ~(uint64_t)127;
+}
+
 static inline uint64_t spk_fseg_rank_bytes(uint64_t stage_bytes) {
-  uint64_t a = (sizeof(spk_fseg_rank) + 63) & ~(uint64_t)63;
-  return a + 2 * ((stage_bytes + 63) & ~(uint64_t)63);
+  return spk_fseg_round(sizeof(spk_fseg_rank)) +
+         2 * spk_fseg_round(stage_bytes);
 }
 
 /* Offset of rank 0's area: the header rounded up to a page. */
@@ -143,10 +160,9 @@ static inline spk_fseg_rank *spk_fseg_rank_of(void *base, uint64_t stage_bytes,
 
 static inline uint8_t *spk_fseg_stage_of(void *base, uint64_t stage_bytes,
                                          int r, int t) {
-  uint64_t a = (sizeof(spk_fseg_rank) + 63) & ~(uint64_t)63;
-  uint64_t s = (stage_bytes + 63) & ~(uint64_t)63;
-  return (uint8_t *)spk_fseg_rank_of(base, stage_bytes, r) + a +
-         (uint64_t)t * s;
+  return (uint8_t *)spk_fseg_rank_of(base, stage_bytes, r) +
+         spk_fseg_round(sizeof(spk_fseg_rank)) +
+         (uint64_t)t * spk_fseg_round(stage_bytes);
 }
 
 /* Fill a fresh (zeroed) segment's header. */

@@ -143,9 +143,15 @@ static const size_t counter_fields[] = {
     offsetof(spk_fseg_rank, fdone), offsetof(spk_fseg_rank, reduced)};
 #define NFIELDS (sizeof(counter_fields) / sizeof(counter_fields[0]))
 
+/* A rank says it is done with op s (fdone, consumed) late, at the
+ * latest by publishing s + 1 (client_fast.c): count that as said. */
 static uint64_t counter(const spk_fseg_rank *a, size_t field) {
-  return __atomic_load_n((const uint64_t *)((const uint8_t *)a + field),
-                         __ATOMIC_ACQUIRE);
+  uint64_t v = __atomic_load_n((const uint64_t *)((const uint8_t *)a + field),
+                               __ATOMIC_ACQUIRE);
+  uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+  int done = field == offsetof(spk_fseg_rank, consumed) ||
+             field == offsetof(spk_fseg_rank, fdone);
+  return done && p > 0 && p - 1 > v ? p - 1 : v;
 }
 
 int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {

@@ -137,6 +137,100 @@ START_TEST(mixed_sequences) {
 }
 END_TEST
 
+/* Element i of what rank r sends rank j at step (exact in floats). */
+static float a2av_val(int r, int j, size_t i, int step) {
+  return (float)((r * 7 + j * 3 + (int)(i % 241) + step) % 251);
+}
+
+/* all_to_all_v of 1-float rows where every rank sends `big` rows to rank
+ * `to` and 1 + r + j rows to every other rank j, checked. */
+static int a2av_once(rk *k, int rank, int w, int to, int64_t big, int step) {
+  int64_t is[8], os[8], ni = 0, no = 0;
+  for (int j = 0; j < w; j++) {
+    is[j] = j == to ? big : 1 + rank + j, ni += is[j];
+    os[j] = rank == to ? big : 1 + j + rank, no += os[j];
+  }
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(k, &in, 1, &ni), *y = spt_rk_tensor(k, &out, 1, &no);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (int j = 0, at = 0; j < w; j++)
+    for (int64_t i = 0; i < is[j]; i++)
+      x[at++] = a2av_val(rank, j, (size_t)i, step);
+  if (spc_all_to_all_v(k->g, &in, &out, is, os) < 0) {
+    fprintf(stderr, "rank %d step %d: all_to_all_v: %s\n", rank, step,
+            spc_last_error(k->c));
+    return 1;
+  }
+  for (int r = 0, at = 0; r < w; r++)
+    for (int64_t i = 0; i < os[r]; i++, at++)
+      if (y[at] != a2av_val(r, rank, (size_t)i, step)) {
+        fprintf(stderr, "rank %d step %d: from %d [%lld] = %g, want %g\n",
+                rank, step, r, (long long)i, y[at],
+                a2av_val(r, rank, (size_t)i, step));
+        return 1;
+      }
+  k->used = 0;
+  return 0;
+}
+
+/* Ops that fit half the staging alternate halves, so a rank may fill one
+ * while the others still read the other; an op that fits no half takes
+ * the whole area, and each rank decides this for its own op. Here one
+ * rank at a time receives 720 KB (its op fits no half of the 1 MiB
+ * staging: the others' do), between small all_reduces, 600 KB ones
+ * (whole area on every rank), async ones (the daemon's) and small
+ * all_to_all_v: every result checked. */
+static int halves_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = 0;
+  for (int step = 0; step < 48 && !bad; step++) {
+    switch (step % 6) {
+    case 0: bad = a2av_once(&k, rank, w, step / 6 % w, 60000, step); break;
+    case 1: bad = spt_rk_reduce_once(&k, rank, w, 16 + (size_t)step, step, 0); break;
+    case 2: bad = a2av_once(&k, rank, w, step % w, 5, step); break;
+    case 3: bad = spt_rk_reduce_once(&k, rank, w, 150000, step, 0); break;
+    case 4: bad = spt_rk_reduce_once(&k, rank, w, 9, step, 1); break;
+    case 5: bad = spt_rk_reduce_once(&k, rank, w, 40, step, 0); break;
+    }
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(halves_and_whole) {
+  for (int w = 2; w <= 4; w++) {
+    snprintf(sh->group, sizeof(sh->group), "halves%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, halves_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
+/* The same op over and over, as trainers run them: every rank publishes
+ * a repeat (the first line of its descriptor only) and may run one op
+ * ahead of the others; 100 gathers then 100 all_reduces, each checked. */
+static int repeat_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = 0;
+  for (int step = 0; step < 200 && !bad; step++)
+    bad = step < 100 ? gather_once(&k, rank, w, step)
+                     : spt_rk_reduce_once(&k, rank, w, 24, step, 0);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(repeated_ops) {
+  for (int w = 2; w <= 4; w++) {
+    snprintf(sh->group, sizeof(sh->group), "repeat%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, repeat_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
 /* Every rank of 3 counts: 6 fast ops of each (3 all_reduce, 3
  * all_gather) ran through the segment; the rest went to the daemon. */
 static int count_rank(int rank, int w, void *arg) {
@@ -508,6 +602,8 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, mixed_sequences);
+  tcase_add_test(tc, halves_and_whole);
+  tcase_add_test(tc, repeated_ops);
   tcase_add_test(tc, scribbled_header_hurts_no_daemon);
   tcase_add_test(tc, stats_exact_and_disagreement);
   tcase_add_test(tc, disagreement_across_paths);
