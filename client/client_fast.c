@@ -207,19 +207,11 @@ static void count(spc_group *g, int kind, int ok, uint64_t bytes,
   __atomic_add_fetch(&c->count, 1, __ATOMIC_RELEASE);
 }
 
-static uint64_t desc_bytes(const spk_fseg_desc *d, int ndim,
-                           const int64_t *shape) {
-  uint64_t n = spk_dtype_size((spk_dtype)d->dtype);
-  for (int i = 0; i < ndim; i++)
-    n *= (uint64_t)shape[i];
-  return n;
-}
-
 /* Whether the op of descriptor d fits half the staging (every rank
  * decides it alike from d; its owner from its tensors, the same bytes). */
 static int fits_half(const spc_fast *f, const spk_fseg_desc *d) {
-  return desc_bytes(d, d->in_ndim, d->in_shape) <= f->half &&
-         desc_bytes(d, d->out_ndim, d->out_shape) <= f->half;
+  return spc__fast_desc_bytes(d, d->in_ndim, d->in_shape) <= f->half &&
+         spc__fast_desc_bytes(d, d->out_ndim, d->out_shape) <= f->half;
 }
 
 /* The plan of the descriptors in f->descs: the last one when every rank

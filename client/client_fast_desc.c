@@ -115,6 +115,27 @@ static int desc_same(const spk_fseg_desc *a, const spk_fseg_desc *b) {
          memcmp(a->sizes2, b->sizes2, n2 * sizeof(a->sizes2[0])) == 0;
 }
 
+/* The bytes of a tensor of ndim dims `shape` of d's dtype, or
+ * UINT64_MAX when they are not a size (a rank's garbage: it may write
+ * anything in its slot). */
+uint64_t spc__fast_desc_bytes(const spk_fseg_desc *d, int ndim,
+                              const int64_t *shape) {
+  uint64_t n = spk_dtype_size((spk_dtype)d->dtype);
+  if (n == 0 || ndim < 1 || ndim > SPK_MAX_DIMS)
+    return UINT64_MAX;
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[i], &n))
+      return UINT64_MAX;
+  return n;
+}
+
+/* Whether every byte d's op reads or writes lies in its rank's staging
+ * (the planners bound every step by the shapes). */
+static int desc_in_stage(const spc_fast *f, const spk_fseg_desc *d) {
+  return spc__fast_desc_bytes(d, d->in_ndim, d->in_shape) <= f->stage &&
+         spc__fast_desc_bytes(d, d->out_ndim, d->out_shape) <= f->stage;
+}
+
 /* Every rank's descriptor of s into f->descs; whether all of them are
  * eligible for the fast path, and whether all repeat the last plan. */
 void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
@@ -134,7 +155,8 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
     f->descs[r] = *x;
     f->descs[r].repeat = 0;
     repeat = 0;
-    all &= f->descs[r].eligible == 1 && f->descs[r].seq == s;
+    all &= f->descs[r].eligible == 1 && f->descs[r].seq == s &&
+           desc_in_stage(f, &f->descs[r]);
   }
   *all_p = all;
   *repeat_p = repeat && all;

@@ -109,6 +109,10 @@ void spc__fast_desc_fill(spk_fseg_desc *d, const spc_group *g,
                          const spc_op *op, const spc_tensor *in,
                          const spc_tensor *out);
 void spc__fast_args_of(const spk_fseg_desc *d, spk_op_args *a);
+/* Bytes of a tensor of d's dtype and the given shape; UINT64_MAX when
+ * that is no size. */
+uint64_t spc__fast_desc_bytes(const spk_fseg_desc *d, int ndim,
+                              const int64_t *shape);
 /* Every rank's descriptor of s into f->descs: *all_p, whether every one
  * may run here; *repeat_p, whether every one is the op of f->plan. */
 void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
