@@ -15,6 +15,12 @@
  * Reduce steps sum sources in rank order, as the daemon's mover does, so
  * the results are bitwise the same.
  *
+ * Each op costs as few hand-offs of cache lines between cores as we could
+ * make it (docs/performance.md): a repeated op publishes one line of its
+ * descriptor; small ops alternate halves of the staging, so a rank fills
+ * its input without waiting while the others read the last op's; and a
+ * rank says it is done with an op by its next publish.
+ *
  * Waits spin briefly, then yield, then sleep on the segment's futex word;
  * the daemon marks the segment broken (and wakes everyone) when the group
  * breaks, and a waiter that sleeps long checks that the daemon is there. */

@@ -70,7 +70,10 @@ typedef struct {
 typedef struct {
   /* seq of the last descriptor this rank published / read every rank's
    * descriptor of / finished as a fast op (its staging may be reused) /
-   * finished the reduce phase of. The other ranks poll this line. */
+   * finished the reduce phase of. The other ranks poll this line.
+   * consumed and fdone may lag: a rank publishes s + 1 only once it is
+   * done with s, so "published > s" says "done with s" too (see
+   * client_fast.c, `pending`). */
   uint64_t published;
   uint64_t consumed;
   uint64_t fdone;
