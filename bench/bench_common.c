@@ -58,11 +58,11 @@ int bench_iters(size_t bytes, int base) {
   return n < 3 ? 3 : (int)n;
 }
 
-/* Enough untimed ops to pass the first milliseconds of a run (processes
- * just started, the scheduler still placing them: 8 B ops ran at 6 us
- * instead of 0.35 for the first ~20 ms), about 64 MiB of ops a point:
- * 5000 small ones, 3 of 16 MiB, 1 from 64 MiB. Every rank, and the Open
- * MPI baseline, warms up alike. */
+/* Untimed ops before a point is timed, so it is timed in the steady
+ * state a trainer's repeated ops see (plans reused, spin budgets adapted,
+ * pages touched): about 64 MiB of ops a point, 5000 small ones, 4 of 16
+ * MiB, 1 from 64 MiB (3 ops were a few microseconds of a 8 B point).
+ * Every rank, and the Open MPI baseline, warms up alike. */
 int bench_warmup(size_t bytes) {
   size_t n = ((size_t)64 << 20) / (bytes ? bytes : 1);
   return n > 5000 ? 5000 : n < 1 ? 1 : (int)n;

@@ -72,24 +72,13 @@ void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
   wake(h);
 }
 
-/* Whether a wait on `field` is one for "done with op v" (fdone,
- * consumed), which a rank also tells by publishing a later op: it
- * publishes only once its last op is done. */
-static int done_field(size_t field) {
-  return field == FIELD(fdone) || field == FIELD(consumed);
-}
-
-/* Every rank's counter at byte `field` of its area is at least v? */
+/* Every rank's counter at byte `field` of its area is at least v (as
+ * the rank means it: spk_fseg_said)? */
 static int all_at_least(const spc_fast *f, int world, size_t field,
                         uint64_t v) {
-  int done = done_field(field);
-  for (int r = 0; r < world; r++) {
-    const spk_fseg_rank *a = spc__fast_rank(f, r);
-    const uint64_t *w = (const uint64_t *)((const uint8_t *)a + field);
-    if (__atomic_load_n(w, __ATOMIC_ACQUIRE) < v &&
-        !(done && __atomic_load_n(&a->published, __ATOMIC_ACQUIRE) > v))
+  for (int r = 0; r < world; r++)
+    if (spk_fseg_said(spc__fast_rank(f, r), field) < v)
       return 0;
-  }
   return 1;
 }
 
@@ -134,7 +123,7 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
     return SPC_OK;
   /* Others may wait for this rank to be done as this one waits for them:
    * say so before waiting (see pending). */
-  if (done_field(field))
+  if (field == FIELD(fdone) || field == FIELD(consumed))
     spc__fast_flush(g);
   __atomic_store_n(&me->waiting, 1, __ATOMIC_RELEASE);
   int rc = wait_for(g, field, v);

@@ -168,6 +168,20 @@ static inline uint8_t *spk_fseg_stage_of(void *base, uint64_t stage_bytes,
          (uint64_t)t * spk_fseg_round(stage_bytes);
 }
 
+/* The counter at byte `field` of rank area a, as the rank means it:
+ * consumed and fdone may lag, since a rank publishes s + 1 only once it
+ * is done with s (client_fast.c, `pending`). Read by the ranks' waits and
+ * the daemon's watchdog alike. */
+static inline uint64_t spk_fseg_said(const spk_fseg_rank *a, size_t field) {
+  uint64_t v = __atomic_load_n((const uint64_t *)((const uint8_t *)a + field),
+                               __ATOMIC_ACQUIRE);
+  if (field != offsetof(spk_fseg_rank, consumed) &&
+      field != offsetof(spk_fseg_rank, fdone))
+    return v;
+  uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+  return p > 0 && p - 1 > v ? p - 1 : v;
+}
+
 /* Fill a fresh (zeroed) segment's header. */
 static inline void spk_fseg_init(spk_fseg_hdr *h, int world,
                                  uint64_t stage_bytes, uint32_t mid_spin_ns) {

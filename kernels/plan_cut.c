@@ -12,14 +12,10 @@ static uint64_t geo_bytes(const spk_move *m) {
 
 static int stream_add(spk_stream *s, spk_piece p, uint64_t bytes,
                       spk_err *err) {
-  if (s->npieces == s->cap) {
-    size_t ncap = s->cap ? s->cap * 2 : 16;
-    spk_piece *np = realloc(s->pieces, ncap * sizeof(*np));
-    if (np == NULL)
-      return spk_err_set(err, SPK_ENO_MEMORY, "cut: realloc of %zu pieces "
-                         "failed", ncap);
-    s->pieces = np, s->cap = ncap;
-  }
+  int rc = spk_grow((void **)&s->pieces, s->npieces, &s->cap,
+                    sizeof(*s->pieces), "cut pieces", err);
+  if (rc < 0)
+    return rc;
   s->pieces[s->npieces++] = p;
   s->bytes += bytes;
   return SPK_OK;

@@ -143,17 +143,6 @@ static const size_t counter_fields[] = {
     offsetof(spk_fseg_rank, fdone), offsetof(spk_fseg_rank, reduced)};
 #define NFIELDS (sizeof(counter_fields) / sizeof(counter_fields[0]))
 
-/* A rank says it is done with op s (fdone, consumed) late, at the
- * latest by publishing s + 1 (client_fast.c): count that as said. */
-static uint64_t counter(const spk_fseg_rank *a, size_t field) {
-  uint64_t v = __atomic_load_n((const uint64_t *)((const uint8_t *)a + field),
-                               __ATOMIC_ACQUIRE);
-  uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
-  int done = field == offsetof(spk_fseg_rank, consumed) ||
-             field == offsetof(spk_fseg_rank, fdone);
-  return done && p > 0 && p - 1 > v ? p - 1 : v;
-}
-
 int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
   spd_gseg *seg = g->seg;
   if (seg == NULL || g->broken || !observe(g, now))
@@ -161,7 +150,7 @@ int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
   uint64_t max[NFIELDS] = {0};
   for (int r = 0; r < g->world; r++)
     for (size_t i = 0; i < NFIELDS; i++) {
-      uint64_t v = counter(seg_rank(seg, r), counter_fields[i]);
+      uint64_t v = spk_fseg_said(seg_rank(seg, r), counter_fields[i]);
       max[i] = v > max[i] ? v : max[i];
     }
   size_t n = 0;
@@ -173,7 +162,7 @@ int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
     const spk_fseg_rank *a = seg_rank(seg, r);
     int behind = 0;
     for (size_t i = 0; i < NFIELDS; i++)
-      behind |= counter(a, counter_fields[i]) < max[i];
+      behind |= spk_fseg_said(a, counter_fields[i]) < max[i];
     if (behind && n < sizeof(w->missing) - 16)
       n += (size_t)snprintf(w->missing + n, sizeof(w->missing) - n, "%s%d",
                             n ? "," : "", r);

@@ -94,7 +94,9 @@ static void xop_fail(spd_xop *x, int status, const char *msg) {
 
 static void xop_step(spd_xop *x);
 
-static void on_local_done(void *arg, int status, const char *msg) {
+/* A part of the op counted in inflight is over: the local work item, or
+ * the stage's start (ready events passed, proxies made). */
+static void on_part_done(void *arg, int status, const char *msg) {
   spd_xop *x = arg;
   x->inflight--;
   if (status < 0)
@@ -111,7 +113,7 @@ static int local_submit(spd_xop *x, const spk_plan *l, spk_err *err) {
   x->local.plan = l;
   x->local.bases = x->bases;
   x->local.multinode = 0;
-  x->local.done = on_local_done;
+  x->local.done = on_part_done;
   x->local.arg = x;
   x->local.broken = NULL;
   x->local.priv = NULL;
@@ -176,14 +178,10 @@ static int chunk_iov(spd_xop *x, const xstream *s, size_t *i, uint64_t *off,
                      uint64_t len, size_t *n_out, spk_err *err) {
   size_t n = 0;
   while (len > 0 && *i < s->niov) {
-    if (n == x->nscratch) {
-      size_t ncap = x->nscratch ? x->nscratch * 2 : 16;
-      spd_iov *ns = realloc(x->scratch, ncap * sizeof(*ns));
-      if (ns == NULL)
-        return spk_err_set(err, SPK_ENO_MEMORY, "realloc of %zu iov "
-                           "entries failed", ncap);
-      x->scratch = ns, x->nscratch = ncap;
-    }
+    int rc = spk_grow((void **)&x->scratch, n, &x->nscratch,
+                      sizeof(*x->scratch), "iov entries", err);
+    if (rc < 0)
+      return rc;
     const spd_iov *v = &s->iov[*i];
     uint64_t take = v->len - *off < len ? v->len - *off : len;
     x->scratch[n++] = (spd_iov){(uint8_t *)v->base + *off, take};
@@ -382,14 +380,6 @@ static int proxy_make(spd_xop *x, int i, spk_err *err) {
   return SPK_OK;
 }
 
-static void on_stage_started(void *arg, int status, const char *msg) {
-  spd_xop *x = arg;
-  x->inflight--;
-  if (status < 0)
-    xop_fail(x, status, msg);
-  xop_step(x);
-}
-
 static int xop_prepare(spd_xop *x, spk_err *err) {
   spd_work *w = x->w;
   int world = w->world;
@@ -417,7 +407,7 @@ static int xop_prepare(spd_xop *x, spk_err *err) {
   /* The streams start once the staging has passed the ranks' ready
    * events and the proxies exist. */
   if (rc == SPK_OK && x->stage != NULL)
-    rc = spd_xstage_start(x->stage, on_stage_started, x, err);
+    rc = spd_xstage_start(x->stage, on_part_done, x, err);
   if (rc == SPK_OK && x->stage != NULL)
     x->inflight++;
   return rc;

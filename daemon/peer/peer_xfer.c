@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "peer_internal.h"
+#include "plan.h"
 
 static void xfer_report(spd_xfer *x, ucs_status_t status,
                         const ucp_tag_recv_info_t *info) {
@@ -177,14 +178,10 @@ int spd_peer_map(spd_ctx *ctx, void *base, size_t size, uint64_t id,
   spd_peers *P = ctx->peers;
   if (P == NULL || *memh_p != NULL)
     return SPK_OK;
-  if (P->nmapped == P->mapped_cap) {
-    size_t ncap = P->mapped_cap ? P->mapped_cap * 2 : 16;
-    spd_peer_mapped *nm = realloc(P->mapped, ncap * sizeof(*nm));
-    if (nm == NULL)
-      return spk_err_set(err, SPK_ENO_MEMORY, "realloc of %zu mapped buffers "
-                         "failed", ncap);
-    P->mapped = nm, P->mapped_cap = ncap;
-  }
+  int rc = spk_grow((void **)&P->mapped, P->nmapped, &P->mapped_cap,
+                    sizeof(*P->mapped), "mapped buffers", err);
+  if (rc < 0)
+    return rc;
   ucp_mem_map_params_t mp = {
       .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                     UCP_MEM_MAP_PARAM_FIELD_LENGTH,
