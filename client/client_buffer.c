@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "client_fast.h"
 #include "client_gpu.h"
 #include "tensor_check.h"
 
@@ -33,28 +35,41 @@ static int memfd_populate(void *data, size_t size) {
   return 0;
 }
 
-static int memfd_make(spc_client *c, size_t size, int *fd_p, void **data_p) {
+/* The memfd's size, seals and identity (the fast path's readers check
+ * it, client_fast_map.c); the name of the call that failed, or NULL. */
+static const char *memfd_shape(int fd, size_t size, spc_buffer *b) {
+  struct stat st;
+  if (ftruncate(fd, (off_t)size) < 0)
+    return "ftruncate";
+  /* Shrinking could make the daemon fault on its mapping; growing is
+   * harmless but pointless, so both are sealed. */
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+    return "fcntl(F_ADD_SEALS)";
+  if (fstat(fd, &st) < 0)
+    return "fstat";
+  b->dev = st.st_dev;
+  b->ino = st.st_ino;
+  return NULL;
+}
+
+/* b's memfd (b->memfd), mapped at b->data. */
+static int memfd_make(spc_client *c, size_t size, spc_buffer *b) {
   int fd = memfd_create("spcoll", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return spc__fail(c, SPC_ESYSTEM, "memfd_create: %s", strerror(errno));
-  const char *what = "ftruncate";
-  if (ftruncate(fd, (off_t)size) == 0) {
-    what = "fcntl(F_ADD_SEALS)";
-    /* Shrinking could make the daemon fault on its mapping; growing is
-     * harmless but pointless, so both are sealed. */
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
-      what = "mmap";
-      void *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (data != MAP_FAILED && memfd_populate(data, size) < 0) {
-        what = "madvise(MADV_POPULATE_WRITE)";
-        int saved = errno;
-        munmap(data, size);
-        errno = saved;
-      } else if (data != MAP_FAILED) {
-        *fd_p = fd;
-        *data_p = data;
-        return SPC_OK;
-      }
+  const char *what = memfd_shape(fd, size, b);
+  if (what == NULL) {
+    what = "mmap";
+    void *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (data != MAP_FAILED && memfd_populate(data, size) < 0) {
+      what = "madvise(MADV_POPULATE_WRITE)";
+      int saved = errno;
+      munmap(data, size);
+      errno = saved;
+    } else if (data != MAP_FAILED) {
+      b->memfd = fd;
+      b->data = data;
+      return SPC_OK;
     }
   }
   int saved = errno;
@@ -71,8 +86,7 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
   spc_buffer *b = calloc(1, sizeof(*b));
   if (b == NULL)
     return spc__fail(c, SPC_ENOMEM, "calloc of a buffer failed");
-  int fd = -1;
-  int rc = memfd_make(c, size, &fd, &b->data);
+  int rc = memfd_make(c, size, b);
   if (rc < 0) {
     free(b);
     return rc;
@@ -83,8 +97,7 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
   f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
   f.buf_register = &reg;
   Spcoll__Frame *reply = NULL;
-  rc = spc__call(c, &f, fd, &reply);
-  close(fd); /* the daemon holds its own reference now */
+  rc = spc__call(c, &f, b->memfd, &reply);
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
     rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
                    spf_body_name(reply->body_case));
@@ -92,6 +105,7 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
     if (reply)
       spcoll__frame__free_unpacked(reply, NULL);
     munmap(b->data, size);
+    close(b->memfd);
     free(b);
     return rc;
   }
@@ -117,6 +131,7 @@ int spc_buffer_free(spc_buffer *b) {
   f.body_case = SPCOLL__FRAME__BODY_BUF_RELEASE;
   f.buf_release = &rel;
   int rc = spc__call(c, &f, -1, NULL);
+  spc__fast_freed(c);
   for (spc_buffer **p = &c->buffers; *p != NULL; p = &(*p)->next)
     if (*p == b) {
       *p = b->next;
@@ -125,6 +140,9 @@ int spc_buffer_free(spc_buffer *b) {
   if (munmap(b->data, b->size) < 0 && rc == SPC_OK)
     rc = spc__fail(c, SPC_ESYSTEM, "munmap(%zu bytes): %s", b->size,
                    strerror(errno));
+  if (close(b->memfd) < 0 && rc == SPC_OK)
+    rc = spc__fail(c, SPC_ESYSTEM, "close of buffer %llu's memfd (fd %d): %s",
+                   (unsigned long long)b->id, b->memfd, strerror(errno));
   free(b);
   return rc;
 }

@@ -68,8 +68,10 @@ static void client_free(spc_client *c) {
     c->buffers = b->next;
     if (b->gpu != NULL)
       spc__gpu_buffer_forget(b);
-    else
-      munmap(b->data, b->size);
+    else {
+      munmap(b->data, b->size); /* the client is gone: nobody to tell */
+      close(b->memfd);
+    }
     free(b);
   }
   spc__gpu_client_free(c);

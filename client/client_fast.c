@@ -74,6 +74,7 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   spc__fast_clock_init(&f->clock);
   spk_plan_init(&f->plan, g->world);
   g->fast = f;
+  spc__fast_map_init(g);
   return SPC_OK;
 }
 
@@ -82,6 +83,7 @@ void spc__fast_detach(spc_group *g) {
   if (f == NULL)
     return;
   spk_plan_free(&f->plan);
+  spc__fast_map_free(f, g->world);
   munmap(f->hdr, f->size);
   free(f);
   g->fast = NULL;
@@ -126,12 +128,12 @@ static int plan_replicated(const spc_group *g, const spk_plan *p,
          spc__fast_tensor_bytes(out) * (uint64_t)g->world <= REPLICATE_BYTES;
 }
 
-static void run_replicated(spc_group *g, uint64_t s, const spc_tensor *out) {
-  spc_fast *f = g->fast;
-  spk_plan *p = &f->plan;
+static void run_replicated(spc_group *g, uint8_t *const *in_bases,
+                           const spc_tensor *out) {
+  spk_plan *p = &g->fast->plan;
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++) {
-    bases[r * SPK_T_COUNT + SPK_T_IN] = spc__fast_stage(f, r, SPK_T_IN, s);
+    bases[r * SPK_T_COUNT + SPK_T_IN] = in_bases[r * SPK_T_COUNT + SPK_T_IN];
     bases[r * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
   }
   for (size_t i = 0; i < p->nreduces; i++)
@@ -139,63 +141,68 @@ static void run_replicated(spc_group *g, uint64_t s, const spc_tensor *out) {
                     spk_move_units(&p->reduces[i].geo));
 }
 
+/* Bytes of the output that no step writes keep what the caller's output
+ * held (a packed gather leaves the tail past its sequences): when the
+ * output is staged, those are staged too. Nobody reads this rank's staged
+ * output before its reduce steps are done (plan_run's barrier), so it is
+ * free to fill now. */
+static void stage_out_fill(spc_group *g, uint64_t s, const spc_tensor *out) {
+  spk_plan *p = &g->fast->plan;
+  uint32_t me = (uint32_t)g->rank;
+  uint64_t covered = 0;
+  for (size_t i = 0; i < p->nreduces; i++)
+    if (p->reduces[i].geo.dst_rank == me)
+      covered += block_bytes(&p->reduces[i].geo);
+  for (size_t i = 0; i < p->nmoves; i++)
+    if (p->moves[i].dst_rank == me)
+      covered += block_bytes(&p->moves[i]);
+  if (covered < spc__fast_tensor_bytes(out))
+    memcpy(spc__fast_stage(g->fast, g->rank, SPK_T_OUT, s),
+           spc_tensor_data(out), spc__fast_tensor_bytes(out));
+}
+
 /* The plan's steps that write this rank's output: reduce steps, then
  * (once every rank's reduce steps are done, as moves may read them)
- * moves; on the staging areas, or into the caller's output when the plan
- * is direct (*direct_p). Bytes of the output that no step writes keep
- * what the caller's output held (a packed gather leaves the tail past
- * its sequences), so when staged, those are staged too. */
+ * moves, from and to `bases` (spc__fast_bases); into the caller's output
+ * when it is read in place (mine) or the plan is direct (*direct_p),
+ * else into the staging. A rank that could not map the others' buffers
+ * (skip) runs no step, but keeps the barrier. */
 static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
-                    int *direct_p) {
+                    uint8_t **bases, int mine, int skip, int *direct_p) {
   spc_fast *f = g->fast;
   spk_plan *p = &f->plan;
   uint32_t me = (uint32_t)g->rank;
   if (plan_replicated(g, p, out)) {
-    run_replicated(g, s, out);
+    if (!skip)
+      run_replicated(g, bases, out);
     *direct_p = 1;
     return SPC_OK;
   }
-  uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
-  for (int r = 0; r < g->world; r++)
-    for (int t = 0; t < SPK_T_COUNT; t++)
-      bases[r * SPK_T_COUNT + t] = spc__fast_stage(f, r, t, s);
-  *direct_p = plan_direct(p);
-  if (*direct_p) {
+  *direct_p = mine || plan_direct(p);
+  if (*direct_p)
     bases[me * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
-  } else {
-    uint64_t covered = 0;
-    for (size_t i = 0; i < p->nreduces; i++)
-      if (p->reduces[i].geo.dst_rank == me)
-        covered += block_bytes(&p->reduces[i].geo);
-    for (size_t i = 0; i < p->nmoves; i++)
-      if (p->moves[i].dst_rank == me)
-        covered += block_bytes(&p->moves[i]);
-    /* Nobody reads this rank's staged output before its reduce steps are
-     * done (the barrier below), so it is free to fill now. */
-    if (covered < spc__fast_tensor_bytes(out))
-      memcpy(spc__fast_stage(f, g->rank, SPK_T_OUT, s), spc_tensor_data(out),
-             spc__fast_tensor_bytes(out));
-  }
-  for (size_t i = 0; i < p->nreduces; i++)
+  else if (!skip)
+    stage_out_fill(g, s, out);
+  for (size_t i = 0; i < p->nreduces && !skip; i++)
     if (p->reduces[i].geo.dst_rank == me)
       spk_reduce_exec(p, &p->reduces[i], bases, 0,
                       spk_move_units(&p->reduces[i].geo));
   if (p->nreduces > 0 && p->nmoves > 0) {
-    spk_fseg_rank *mine = spc__fast_rank(f, g->rank);
-    spc__fast_publish(f->hdr, mine, &mine->reduced, s);
+    spk_fseg_rank *a = spc__fast_rank(f, g->rank);
+    spc__fast_publish(f->hdr, a, &a->reduced, s);
     int rc = spc__fast_wait_all(g, FIELD(reduced), s);
     if (rc < 0)
       return rc;
   }
-  for (size_t i = 0; i < p->nmoves; i++)
+  for (size_t i = 0; i < p->nmoves && !skip; i++)
     if (p->moves[i].dst_rank == me)
       spk_move_exec(p, &p->moves[i], bases, 0, spk_move_units(&p->moves[i]));
   return SPC_OK;
 }
 
 /* Rank 0 counts the op for the daemon's stats, count last. */
-static void count(spc_group *g, int kind, int ok, uint64_t bytes,
-                  uint64_t ns) {
+static void count(spc_group *g, int kind, int ok, int in_place,
+                  uint64_t bytes, uint64_t ns) {
   if (g->rank != 0 || kind < 0 || kind >= SPK_OP_COUNT)
     return;
   spk_fseg_counters *c = &spc__fast_rank(g->fast, 0)->counters[kind];
@@ -209,6 +216,7 @@ static void count(spc_group *g, int kind, int ok, uint64_t bytes,
     b++;
   c->bytes += bytes;
   c->ns += ns;
+  c->in_place += (uint64_t)in_place;
   c->lat[b]++;
   __atomic_add_fetch(&c->count, 1, __ATOMIC_RELEASE);
 }
@@ -236,8 +244,10 @@ static int plan_get(spc_group *g, int repeat) {
     }
     spk_fseg_desc d = f->descs[r];
     d.seq = 0;
+    memset(&d.where, 0, sizeof(d.where));
     same = same && memcmp(&d, &f->planned[r], sizeof(d)) == 0;
     f->planned[r] = d;
+    f->in_stage[r] = (uint8_t)spc__fast_desc_in_stage(f, &d);
   }
   if (same)
     return SPC_OK;
@@ -257,29 +267,72 @@ static int plan_get(spc_group *g, int repeat) {
   return rc < 0 ? spc__fail(g->client, rc, "%s", err.msg) : SPC_OK;
 }
 
-static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *out,
-                     uint64_t t0, int repeat) {
+/* An op that some rank reads in place ends when every rank is done
+ * reading: the owner may not give its buffers back to its caller before.
+ * A rank that could not map another's buffers (skip, with its error rc)
+ * says so before it says it is done, and every rank fails the op. */
+static int read_done(spc_group *g, uint64_t s, int rc, int skip,
+                     int *failed_p) {
   spc_fast *f = g->fast;
-  int direct = 0;
+  spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  *failed_p = skip;
+  if (skip) {
+    me->fail_status = rc;
+    __atomic_store_n(&me->failed, s, __ATOMIC_RELEASE);
+  }
+  spc__fast_flush(g);
+  int wrc = spc__fast_wait_all(g, FIELD(fdone), s);
+  if (rc < 0 || wrc < 0)
+    return rc < 0 ? rc : wrc;
+  for (int r = 0; r < g->world; r++) {
+    const spk_fseg_rank *a = spc__fast_rank(f, r);
+    if (__atomic_load_n(&a->failed, __ATOMIC_ACQUIRE) != s)
+      continue;
+    *failed_p = 1;
+    return spc__fail(g->client, a->fail_status < 0 ? a->fail_status
+                                                   : SPC_ESYSTEM,
+                     "rank %d could not read the other ranks' buffers in "
+                     "shared memory for this op (its error says why)", r);
+  }
+  return SPC_OK;
+}
+
+/* Run op s of the descriptors read. */
+static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
+                     const spc_tensor *out, uint64_t t0, int repeat) {
+  spc_fast *f = g->fast;
+  int mine = f->inplace[g->rank]; /* this rank's op is read in place */
+  uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
+  int direct = 0, any = 0, skip = 0, failed = 0;
   int rc = plan_get(g, repeat);
-  if (rc == SPC_OK)
-    rc = plan_run(g, s, out, &direct);
+  if (rc == SPC_OK) {
+    int mrc = spc__fast_bases(g, s, in, out, bases, &any);
+    skip = mrc < 0;
+    rc = plan_run(g, s, out, bases, mine, skip, &direct);
+    if (rc == SPC_OK && skip)
+      rc = mrc;
+  }
   if (rc == SPC_OK && !direct)
     memcpy(spc_tensor_data(out), spc__fast_stage(f, g->rank, SPK_T_OUT, s),
            spc__fast_tensor_bytes(out));
-  if (f->small[g->rank])
+  if (!mine && f->small[g->rank]) /* mine: the staging was not used */
     f->last_use[s & 1] = s;
-  else
+  else if (!mine)
     f->last_use[0] = f->last_use[1] = s;
   /* Failed or not, this rank is done with every staging area and every
    * descriptor of s: said by its next publish, or before it waits (see
-   * pending); at once after a failure, which may end the group. */
+   * pending); at once after a failure, which may end the group, or when
+   * some rank waits for everyone to be done reading its buffers. */
   f->pending = s;
-  if (rc != SPC_OK)
+  if (any)
+    rc = read_done(g, s, rc, skip, &failed);
+  else if (rc != SPC_OK)
     spc__fast_flush(g);
+  /* Failures of the group (a rank lost, the op timeout, abort) are the
+   * daemon's to count. */
   if (g->rank == 0 &&
-      (rc == SPC_OK || rc == SPC_EMISMATCH || rc == SPC_EINVAL))
-    count(g, f->planned[0].op, rc == SPC_OK, f->plan.bytes,
+      (rc == SPC_OK || rc == SPC_EMISMATCH || rc == SPC_EINVAL || failed))
+    count(g, f->planned[0].op, rc == SPC_OK, any, f->plan.bytes,
           spc__fast_clock_ns(&f->clock, t0));
   return rc;
 }
@@ -310,11 +363,14 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
   spc_fast *f = g->fast;
   *handled_p = 1;
+  /* Before the fit: an op may fit only when read in place. */
+  if (f != NULL)
+    spc__fast_map_step(g);
   /* A draining daemon refuses new ops: through it, in its words. The
    * ranks that read the flag late still see this one's descriptor say so,
    * and follow it to the daemon. */
   if (f == NULL || __atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE) ||
-      !spc__fast_fits(f, g->client, op->kind, in, out)) {
+      !spc__fast_fits(f, g, op->kind, in, out)) {
     int rc = spc__fast_slow(g, op, in, out);
     *handled_p = rc < 0;
     return rc;
@@ -329,7 +385,9 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   memset(&d, 0, sizeof(d));
   d.eligible = 1;
   spc__fast_desc_fill(&d, g, op, in, out);
-  if (d.eligible && (rc = stage_in(g, &d, in)) < 0)
+  if (d.eligible && spc__fast_map_want(g, in, out))
+    spc__fast_where_fill(&d.where, in, out);
+  else if (d.eligible && (rc = stage_in(g, &d, in)) < 0)
     return rc;
   if ((rc = spc__fast_desc_publish(g, &d)) < 0)
     return rc;
@@ -349,5 +407,5 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
     *handled_p = 0;
     return SPC_OK;
   }
-  return fast_exec(g, s, out, t0, repeat);
+  return fast_exec(g, s, in, out, t0, repeat);
 }

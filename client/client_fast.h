@@ -28,6 +28,10 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
  * rank awake. No-op without a segment. */
 void spc__fast_await(spc_group *g, const spc_request *req);
 
+/* c freed a buffer: the other ranks of its groups drop what they mapped
+ * of its buffers (client_fast_map.c). */
+void spc__fast_freed(spc_client *c);
+
 /* g's segment header, NULL without one (for the suites). */
 struct spk_fseg_hdr;
 const struct spk_fseg_hdr *spc__fast_hdr(const spc_group *g);

@@ -23,30 +23,32 @@ static int buffer_own(const spc_client *c, const spc_buffer *b) {
 }
 
 /* Host memory of this client's own buffers, inside, aligned, within the
- * staging size; in and out apart, or the very same bytes for all_reduce.
- * Anything else is the daemon's to judge (and to refuse in its own
- * words). */
-int spc__fast_fits(const spc_fast *f, const spc_client *c, int kind,
+ * staging size (or the size of ops read in place, when this one is);
+ * in and out apart, or the very same bytes for all_reduce. Anything else
+ * is the daemon's to judge (and to refuse in its own words). */
+int spc__fast_fits(const spc_fast *f, const spc_group *g, int kind,
                    const spc_tensor *in, const spc_tensor *out) {
   const spc_tensor *ts[2] = {in, out};
   uint64_t n[2];
   if (kind < 0 || kind >= SPK_OP_COUNT)
     return 0;
-  uint64_t limit = f->hdr->op_bytes[kind] < f->stage ? f->hdr->op_bytes[kind]
-                                                    : f->stage;
+  uint64_t op_bytes = f->hdr->op_bytes[kind];
+  uint64_t limit = op_bytes < f->stage ? op_bytes : f->stage;
   for (int i = 0; i < 2; i++) {
     const spc_tensor *t = ts[i];
     size_t es = spc_dtype_size(t->dtype);
     n[i] = spc__fast_tensor_bytes(t);
-    if (!buffer_own(c, t->buf) || t->buf->gpu != NULL || es == 0 ||
+    if (!buffer_own(g->client, t->buf) || t->buf->gpu != NULL || es == 0 ||
         t->offset % es != 0 || t->ndim < 1 || t->ndim > SPC_MAX_DIMS ||
-        n[i] > limit || t->offset > t->buf->size ||
-        n[i] > t->buf->size - t->offset)
+        t->offset > t->buf->size || n[i] > t->buf->size - t->offset)
       return 0;
     for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] < 0)
         return 0;
   }
+  if ((n[0] > limit || n[1] > limit) &&
+      (op_bytes == 0 || !spc__fast_map_want(g, in, out)))
+    return 0;
   if (in->buf != out->buf)
     return 1;
   int same = in->offset == out->offset && n[0] == n[1];
@@ -131,32 +133,36 @@ uint64_t spc__fast_desc_bytes(const spk_fseg_desc *d, int ndim,
 
 /* Whether every byte d's op reads or writes lies in its rank's staging
  * (the planners bound every step by the shapes). */
-static int desc_in_stage(const spc_fast *f, const spk_fseg_desc *d) {
+int spc__fast_desc_in_stage(const spc_fast *f, const spk_fseg_desc *d) {
   return spc__fast_desc_bytes(d, d->in_ndim, d->in_shape) <= f->stage &&
          spc__fast_desc_bytes(d, d->out_ndim, d->out_shape) <= f->stage;
 }
 
 /* Every rank's descriptor of s into f->descs; whether all of them are
- * eligible for the fast path, and whether all repeat the last plan. */
+ * eligible for the fast path, and whether all repeat the last plan. A
+ * rank's op read in place is bounded by its buffer (client_fast_map.c),
+ * any other by its staging. */
 void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
                          int *repeat_p) {
   int all = 1, repeat = f->plan_ok;
   for (int r = 0; r < world; r++) {
     const spk_fseg_rank *a = spc__fast_rank(f, r);
     const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
+    f->inplace[r] = __atomic_load_n(&a->mapped, __ATOMIC_RELAXED) == s;
     /* A repeat's descriptor is f->planned[r] (plan_get copies it), and
      * only the first line of its slot was written. `repeated` says so
      * unless r already published its next op; then the slot does. */
     if (__atomic_load_n(&a->repeated, __ATOMIC_RELAXED) == s ||
         (x->seq == s && x->repeat)) {
       f->descs[r].repeat = 1;
+      all &= f->inplace[r] || f->in_stage[r];
       continue;
     }
     f->descs[r] = *x;
     f->descs[r].repeat = 0;
     repeat = 0;
     all &= f->descs[r].eligible == 1 && f->descs[r].seq == s &&
-           desc_in_stage(f, &f->descs[r]);
+           (f->inplace[r] || spc__fast_desc_in_stage(f, &f->descs[r]));
   }
   *all_p = all;
   *repeat_p = repeat && all;
@@ -180,9 +186,13 @@ int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
   /* Nobody reads a repeat's slot but the daemon's watchdog, which reads
    * its first line (the op's kind). */
   memcpy(slot, d, d->repeat ? HEAD : sizeof(*d));
+  if (d->repeat && d->where.mapped)
+    slot->where = d->where;
   f->seq = s;
   if (d->repeat)
     __atomic_store_n(&me->repeated, s, __ATOMIC_RELAXED);
+  if (d->where.mapped)
+    __atomic_store_n(&me->mapped, s, __ATOMIC_RELAXED);
   spc__fast_publish(f->hdr, me, &me->published, s);
   return SPC_OK;
 }

@@ -19,6 +19,16 @@ typedef struct {
   uint64_t stamp_ns;        /* the last stamp, while not calibrated */
 } spc_fast_clock;
 
+/* A buffer of another rank, mapped read-only (client_fast_map.c). */
+#define SPC_FAST_MAPS 16
+typedef struct {
+  uint64_t dev, ino, size;
+  uint8_t *base;
+} spc_fast_map;
+
+/* Whether every rank may take every other's fds (client_fast_map.c). */
+enum { SPC_FAST_CAP_UNKNOWN, SPC_FAST_CAP_NO, SPC_FAST_CAP_YES };
+
 typedef struct spc_fast {
   spk_fseg_hdr *hdr;
   uint64_t size;
@@ -41,6 +51,7 @@ typedef struct spc_fast {
   uint64_t pending;
   /* Per rank, whether its op of f->plan fits a half. */
   uint8_t small[SPK_FSEG_MAXWORLD];
+  int over;                     /* more ranks than the node has CPUs */
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
                                  * spin_ns up to the daemon's mid_spin_ns */
@@ -55,6 +66,18 @@ typedef struct spc_fast {
    * Trainers repeat the same ops, so most ops reuse the plan. */
   spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
   int plan_ok;
+  /* Ops read in the callers' buffers (client_fast_map.c): whether they
+   * may be; pidfds of the other ranks; what is mapped of their buffers,
+   * and their `freed` as last seen. */
+  int cap;
+  int pidfd[SPK_FSEG_MAXWORLD];
+  spc_fast_map maps[SPK_FSEG_MAXWORLD][SPC_FAST_MAPS];
+  unsigned map_next[SPK_FSEG_MAXWORLD];
+  uint64_t freed_seen[SPK_FSEG_MAXWORLD];
+  /* Per rank: its op of the descriptors read is read in place; its op of
+   * f->plan lies within its staging. */
+  uint8_t inplace[SPK_FSEG_MAXWORLD];
+  uint8_t in_stage[SPK_FSEG_MAXWORLD];
 } spc_fast;
 
 /* Where a rank's counter lives in its area of the segment. */
@@ -101,7 +124,7 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v);
 uint64_t spc__fast_tensor_bytes(const spc_tensor *t);
 /* Whether in and out may run op `kind` here (anything else is the
  * daemon's to judge). */
-int spc__fast_fits(const spc_fast *f, const spc_client *c, int kind,
+int spc__fast_fits(const spc_fast *f, const spc_group *g, int kind,
                    const spc_tensor *in, const spc_tensor *out);
 /* This rank's descriptor of op (eligible cleared for what only the
  * daemon can take), and the planners' arguments of a descriptor. */
@@ -117,11 +140,35 @@ uint64_t spc__fast_desc_bytes(const spk_fseg_desc *d, int ndim,
  * may run here; *repeat_p, whether every one is the op of f->plan. */
 void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
                          int *repeat_p);
+/* Whether every byte d's op reads or writes lies in its rank's staging. */
+int spc__fast_desc_in_stage(const spc_fast *f, const spk_fseg_desc *d);
 /* Take the next sequence number and publish d under it (marked a repeat
  * when it is this rank's op of f->plan). */
 int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d);
 /* This rank reads nobody's descriptor of op s (it takes the daemon
  * path): its ring slots may be reused. */
 void spc__fast_consumed(spc_group *g, uint64_t s);
+
+/* ---- client_fast_map.c ---- */
+
+/* Publish who this rank is (at attach), and undo what the others' maps
+ * hold (at detach). */
+void spc__fast_map_init(spc_group *g);
+void spc__fast_map_free(spc_fast *f, int world);
+/* Probe the other ranks and learn whether all may take each other's fds,
+ * as far as can be without waiting. */
+void spc__fast_map_step(spc_group *g);
+/* Whether this rank's op on in and out is to be read in place, and its
+ * where (the descriptor's) for it. */
+int spc__fast_map_want(const spc_group *g, const spc_tensor *in,
+                       const spc_tensor *out);
+void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
+                          const spc_tensor *out);
+/* Every rank's input and output of op s of f->plan, as the plan's bases:
+ * in its staging or, when read in place (f->inplace), in its buffers.
+ * *any_p: some rank's op is read in place. Fails when a rank's buffer
+ * cannot be mapped (*any_p is still right). */
+int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
+                    const spc_tensor *out, uint8_t **bases, int *any_p);
 
 #endif

@@ -37,6 +37,7 @@
 void spc__fast_wait_init(spc_fast *f, int world) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int over = cpus > 0 && world > cpus;
+  f->over = over;
   f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->yield = over ? OVER_YIELD_POLLS : YIELD_POLLS;

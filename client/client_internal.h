@@ -35,6 +35,10 @@ struct spc_buffer {
   void *data;
   size_t size;
   void *gpu;                  /* device memory: client_gpu.c's record */
+  /* Host memory: its memfd, kept open so that the other ranks of a fast
+   * path group may take it (client_fast_map.c), and its identity. */
+  int memfd;
+  uint64_t dev, ino;
 };
 
 struct spc_client {

@@ -155,7 +155,10 @@ int spc_group_size(const spc_group *group);
 int spc_group_spans_nodes(const spc_group *group);
 
 /* Allocate `size` bytes of host memory shared with the daemon (a sealed
- * memfd) and register it. The memory is zero-filled. */
+ * memfd) and register it. The memory is zero-filled. The buffer holds one
+ * file descriptor (its memfd) until it is freed: the other ranks of a
+ * group on this node that may (same uid) take it to read the buffer's
+ * tensors in place (docs/performance.md). */
 int spc_buffer_alloc(spc_client *client, size_t size, spc_buffer **buf_p);
 
 /* Unregister and unmap the buffer. The caller must not free a buffer that

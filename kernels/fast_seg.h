@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 3u
+#define SPK_FSEG_VERSION 4u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -32,6 +32,18 @@
 /* Latency histogram buckets: bucket i counts ops of < 2^i microseconds
  * (the last one takes the rest), as the daemon's op stats do. */
 #define SPK_FSEG_HIST 31
+
+/* Where a rank's input (0) and output (1) are, for an op the others read
+ * in the caller's own buffers rather than in its staging (client_fast_map.c):
+ * the fd number of each buffer's memfd in the owner, which the readers take
+ * with pidfd_getfd, and its inode, which they check. */
+typedef struct {
+  uint32_t mapped;         /* 1: read these, not the staging */
+  int32_t fd[2];
+  uint32_t pad;
+  uint64_t dev[2], ino[2];
+  uint64_t off[2];         /* of the tensor in its buffer */
+} spk_fseg_where;
 
 /* One rank's op, as it asked for it. The first cache line (seq to
  * scalar) is what a reader of a repeated op touches. */
@@ -53,18 +65,36 @@ typedef struct {
   int64_t out_shape[SPK_MAX_DIMS];
   int64_t sizes[SPK_FSEG_MAXLIST];
   int64_t sizes2[SPK_FSEG_MAXLIST];
+  /* Not part of the op: the same op may read other buffers each time. */
+  spk_fseg_where where;
 } __attribute__((aligned(128))) spk_fseg_desc;
+
+/* Who a rank is, published once at attach, so that the others can tell
+ * whether they may take its fds (client_fast_map.c): its pid, and an fd it
+ * holds (its socket to the daemon) with that fd's device and inode, which
+ * a prober checks; `attached` is set last. `canmap`: 0 until it has
+ * probed every other rank, then 1 (it may not take some rank's fds) or 2
+ * (it may take everyone's). */
+typedef struct {
+  int32_t pid;
+  int32_t probe_fd;
+  uint64_t probe_dev, probe_ino;
+  uint64_t attached;
+  uint64_t canmap;
+} spk_fseg_ident;
 
 /* Counters of one rank, per op kind: written by that rank only; the
  * daemon adds rank 0's to its stats (every rank runs every op, so one
  * rank counts it, as the daemon counts an op once). bytes: what the whole
- * plan writes, as the daemon counts. ns: publish to done on rank 0. */
+ * plan writes, as the daemon counts. ns: publish to done on rank 0.
+ * in_place: ops that some rank's buffers were read in (client_fast_map.c). */
 typedef struct {
   uint64_t count;
   uint64_t errors;
   uint64_t bytes;
   uint64_t ns;
   uint64_t lat[SPK_FSEG_HIST];
+  uint64_t in_place;       /* of count: some rank's op was read in place */
 } spk_fseg_counters;
 
 typedef struct {
@@ -84,7 +114,17 @@ typedef struct {
   /* = published when that descriptor is a repeat (its `repeat` set):
    * a reader of a repeated op needs nothing but this line. */
   uint64_t repeated;
-  uint8_t pad0[80];
+  /* = published when that op is read in this rank's own buffers
+   * (its descriptor's `where`). */
+  uint64_t mapped;
+  /* Bumped when this rank frees a buffer: the others drop their
+   * mappings of its buffers. */
+  uint64_t freed;
+  /* s, when this rank failed op s on its own (it could not read another
+   * rank's buffers): said before its fdone of s; status, its error. */
+  uint64_t failed;
+  int32_t fail_status;
+  uint8_t pad0[52];
   /* Words nobody polls, on their own lines (128 bytes apart: CPUs fetch
    * lines in pairs): writing them must not take the polled line away from
    * its readers. `waiting`: 1 while this rank
@@ -98,9 +138,13 @@ typedef struct {
    * on the socket stays the answer. */
   uint64_t answered;
   uint8_t pad2[112];
+  spk_fseg_ident id;
   spk_fseg_counters counters[SPK_OP_COUNT];
   spk_fseg_desc ring[SPK_FSEG_RING];
 } spk_fseg_rank;
+
+_Static_assert(offsetof(spk_fseg_rank, waiting) == 128,
+               "the polled words fill one pair of cache lines");
 
 typedef struct spk_fseg_hdr {
   uint32_t magic, version;
@@ -125,6 +169,10 @@ typedef struct spk_fseg_hdr {
    * fast_op_bytes). Every rank reads the same table, so they decide
    * alike. */
   uint64_t op_bytes[SPK_OP_COUNT];
+  /* Ops read in the callers' buffers (client_fast_map.c) may be this many
+   * bytes per rank, above op_bytes (the daemon's fast_map_bytes; not for
+   * an op whose op_bytes is 0). */
+  uint64_t map_bytes;
   char broken_msg[SPK_FSEG_MSG];
 } spk_fseg_hdr;
 

@@ -67,6 +67,10 @@ typedef struct {
     "ops whose input and output are at most this many bytes per rank run "  \
     "through the group's shared segment, without the daemon (groups of "    \
     "this node only; 0: never)")                                            \
+  X(fast_map_bytes, "fast-map-bytes", 8388608, 0, LLONG_MAX,                \
+    "ops of at most this many bytes per rank, even above fast_bytes, run "   \
+    "through the segment reading the callers' buffers in place where the "  \
+    "ranks may take each other's fds (same uid; 0: never in place)")        \
   X(mid_spin_us, "mid-spin-us", 0, 0, 10000,                                \
     "a rank of a group with a shared segment polls it this long for the "   \
     "answer to a daemon-path op before it sleeps in recv (0: never; no "    \

@@ -57,6 +57,7 @@ void spd_gseg_create(spd_group *g) {
                   (uint32_t)ctx->cfg.mid_spin_us * 1000u);
     for (int k = 0; k < SPK_OP_COUNT; k++)
       seg->hdr->op_bytes[k] = (uint64_t)spd_config_fast_limit(&ctx->cfg, k);
+    seg->hdr->map_bytes = (uint64_t)ctx->cfg.fast_map_bytes;
     seg->since_ns = spd_now_ns();
     g->seg = seg;
     SPD_DEBUG(&ctx->log, "group '%s': shared segment of %llu bytes", g->name,
@@ -229,12 +230,14 @@ void spd_gseg_harvest(spd_group *g) {
 void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
   if (g->seg == NULL)
     return;
-  uint64_t ops = 0, errors = 0;
-  for (int k = 0; k < SPK_OP_COUNT; k++)
+  uint64_t ops = 0, errors = 0, in_place = 0;
+  for (int k = 0; k < SPK_OP_COUNT; k++) {
     ops += g->seg->seen[k].count, errors += g->seg->seen[k].errors;
-  fprintf(out, "shm %s ops=%llu errors=%llu stage_bytes=%llu\n", label,
-          (unsigned long long)ops, (unsigned long long)errors,
-          (unsigned long long)g->seg->stage);
+    in_place += g->seg->seen[k].in_place;
+  }
+  fprintf(out, "shm %s ops=%llu errors=%llu in_place=%llu stage_bytes=%llu\n",
+          label, (unsigned long long)ops, (unsigned long long)errors,
+          (unsigned long long)in_place, (unsigned long long)g->seg->stage);
 }
 
 void spd_gseg_close_all(spd_ctx *ctx) {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "client_internal.h"
 #include "harness.h"
 
 void *spt_fixture_up(spt_daemon *d, const char *const *extra, size_t n) {
@@ -100,3 +101,29 @@ int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
   return 0;
 }
 
+
+char *spt_stats_text(const char *sock) {
+  spc_client *c = spt_connect(sock);
+  if (c == NULL)
+    return NULL;
+  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &rq;
+  char *text = NULL;
+  if (spc__call(c, &f, -1, &reply) == 0)
+    text = strdup(reply->stats_reply->text);
+  if (reply)
+    spcoll__frame__free_unpacked(reply, NULL);
+  spc_disconnect(c);
+  return text;
+}
+
+int spt_stats_has(const char *sock, const char *needle) {
+  char *t = spt_stats_text(sock);
+  int ok = t && strstr(t, needle);
+  if (!ok)
+    fprintf(stderr, "stats lack '%s':\n%s\n", needle, t ? t : "(none)");
+  free(t);
+  return ok;
+}

@@ -39,4 +39,9 @@ float spt_rk_val(int r, size_t i, int step);
 int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
                        int async);
 
+/* The text of the stats socket sock (malloc'd; NULL on failure), and
+ * whether it holds needle (said on stderr when not). */
+char *spt_stats_text(const char *sock);
+int spt_stats_has(const char *sock, const char *needle);
+
 #endif

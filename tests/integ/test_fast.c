@@ -25,7 +25,11 @@
 #include "harness.h"
 
 #define NOBODY 65534
-#define BIG 300000 /* floats: 1.2 MB, over fast_bytes, so the daemon's */
+/* floats: 1.2 MB, over fast_bytes, so the daemon's. The fixtures here
+ * read no op in place (fast_map_bytes 0), so that every fast op stages:
+ * test_fast_map.c tests ops read in place. */
+#define BIG 300000
+#define MAP_OFF "--fast-map-bytes", "0"
 
 static spt_daemon daemon_;
 static char stats_sock[300];
@@ -43,7 +47,9 @@ static shared_t *sh;
 static const char *const *daemon_args;
 
 static void setup(void) {
-  sh = spt_fixture_up(&daemon_, daemon_args, sizeof(*sh));
+  static const char *const fast[] = {MAP_OFF, NULL};
+  sh = spt_fixture_up(&daemon_, daemon_args ? daemon_args : fast,
+                      sizeof(*sh));
   ck_assert_ptr_nonnull(sh);
   snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
            daemon_.dir);
@@ -54,29 +60,11 @@ static void teardown(void) {
 }
 
 static char *stats_text(void) {
-  spc_client *c = spt_connect(stats_sock);
-  if (c == NULL)
-    return NULL;
-  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
-  f.stats_request = &rq;
-  char *text = NULL;
-  if (spc__call(c, &f, -1, &reply) == 0)
-    text = strdup(reply->stats_reply->text);
-  if (reply)
-    spcoll__frame__free_unpacked(reply, NULL);
-  spc_disconnect(c);
-  return text;
+  return spt_stats_text(stats_sock);
 }
 
 static int stats_has(const char *needle) {
-  char *t = stats_text();
-  int ok = t && strstr(t, needle);
-  if (!ok)
-    fprintf(stderr, "stats lack '%s':\n%s\n", needle, t ? t : "(none)");
-  free(t);
-  return ok;
+  return spt_stats_has(stats_sock, needle);
 }
 
 typedef spt_rk rk;
@@ -537,7 +525,8 @@ START_TEST(per_op_thresholds) {
 END_TEST
 
 static void setup_per_op(void) {
-  static const char *const args[] = {"--fast-op-bytes", "all_reduce=0", NULL};
+  static const char *const args[] = {"--fast-op-bytes", "all_reduce=0",
+                                     MAP_OFF, NULL};
   daemon_args = args;
   setup();
   daemon_args = NULL;
@@ -567,7 +556,7 @@ START_TEST(segments_count_as_registered_bytes) {
 END_TEST
 
 static void setup_mid_spin(void) {
-  static const char *const args[] = {"--mid-spin-us", "20", NULL};
+  static const char *const args[] = {"--mid-spin-us", "20", MAP_OFF, NULL};
   daemon_args = args;
   setup();
   daemon_args = NULL;

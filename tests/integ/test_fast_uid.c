@@ -1,6 +1,7 @@
 /* A group's shared segment (issue 18) is out of another uid's reach: as
  * nobody, a forked attacker can open neither the daemon's descriptor of it
- * nor a rank's (its fds, its map_files). Run as root (exit 77 otherwise),
+ * nor a rank's (its fds, its map_files), nor take a rank's fds (its
+ * buffers' memfds, which the group's ranks take from each other). Run as root (exit 77 otherwise),
  * with the other uid made by setuid in a child, as test_access.c does. */
 #include <check.h>
 #include <dirent.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,11 +49,30 @@ static int rk_open(rk *k, int rank, int world, int64_t timeout_ms) {
   return spt_rk_open(k, daemon_.socket, sh->group, rank, world, timeout_ms);
 }
 
+/* As nobody, a rank's fds cannot be taken as its group's ranks take each
+ * other's buffers (pidfd_getfd, client_fast_map.c). */
+static int take_fds(pid_t pid) {
+  int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pfd < 0)
+    return 0; /* not even a pidfd */
+  int got = 0;
+  for (int fd = 0; fd < 256 && !got; fd++) {
+    int x = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
+    got = x >= 0;
+    if (got)
+      close(x);
+  }
+  close(pfd);
+  return got;
+}
+
 /* As nobody: neither the daemon's descriptor of the segment nor a rank's
- * mapping of it can be opened. */
+ * mapping of it (nor of its buffers) can be opened. */
 static int attack(const pid_t *pids) {
   char path[300];
   for (int i = 0; i < 2; i++) {
+    if (take_fds(pids[i]))
+      return 5; /* took a descriptor of a root process */
     snprintf(path, sizeof(path), "/proc/%d/fd", (int)pids[i]);
     DIR *d = opendir(path);
     if (d != NULL) {

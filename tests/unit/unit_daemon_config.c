@@ -215,7 +215,7 @@ START_TEST(shipped_example_is_valid) {
       keys++;
     }
   fclose(in);
-  ck_assert_int_eq(keys, 40);
+  ck_assert_int_eq(keys, 41);
   spd_config cfg;
   spk_err err;
   spd_config_defaults(&cfg);

@@ -1,0 +1,271 @@
+/* Single-copy fast-path ops (see client_fast.c). A rank whose op is not
+ * small need not copy its input into its staging, nor its output out of
+ * it: the other ranks read both where its caller keeps them, in its
+ * buffer's memfd, which they take with pidfd_getfd and map read-only.
+ *
+ * The kernel lets a process take another's fds only where it could
+ * ptrace it (same uid, not undumpable, no Yama or seccomp rule against
+ * it): exactly the processes that could read that memory anyway, as Open
+ * MPI's CMA copies do. So every rank first probes every other rank (takes
+ * the fd the rank named at attach and checks that it is the one named),
+ * and a rank reads its op in its own buffers only once every rank has
+ * said that it may take every other's: otherwise the group stages, as
+ * before. The probe never waits for anyone (a rank that takes the daemon
+ * path may never probe): until every rank has said, ops stage. A rank
+ * probes in its first op that finds every rank attached, at the latest
+ * its second (every rank published its first before), so from its third
+ * op on every rank knows.
+ *
+ * The owner of an op read in place may not return before every rank is
+ * done reading (client_fast.c waits on every rank's fdone then), and
+ * keeps its buffers' memfds open while they exist; a rank that frees a
+ * buffer bumps its `freed` word, and the others drop what they mapped of
+ * its buffers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client_fast_internal.h"
+
+/* Ops of at least this many bytes in or out (per rank) are read in
+ * place: below, copying in and out costs less than the barrier that
+ * ends an op read in place (docs/performance.md). Where the group has
+ * more ranks than the node has CPUs, that barrier costs switches between
+ * them, and staging wins up to 8 KiB. */
+#define MAP_MIN_BYTES 1024u
+#define MAP_MIN_OVER_BYTES (16u << 10)
+
+void spc__fast_map_init(spc_group *g) {
+  spc_fast *f = g->fast;
+  spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  struct stat st;
+  for (int r = 0; r < SPK_FSEG_MAXWORLD; r++)
+    f->pidfd[r] = -1;
+  /* Without an fd to probe, this rank names none (pid 0), and nobody
+   * reads its buffers: the group stages. */
+  if (fstat(g->client->fd, &st) == 0) {
+    me->id.pid = (int32_t)getpid();
+    me->id.probe_fd = g->client->fd;
+    me->id.probe_dev = st.st_dev;
+    me->id.probe_ino = st.st_ino;
+  }
+  spc__fast_publish(f->hdr, me, &me->id.attached, 1);
+}
+
+static void maps_drop(spc_fast *f, int r) {
+  for (int i = 0; i < SPC_FAST_MAPS; i++) {
+    spc_fast_map *m = &f->maps[r][i];
+    if (m->base != NULL)
+      munmap(m->base, m->size); /* our own mapping: it cannot fail */
+    memset(m, 0, sizeof(*m));
+  }
+}
+
+void spc__fast_map_free(spc_fast *f, int world) {
+  for (int r = 0; r < world; r++) {
+    maps_drop(f, r);
+    if (f->pidfd[r] >= 0)
+      close(f->pidfd[r]);
+    f->pidfd[r] = -1;
+  }
+}
+
+/* A pidfd of rank r's process, if this process may take its fds and r
+ * is who it says (the fd it named is the one it named); else -1. Any
+ * failure means "may not": the group stages its ops. */
+static int probe(const spc_fast *f, int r) {
+  spk_fseg_ident id = spc__fast_rank(f, r)->id;
+  if (id.pid <= 0)
+    return -1;
+  int pfd = (int)syscall(SYS_pidfd_open, (pid_t)id.pid, 0);
+  if (pfd < 0)
+    return -1;
+  int fd = (int)syscall(SYS_pidfd_getfd, pfd, id.probe_fd, 0);
+  struct stat st;
+  int same = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == id.probe_dev &&
+             st.st_ino == id.probe_ino;
+  if (fd >= 0)
+    close(fd);
+  if (!same) {
+    close(pfd);
+    return -1;
+  }
+  return pfd;
+}
+
+/* Whether every rank's `field` of its ident says at least v. */
+static int all_said(const spc_fast *f, int world, size_t field, uint64_t v) {
+  for (int r = 0; r < world; r++)
+    if (spk_fseg_said(spc__fast_rank(f, r), field) < v)
+      return 0;
+  return 1;
+}
+
+void spc__fast_map_step(spc_group *g) {
+  spc_fast *f = g->fast;
+  spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  if (f->cap != SPC_FAST_CAP_UNKNOWN)
+    return;
+  if (me->id.canmap == 0) {
+    if (!all_said(f, g->world, FIELD(id.attached), 1))
+      return;
+    int ok = 1;
+    for (int r = 0; r < g->world; r++)
+      if (r != g->rank) {
+        f->pidfd[r] = probe(f, r);
+        ok &= f->pidfd[r] >= 0;
+      }
+    spc__fast_publish(f->hdr, me, &me->id.canmap, ok ? 2 : 1);
+  }
+  if (!all_said(f, g->world, FIELD(id.canmap), 1))
+    return;
+  f->cap = all_said(f, g->world, FIELD(id.canmap), 2) ? SPC_FAST_CAP_YES
+                                                       : SPC_FAST_CAP_NO;
+  if (f->cap == SPC_FAST_CAP_NO)
+    spc__fast_map_free(f, g->world);
+}
+
+void spc__fast_freed(spc_client *c) {
+  for (spc_group *g = c->groups; g != NULL; g = g->next)
+    if (g->fast != NULL)
+      __atomic_add_fetch(&spc__fast_rank(g->fast, g->rank)->freed, 1,
+                         __ATOMIC_RELEASE);
+}
+
+int spc__fast_map_want(const spc_group *g, const spc_tensor *in,
+                       const spc_tensor *out) {
+  uint64_t n[2] = {spc__fast_tensor_bytes(in), spc__fast_tensor_bytes(out)};
+  /* An in-place op writes what others read: it stages. */
+  int apart = in->buf != out->buf || in->offset + n[0] <= out->offset ||
+              out->offset + n[1] <= in->offset;
+  uint64_t max = g->fast->hdr->map_bytes;
+  uint64_t min = g->fast->over ? MAP_MIN_OVER_BYTES : MAP_MIN_BYTES;
+  return g->fast->cap == SPC_FAST_CAP_YES && apart && n[0] <= max &&
+         n[1] <= max && (n[0] >= min || n[1] >= min);
+}
+
+void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
+                          const spc_tensor *out) {
+  const spc_tensor *ts[2] = {in, out};
+  w->mapped = 1;
+  for (int t = 0; t < 2; t++) {
+    w->fd[t] = ts[t]->buf->memfd;
+    w->dev[t] = ts[t]->buf->dev;
+    w->ino[t] = ts[t]->buf->ino;
+    w->off[t] = ts[t]->offset;
+  }
+}
+
+/* Map the memfd rank r names as fd into a free entry of its maps. */
+static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
+                    spc_fast_map **m_p) {
+  spc_fast *f = g->fast;
+  int fd = (int)syscall(SYS_pidfd_getfd, f->pidfd[r], fd_r, 0);
+  if (fd < 0)
+    return spc__fail(g->client, SPC_ESYSTEM, "pidfd_getfd of rank %d's "
+                     "buffer (its fd %d) failed: %s", r, fd_r,
+                     strerror(errno));
+  struct stat st;
+  const char *why = NULL;
+  void *base = MAP_FAILED;
+  int seals = 0;
+  if (fstat(fd, &st) < 0)
+    why = strerror(errno);
+  else if (st.st_dev != dev || st.st_ino != ino || st.st_size <= 0)
+    why = "it is not the buffer the rank named";
+  else if ((seals = fcntl(fd, F_GET_SEALS)) < 0)
+    why = strerror(errno);
+  else if (!(seals & F_SEAL_SHRINK)) /* could shrink under our reads */
+    why = "it is not sealed against shrinking";
+  else if ((base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd,
+                        0)) == MAP_FAILED)
+    why = strerror(errno);
+  close(fd);
+  if (why != NULL)
+    return spc__fail(g->client, SPC_ESYSTEM, "mapping rank %d's buffer "
+                     "(its fd %d, inode %llu) failed: %s", r, fd_r,
+                     (unsigned long long)ino, why);
+  spc_fast_map *m = &f->maps[r][f->map_next[r]++ % SPC_FAST_MAPS];
+  if (m->base != NULL)
+    munmap(m->base, m->size);
+  m->base = base;
+  m->size = (uint64_t)st.st_size;
+  m->dev = dev;
+  m->ino = ino;
+  *m_p = m;
+  return SPC_OK;
+}
+
+/* Where rank r's tensor t (of `bytes` bytes) of where w is mapped here. */
+static int map_get(spc_group *g, int r, const spk_fseg_where *w, int t,
+                   uint64_t bytes, uint8_t **p) {
+  spc_fast *f = g->fast;
+  spc_fast_map *m = NULL;
+  for (int i = 0; i < SPC_FAST_MAPS && m == NULL; i++)
+    if (f->maps[r][i].base != NULL && f->maps[r][i].dev == w->dev[t] &&
+        f->maps[r][i].ino == w->ino[t])
+      m = &f->maps[r][i];
+  int rc = m != NULL ? SPC_OK
+                     : map_take(g, r, w->fd[t], w->dev[t], w->ino[t], &m);
+  if (rc < 0)
+    return rc;
+  if (bytes == UINT64_MAX || w->off[t] > m->size ||
+      bytes > m->size - w->off[t])
+    return spc__fail(g->client, SPC_ESYSTEM, "rank %d named %llu bytes at "
+                     "offset %llu of a buffer of %llu bytes", r,
+                     (unsigned long long)bytes,
+                     (unsigned long long)w->off[t],
+                     (unsigned long long)m->size);
+  *p = m->base + w->off[t];
+  return SPC_OK;
+}
+
+/* Rank r's input and output of op s, read in its buffers. */
+static int bases_mapped(spc_group *g, int r, uint64_t s, uint8_t **b) {
+  spc_fast *f = g->fast;
+  const spk_fseg_rank *a = spc__fast_rank(f, r);
+  uint64_t fr = __atomic_load_n(&a->freed, __ATOMIC_ACQUIRE);
+  if (fr != f->freed_seen[r]) {
+    maps_drop(f, r);
+    f->freed_seen[r] = fr;
+  }
+  /* The slot holds s until this rank says it consumed s; a copy, as r
+   * may write anything there. */
+  spk_fseg_where w = a->ring[s % SPK_FSEG_RING].where;
+  const spk_fseg_desc *d = &f->planned[r];
+  int rc = map_get(g, r, &w, SPK_T_IN,
+                   spc__fast_desc_bytes(d, d->in_ndim, d->in_shape),
+                   &b[SPK_T_IN]);
+  if (rc == SPC_OK)
+    rc = map_get(g, r, &w, SPK_T_OUT,
+                 spc__fast_desc_bytes(d, d->out_ndim, d->out_shape),
+                 &b[SPK_T_OUT]);
+  return rc;
+}
+
+int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
+                    const spc_tensor *out, uint8_t **bases, int *any_p) {
+  spc_fast *f = g->fast;
+  int rc = SPC_OK;
+  *any_p = 0;
+  for (int r = 0; r < g->world; r++)
+    *any_p |= f->inplace[r];
+  for (int r = 0; r < g->world; r++) {
+    uint8_t **b = &bases[r * SPK_T_COUNT];
+    if (r == g->rank && f->inplace[r]) {
+      b[SPK_T_IN] = spc_tensor_data(in);
+      b[SPK_T_OUT] = spc_tensor_data(out);
+    } else if (f->inplace[r]) {
+      if (rc == SPC_OK)
+        rc = bases_mapped(g, r, s, b);
+    } else {
+      for (int t = 0; t < SPK_T_COUNT; t++)
+        b[t] = spc__fast_stage(f, r, t, s);
+    }
+  }
+  return rc;
+}

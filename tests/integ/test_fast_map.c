@@ -1,0 +1,349 @@
+/* Fast-path ops read in place (issue 18, client/client_fast_map.c): ranks
+ * that may take each other's buffer fds read each other's inputs and
+ * outputs where the callers keep them, for ops from 64 KiB up to
+ * fast_map_bytes per rank (8 MiB by default: past fast_bytes). Here: such
+ * ops of every shape of use, between staged and daemon-path ops and with
+ * ranks of one op in different modes, checked and counted exactly; what a
+ * rank maps of the others' buffers stays bounded and goes when they free
+ * them; a rank whose buffer cannot be read fails the op on every rank,
+ * and the group goes on; a killed rank fails the others. Every op kind
+ * runs in place in the op suites too (test_ops_*.c, 16 MiB buffers). */
+#include <check.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "client_internal.h"
+#include "fast_ranks.h"
+#include "harness.h"
+
+#define MID 200000  /* floats: 800 KB, under fast_bytes */
+#define LARGE 400000 /* floats: 1.6 MB, over fast_bytes */
+
+static spt_daemon daemon_;
+static char stats_sock[300];
+
+typedef struct {
+  char msg[8][400];
+  int rc[8];
+  char group[64];
+} shared_t;
+static shared_t *sh;
+
+static void setup(void) {
+  sh = spt_fixture_up(&daemon_, NULL, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
+  snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
+           daemon_.dir);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
+}
+
+typedef spt_rk rk;
+
+static int rk_open(rk *k, int rank, int world) {
+  return spt_rk_open(k, daemon_.socket, sh->group, rank, world, 0);
+}
+
+/* Element i of rank r's input at step (exact in float sums). */
+static float val(int r, size_t i, int step) {
+  return spt_rk_val(r, i, step);
+}
+
+/* all_gather along 0 of [n + 1000 * rank] floats, checked. */
+static int gather_once(rk *k, int rank, int w, int64_t n, int step) {
+  int64_t s[1] = {n + 1000 * rank}, o[1] = {0}, sizes[8];
+  for (int r = 0; r < w; r++)
+    sizes[r] = n + 1000 * r, o[0] += sizes[r];
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(k, &in, 1, s), *y = spt_rk_tensor(k, &out, 1, o);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (int64_t i = 0; i < s[0]; i++)
+    x[i] = val(rank, (size_t)i, step);
+  if (spc_all_gather(k->g, &in, &out, 0, sizes) < 0) {
+    fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(k->c));
+    return 1;
+  }
+  for (int r = 0, at = 0; r < w; r++)
+    for (int64_t i = 0; i < sizes[r]; i++, at++)
+      if (y[at] != val(r, (size_t)i, step)) {
+        fprintf(stderr, "rank %d: gather from %d [%lld] wrong\n", rank, r,
+                (long long)i);
+        return 1;
+      }
+  k->used = 0;
+  return 0;
+}
+
+/* all_to_all_v in which rank `from` sends `big` floats to rank `to` and
+ * 1 + r + j to every other pair: `from` and `to` read in place, the
+ * other ranks stage (their ops are small), in one op. */
+static float a2av_val(int r, int j, int64_t i, int step) {
+  return (float)((r * 7 + j * 3 + (int)(i % 241) + step) % 251);
+}
+
+static int a2av_once(rk *k, int rank, int w, int from, int to, int64_t big,
+                     int step) {
+  int64_t is[8], os[8], ni = 0, no = 0;
+  for (int j = 0; j < w; j++) {
+    is[j] = rank == from && j == to ? big : 1 + rank + j, ni += is[j];
+    os[j] = j == from && rank == to ? big : 1 + j + rank, no += os[j];
+  }
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(k, &in, 1, &ni), *y = spt_rk_tensor(k, &out, 1, &no);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (int j = 0, at = 0; j < w; j++)
+    for (int64_t i = 0; i < is[j]; i++)
+      x[at++] = a2av_val(rank, j, i, step);
+  if (spc_all_to_all_v(k->g, &in, &out, is, os) < 0) {
+    fprintf(stderr, "rank %d: all_to_all_v: %s\n", rank, spc_last_error(k->c));
+    return 1;
+  }
+  for (int r = 0, at = 0; r < w; r++)
+    for (int64_t i = 0; i < os[r]; i++, at++)
+      if (y[at] != a2av_val(r, rank, i, step)) {
+        fprintf(stderr, "rank %d: from %d [%lld] = %g\n", rank, r,
+                (long long)i, y[at]);
+        return 1;
+      }
+  k->used = 0;
+  return 0;
+}
+
+/* An in-place all_reduce (in == out) of n floats, checked: never read in
+ * place (it writes what others read), so the daemon's when it is over
+ * fast_bytes. */
+static int reduce_inplace_once(rk *k, int rank, int w, size_t n, int step) {
+  int64_t s[1] = {(int64_t)n};
+  spc_tensor t;
+  float *x = spt_rk_tensor(k, &t, 1, s);
+  if (x == NULL)
+    return 1;
+  for (size_t i = 0; i < n; i++)
+    x[i] = val(rank, i, step);
+  if (spc_all_reduce(k->g, &t, &t, SPC_SUM) < 0) {
+    fprintf(stderr, "rank %d: in-place all_reduce: %s\n", rank,
+            spc_last_error(k->c));
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float ref = 0;
+    for (int r = 0; r < w; r++)
+      ref += val(r, i, step);
+    if (x[i] != ref)
+      return 1;
+  }
+  k->used = 0;
+  return 0;
+}
+
+#define ITERS 3
+#define IN_PLACE_PER_ITER 4 /* MID, LARGE, the gather, the all_to_all_v */
+#define FAST_PER_ITER 5     /* and the small all_reduce */
+
+/* Two small ops first: from a group's third op on, every rank knows
+ * whether all may read each other's buffers (client_fast_map.c). */
+static int warm_up(rk *k, int rank, int w) {
+  return spt_rk_reduce_once(k, rank, w, 8, 0, 0) ||
+         spt_rk_reduce_once(k, rank, w, 8, 1, 0);
+}
+
+static int every_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w) < 0)
+    return 1;
+  int bad = warm_up(&k, rank, w);
+  for (int it = 0; it < ITERS && !bad; it++) {
+    int step = 2 + it * 8;
+    bad = spt_rk_reduce_once(&k, rank, w, MID, step, 0) ||
+          spt_rk_reduce_once(&k, rank, w, 8, step + 1, 0) ||
+          spt_rk_reduce_once(&k, rank, w, LARGE, step + 2, 0) ||
+          gather_once(&k, rank, w, 100000, step + 3) ||
+          spt_rk_reduce_once(&k, rank, w, MID, step + 4, 1) || /* daemon */
+          a2av_once(&k, rank, w, it % w, (it + 1) % w, 150000, step + 5) ||
+          reduce_inplace_once(&k, rank, w, LARGE, step + 6); /* daemon */
+  }
+  if (!bad && rank == 0) {
+    char want[160];
+    snprintf(want, sizeof(want), "shm %s ops=%d errors=0 in_place=%d",
+             sh->group, 2 + ITERS * FAST_PER_ITER, ITERS * IN_PLACE_PER_ITER);
+    bad = !spt_stats_has(stats_sock, want);
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(ops_read_in_place) {
+  for (int w = 2; w <= 4; w++) {
+    snprintf(sh->group, sizeof(sh->group), "inplace%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, every_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
+/* Mappings of buffer memfds in this process (own and other ranks'). */
+static int memfd_maps(void) {
+  FILE *m = fopen("/proc/self/maps", "r");
+  char line[512];
+  int n = 0;
+  while (m && fgets(line, sizeof(line), m))
+    n += strstr(line, "/memfd:spcoll ") != NULL;
+  if (m)
+    fclose(m);
+  return n;
+}
+
+/* An all_reduce of MID floats in a buffer of its own, checked. */
+static int reduce_in(rk *k, spc_buffer *b, int rank, int w, int step) {
+  spc_buffer *keep = k->b;
+  k->b = b;
+  k->used = 0;
+  int bad = spt_rk_reduce_once(k, rank, w, MID, step, 0);
+  k->b = keep;
+  return bad;
+}
+
+/* Each rank runs ops in 20 buffers of its own in turn (more than a rank
+ * keeps mapped of another), then frees all but one: a rank maps at most
+ * 16 buffers of each other rank, and after one more op it holds those of
+ * the last buffer only, its own besides. */
+#define NBUF 20
+static int freed_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w) < 0)
+    return 1;
+  int bad = warm_up(&k, rank, w);
+  spc_buffer *b[NBUF] = {0};
+  for (int i = 0; i < NBUF && !bad; i++)
+    bad = spc_buffer_alloc(k.c, 2 << 20, &b[i]) < 0 ||
+          reduce_in(&k, b[i], rank, w, i + 1);
+  int most = 1 + NBUF + 16 * (w - 1); /* k.b, b[], the others' */
+  if (!bad && memfd_maps() > most) {
+    fprintf(stderr, "rank %d: %d memfd mappings, at most %d\n", rank,
+            memfd_maps(), most);
+    bad = 1;
+  }
+  for (int i = 0; i < NBUF - 1 && !bad; i++)
+    bad = spc_buffer_free(b[i]) < 0;
+  bad = bad || reduce_in(&k, b[NBUF - 1], rank, w, 50);
+  /* k.b, b[NBUF - 1], and the other ranks' b[NBUF - 1]. */
+  if (!bad && memfd_maps() != 2 + (w - 1)) {
+    fprintf(stderr, "rank %d: %d memfd mappings after the frees, want %d\n",
+            rank, memfd_maps(), 2 + (w - 1));
+    bad = 1;
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(freed_buffers_let_go) {
+  for (int w = 2; w <= 3; w++) {
+    snprintf(sh->group, sizeof(sh->group), "freed%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, freed_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
+/* The last rank's buffer fd is made another file behind the library's
+ * back: the others cannot map it, so the op fails on every rank (the
+ * others name the mapping, the last rank names the rank that failed);
+ * the group goes on, and with its fd back the same op reads in place. */
+static int unmappable_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w) < 0)
+    return 1;
+  int bad = warm_up(&k, rank, w);
+  int last = rank == w - 1, keep = -1;
+  if (!bad && last) {
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    keep = dup(k.b->memfd);
+    bad = null < 0 || keep < 0 || dup2(null, k.b->memfd) < 0;
+    if (null >= 0)
+      close(null);
+  }
+  int64_t s[1] = {MID};
+  spc_tensor in, out;
+  if (!bad && (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s)))
+    bad = 1;
+  int rc = bad ? 0 : spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  const char *msg = spc_last_error(k.c);
+  const char *want = last ? "could not read the other ranks' buffers"
+                          : "not the buffer the rank named";
+  if (!bad && (rc != SPC_ESYSTEM || !strstr(msg, want))) {
+    fprintf(stderr, "rank %d: got %d '%s', want '%s'\n", rank, rc, msg, want);
+    bad = 1;
+  }
+  k.used = 0;
+  bad = bad || spt_rk_reduce_once(&k, rank, w, 8, 3, 0);
+  if (!bad && last)
+    bad = dup2(keep, k.b->memfd) < 0;
+  if (keep >= 0)
+    close(keep);
+  bad = bad || spt_rk_reduce_once(&k, rank, w, MID, 4, 0);
+  if (!bad && rank == 0) {
+    char line[160];
+    snprintf(line, sizeof(line), "shm %s ops=4 errors=1 in_place=1",
+             sh->group);
+    bad = !spt_stats_has(stats_sock, line);
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(unmappable_fails_every_rank) {
+  snprintf(sh->group, sizeof(sh->group), "unmappable");
+  ck_assert_int_eq(spt_run_ranks(3, unmappable_rank, NULL, 120), 0);
+}
+END_TEST
+
+/* The last rank dies before an op the others read in place: they fail
+ * with the rank lost, as on the daemon's path. */
+static int killed_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w) < 0)
+    return 1;
+  int bad = warm_up(&k, rank, w) ||
+            spt_rk_reduce_once(&k, rank, w, MID, 2, 0);
+  if (bad)
+    return spt_rk_close(&k, 1);
+  if (rank == w - 1)
+    raise(SIGKILL);
+  int64_t s[1] = {MID};
+  spc_tensor in, out;
+  if (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s))
+    return spt_rk_close(&k, 1);
+  int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
+  if (rc != SPC_EPEERLOST || !strstr(spc_last_error(k.c), "was lost")) {
+    fprintf(stderr, "rank %d: got %d '%s'\n", rank, rc, spc_last_error(k.c));
+    bad = 1;
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(killed_rank_fails_the_others) {
+  snprintf(sh->group, sizeof(sh->group), "killed");
+  ck_assert_int_eq(spt_run_ranks(3, killed_rank, NULL, 120), 1);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("fast_map");
+  TCase *tc = tcase_create("fast_map");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, ops_read_in_place);
+  tcase_add_test(tc, freed_buffers_let_go);
+  tcase_add_test(tc, unmappable_fails_every_rank);
+  tcase_add_test(tc, killed_rank_fails_the_others);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
