@@ -228,6 +228,11 @@ static int fits_half(const spc_fast *f, const spk_fseg_desc *d) {
          spc__fast_desc_bytes(d, d->out_ndim, d->out_shape) <= f->half;
 }
 
+/* Whether d's input travels in its rank's polled line. */
+static uint8_t fits_inline(const spk_fseg_desc *d) {
+  return spc__fast_desc_bytes(d, d->in_ndim, d->in_shape) <= SPK_FSEG_INLINE;
+}
+
 /* The plan of the descriptors in f->descs: the last one when every rank
  * asked for the same op as then (a plan depends on nothing else), else a
  * new one. Descriptors are zeroed before they are filled, so equal ops
@@ -257,8 +262,10 @@ static int plan_get(spc_group *g, int repeat) {
     spc__fast_args_of(&f->descs[r], &args[r]);
     ap[r] = &args[r];
   }
-  for (int r = 0; r < g->world; r++)
+  for (int r = 0; r < g->world; r++) {
     f->small[r] = fits_half(f, &f->planned[r]);
+    f->tiny[r] = fits_inline(&f->planned[r]);
+  }
   spk_plan_free(&f->plan);
   spk_plan_init(&f->plan, g->world);
   spk_err err;
@@ -346,6 +353,7 @@ static int stage_in(spc_group *g, const spk_fseg_desc *d,
   spc_fast *f = g->fast;
   uint64_t s = f->seq + 1;
   f->small[g->rank] = (uint8_t)fits_half(f, d);
+  f->tiny[g->rank] = fits_inline(d);
   uint64_t need = f->small[g->rank] ? f->last_use[s & 1]
                   : f->last_use[0] > f->last_use[1] ? f->last_use[0]
                                                     : f->last_use[1];

@@ -49,8 +49,10 @@ typedef struct spc_fast {
    * but a rank that must reuse the staging an op that fits no half
    * takes, and that rank says so before it waits (spc__fast_flush). */
   uint64_t pending;
-  /* Per rank, whether its op of f->plan fits a half. */
+  /* Per rank, whether its op of f->plan fits a half; whether its input
+   * is inline (kernels/fast_seg.h: a small op's half of its own). */
   uint8_t small[SPK_FSEG_MAXWORLD];
+  uint8_t tiny[SPK_FSEG_MAXWORLD];
   int over;                     /* more ranks than the node has CPUs */
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
@@ -91,6 +93,8 @@ static inline spk_fseg_rank *spc__fast_rank(const spc_fast *f, int r) {
 /* Rank r's staging of kind t (SPK_T_IN/OUT) for op s of f->plan. */
 static inline uint8_t *spc__fast_stage(const spc_fast *f, int r, int t,
                                        uint64_t s) {
+  if (t == SPK_T_IN && f->tiny[r])
+    return spc__fast_rank(f, r)->inl[s & 1];
   return spk_fseg_stage_of(f->hdr, f->stage, r, t) +
          (f->small[r] ? (s & 1) * f->half : 0);
 }

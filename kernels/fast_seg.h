@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 4u
+#define SPK_FSEG_VERSION 5u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -29,6 +29,8 @@
  * grow with the world, and large groups are rarely one node's. */
 #define SPK_FSEG_MAXWORLD 16
 #define SPK_FSEG_MSG 400
+/* Inputs of at most this many bytes travel in the polled line. */
+#define SPK_FSEG_INLINE 16
 /* Latency histogram buckets: bucket i counts ops of < 2^i microseconds
  * (the last one takes the rest), as the daemon's op stats do. */
 #define SPK_FSEG_HIST 31
@@ -98,25 +100,26 @@ typedef struct {
 } spk_fseg_counters;
 
 typedef struct {
-  /* seq of the last descriptor this rank published / read every rank's
-   * descriptor of / finished as a fast op (its staging may be reused) /
-   * finished the reduce phase of. The other ranks poll this line.
-   * consumed and fdone may lag: a rank publishes s + 1 only once it is
-   * done with s, so "published > s" says "done with s" too (see
-   * client_fast.c, `pending`). */
+  /* The line the other ranks poll: the seq of the last descriptor this
+   * rank published; = published when that descriptor is a repeat (its
+   * `repeat` set: a reader of a repeated op needs nothing but this line)
+   * / an op read in this rank's own buffers (its descriptor's `where`);
+   * bumped by every publish (the daemon's watchdog sees the group move);
+   * and the input of an op of at most SPK_FSEG_INLINE bytes, in the half
+   * of its seq's parity: a reader finds it in the line it polled. */
   uint64_t published;
+  uint64_t repeated;
+  uint64_t mapped;
+  uint64_t progress;
+  uint8_t inl[2][SPK_FSEG_INLINE];
+  /* seq of the last op this rank read every rank's descriptor of /
+   * finished as a fast op (its staging may be reused) / finished the
+   * reduce phase of. consumed and fdone may lag: a rank publishes s + 1
+   * only once it is done with s, so "published > s" says "done with s"
+   * too (see client_fast.c, `pending`). */
   uint64_t consumed;
   uint64_t fdone;
   uint64_t reduced;
-  /* Bumped by every publish of this rank: the daemon's watchdog sees the
-   * group move. */
-  uint64_t progress;
-  /* = published when that descriptor is a repeat (its `repeat` set):
-   * a reader of a repeated op needs nothing but this line. */
-  uint64_t repeated;
-  /* = published when that op is read in this rank's own buffers
-   * (its descriptor's `where`). */
-  uint64_t mapped;
   /* Bumped when this rank frees a buffer: the others drop their
    * mappings of its buffers. */
   uint64_t freed;
@@ -124,7 +127,7 @@ typedef struct {
    * rank's buffers): said before its fdone of s; status, its error. */
   uint64_t failed;
   int32_t fail_status;
-  uint8_t pad0[52];
+  uint8_t pad0[20];
   /* Words nobody polls, on their own lines (128 bytes apart: CPUs fetch
    * lines in pairs): writing them must not take the polled line away from
    * its readers. `waiting`: 1 while this rank
@@ -143,8 +146,10 @@ typedef struct {
   spk_fseg_desc ring[SPK_FSEG_RING];
 } spk_fseg_rank;
 
+_Static_assert(offsetof(spk_fseg_rank, consumed) == 64,
+               "the polled words and inline inputs fill one cache line");
 _Static_assert(offsetof(spk_fseg_rank, waiting) == 128,
-               "the polled words fill one pair of cache lines");
+               "the words the ranks wait on fill one pair of cache lines");
 
 typedef struct spk_fseg_hdr {
   uint32_t magic, version;

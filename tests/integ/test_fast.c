@@ -198,16 +198,20 @@ END_TEST
 
 /* The same op over and over, as trainers run them: every rank publishes
  * a repeat (the first line of its descriptor only) and may run one op
- * ahead of the others; 100 gathers then 100 all_reduces, each checked. */
+ * ahead of the others; 100 gathers then 100 all_reduces, each checked;
+ * then all_reduces of 16, 8 and 160 bytes in turn (the first two travel
+ * in the line the others poll, kernels/fast_seg.h). */
 static int repeat_rank(int rank, int w, void *arg) {
   (void)arg;
   rk k;
   if (rk_open(&k, rank, w, 0) < 0)
     return 1;
   int bad = 0;
-  for (int step = 0; step < 200 && !bad; step++)
-    bad = step < 100 ? gather_once(&k, rank, w, step)
-                     : spt_rk_reduce_once(&k, rank, w, 24, step, 0);
+  static const size_t n[3] = {4, 2, 40}; /* inline, inline, staged */
+  for (int step = 0; step < 300 && !bad; step++)
+    bad = step < 100   ? gather_once(&k, rank, w, step)
+          : step < 200 ? spt_rk_reduce_once(&k, rank, w, 24, step, 0)
+                       : spt_rk_reduce_once(&k, rank, w, n[step % 3], step, 0);
   return spt_rk_close(&k, bad);
 }
 
