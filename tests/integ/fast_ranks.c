@@ -102,12 +102,14 @@ int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
 }
 
 
-char *spt_stats_text(const char *sock) {
+char *spt_stats_fetch(const char *sock, const char *format) {
   spc_client *c = spt_connect(sock);
   if (c == NULL)
     return NULL;
   Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  if (format != NULL)
+    rq.format = (char *)format;
   f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
   f.stats_request = &rq;
   char *text = NULL;
@@ -119,6 +121,10 @@ char *spt_stats_text(const char *sock) {
   return text;
 }
 
+char *spt_stats_text(const char *sock) {
+  return spt_stats_fetch(sock, NULL);
+}
+
 int spt_stats_has(const char *sock, const char *needle) {
   char *t = spt_stats_text(sock);
   int ok = t && strstr(t, needle);
@@ -126,4 +132,67 @@ int spt_stats_has(const char *sock, const char *needle) {
     fprintf(stderr, "stats lack '%s':\n%s\n", needle, t ? t : "(none)");
   free(t);
   return ok;
+}
+
+int spt_rk_gather_once(spt_rk *k, int rank, int w, int64_t n, int64_t d,
+                       int64_t cols, int step) {
+  int64_t s[2] = {n + d * rank, cols}, o[2] = {0, cols}, sizes[SPT_RK_MAXW];
+  for (int r = 0; r < w; r++)
+    sizes[r] = n + d * r, o[0] += sizes[r];
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(k, &in, 2, s), *y = spt_rk_tensor(k, &out, 2, o);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (size_t i = 0; i < (size_t)(s[0] * cols); i++)
+    x[i] = spt_rk_val(rank, i, step);
+  if (spc_all_gather(k->g, &in, &out, 0, sizes) < 0) {
+    fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(k->c));
+    return 1;
+  }
+  size_t at = 0;
+  for (int r = 0; r < w; r++)
+    for (size_t i = 0; i < (size_t)(sizes[r] * cols); i++, at++)
+      if (y[at] != spt_rk_val(r, i, step)) {
+        fprintf(stderr, "rank %d: gather from %d [%zu] wrong\n", rank, r, i);
+        return 1;
+      }
+  k->used = 0;
+  return 0;
+}
+
+/* Element i of what rank r sends rank j at step (exact in floats). */
+static float a2av_val(int r, int j, int64_t i, int step) {
+  return (float)((r * 7 + j * 3 + (int)(i % 241) + step) % 251);
+}
+
+int spt_rk_a2av_once(spt_rk *k, int rank, int w, int from, int to,
+                     int64_t big, int step) {
+  int64_t is[SPT_RK_MAXW], os[SPT_RK_MAXW], ni = 0, no = 0;
+  for (int j = 0; j < w; j++) {
+    int send = (from < 0 || rank == from) && j == to;
+    int recv = (from < 0 || j == from) && rank == to;
+    is[j] = send ? big : 1 + rank + j, ni += is[j];
+    os[j] = recv ? big : 1 + j + rank, no += os[j];
+  }
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(k, &in, 1, &ni), *y = spt_rk_tensor(k, &out, 1, &no);
+  if (x == NULL || y == NULL)
+    return 1;
+  for (int j = 0, at = 0; j < w; j++)
+    for (int64_t i = 0; i < is[j]; i++)
+      x[at++] = a2av_val(rank, j, i, step);
+  if (spc_all_to_all_v(k->g, &in, &out, is, os) < 0) {
+    fprintf(stderr, "rank %d step %d: all_to_all_v: %s\n", rank, step,
+            spc_last_error(k->c));
+    return 1;
+  }
+  for (int r = 0, at = 0; r < w; r++)
+    for (int64_t i = 0; i < os[r]; i++, at++)
+      if (y[at] != a2av_val(r, rank, i, step)) {
+        fprintf(stderr, "rank %d step %d: from %d [%lld] = %g, want %g\n",
+                rank, step, r, (long long)i, y[at], a2av_val(r, rank, i, step));
+        return 1;
+      }
+  k->used = 0;
+  return 0;
 }

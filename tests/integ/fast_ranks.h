@@ -39,8 +39,21 @@ float spt_rk_val(int r, size_t i, int step);
 int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
                        int async);
 
-/* The text of the stats socket sock (malloc'd; NULL on failure), and
- * whether it holds needle (said on stderr when not). */
+/* Most ranks of a test. */
+#define SPT_RK_MAXW 8
+/* all_gather along 0 of [n + d * rank, cols] floats, checked. */
+int spt_rk_gather_once(spt_rk *k, int rank, int w, int64_t n, int64_t d,
+                       int64_t cols, int step);
+/* all_to_all_v of floats where rank `from` (every rank when from < 0)
+ * sends `big` to rank `to`, and 1 + r + j go from r to j otherwise,
+ * checked. */
+int spt_rk_a2av_once(spt_rk *k, int rank, int w, int from, int to,
+                     int64_t big, int step);
+
+/* What the stats socket sock answers in format (NULL: the daemon's
+ * default), malloc'd; NULL on failure. The text, and whether it holds
+ * needle (said on stderr when not). */
+char *spt_stats_fetch(const char *sock, const char *format);
 char *spt_stats_text(const char *sock);
 int spt_stats_has(const char *sock, const char *needle);
 

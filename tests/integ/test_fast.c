@@ -73,32 +73,6 @@ static int rk_open(rk *k, int rank, int world, int64_t timeout_ms) {
   return spt_rk_open(k, daemon_.socket, sh->group, rank, world, timeout_ms);
 }
 
-/* all_gather of [2 + rank, 3] along 0 (unequal sizes), checked. */
-static int gather_once(rk *k, int rank, int w, int step) {
-  int64_t s[2] = {2 + rank, 3}, o[2] = {0, 3}, sizes[8];
-  for (int r = 0; r < w; r++)
-    sizes[r] = 2 + r, o[0] += 2 + r;
-  spc_tensor in, out;
-  float *x = spt_rk_tensor(k, &in, 2, s), *y = spt_rk_tensor(k, &out, 2, o);
-  if (x == NULL || y == NULL)
-    return 1;
-  for (size_t i = 0; i < (size_t)(s[0] * 3); i++)
-    x[i] = spt_rk_val(rank, i, step);
-  if (spc_all_gather(k->g, &in, &out, 0, sizes) < 0) {
-    fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(k->c));
-    return 1;
-  }
-  size_t at = 0;
-  for (int r = 0; r < w; r++)
-    for (size_t i = 0; i < (size_t)(sizes[r] * 3); i++, at++)
-      if (y[at] != spt_rk_val(r, i, step)) {
-        fprintf(stderr, "rank %d: gather [%zu] wrong\n", rank, at);
-        return 1;
-      }
-  k->used = 0;
-  return 0;
-}
-
 /* fast, daemon (too big), fast, daemon (spc_start), fast, gather... */
 static int mixed_rank(int rank, int w, void *arg) {
   (void)arg;
@@ -110,7 +84,7 @@ static int mixed_rank(int rank, int w, void *arg) {
     switch (step % 4) {
     case 0: bad = spt_rk_reduce_once(&k, rank, w, 16 + (size_t)step, step, 0); break;
     case 1: bad = spt_rk_reduce_once(&k, rank, w, BIG, step, 0); break;
-    case 2: bad = gather_once(&k, rank, w, step); break;
+    case 2: bad = spt_rk_gather_once(&k, rank, w, 2, 1, 3, step); break;
     case 3: bad = spt_rk_reduce_once(&k, rank, w, 33, step, 1); break;
     }
   }
@@ -124,43 +98,6 @@ START_TEST(mixed_sequences) {
   }
 }
 END_TEST
-
-/* Element i of what rank r sends rank j at step (exact in floats). */
-static float a2av_val(int r, int j, size_t i, int step) {
-  return (float)((r * 7 + j * 3 + (int)(i % 241) + step) % 251);
-}
-
-/* all_to_all_v of 1-float rows where every rank sends `big` rows to rank
- * `to` and 1 + r + j rows to every other rank j, checked. */
-static int a2av_once(rk *k, int rank, int w, int to, int64_t big, int step) {
-  int64_t is[8], os[8], ni = 0, no = 0;
-  for (int j = 0; j < w; j++) {
-    is[j] = j == to ? big : 1 + rank + j, ni += is[j];
-    os[j] = rank == to ? big : 1 + j + rank, no += os[j];
-  }
-  spc_tensor in, out;
-  float *x = spt_rk_tensor(k, &in, 1, &ni), *y = spt_rk_tensor(k, &out, 1, &no);
-  if (x == NULL || y == NULL)
-    return 1;
-  for (int j = 0, at = 0; j < w; j++)
-    for (int64_t i = 0; i < is[j]; i++)
-      x[at++] = a2av_val(rank, j, (size_t)i, step);
-  if (spc_all_to_all_v(k->g, &in, &out, is, os) < 0) {
-    fprintf(stderr, "rank %d step %d: all_to_all_v: %s\n", rank, step,
-            spc_last_error(k->c));
-    return 1;
-  }
-  for (int r = 0, at = 0; r < w; r++)
-    for (int64_t i = 0; i < os[r]; i++, at++)
-      if (y[at] != a2av_val(r, rank, (size_t)i, step)) {
-        fprintf(stderr, "rank %d step %d: from %d [%lld] = %g, want %g\n",
-                rank, step, r, (long long)i, y[at],
-                a2av_val(r, rank, (size_t)i, step));
-        return 1;
-      }
-  k->used = 0;
-  return 0;
-}
 
 /* Ops that fit half the staging alternate halves, so a rank may fill one
  * while the others still read the other; an op that fits no half takes
@@ -177,9 +114,12 @@ static int halves_rank(int rank, int w, void *arg) {
   int bad = 0;
   for (int step = 0; step < 48 && !bad; step++) {
     switch (step % 6) {
-    case 0: bad = a2av_once(&k, rank, w, step / 6 % w, 60000, step); break;
+    case 0:
+      bad = spt_rk_a2av_once(&k, rank, w, -1, step / 6 % w, 60000, step);
+      break;
     case 1: bad = spt_rk_reduce_once(&k, rank, w, 16 + (size_t)step, step, 0); break;
-    case 2: bad = a2av_once(&k, rank, w, step % w, 5, step); break;
+    case 2: bad = spt_rk_a2av_once(&k, rank, w, -1, step % w, 5, step);
+      break;
     case 3: bad = spt_rk_reduce_once(&k, rank, w, 150000, step, 0); break;
     case 4: bad = spt_rk_reduce_once(&k, rank, w, 9, step, 1); break;
     case 5: bad = spt_rk_reduce_once(&k, rank, w, 40, step, 0); break;
@@ -209,7 +149,7 @@ static int repeat_rank(int rank, int w, void *arg) {
   int bad = 0;
   static const size_t n[3] = {4, 2, 40}; /* inline, inline, staged */
   for (int step = 0; step < 300 && !bad; step++)
-    bad = step < 100   ? gather_once(&k, rank, w, step)
+    bad = step < 100   ? spt_rk_gather_once(&k, rank, w, 2, 1, 3, step)
           : step < 200 ? spt_rk_reduce_once(&k, rank, w, 24, step, 0)
                        : spt_rk_reduce_once(&k, rank, w, n[step % 3], step, 0);
   return spt_rk_close(&k, bad);
@@ -235,7 +175,7 @@ static int count_rank(int rank, int w, void *arg) {
     bad = step % 4 == 1 ? spt_rk_reduce_once(&k, rank, w, BIG, step, 0)
           : step % 4 == 3 ? spt_rk_reduce_once(&k, rank, w, 8, step, 1)
           : step % 4 == 0 ? spt_rk_reduce_once(&k, rank, w, 8, step, 0)
-                          : gather_once(&k, rank, w, step);
+                          : spt_rk_gather_once(&k, rank, w, 2, 1, 3, step);
   /* one disagreement through the segment: every rank fails alike */
   int64_t s[1] = {4 + (rank == w - 1)};
   spc_tensor in, out;
@@ -510,7 +450,7 @@ static int per_op_rank(int rank, int w, void *arg) {
     return 1;
   int bad = 0;
   for (int step = 0; step < 6 && !bad; step++)
-    bad = step % 2 ? gather_once(&k, rank, w, step)
+    bad = step % 2 ? spt_rk_gather_once(&k, rank, w, 2, 1, 3, step)
                    : spt_rk_reduce_once(&k, rank, w, 8, step, 0);
   if (!bad && rank == 0) {
     char want[128];

@@ -51,73 +51,6 @@ static int rk_open(rk *k, int rank, int world) {
   return spt_rk_open(k, daemon_.socket, sh->group, rank, world, 0);
 }
 
-/* Element i of rank r's input at step (exact in float sums). */
-static float val(int r, size_t i, int step) {
-  return spt_rk_val(r, i, step);
-}
-
-/* all_gather along 0 of [n + 1000 * rank] floats, checked. */
-static int gather_once(rk *k, int rank, int w, int64_t n, int step) {
-  int64_t s[1] = {n + 1000 * rank}, o[1] = {0}, sizes[8];
-  for (int r = 0; r < w; r++)
-    sizes[r] = n + 1000 * r, o[0] += sizes[r];
-  spc_tensor in, out;
-  float *x = spt_rk_tensor(k, &in, 1, s), *y = spt_rk_tensor(k, &out, 1, o);
-  if (x == NULL || y == NULL)
-    return 1;
-  for (int64_t i = 0; i < s[0]; i++)
-    x[i] = val(rank, (size_t)i, step);
-  if (spc_all_gather(k->g, &in, &out, 0, sizes) < 0) {
-    fprintf(stderr, "rank %d: all_gather: %s\n", rank, spc_last_error(k->c));
-    return 1;
-  }
-  for (int r = 0, at = 0; r < w; r++)
-    for (int64_t i = 0; i < sizes[r]; i++, at++)
-      if (y[at] != val(r, (size_t)i, step)) {
-        fprintf(stderr, "rank %d: gather from %d [%lld] wrong\n", rank, r,
-                (long long)i);
-        return 1;
-      }
-  k->used = 0;
-  return 0;
-}
-
-/* all_to_all_v in which rank `from` sends `big` floats to rank `to` and
- * 1 + r + j to every other pair: `from` and `to` read in place, the
- * other ranks stage (their ops are small), in one op. */
-static float a2av_val(int r, int j, int64_t i, int step) {
-  return (float)((r * 7 + j * 3 + (int)(i % 241) + step) % 251);
-}
-
-static int a2av_once(rk *k, int rank, int w, int from, int to, int64_t big,
-                     int step) {
-  int64_t is[8], os[8], ni = 0, no = 0;
-  for (int j = 0; j < w; j++) {
-    is[j] = rank == from && j == to ? big : 1 + rank + j, ni += is[j];
-    os[j] = j == from && rank == to ? big : 1 + j + rank, no += os[j];
-  }
-  spc_tensor in, out;
-  float *x = spt_rk_tensor(k, &in, 1, &ni), *y = spt_rk_tensor(k, &out, 1, &no);
-  if (x == NULL || y == NULL)
-    return 1;
-  for (int j = 0, at = 0; j < w; j++)
-    for (int64_t i = 0; i < is[j]; i++)
-      x[at++] = a2av_val(rank, j, i, step);
-  if (spc_all_to_all_v(k->g, &in, &out, is, os) < 0) {
-    fprintf(stderr, "rank %d: all_to_all_v: %s\n", rank, spc_last_error(k->c));
-    return 1;
-  }
-  for (int r = 0, at = 0; r < w; r++)
-    for (int64_t i = 0; i < os[r]; i++, at++)
-      if (y[at] != a2av_val(r, rank, i, step)) {
-        fprintf(stderr, "rank %d: from %d [%lld] = %g\n", rank, r,
-                (long long)i, y[at]);
-        return 1;
-      }
-  k->used = 0;
-  return 0;
-}
-
 /* An in-place all_reduce (in == out) of n floats, checked: never read in
  * place (it writes what others read), so the daemon's when it is over
  * fast_bytes. */
@@ -128,7 +61,7 @@ static int reduce_inplace_once(rk *k, int rank, int w, size_t n, int step) {
   if (x == NULL)
     return 1;
   for (size_t i = 0; i < n; i++)
-    x[i] = val(rank, i, step);
+    x[i] = spt_rk_val(rank, i, step);
   if (spc_all_reduce(k->g, &t, &t, SPC_SUM) < 0) {
     fprintf(stderr, "rank %d: in-place all_reduce: %s\n", rank,
             spc_last_error(k->c));
@@ -137,7 +70,7 @@ static int reduce_inplace_once(rk *k, int rank, int w, size_t n, int step) {
   for (size_t i = 0; i < n; i++) {
     float ref = 0;
     for (int r = 0; r < w; r++)
-      ref += val(r, i, step);
+      ref += spt_rk_val(r, i, step);
     if (x[i] != ref)
       return 1;
   }
@@ -167,9 +100,12 @@ static int every_rank(int rank, int w, void *arg) {
     bad = spt_rk_reduce_once(&k, rank, w, MID, step, 0) ||
           spt_rk_reduce_once(&k, rank, w, 8, step + 1, 0) ||
           spt_rk_reduce_once(&k, rank, w, LARGE, step + 2, 0) ||
-          gather_once(&k, rank, w, 100000, step + 3) ||
+          spt_rk_gather_once(&k, rank, w, 100000, 1000, 1, step + 3) ||
           spt_rk_reduce_once(&k, rank, w, MID, step + 4, 1) || /* daemon */
-          a2av_once(&k, rank, w, it % w, (it + 1) % w, 150000, step + 5) ||
+          /* one rank sends 600 KB to one other: those two read in
+           * place, the others stage, in one op */
+          spt_rk_a2av_once(&k, rank, w, it % w, (it + 1) % w, 150000,
+                           step + 5) ||
           reduce_inplace_once(&k, rank, w, LARGE, step + 6); /* daemon */
   }
   if (!bad && rank == 0) {

@@ -13,6 +13,7 @@
 
 #include "check_run.h"
 #include "client_internal.h"
+#include "fast_ranks.h"
 #include "harness.h"
 
 static spt_daemon daemon_;
@@ -30,21 +31,7 @@ static void teardown(void) {
 
 /* The stats in `format`, malloc'd, through the stats socket. */
 static char *fetch(const char *format) {
-  spc_client *c = spt_connect(stats_sock);
-  if (c == NULL)
-    return NULL;
-  Spcoll__StatsRequest rq = SPCOLL__STATS_REQUEST__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  rq.format = (char *)format;
-  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
-  f.stats_request = &rq;
-  char *text = NULL;
-  if (spc__call(c, &f, -1, &reply) == 0)
-    text = strdup(reply->stats_reply->text);
-  if (reply)
-    spcoll__frame__free_unpacked(reply, NULL);
-  spc_disconnect(c);
-  return text;
+  return spt_stats_fetch(stats_sock, format);
 }
 
 static int has(const char *text, const char *needle, int rank) {
