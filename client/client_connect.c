@@ -57,6 +57,7 @@ static void client_free(spc_client *c) {
     free(r->msg);
     free(r);
   }
+  spc__fast_freed(c); /* the other ranks let go of our buffers */
   while (c->groups != NULL) {
     spc_group *g = c->groups;
     c->groups = g->next;

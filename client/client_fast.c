@@ -277,13 +277,17 @@ static int plan_get(spc_group *g, int repeat) {
 /* An op that some rank reads in place ends when every rank is done
  * reading: the owner may not give its buffers back to its caller before.
  * A rank that could not map another's buffers (skip, with its error rc)
- * says so before it says it is done, and every rank fails the op. */
+ * says so before it says it is done, every rank fails the op, and the
+ * group reads nothing in place from then on (a cause that lasts, such as
+ * an fd limit, would fail every such op). */
 static int read_done(spc_group *g, uint64_t s, int rc, int skip,
                      int *failed_p) {
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   *failed_p = skip;
-  if (skip) {
+  if (skip) { /* it read nothing: its maps may go now */
+    f->cap = SPC_FAST_CAP_NO;
+    spc__fast_map_free(f, g->world);
     me->fail_status = rc;
     __atomic_store_n(&me->failed, s, __ATOMIC_RELEASE);
   }
@@ -295,7 +299,10 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
     const spk_fseg_rank *a = spc__fast_rank(f, r);
     if (__atomic_load_n(&a->failed, __ATOMIC_ACQUIRE) != s)
       continue;
+    /* Every rank sees this: from now on the group stages. */
     *failed_p = 1;
+    f->cap = SPC_FAST_CAP_NO;
+    spc__fast_map_free(f, g->world);
     return spc__fail(g->client, a->fail_status < 0 ? a->fail_status
                                                    : SPC_ESYSTEM,
                      "rank %d could not read the other ranks' buffers in "

@@ -74,6 +74,17 @@ void spc__fast_map_free(spc_fast *f, int world) {
   }
 }
 
+/* A rank that freed a buffer since we last looked: drop what we mapped
+ * of its buffers. */
+static void freed_check(spc_fast *f, int r) {
+  uint64_t fr = __atomic_load_n(&spc__fast_rank(f, r)->freed,
+                                __ATOMIC_ACQUIRE);
+  if (fr != f->freed_seen[r]) {
+    maps_drop(f, r);
+    f->freed_seen[r] = fr;
+  }
+}
+
 /* A pidfd of rank r's process, if this process may take its fds and r
  * is who it says (the fd it named is the one it named); else -1. Any
  * failure means "may not": the group stages its ops. */
@@ -105,9 +116,18 @@ static int all_said(const spc_fast *f, int world, size_t field, uint64_t v) {
   return 1;
 }
 
+#define FREED_EVERY 64
+
 void spc__fast_map_step(spc_group *g) {
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
+  /* Every FREED_EVERY ops, not only in ops read in place: a rank that
+   * freed a buffer and reads nothing in place since must not keep it
+   * mapped in the others for long. */
+  if (f->cap == SPC_FAST_CAP_YES && f->seq % FREED_EVERY == 0)
+    for (int r = 0; r < g->world; r++)
+      if (r != g->rank)
+        freed_check(f, r);
   if (f->cap != SPC_FAST_CAP_UNKNOWN)
     return;
   if (me->id.canmap == 0) {
@@ -160,9 +180,10 @@ void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
   }
 }
 
-/* Map the memfd rank r names as fd into a free entry of its maps. */
+/* Map the memfd rank r names as fd into an entry of its maps, not keep
+ * (the entry this op's input uses). */
 static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
-                    spc_fast_map **m_p) {
+                    const spc_fast_map *keep, spc_fast_map **m_p) {
   spc_fast *f = g->fast;
   int fd = (int)syscall(SYS_pidfd_getfd, f->pidfd[r], fd_r, 0);
   if (fd < 0)
@@ -190,6 +211,8 @@ static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
                      "(its fd %d, inode %llu) failed: %s", r, fd_r,
                      (unsigned long long)ino, why);
   spc_fast_map *m = &f->maps[r][f->map_next[r]++ % SPC_FAST_MAPS];
+  if (m == keep)
+    m = &f->maps[r][f->map_next[r]++ % SPC_FAST_MAPS];
   if (m->base != NULL)
     munmap(m->base, m->size);
   m->base = base;
@@ -200,17 +223,19 @@ static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
   return SPC_OK;
 }
 
-/* Where rank r's tensor t (of `bytes` bytes) of where w is mapped here. */
+/* Where rank r's tensor t (of `bytes` bytes) of where w is mapped here
+ * (*p, in entry *m_p); keep: an entry not to give up for it. */
 static int map_get(spc_group *g, int r, const spk_fseg_where *w, int t,
-                   uint64_t bytes, uint8_t **p) {
+                   uint64_t bytes, spc_fast_map **m_p, uint8_t **p) {
   spc_fast *f = g->fast;
-  spc_fast_map *m = NULL;
+  spc_fast_map *m = NULL, *keep = *m_p;
   for (int i = 0; i < SPC_FAST_MAPS && m == NULL; i++)
     if (f->maps[r][i].base != NULL && f->maps[r][i].dev == w->dev[t] &&
         f->maps[r][i].ino == w->ino[t])
       m = &f->maps[r][i];
   int rc = m != NULL ? SPC_OK
-                     : map_take(g, r, w->fd[t], w->dev[t], w->ino[t], &m);
+                     : map_take(g, r, w->fd[t], w->dev[t], w->ino[t], keep,
+                                &m);
   if (rc < 0)
     return rc;
   if (bytes == UINT64_MAX || w->off[t] > m->size ||
@@ -221,28 +246,36 @@ static int map_get(spc_group *g, int r, const spk_fseg_where *w, int t,
                      (unsigned long long)w->off[t],
                      (unsigned long long)m->size);
   *p = m->base + w->off[t];
+  *m_p = m;
   return SPC_OK;
+}
+
+/* Whether some step of f->plan reads an output (only then are the other
+ * ranks' outputs mapped). */
+static int plan_reads_out(const spc_fast *f) {
+  for (size_t i = 0; i < f->plan.nmoves; i++)
+    if (f->plan.moves[i].src_t == SPK_T_OUT)
+      return 1;
+  return 0;
 }
 
 /* Rank r's input and output of op s, read in its buffers. */
 static int bases_mapped(spc_group *g, int r, uint64_t s, uint8_t **b) {
   spc_fast *f = g->fast;
   const spk_fseg_rank *a = spc__fast_rank(f, r);
-  uint64_t fr = __atomic_load_n(&a->freed, __ATOMIC_ACQUIRE);
-  if (fr != f->freed_seen[r]) {
-    maps_drop(f, r);
-    f->freed_seen[r] = fr;
-  }
+  freed_check(f, r);
   /* The slot holds s until this rank says it consumed s; a copy, as r
    * may write anything there. */
   spk_fseg_where w = a->ring[s % SPK_FSEG_RING].where;
   const spk_fseg_desc *d = &f->planned[r];
+  spc_fast_map *m = NULL;
+  b[SPK_T_OUT] = NULL;
   int rc = map_get(g, r, &w, SPK_T_IN,
-                   spc__fast_desc_bytes(d, d->in_ndim, d->in_shape),
+                   spc__fast_desc_bytes(d, d->in_ndim, d->in_shape), &m,
                    &b[SPK_T_IN]);
-  if (rc == SPC_OK)
+  if (rc == SPC_OK && plan_reads_out(f))
     rc = map_get(g, r, &w, SPK_T_OUT,
-                 spc__fast_desc_bytes(d, d->out_ndim, d->out_shape),
+                 spc__fast_desc_bytes(d, d->out_ndim, d->out_shape), &m,
                  &b[SPK_T_OUT]);
   return rc;
 }
