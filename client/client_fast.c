@@ -329,10 +329,12 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
   if (rc == SPC_OK && !direct)
     memcpy(spc_tensor_data(out), spc__fast_stage(f, g->rank, SPK_T_OUT, s),
            spc__fast_tensor_bytes(out));
-  if (!mine && f->small[g->rank]) /* mine: the staging was not used */
-    f->last_use[s & 1] = s;
-  else if (!mine)
-    f->last_use[0] = f->last_use[1] = s;
+  if (!mine) { /* mine: the staging was not used */
+    if (f->small[g->rank])
+      f->last_use[s & 1] = s;
+    else
+      f->last_use[0] = f->last_use[1] = s;
+  }
   /* Failed or not, this rank is done with every staging area and every
    * descriptor of s: said by its next publish, or before it waits (see
    * pending); at once after a failure, which may end the group, or when

@@ -115,6 +115,10 @@ uint64_t spc__fast_now_ns(void);
 /* Store a counter of this rank (me) and wake whoever waits on it. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v);
+/* Every rank's counter at byte `field` of its area is at least v (as
+ * the rank means it: spk_fseg_said)? */
+int spc__fast_all_at_least(const spc_fast *f, int world, size_t field,
+                           uint64_t v);
 /* Publish this rank's pending "done" (consumed and fdone). */
 void spc__fast_flush(spc_group *g);
 /* The segment's broken status, as the call's failure; SPC_OK if not. */

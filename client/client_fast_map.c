@@ -108,14 +108,6 @@ static int probe(const spc_fast *f, int r) {
   return pfd;
 }
 
-/* Whether every rank's `field` of its ident says at least v. */
-static int all_said(const spc_fast *f, int world, size_t field, uint64_t v) {
-  for (int r = 0; r < world; r++)
-    if (spk_fseg_said(spc__fast_rank(f, r), field) < v)
-      return 0;
-  return 1;
-}
-
 #define FREED_EVERY 64
 
 void spc__fast_map_step(spc_group *g) {
@@ -131,7 +123,7 @@ void spc__fast_map_step(spc_group *g) {
   if (f->cap != SPC_FAST_CAP_UNKNOWN)
     return;
   if (me->id.canmap == 0) {
-    if (!all_said(f, g->world, FIELD(id.attached), 1))
+    if (!spc__fast_all_at_least(f, g->world, FIELD(id.attached), 1))
       return;
     int ok = 1;
     for (int r = 0; r < g->world; r++)
@@ -141,10 +133,11 @@ void spc__fast_map_step(spc_group *g) {
       }
     spc__fast_publish(f->hdr, me, &me->id.canmap, ok ? 2 : 1);
   }
-  if (!all_said(f, g->world, FIELD(id.canmap), 1))
+  if (!spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 1))
     return;
-  f->cap = all_said(f, g->world, FIELD(id.canmap), 2) ? SPC_FAST_CAP_YES
-                                                       : SPC_FAST_CAP_NO;
+  f->cap = spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 2)
+               ? SPC_FAST_CAP_YES
+               : SPC_FAST_CAP_NO;
   if (f->cap == SPC_FAST_CAP_NO)
     spc__fast_map_free(f, g->world);
 }
@@ -259,8 +252,10 @@ static int plan_reads_out(const spc_fast *f) {
   return 0;
 }
 
-/* Rank r's input and output of op s, read in its buffers. */
-static int bases_mapped(spc_group *g, int r, uint64_t s, uint8_t **b) {
+/* Rank r's input and output of op s, read in its buffers (its output
+ * only when the plan reads outputs: out). */
+static int bases_mapped(spc_group *g, int r, uint64_t s, int out,
+                        uint8_t **b) {
   spc_fast *f = g->fast;
   const spk_fseg_rank *a = spc__fast_rank(f, r);
   freed_check(f, r);
@@ -273,7 +268,7 @@ static int bases_mapped(spc_group *g, int r, uint64_t s, uint8_t **b) {
   int rc = map_get(g, r, &w, SPK_T_IN,
                    spc__fast_desc_bytes(d, d->in_ndim, d->in_shape), &m,
                    &b[SPK_T_IN]);
-  if (rc == SPC_OK && plan_reads_out(f))
+  if (rc == SPC_OK && out)
     rc = map_get(g, r, &w, SPK_T_OUT,
                  spc__fast_desc_bytes(d, d->out_ndim, d->out_shape), &m,
                  &b[SPK_T_OUT]);
@@ -283,7 +278,7 @@ static int bases_mapped(spc_group *g, int r, uint64_t s, uint8_t **b) {
 int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
                     const spc_tensor *out, uint8_t **bases, int *any_p) {
   spc_fast *f = g->fast;
-  int rc = SPC_OK;
+  int rc = SPC_OK, reads_out = plan_reads_out(f);
   *any_p = 0;
   for (int r = 0; r < g->world; r++)
     *any_p |= f->inplace[r];
@@ -294,7 +289,7 @@ int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
       b[SPK_T_OUT] = spc_tensor_data(out);
     } else if (f->inplace[r]) {
       if (rc == SPC_OK)
-        rc = bases_mapped(g, r, s, b);
+        rc = bases_mapped(g, r, s, reads_out, b);
     } else {
       for (int t = 0; t < SPK_T_COUNT; t++)
         b[t] = spc__fast_stage(f, r, t, s);

@@ -73,10 +73,8 @@ void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
   wake(h);
 }
 
-/* Every rank's counter at byte `field` of its area is at least v (as
- * the rank means it: spk_fseg_said)? */
-static int all_at_least(const spc_fast *f, int world, size_t field,
-                        uint64_t v) {
+int spc__fast_all_at_least(const spc_fast *f, int world, size_t field,
+                           uint64_t v) {
   for (int r = 0; r < world; r++)
     if (spk_fseg_said(spc__fast_rank(f, r), field) < v)
       return 0;
@@ -120,7 +118,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v);
 /* The daemon's watchdog sees which ranks wait (see group_seg.c). */
 int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
-  if (all_at_least(g->fast, g->world, field, v))
+  if (spc__fast_all_at_least(g->fast, g->world, field, v))
     return SPC_OK;
   /* Others may wait for this rank to be done as this one waits for them:
    * say so before waiting (see pending). */
@@ -147,7 +145,7 @@ static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
   spk_fseg_hdr *h = g->fast->hdr;
   __atomic_add_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
   uint32_t w = __atomic_load_n(&h->wake, __ATOMIC_SEQ_CST);
-  *done_p = all_at_least(g->fast, g->world, field, v);
+  *done_p = spc__fast_all_at_least(g->fast, g->world, field, v);
   long r = 0;
   int saved = 0;
   if (!*done_p) {
@@ -191,7 +189,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   f->relocate = 0;
   f->waits++;
   for (unsigned i = 0;; i++) {
-    if (all_at_least(f, g->world, field, v)) {
+    if (spc__fast_all_at_least(f, g->world, field, v)) {
       adapt(f, shared);
       relocate_next(f, shared);
       return SPC_OK;

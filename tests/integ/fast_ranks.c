@@ -62,25 +62,21 @@ float spt_rk_val(int r, size_t i, int step) {
          8.0f;
 }
 
-/* all_reduce of n floats, then check against the rank-order sum. */
-int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
-                       int async) {
-  int64_t s[1] = {(int64_t)n};
-  spc_tensor in, out;
-  float *x = spt_rk_tensor(k, &in, 1, s), *y = spt_rk_tensor(k, &out, 1, s);
-  if (x == NULL || y == NULL)
-    return 1;
+int spt_rk_reduce_check(spt_rk *k, int rank, int w, const spc_tensor *in,
+                        const spc_tensor *out, int step, int async) {
+  size_t n = (size_t)in->shape[0];
+  float *x = spc_tensor_data(in), *y = spc_tensor_data(out);
   for (size_t i = 0; i < n; i++)
     x[i] = spt_rk_val(rank, i, step);
   int rc;
   if (async) {
     spc_request *req;
     spc_op op = spc_op_all_reduce(SPC_SUM);
-    rc = spc_start(k->g, &op, &in, &out, &req);
+    rc = spc_start(k->g, &op, in, out, &req);
     if (rc == 0)
       rc = spc_wait(&req);
   } else {
-    rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
+    rc = spc_all_reduce(k->g, in, out, SPC_SUM);
   }
   if (rc < 0) {
     fprintf(stderr, "rank %d step %d: all_reduce: %s\n", rank, step,
@@ -97,10 +93,21 @@ int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
       return 1;
     }
   }
-  k->used = 0;
   return 0;
 }
 
+/* all_reduce of n floats, then check against the rank-order sum. */
+int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
+                       int async) {
+  int64_t s[1] = {(int64_t)n};
+  spc_tensor in, out;
+  if (spt_rk_tensor(k, &in, 1, s) == NULL ||
+      spt_rk_tensor(k, &out, 1, s) == NULL ||
+      spt_rk_reduce_check(k, rank, w, &in, &out, step, async))
+    return 1;
+  k->used = 0;
+  return 0;
+}
 
 char *spt_stats_fetch(const char *sock, const char *format) {
   spc_client *c = spt_connect(sock);

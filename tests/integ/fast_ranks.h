@@ -34,6 +34,11 @@ float *spt_rk_tensor(spt_rk *k, spc_tensor *t, int nd, const int64_t *s);
 int spt_rk_close(spt_rk *k, int bad);
 /* Value i of rank r's input at step (exact in float sums). */
 float spt_rk_val(int r, size_t i, int step);
+/* all_reduce of the 1-D float tensor in (filled here) into out (which may
+ * be in), by spc_start + spc_wait when async, checked against the
+ * rank-order sum; 0 when right. */
+int spt_rk_reduce_check(spt_rk *k, int rank, int w, const spc_tensor *in,
+                        const spc_tensor *out, int step, int async);
 /* all_reduce of n floats (spc_start + spc_wait when async), checked
  * against the rank-order sum; 0 when right. */
 int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
