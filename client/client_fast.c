@@ -121,11 +121,11 @@ static int plan_direct(const spk_plan *p) {
  * staged output; the sums are the same steps in the same rank order, so
  * bitwise the mover's. */
 #define REPLICATE_BYTES (64u << 10)
-static int plan_replicated(const spc_group *g, const spk_plan *p,
-                           const spc_tensor *out) {
-  return g->fast->planned[0].op == SPK_OP_ALL_REDUCE &&
-         p->scale == SPK_SCALE_NONE &&
-         spc__fast_tensor_bytes(out) * (uint64_t)g->world <= REPLICATE_BYTES;
+static int plan_replicated(const spc_group *g, const spk_plan *p) {
+  const spk_fseg_desc *d = &g->fast->planned[g->rank];
+  uint64_t n = spc__fast_desc_bytes(d, d->out_ndim, d->out_shape);
+  return d->op == SPK_OP_ALL_REDUCE && p->scale == SPK_SCALE_NONE &&
+         n <= REPLICATE_BYTES / (uint64_t)g->world;
 }
 
 static void run_replicated(spc_group *g, uint8_t *const *in_bases,
@@ -172,13 +172,13 @@ static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
   spc_fast *f = g->fast;
   spk_plan *p = &f->plan;
   uint32_t me = (uint32_t)g->rank;
-  if (plan_replicated(g, p, out)) {
+  if (f->replicated) {
     if (!skip)
       run_replicated(g, bases, out);
     *direct_p = 1;
     return SPC_OK;
   }
-  *direct_p = mine || plan_direct(p);
+  *direct_p = mine || f->direct;
   if (*direct_p)
     bases[me * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
   else if (!skip)
@@ -271,6 +271,8 @@ static int plan_get(spc_group *g, int repeat) {
   spk_err err;
   int rc = spk_plan_build(ap, g->world, &f->plan, &err);
   f->plan_ok = rc == SPK_OK;
+  f->replicated = f->plan_ok && plan_replicated(g, &f->plan);
+  f->direct = f->plan_ok && plan_direct(&f->plan);
   return rc < 0 ? spc__fail(g->client, rc, "%s", err.msg) : SPC_OK;
 }
 
@@ -357,12 +359,9 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
  * every rank is done with the bytes it goes to: the half of s's parity
  * when the op fits one (which the last op, of the other parity, did not
  * touch: no wait at all when ops repeat), else the whole area. */
-static int stage_in(spc_group *g, const spk_fseg_desc *d,
-                    const spc_tensor *in) {
+static int stage_in(spc_group *g, const spc_tensor *in) {
   spc_fast *f = g->fast;
   uint64_t s = f->seq + 1;
-  f->small[g->rank] = (uint8_t)fits_half(f, d);
-  f->tiny[g->rank] = fits_inline(d);
   uint64_t need = f->small[g->rank] ? f->last_use[s & 1]
                   : f->last_use[0] > f->last_use[1] ? f->last_use[0]
                                                     : f->last_use[1];
@@ -376,6 +375,40 @@ static int stage_in(spc_group *g, const spk_fseg_desc *d,
   return SPC_OK;
 }
 
+/* Describe op and publish it: for the others to read it in place, or
+ * once its input is staged. *eligible_p: it may run here. */
+static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
+                   const spc_tensor *out, int *eligible_p) {
+  spc_fast *f = g->fast;
+  spk_fseg_desc d;
+  int rc;
+  memset(&d, 0, sizeof(d));
+  d.eligible = 1;
+  spc__fast_desc_fill(&d, g, op, in, out);
+  if (d.eligible && spc__fast_map_want(g, in, out)) {
+    spc__fast_where_fill(&d.where, in, out);
+  } else if (d.eligible) {
+    f->small[g->rank] = (uint8_t)fits_half(f, &d);
+    f->tiny[g->rank] = fits_inline(&d);
+    if ((rc = stage_in(g, in)) < 0)
+      return rc;
+  }
+  if ((rc = spc__fast_desc_publish(g, &d)) < 0)
+    return rc;
+  spc__fast_again_keep(g, op, in, out, &d);
+  *eligible_p = d.eligible;
+  return SPC_OK;
+}
+
+/* The same call as the last published repeat: its descriptor again. */
+static int publish_again(spc_group *g, const spc_tensor *in) {
+  spc_fast *f = g->fast;
+  f->small[g->rank] = f->again.small;
+  f->tiny[g->rank] = f->again.tiny;
+  int rc = stage_in(g, in);
+  return rc < 0 ? rc : spc__fast_desc_republish(g, &f->again.d);
+}
+
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
   spc_fast *f = g->fast;
@@ -386,8 +419,10 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   /* A draining daemon refuses new ops: through it, in its words. The
    * ranks that read the flag late still see this one's descriptor say so,
    * and follow it to the daemon. */
+  int again = 0;
   if (f == NULL || __atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE) ||
-      !spc__fast_fits(f, g, op->kind, in, out)) {
+      (!(again = spc__fast_again(g, op, in, out)) &&
+       !spc__fast_fits(f, g, op->kind, in, out))) {
     int rc = spc__fast_slow(g, op, in, out);
     *handled_p = rc < 0;
     return rc;
@@ -396,20 +431,18 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   int rc = spc__fast_broken(g);
   if (rc < 0)
     return rc;
-  /* Only rank 0 counts (count()): the others need no clock. */
-  uint64_t t0 = g->rank == 0 ? spc__fast_clock_stamp(&f->clock) : 0;
-  spk_fseg_desc d;
-  memset(&d, 0, sizeof(d));
-  d.eligible = 1;
-  spc__fast_desc_fill(&d, g, op, in, out);
-  if (d.eligible && spc__fast_map_want(g, in, out))
-    spc__fast_where_fill(&d.where, in, out);
-  else if (d.eligible && (rc = stage_in(g, &d, in)) < 0)
-    return rc;
-  if ((rc = spc__fast_desc_publish(g, &d)) < 0)
+  int eligible = 1;
+  if (again)
+    rc = publish_again(g, in);
+  else
+    rc = publish(g, op, in, out, &eligible);
+  if (rc < 0)
     return rc;
   uint64_t s = f->seq;
-  if (!d.eligible) {
+  /* Only rank 0 counts (count()): the others need no clock. Stamped
+   * once published, while the others' descriptors are on their way. */
+  uint64_t t0 = g->rank == 0 ? spc__fast_clock_stamp(&f->clock) : 0;
+  if (!eligible) {
     spc__fast_consumed(g, s);
     *handled_p = 0;
     return SPC_OK;

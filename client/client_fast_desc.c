@@ -168,9 +168,9 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
   *repeat_p = repeat && all;
 }
 
-/* Take the next sequence number and publish d under it. The ring slot is
- * free once every rank has read the descriptor it held. */
-int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
+/* The ring slot is free once every rank has read the descriptor it
+ * held. */
+int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   spc_fast *f = g->fast;
   uint64_t s = f->seq + 1;
   if (s > SPK_FSEG_RING) {
@@ -180,8 +180,6 @@ int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
   }
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   spk_fseg_desc *slot = &me->ring[s % SPK_FSEG_RING];
-  d->seq = 0;
-  d->repeat = d->eligible && f->plan_ok && desc_same(d, &f->planned[g->rank]);
   d->seq = s;
   /* Nobody reads a repeat's slot but the daemon's watchdog, which reads
    * its first line (the op's kind). */
@@ -195,6 +193,13 @@ int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
     __atomic_store_n(&me->mapped, s, __ATOMIC_RELAXED);
   spc__fast_publish(f->hdr, me, &me->published, s);
   return SPC_OK;
+}
+
+int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d) {
+  spc_fast *f = g->fast;
+  d->seq = 0;
+  d->repeat = d->eligible && f->plan_ok && desc_same(d, &f->planned[g->rank]);
+  return spc__fast_desc_republish(g, d);
 }
 
 int spc__fast_slow(spc_group *g, const spc_op *op, const spc_tensor *in,

@@ -26,6 +26,19 @@ typedef struct {
   uint8_t *base;
 } spc_fast_map;
 
+/* The last repeat this rank published and the call it came from
+ * (client_fast_again.c), with what its descriptor depended on: cap as it
+ * was, and this rank's small and tiny. */
+typedef struct {
+  int ok;
+  spc_op op;
+  spc_tensor in, out;
+  int64_t sizes[SPK_FSEG_MAXLIST], sizes2[SPK_FSEG_MAXLIST];
+  int cap;
+  uint8_t small, tiny;
+  spk_fseg_desc d;
+} spc_fast_again;
+
 /* Whether every rank may take every other's fds (client_fast_map.c). */
 enum { SPC_FAST_CAP_UNKNOWN, SPC_FAST_CAP_NO, SPC_FAST_CAP_YES };
 
@@ -68,6 +81,10 @@ typedef struct spc_fast {
    * Trainers repeat the same ops, so most ops reuse the plan. */
   spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
   int plan_ok;
+  /* Of the plan, as built (client_fast.c): each rank reduces everything
+   * into its own output; every step writes a caller's output directly. */
+  int replicated, direct;
+  spc_fast_again again;
   /* Ops read in the callers' buffers (client_fast_map.c): whether they
    * may be; pidfds of the other ranks; what is mapped of their buffers,
    * and their `freed` as last seen. */
@@ -156,6 +173,23 @@ int spc__fast_desc_publish(spc_group *g, spk_fseg_desc *d);
 /* This rank reads nobody's descriptor of op s (it takes the daemon
  * path): its ring slots may be reused. */
 void spc__fast_consumed(spc_group *g, uint64_t s);
+
+/* Take the next sequence number and publish d, whose `repeat` is
+ * decided (a kept repeat: spc__fast_again), under it. */
+int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d);
+
+/* ---- client_fast_again.c ---- */
+
+/* Whether the descriptor this rank published last for the same call
+ * (f->again.d) is what the call would publish now (a repeat that
+ * stages). */
+int spc__fast_again(const spc_group *g, const spc_op *op,
+                    const spc_tensor *in, const spc_tensor *out);
+/* Keep d, just published for this call, when it is such a repeat; forget
+ * what was kept (a buffer was freed). */
+void spc__fast_again_keep(spc_group *g, const spc_op *op, const spc_tensor *in,
+                          const spc_tensor *out, const spk_fseg_desc *d);
+void spc__fast_again_forget(spc_fast *f);
 
 /* ---- client_fast_map.c ---- */
 

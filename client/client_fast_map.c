@@ -144,9 +144,11 @@ void spc__fast_map_step(spc_group *g) {
 
 void spc__fast_freed(spc_client *c) {
   for (spc_group *g = c->groups; g != NULL; g = g->next)
-    if (g->fast != NULL)
+    if (g->fast != NULL) {
       __atomic_add_fetch(&spc__fast_rank(g->fast, g->rank)->freed, 1,
                          __ATOMIC_RELEASE);
+      spc__fast_again_forget(g->fast);
+    }
 }
 
 int spc__fast_map_want(const spc_group *g, const spc_tensor *in,
@@ -278,10 +280,11 @@ static int bases_mapped(spc_group *g, int r, uint64_t s, int out,
 int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
                     const spc_tensor *out, uint8_t **bases, int *any_p) {
   spc_fast *f = g->fast;
-  int rc = SPC_OK, reads_out = plan_reads_out(f);
+  int rc = SPC_OK;
   *any_p = 0;
   for (int r = 0; r < g->world; r++)
     *any_p |= f->inplace[r];
+  int reads_out = *any_p && plan_reads_out(f);
   for (int r = 0; r < g->world; r++) {
     uint8_t **b = &bases[r * SPK_T_COUNT];
     if (r == g->rank && f->inplace[r]) {

@@ -163,6 +163,61 @@ START_TEST(repeated_ops) {
 }
 END_TEST
 
+/* The same call again publishes the descriptor it published last
+ * (client_fast_again.c) only while it is still the op of the plan. Here
+ * every call of all_to_all_v names the same tensors and the same list
+ * arrays, but the lists' entries change every fourth call (row and column
+ * sums stay 3 w: r sends 3 + c to j when r + j is even, 3 - c when odd,
+ * c in -1, 0, 1), so only the entries tell those calls apart; and an
+ * all_reduce after the second call of each four takes the plan away from
+ * the third. Every result is checked. */
+static float other_val(int r, int j, int64_t i, int step) {
+  return (float)(r * 1000 + j * 100 + i + step * 7);
+}
+
+static int other_lists_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int64_t n = 3 * w, is[SPT_RK_MAXW], os[SPT_RK_MAXW];
+  spc_tensor in, out;
+  float *x = spt_rk_tensor(&k, &in, 1, &n), *y = spt_rk_tensor(&k, &out, 1, &n);
+  int bad = x == NULL || y == NULL;
+  for (int step = 0; step < 60 && !bad; step++) {
+    int c = step / 4 % 3 - 1;
+    for (int j = 0, at = 0; j < w; j++) {
+      is[j] = os[j] = 3 + ((rank + j) % 2 ? -c : c);
+      for (int64_t i = 0; i < is[j]; i++)
+        x[at++] = other_val(rank, j, i, step);
+    }
+    if (spc_all_to_all_v(k.g, &in, &out, is, os) < 0) {
+      fprintf(stderr, "rank %d step %d: %s\n", rank, step,
+              spc_last_error(k.c));
+      bad = 1;
+    }
+    for (int r = 0, at = 0; r < w && !bad; r++)
+      for (int64_t i = 0; i < os[r] && !bad; i++, at++)
+        if (y[at] != other_val(r, rank, i, step)) {
+          fprintf(stderr, "rank %d step %d: from %d [%lld] = %g, want %g\n",
+                  rank, step, r, (long long)i, y[at],
+                  other_val(r, rank, i, step));
+          bad = 1;
+        }
+    if (step % 4 == 1 && !bad)
+      bad = spt_rk_reduce_once(&k, rank, w, 5, step, 0);
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(same_call_other_lists) {
+  for (int w = 2; w <= 4; w += 2) {
+    snprintf(sh->group, sizeof(sh->group), "lists%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, other_lists_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
 /* Every rank of 3 counts: 6 fast ops of each (3 all_reduce, 3
  * all_gather) ran through the segment; the rest went to the daemon. */
 static int count_rank(int rank, int w, void *arg) {
@@ -537,6 +592,7 @@ int main(void) {
   tcase_add_test(tc, mixed_sequences);
   tcase_add_test(tc, halves_and_whole);
   tcase_add_test(tc, repeated_ops);
+  tcase_add_test(tc, same_call_other_lists);
   tcase_add_test(tc, scribbled_header_hurts_no_daemon);
   tcase_add_test(tc, stats_exact_and_disagreement);
   tcase_add_test(tc, disagreement_across_paths);
