@@ -25,12 +25,15 @@
  * spin delays it. (Halving on any yield locked a quiet node into
  * yielding: a short spin misses, the miss shortens the spin.) When the
  * group has more ranks than the node has CPUs, sharing is the rule, so a
- * waiter yields and sleeps almost at once (OVER_*). */
+ * waiter yields at once, without a single pause (32 pauses held the CPU
+ * for about a microsecond that the rank it waited for could have had:
+ * 4 ranks on 2 CPUs took 6.6 us an op instead of 3.7), and sleeps after
+ * OVER_YIELD_POLLS yields. */
 #define SHARED_NS 3000
 #define SPIN_MIN_NS 1000
 #define SPIN_MAX_NS 100000
 #define YIELD_POLLS 16
-#define OVER_SPIN_NS 500
+#define OVER_SPIN_NS 0
 #define OVER_YIELD_POLLS 2
 #define SLEEP_NS 200000000L /* futex sleep between checks of the daemon */
 
@@ -198,7 +201,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
       return rc;
     if (i == 16)
       t0 = spc__fast_now_ns();
-    if (!relocate && yields == 0 &&
+    if (!relocate && yields == 0 && f->spin_ns > 0 &&
         (i <= 16 || (i & 15) != 0 || spc__fast_now_ns() - t0 < f->spin_ns)) {
       __builtin_ia32_pause();
       continue;
