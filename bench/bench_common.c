@@ -60,12 +60,17 @@ int bench_iters(size_t bytes, int base) {
 
 /* Untimed ops before a point is timed, so it is timed in the steady
  * state a trainer's repeated ops see (plans reused, spin budgets adapted,
- * pages touched): about 64 MiB of ops a point, 5000 small ones, 4 of 16
- * MiB, 1 from 64 MiB (3 ops were a few microseconds of a 8 B point).
- * Every rank, and the Open MPI baseline, warms up alike. */
+ * pages touched, the ranks placed on the CPUs): about 64 MiB of ops a
+ * point, 50000 small ones, 4 of 16 MiB, 1 from 64 MiB (3 ops were a few
+ * microseconds of a 8 B point). 50000, not 5000: with more ranks than
+ * CPUs, the scheduler took up to 200 ms to spread ranks that had just
+ * slept in the daemon's path (a big op) or in their join, and ops ran
+ * 10-20 us instead of 4 meanwhile (docs/performance.md); 5000 small ops
+ * are 20 ms there. Every rank, and the Open MPI baseline, warms up
+ * alike. */
 int bench_warmup(size_t bytes) {
   size_t n = ((size_t)64 << 20) / (bytes ? bytes : 1);
-  return n > 5000 ? 5000 : n < 1 ? 1 : (int)n;
+  return n > 50000 ? 50000 : n < 1 ? 1 : (int)n;
 }
 
 static size_t mem_available(void) {

@@ -169,11 +169,14 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
 }
 
 /* The ring slot is free once every rank has read the descriptor it
- * held. */
+ * held: known without a look when every rank was seen to publish since
+ * (seen_pub: a rank publishes once it is done with its last op). The
+ * look reads the line each other rank polls, which a rank that is ahead
+ * has just written: a hand-off before this rank publishes. */
 int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   spc_fast *f = g->fast;
   uint64_t s = f->seq + 1;
-  if (s > SPK_FSEG_RING) {
+  if (s > SPK_FSEG_RING && f->seen_pub <= s - SPK_FSEG_RING) {
     int rc = spc__fast_wait_all(g, FIELD(consumed), s - SPK_FSEG_RING);
     if (rc < 0)
       return rc;
