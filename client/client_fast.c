@@ -409,6 +409,20 @@ static int publish_again(spc_group *g, const spc_tensor *in) {
   return rc < 0 ? rc : spc__fast_desc_republish(g, &f->again.d);
 }
 
+/* Whether op may run here: the same call as the last published repeat
+ * (*again_p), or one that fits. A draining daemon refuses new ops:
+ * through it, in its words. The ranks that read the flag late still see
+ * this one's descriptor say so, and follow it to the daemon. */
+static int runs_here(spc_group *g, const spc_op *op, const spc_tensor *in,
+                     const spc_tensor *out, int *again_p) {
+  spc_fast *f = g->fast;
+  *again_p = 0;
+  if (f == NULL || __atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE))
+    return 0;
+  *again_p = spc__fast_again(g, op, in, out);
+  return *again_p || spc__fast_fits(f, g, op->kind, in, out);
+}
+
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
   spc_fast *f = g->fast;
@@ -416,13 +430,8 @@ int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
   /* Before the fit: an op may fit only when read in place. */
   if (f != NULL)
     spc__fast_map_step(g);
-  /* A draining daemon refuses new ops: through it, in its words. The
-   * ranks that read the flag late still see this one's descriptor say so,
-   * and follow it to the daemon. */
-  int again = 0;
-  if (f == NULL || __atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE) ||
-      (!(again = spc__fast_again(g, op, in, out)) &&
-       !spc__fast_fits(f, g, op->kind, in, out))) {
+  int again;
+  if (!runs_here(g, op, in, out, &again)) {
     int rc = spc__fast_slow(g, op, in, out);
     *handled_p = rc < 0;
     return rc;
