@@ -10,6 +10,10 @@
 #   BENCH_LAT_ITERS   round trips per rank in the latency mode (10000)
 #   BENCH_BASELINES   which baselines run: any of mpi gloo ucx (all)
 #   BENCH_GLOO_MAX_BYTES  gloo's largest size (256 MiB: TCP loopback)
+#   BENCH_AGAIN_BYTES     spcoll's second round, after the baselines, runs
+#                     the sizes up to this (32 MiB; 0: none): the better of
+#                     its two rounds is set against the better of Open
+#                     MPI's two runs
 #   BENCH_MEM_FRACTION    share of MemAvailable one point may use (0.5)
 #   BENCH_OUT         where results go ($(BUILD)/bench)
 BENCH_RANKS ?= 2 4 8
@@ -18,6 +22,7 @@ BENCH_ITERS ?= 200
 BENCH_LAT_ITERS ?= 10000
 BENCH_BASELINES ?= mpi gloo ucx
 BENCH_GLOO_MAX_BYTES ?= 268435456
+BENCH_AGAIN_BYTES ?= 33554432
 BENCH_OUT ?= $(BUILD)/bench
 
 BENCH_SRC := bench/spcoll_bench.c bench/bench_sweep.c bench/bench_latency.c \
@@ -45,4 +50,4 @@ bench: deps
 	  BENCH_MAX_BYTES=$(BENCH_MAX_BYTES) BENCH_ITERS=$(BENCH_ITERS) \
 	  BENCH_LAT_ITERS=$(BENCH_LAT_ITERS) BENCH_BASELINES="$(BENCH_BASELINES)" \
 	  BENCH_GLOO_MAX_BYTES=$(BENCH_GLOO_MAX_BYTES) \
-	  sh scripts/bench_run.sh
+	  BENCH_AGAIN_BYTES=$(BENCH_AGAIN_BYTES) sh scripts/bench_run.sh

@@ -43,6 +43,18 @@ def load(out):
                 if r.get("source") == name:
                     src[name][(r["op"], int(r["ranks"]),
                                int(r["size_bytes"]))] = r
+    # spcoll's second round of the small and mid sizes (bench_run.sh), run
+    # after the baselines: the better of its two rounds stands against the
+    # better of Open MPI's two runs (plain and tuned), so neither side is
+    # timed in only one of the VM's states while the other gets two.
+    for path in glob.glob(os.path.join(out, "spcoll_again_ranks*.csv")):
+        for r in read_csv(path):
+            key = (r["op"], int(r["ranks"]), int(r["size_bytes"]))
+            first = src["spcoll"].get(key)
+            if r.get("source") != "spcoll" or not num(r, "time_us"):
+                continue
+            if first is None or num(r, "time_us") < num(first, "time_us"):
+                src["spcoll"][key] = dict(r, round="2")
     ucx = {int(r["size_bytes"]): r for r in
            read_csv(os.path.join(out, "ucx.csv")) if r["op"] == "tag_bw"}
     ucx_lat = [r for r in read_csv(os.path.join(out, "ucx.csv"))
@@ -106,6 +118,7 @@ def merge(src, ucx):
         row["x_mpi"] = ratio(bus, busbw(best[1]) if best else None)
         row["x_gloo"] = ratio(bus, row["gloo_busbw_gbs"])
         row["x_ucx"] = ratio(bus, row["ucx_gbs"])
+        row["spcoll_round"] = int(s.get("round", "1"))
         rows.append(row)
     return rows
 
@@ -130,8 +143,9 @@ def print_tables(rows):
                                    r["mpi_tuned_busbw_gbs"]) if v is not None],
                       default=None)
             tuned = "*" if r["mpi_best"] == "mpi_tuned" else " "
+            again = "'" if r["spcoll_round"] == 2 else " "
             print(f"{r['op']:<15} {r['size_bytes']:11d} "
-                  f"{fmt(r['time_us'], '10.1f')} {fmt(r['algbw_gbs'], '8.3f')} "
+                  f"{fmt(r['time_us'], '9.1f')}{again} {fmt(r['algbw_gbs'], '8.3f')} "
                   f"{fmt(r['busbw_gbs'], '8.3f')} {fmt(r['p50_us'], '9.1f')} "
                   f"{fmt(r['p99_us'], '9.1f')} "
                   f"{fmt(r['copy_efficiency'], '5.2f')} "
@@ -145,6 +159,8 @@ def print_tables(rows):
           "memcpy at the mover's thread count (memcpyT, GB/s), eff1 the same "
           "against a one-thread memcpy; mpi is the better of plain Open MPI and Open MPI "
           "with glibc.malloc.mmap_threshold raised (* when the latter); "
+          "' after spcoll's time: from its second round (the better of "
+          "two up to BENCH_AGAIN_BYTES); "
           "gloo reduce_scatter is all_reduce + own slice (torch 1.13 gloo "
           "has none); ucx is ucx_perftest tag_bw, one direction, TCP "
           "loopback")
@@ -181,6 +197,24 @@ def targets(rows, lat):
         add(f"{l['op']} 8 B round trip p50 (us)", None, num(l, "p50_us"),
             20.0, "<=")
     return out
+
+
+def print_fast_targets(rows, lat):
+    """Issue 18's targets: how many points reach x_mpi, per rank count."""
+    print("\n## Small and mid-size ops (issue 18): points with spcoll busbw "
+          ">= goal x Open MPI's")
+    for ranks in sorted({r["ranks"] for r in rows}):
+        goal = 1.0 if ranks <= 4 else 0.5
+        pts = [r for r in rows if r["ranks"] == ranks and r["x_mpi"]]
+        low = [r for r in pts if r["x_mpi"] < goal]
+        print(f"  {ranks} ranks: {len(pts) - len(low)} of {len(pts)} "
+              f">= {goal:g}" + ("" if not low else "; below: " + ", ".join(
+                  f"{r['op']} {r['size_bytes']} B {r['x_mpi']:.2f}"
+                  for r in low)))
+    for l in lat:
+        p50 = num(l, "p50_us")
+        print(f"  {l['op']} 8 B p50 {p50:.2f} us (goal <= 2): "
+              f"{'met' if p50 is not None and p50 <= 2 else 'MISSED'}")
 
 
 def print_targets(tg):
@@ -301,19 +335,25 @@ def main():
         return 1
     print_tables(rows)
     if lat:
-        print("\n## Latency: 8 B ops between 2 ranks through the daemon")
+        print("\n## Latency: 8 B ops between 2 ranks")
         for l in lat:
-            print(f"  {l['op']:<15} p50 {float(l['p50_us']):6.1f} us  p99 "
-                  f"{float(l['p99_us']):6.1f} us  shares of the mean: socket "
-                  f"{float(l['socket_share']):.0%}, matching "
-                  f"{float(l['wait_share']):.0%}, planning "
-                  f"{float(l['plan_share']):.0%}, moving "
-                  f"{float(l['move_share']):.0%}")
+            held = sum(float(l[k]) for k in ("wait_share", "plan_share",
+                                             "move_share"))
+            where = ("shared-memory fast path: the daemon held none"
+                     if held == 0 and float(l["socket_share"]) >= 0.999 else
+                     f"through the daemon; shares of the mean: socket "
+                     f"{float(l['socket_share']):.0%}, matching "
+                     f"{float(l['wait_share']):.0%}, planning "
+                     f"{float(l['plan_share']):.0%}, moving "
+                     f"{float(l['move_share']):.0%}")
+            print(f"  {l['op']:<15} p50 {float(l['p50_us']):6.2f} us  p99 "
+                  f"{float(l['p99_us']):6.1f} us  {where}")
     for u in ucx_lat:
         print(f"  ucx_perftest tag_lat 8 B round trip (TCP loopback): p50 "
               f"{float(u['p50_us']):.1f} us")
     tg = targets(rows, lat)
     print_targets(tg)
+    print_fast_targets(rows, lat)
     write_summary(out, rows, tg, lat, ucx_lat)
     pngs = plot(out, rows, src, ucx)
     print(f"\n# wrote {out}/summary.csv, {out}/summary.json"
