@@ -268,6 +268,9 @@ static int plan_get(spc_group *g, int repeat) {
   }
   spk_plan_free(&f->plan);
   spk_plan_init(&f->plan, g->world);
+  /* Any value only changes how bytes are copied, never which. */
+  f->plan.stream_bytes = __atomic_load_n(&f->hdr->stream_bytes,
+                                         __ATOMIC_RELAXED);
   spk_err err;
   int rc = spk_plan_build(ap, g->world, &f->plan, &err);
   f->plan_ok = rc == SPK_OK;

@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 5u
+#define SPK_FSEG_VERSION 6u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -178,6 +178,9 @@ typedef struct spk_fseg_hdr {
    * bytes per rank, above op_bytes (the daemon's fast_map_bytes; not for
    * an op whose op_bytes is 0). */
   uint64_t map_bytes;
+  /* The daemon's stream_bytes: plans of fast ops that touch at least this
+   * much copy past the cache, as the daemon's would (kernels/plan.h). */
+  uint64_t stream_bytes;
   char broken_msg[SPK_FSEG_MSG];
 } spk_fseg_hdr;
 

@@ -6,6 +6,7 @@
 void spk_plan_init(spk_plan *plan, int world) {
   memset(plan, 0, sizeof(*plan));
   plan->world = world;
+  plan->stream_bytes = SPK_STREAM_BYTES;
 }
 
 void spk_plan_free(spk_plan *plan) {

@@ -49,6 +49,8 @@ static int cut_alloc(spk_cut *cut, const spk_plan *plan, int nnodes,
     cut->local[ph].dtype = plan->dtype;
     cut->local[ph].scale = plan->scale;
     cut->local[ph].red_op = plan->red_op;
+    cut->local[ph].stream_bytes = plan->stream_bytes;
+    cut->local[ph].in_bytes = plan->in_bytes;
   }
   cut->proxy = calloc((size_t)plan->world * SPK_T_COUNT, 1);
   if (cut->send[0] && cut->send[1] && cut->recv[0] && cut->recv[1] &&

@@ -11,15 +11,6 @@
 
 #define RUN_BLOCK 256 /* elements converted per step of 16-bit work */
 
-/* A plan that writes at least this much streams its copies past the
- * cache (non-temporal stores): its output cannot stay cached anyway, and
- * skipping the read-for-ownership of every destination line makes a copy
- * about 1.4x faster on the development VM (19 vs 13.5 GB/s for 32 MiB;
- * glibc's memcpy does not stream there, as the VM reports a 320 MiB L3).
- * Smaller plans keep memcpy so their output stays in cache for whoever
- * reads it next. */
-#define STREAM_BYTES ((uint64_t)16 << 20)
-
 /* memcpy with non-temporal stores for the 64-byte-aligned body; the
  * caller fences (stream_fence) before anyone else reads dst. */
 static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n) {
@@ -137,7 +128,9 @@ void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
 void spk_move_exec(const spk_plan *plan, const spk_move *m,
                    uint8_t *const *bases, uint64_t u0, uint64_t u1) {
   move_ctx c = {m, plan->scale, plan->dtype, plan->world,
-                spk_dtype_size(plan->dtype), plan->bytes >= STREAM_BYTES};
+                spk_dtype_size(plan->dtype),
+                plan->stream_bytes != 0 &&
+                    plan->bytes + plan->in_bytes >= plan->stream_bytes};
   const uint8_t *src = bases[m->src_rank * SPK_T_COUNT + m->src_t];
   uint8_t *dst = bases[m->dst_rank * SPK_T_COUNT + m->dst_t];
   move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);

@@ -111,5 +111,13 @@ int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
   plan->scale = (int)((a0->flags & SPK_FLAG_SCALE_MASK) >>
                       SPK_FLAG_SCALE_SHIFT);
   plan->red_op = (int)(a0->flags & SPK_FLAG_RED_MASK);
+  plan->in_bytes = 0;
+  size_t esize = spk_dtype_size(a0->dtype);
+  for (int r = 0; r < world; r++) {
+    int64_t n;
+    if ((plan->mine == NULL || plan->mine[r]) &&
+        spk_shape_numel(&args[r]->in, esize, &n, NULL) == SPK_OK)
+      plan->in_bytes += (uint64_t)n * esize;
+  }
   return row->plan(args, world, plan, err);
 }

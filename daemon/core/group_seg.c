@@ -58,6 +58,7 @@ void spd_gseg_create(spd_group *g) {
     for (int k = 0; k < SPK_OP_COUNT; k++)
       seg->hdr->op_bytes[k] = (uint64_t)spd_config_fast_limit(&ctx->cfg, k);
     seg->hdr->map_bytes = (uint64_t)ctx->cfg.fast_map_bytes;
+    seg->hdr->stream_bytes = (uint64_t)ctx->cfg.stream_bytes;
     seg->since_ns = spd_now_ns();
     g->seg = seg;
     SPD_DEBUG(&ctx->log, "group '%s': shared segment of %llu bytes", g->name,

@@ -32,6 +32,7 @@ spd_op *spd_op_get(spd_group *g, uint64_t seq) {
   op->seq = seq;
   op->created_ns = spd_now_ns();
   spk_plan_init(&op->plan, g->world);
+  op->plan.stream_bytes = (uint64_t)g->ctx->cfg.stream_bytes;
   TAILQ_INSERT_TAIL(&g->ops, op, link);
   return op;
 }

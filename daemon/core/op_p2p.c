@@ -203,8 +203,10 @@ static void run_rank(spd_p2p_run *run, spd_ctx *ctx, int i, int t) {
 }
 
 /* The copy as a plan: sender's input, whole, into the receiver's output. */
-static int run_plan(spd_p2p_run *run, spk_err *err) {
+static int run_plan(spd_p2p_run *run, uint64_t stream_bytes, spk_err *err) {
   spk_plan_init(&run->plan, 2);
+  run->plan.stream_bytes = stream_bytes;
+  run->plan.in_bytes = (uint64_t)run->numel * spk_dtype_size(run->dtype);
   run->plan.dtype = run->dtype;
   spk_shape flat = {.ndim = 1, .dim = {run->numel}};
   int64_t origin[1] = {0}, extent[1] = {run->numel};
@@ -218,7 +220,7 @@ static int run_plan(spd_p2p_run *run, spk_err *err) {
 
 static int run_submit(spd_group *g, spd_p2p_run *run, spk_err *err) {
   spd_ctx *ctx = g->ctx;
-  int rc = run_plan(run, err);
+  int rc = run_plan(run, (uint64_t)ctx->cfg.stream_bytes, err);
   if (rc < 0)
     return rc;
   run_rank(run, ctx, 0, SPK_T_IN);

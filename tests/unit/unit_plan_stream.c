@@ -1,7 +1,9 @@
-/* Large plans (>= 16 MiB written) copy with non-temporal stores: their
- * outputs must be exact, odd lengths and unaligned offsets included, and a
- * plan of a single large move must run as well as one of many. Checked
- * against the gather written out by hand. */
+/* Plans that touch (write, plus their inputs) at least stream_bytes copy
+ * with non-temporal stores: their outputs must be exact, odd lengths and
+ * unaligned offsets included, and a plan of a single large move must run
+ * as well as one of many. Checked against the gather written out by hand;
+ * small gathers with stream_bytes 1 take the same copies at every
+ * alignment. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +11,7 @@
 
 /* all_gather of w ranks' uint8 inputs of n bytes along dim 1 of [2, n]:
  * out_r[i][k*n + j] = in_k[i][j]. */
-static void gather_case(int w, int64_t n) {
+static void gather_case(int w, int64_t n, uint64_t stream_bytes) {
   spk_op_args a[8];
   const spk_op_args *argp[8];
   uint8_t *in[8], *out[8];
@@ -31,8 +33,11 @@ static void gather_case(int w, int64_t n) {
   spk_plan plan;
   spk_err err;
   spk_plan_init(&plan, w);
+  if (stream_bytes != 0)
+    plan.stream_bytes = stream_bytes;
   ck_assert_int_eq(spk_plan_build(argp, w, &plan, &err), SPK_OK);
-  ck_assert_uint_ge(plan.bytes, (uint64_t)16 << 20);
+  ck_assert_uint_eq(plan.in_bytes, (uint64_t)(w * 2 * n));
+  ck_assert_uint_ge(plan.bytes + plan.in_bytes, plan.stream_bytes);
   uint8_t *bases[16];
   for (int r = 0; r < w; r++)
     bases[r * SPK_T_COUNT + SPK_T_IN] = in[r],
@@ -51,13 +56,19 @@ static void gather_case(int w, int64_t n) {
 }
 
 START_TEST(large_gathers_are_exact) {
-  gather_case(2, (4 << 20) + 7);  /* 32 MiB written, odd rows */
-  gather_case(3, (2 << 20) + 33); /* unaligned row starts */
+  gather_case(2, (4 << 20) + 7, 0);  /* 48 MiB touched, odd rows */
+  gather_case(3, (2 << 20) + 33, 0); /* unaligned row starts */
+}
+END_TEST
+
+START_TEST(small_streamed_gathers_are_exact) {
+  for (int64_t n = 1; n <= 300; n += 13)
+    gather_case(2 + (int)(n % 3), n, 1);
 }
 END_TEST
 
 /* One rank's split of a 20 MiB tensor: a plan of one move over the
- * threshold. */
+ * threshold (40 MiB touched). */
 START_TEST(single_large_move) {
   int64_t n = (20 << 20) + 5;
   spk_op_args a;
@@ -76,6 +87,7 @@ START_TEST(single_large_move) {
   spk_plan_init(&plan, 1);
   ck_assert_int_eq(spk_plan_build(argp, 1, &plan, &err), SPK_OK);
   ck_assert_uint_eq(plan.nmoves, 1);
+  ck_assert_uint_ge(plan.bytes + plan.in_bytes, plan.stream_bytes);
   uint8_t *bases[2] = {x, y};
   spk_plan_exec(&plan, bases);
   ck_assert_int_eq(memcmp(x, y, (size_t)n), 0);
@@ -85,6 +97,7 @@ START_TEST(single_large_move) {
 END_TEST
 
 int main(void) {
-  const TTest *tests[] = {large_gathers_are_exact, single_large_move};
+  const TTest *tests[] = {large_gathers_are_exact,
+                          small_streamed_gathers_are_exact, single_large_move};
   return ptl_run_suite("plan_stream", 60, tests, PTL_LEN(tests));
 }
