@@ -58,18 +58,21 @@ typedef struct {
   spk_rsrc *rsrcs;
   size_t nrsrcs, scap;
   uint64_t bytes;          /* total bytes the plan writes */
-  uint64_t in_bytes;       /* of every rank's input (0: not known) */
-  /* A plan that touches (writes, plus its inputs) at least this many
-   * bytes copies with non-temporal stores, past the cache (0: never): its
-   * output cannot stay cached anyway, and skipping the read-for-ownership
-   * of every destination line makes a copy about 1.4x faster (19 vs 13.5
-   * GB/s for 32 MiB on the development VM). Below, inputs and outputs may
-   * all be in the cache when the op comes again, and streaming would send
-   * every byte to memory: 2 ranks' 8 MiB all_gather (24 MiB touched, L3
-   * 32 MiB) took 615-698 us streamed, 286-525 us cached in 7 rounds of 8;
-   * their 8 MiB all_to_all (32 MiB) was slower cached. The daemon sets it
-   * to its stream_bytes (the L3's size by default), the fast path to the
-   * segment's copy of it; SPK_STREAM_BYTES until then. */
+  /* The input bytes its steps read, a byte read twice counted once, of
+   * this node's ranks (planner.c; 0: not known). */
+  uint64_t in_bytes;
+  /* A plan that touches (writes, plus in_bytes) at least this many bytes
+   * copies with non-temporal stores, past the cache (0: never; the
+   * daemon's option starts at 1, and a value above every op's bytes turns
+   * streaming off): its output cannot stay cached anyway, and skipping
+   * the read-for-ownership of every destination line makes a copy about
+   * 1.4x faster (19 vs 13.5 GB/s for 32 MiB on the development VM).
+   * Below, inputs and outputs may all be in the cache when the op comes
+   * again, and streaming would send every byte to memory (2 ranks' 8 MiB
+   * all_gather, 24 MiB touched: about 1.8x slower streamed on the same VM,
+   * docs/performance.md). The daemon sets it to its stream_bytes (the
+   * last-level cache's size by default), the fast path to the segment's
+   * copy of it; SPK_STREAM_BYTES until then. */
   uint64_t stream_bytes;
   /* One node's part of a plan across nodes (spk_plan_part; NULL: the
    * whole plan). mine[r] is 1 when rank r's tensors are on this node;

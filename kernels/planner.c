@@ -92,6 +92,39 @@ int spk_args_check(const spk_op_args *a, int world, int rank, spk_err *err) {
   return spk_op_row_get(a->op)->check(a, world, rank, err);
 }
 
+static uint64_t block_bytes(const spk_move *m) {
+  uint64_t n = 1;
+  for (int i = 0; i < m->nd; i++)
+    n *= m->len[i];
+  return n;
+}
+
+/* The input bytes a plan touches, for its stream_bytes test: its reads of
+ * inputs, counting a byte read twice once (an all_gather reads every
+ * input w times) and none that no step reads (a split's rank reads 1/w of
+ * the tensor it holds), i.e. the smaller of this node's ranks' inputs and
+ * the steps' reads. An in-place op's input is its output too; counting it
+ * twice streams it as soon as when written bytes alone decided. */
+static uint64_t input_bytes(const spk_op_args *const *args, int world,
+                            const spk_plan *plan) {
+  uint64_t held = 0, reads = 0;
+  size_t esize = spk_dtype_size(plan->dtype);
+  for (int r = 0; r < world; r++) {
+    int64_t n;
+    if ((plan->mine == NULL || plan->mine[r]) &&
+        spk_shape_numel(&args[r]->in, esize, &n, NULL) == SPK_OK)
+      held += (uint64_t)n * esize;
+  }
+  for (size_t i = 0; i < plan->nmoves; i++)
+    if (plan->moves[i].src_t == SPK_T_IN)
+      reads += block_bytes(&plan->moves[i]);
+  for (size_t i = 0; i < plan->nreduces; i++)
+    for (uint32_t k = 0; k < plan->reduces[i].nsrc; k++)
+      if (plan->rsrcs[plan->reduces[i].src0 + k].t == SPK_T_IN)
+        reads += block_bytes(&plan->reduces[i].geo);
+  return reads < held ? reads : held;
+}
+
 int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
                    spk_err *err) {
   if (world < 1)
@@ -111,13 +144,8 @@ int spk_plan_build(const spk_op_args *const *args, int world, spk_plan *plan,
   plan->scale = (int)((a0->flags & SPK_FLAG_SCALE_MASK) >>
                       SPK_FLAG_SCALE_SHIFT);
   plan->red_op = (int)(a0->flags & SPK_FLAG_RED_MASK);
-  plan->in_bytes = 0;
-  size_t esize = spk_dtype_size(a0->dtype);
-  for (int r = 0; r < world; r++) {
-    int64_t n;
-    if ((plan->mine == NULL || plan->mine[r]) &&
-        spk_shape_numel(&args[r]->in, esize, &n, NULL) == SPK_OK)
-      plan->in_bytes += (uint64_t)n * esize;
-  }
-  return row->plan(args, world, plan, err);
+  if ((rc = row->plan(args, world, plan, err)) < 0)
+    return rc;
+  plan->in_bytes = input_bytes(args, world, plan);
+  return SPK_OK;
 }

@@ -1,7 +1,8 @@
 # Benchmarks print numbers (and write CSV, JSON and a PNG); they assert
 # nothing. `make bench` runs scripts/bench_run.sh: spcoll-bench for every
-# rank count, its latency mode, and the same-run baselines (Open MPI,
-# gloo, ucx_perftest), then the merged table with ratios and the plot.
+# rank count (twice up to BENCH_AGAIN_BYTES), its latency mode, and the
+# same-run baselines (Open MPI, gloo, ucx_perftest), then the merged table
+# with ratios and the plot.
 # Knobs (environment or make variables):
 #   BENCH_RANKS       world sizes                         (2 4 8)
 #   BENCH_MAX_BYTES   largest size; the ladder is 8 B x4 up to it, then it

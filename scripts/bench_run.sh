@@ -1,8 +1,9 @@
 #!/bin/sh
 # `make bench`: spcoll-bench for every rank count with its same-run
 # baselines (Open MPI plain and with glibc's mmap threshold raised, gloo)
-# and a second spcoll round of the small and mid sizes, the latency mode, ucx_perftest, then scripts/bench_report.py's merged
-# table with ratios, targets and PNGs. Everything lands in $BENCH_OUT and
+# and a second spcoll round up to BENCH_AGAIN_BYTES, the latency mode,
+# ucx_perftest, then scripts/bench_report.py's merged table with ratios,
+# targets and PNGs. Everything lands in $BENCH_OUT and
 # the whole output in $BENCH_OUT/bench.log. Knobs: see mk/bench.mk.
 # A baseline that is missing or fails is reported and skipped; spcoll's own
 # failure stops the run. Prints numbers; asserts nothing.

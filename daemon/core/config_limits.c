@@ -1,6 +1,7 @@
 /* The numeric limits and deadlines of SPD_LIMITS: one table serves the
  * option parser, the config file, --help and the dump of the settings. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -60,16 +61,33 @@ static long long map_budget(void) {
   return n / 2 > 64 ? n / 2 : 64;
 }
 
-/* The last-level cache of CPU 0 as sysfs says ("32768K"): what glibc's
+/* One number from a sysfs file of CPU 0's cache `index` ("3",
+ * "32768K"); -1 when there is none. */
+static long long cache_attr(int index, const char *name) {
+  char path[96];
+  long long v = -1;
+  snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/%s",
+           index, name);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  if (fscanf(f, "%lld", &v) != 1)
+    v = -1;
+  fclose(f);
+  return v;
+}
+
+/* The size of CPU 0's highest-level cache as sysfs says: what glibc's
  * sysconf says differs on some VMs (320 MiB on the development VM, whose
  * L3 is 32 MiB). Else the kernels' default. */
-static long long l3_bytes(void) {
+#define CACHE_INDEXES 16
+static long long llc_bytes(void) {
+  int best = 0;
   long long kib = 0;
-  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-  if (f != NULL) {
-    if (fscanf(f, "%lldK", &kib) != 1)
-      kib = 0;
-    fclose(f);
+  for (int i = 0; i < CACHE_INDEXES; i++) {
+    long long level = cache_attr(i, "level"), size = cache_attr(i, "size");
+    if (level > best && size > 0 && size < (1LL << 40)) /* sizes are KiB */
+      best = (int)level, kib = size;
   }
   return kib > 0 ? kib << 10 : (long long)SPK_STREAM_BYTES;
 }
@@ -88,7 +106,7 @@ void spd_limits_defaults(spd_config *cfg) {
   cfg->uid_max_buffers = cfg->max_buffers / 4;
   cfg->max_bytes = ram_bytes();
   cfg->uid_max_bytes = cfg->max_bytes;
-  cfg->stream_bytes = l3_bytes();
+  cfg->stream_bytes = llc_bytes();
 }
 
 void spd_limits_usage(FILE *out) {

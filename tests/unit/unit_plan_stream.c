@@ -96,8 +96,44 @@ START_TEST(single_large_move) {
 }
 END_TEST
 
+/* in_bytes counts the input bytes the steps read, a byte read twice
+ * once: all of a gather's inputs (above), 1/w of what each rank of a
+ * split holds, and in a node's part its ranks' inputs only. */
+START_TEST(in_bytes_count_reads) {
+  enum { W = 4 };
+  int64_t n = 1 << 12;
+  spk_op_args a[W];
+  const spk_op_args *argp[W];
+  for (int r = 0; r < W; r++) {
+    memset(&a[r], 0, sizeof(a[r]));
+    a[r].op = SPK_OP_SPLIT, a[r].dtype = SPK_U8;
+    a[r].in = (spk_shape){1, {n}};
+    a[r].out = (spk_shape){1, {n / W}};
+    a[r].ndims = 1, a[r].dims[0] = 0;
+    argp[r] = &a[r];
+  }
+  spk_plan plan;
+  spk_err err;
+  spk_plan_init(&plan, W);
+  ck_assert_int_eq(spk_plan_build(argp, W, &plan, &err), SPK_OK);
+  ck_assert_uint_eq(plan.in_bytes, (uint64_t)n);
+  spk_plan_free(&plan);
+  for (int r = 0; r < W; r++) {
+    a[r].op = SPK_OP_ALL_GATHER;
+    a[r].out = (spk_shape){1, {n * W}};
+  }
+  uint8_t mine[W] = {1, 0, 0, 0};
+  spk_plan_init(&plan, W);
+  ck_assert_int_eq(spk_plan_part(&plan, mine, &err), SPK_OK);
+  ck_assert_int_eq(spk_plan_build(argp, W, &plan, &err), SPK_OK);
+  ck_assert_uint_eq(plan.in_bytes, (uint64_t)n);
+  spk_plan_free(&plan);
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {large_gathers_are_exact,
-                          small_streamed_gathers_are_exact, single_large_move};
+                          small_streamed_gathers_are_exact, single_large_move,
+                          in_bytes_count_reads};
   return ptl_run_suite("plan_stream", 60, tests, PTL_LEN(tests));
 }
