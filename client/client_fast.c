@@ -95,13 +95,6 @@ const spk_fseg_hdr *spc__fast_hdr(const spc_group *g) {
 
 /* ---- running ---- */
 
-static uint64_t block_bytes(const spk_move *m) {
-  uint64_t n = 1;
-  for (int i = 0; i < m->nd; i++)
-    n *= m->len[i];
-  return n;
-}
-
 /* A plan of moves alone that read only inputs: no rank reads another's
  * output, so each rank's moves can write straight into its caller's
  * output, without staging it. */
@@ -152,10 +145,10 @@ static void stage_out_fill(spc_group *g, uint64_t s, const spc_tensor *out) {
   uint64_t covered = 0;
   for (size_t i = 0; i < p->nreduces; i++)
     if (p->reduces[i].geo.dst_rank == me)
-      covered += block_bytes(&p->reduces[i].geo);
+      covered += spk_move_bytes(&p->reduces[i].geo);
   for (size_t i = 0; i < p->nmoves; i++)
     if (p->moves[i].dst_rank == me)
-      covered += block_bytes(&p->moves[i]);
+      covered += spk_move_bytes(&p->moves[i]);
   if (covered < spc__fast_tensor_bytes(out))
     memcpy(spc__fast_stage(g->fast, g->rank, SPK_T_OUT, s),
            spc_tensor_data(out), spc__fast_tensor_bytes(out));

@@ -23,13 +23,6 @@ void spk_cdesc_list_free(spk_cdesc_list *l) {
   spk_cdesc_list_init(l, l->chunk);
 }
 
-uint64_t spk_cdesc_block_bytes(const spk_move *m) {
-  uint64_t bytes = 1;
-  for (int i = 0; i < m->nd; i++)
-    bytes *= m->len[i];
-  return bytes;
-}
-
 /* Row-major strides of a block laid out without gaps. */
 static void contig_strides(const spk_cdesc *d, uint64_t *st) {
   uint64_t acc = d->run;

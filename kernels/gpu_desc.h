@@ -32,9 +32,6 @@ void spk_cdesc_list_init(spk_cdesc_list *l, uint64_t chunk);
 uint64_t spk_cdesc_chunk_for(uint64_t bytes, int sms);
 void spk_cdesc_list_free(spk_cdesc_list *l);
 
-/* Bytes a move's block covers (rows x run). */
-uint64_t spk_cdesc_block_bytes(const spk_move *m);
-
 /* Append the copy of m's block from address src to address dst (the
  * block's first bytes: offsets already added). kind is SPK_CU_COPY or
  * SPK_CU_SCALE (esize: the dtype's bytes). SPK_ENO_MEMORY on allocation

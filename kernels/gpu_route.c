@@ -49,7 +49,7 @@ int spk_route_init(spk_route *rt, const spk_plan *p, const int *rank_dev,
   for (size_t i = 0; i < p->nreduces; i++) {
     const spk_reduce *r = &p->reduces[i];
     int d = rank_dev[r->geo.dst_rank];
-    uint64_t b = align16(spk_cdesc_block_bytes(&r->geo));
+    uint64_t b = align16(spk_move_bytes(&r->geo));
     for (uint32_t k = 0; k < r->nsrc; k++) {
       int s = rank_dev[p->rsrcs[r->src0 + k].rank];
       if (staged(rt, s, d))
@@ -60,7 +60,7 @@ int spk_route_init(spk_route *rt, const spk_plan *p, const int *rank_dev,
     const spk_move *m = &p->moves[i];
     int s = rank_dev[m->src_rank], d = rank_dev[m->dst_rank];
     if (staged(rt, s, d))
-      rt->bytes[SPK_ROUTE_AT(rt, 1, s, d)] += align16(spk_cdesc_block_bytes(m));
+      rt->bytes[SPK_ROUTE_AT(rt, 1, s, d)] += align16(spk_move_bytes(m));
   }
   /* Device s's staging: its send area (phase-major, then peer), then its
    * receive area (phase-major, then the peer it receives from). */
@@ -120,7 +120,7 @@ static int route_reduces(route_ctx *c, const spk_plan *p,
   for (size_t i = 0; rc == SPK_OK && i < p->nreduces; i++) {
     const spk_reduce *r = &p->reduces[i];
     int d = rank_dev[r->geo.dst_rank];
-    uint64_t bytes = spk_cdesc_block_bytes(&r->geo);
+    uint64_t bytes = spk_move_bytes(&r->geo);
     for (uint32_t k = 0; rc == SPK_OK && k < r->nsrc; k++) {
       const spk_rsrc *src = &p->rsrcs[r->src0 + k];
       int s = rank_dev[src->rank];
@@ -162,7 +162,7 @@ static int route_moves(route_ctx *c, const spk_plan *p, uint8_t *const *bases,
     }
     /* The scale is applied once, while packing. */
     uint64_t to, at_d;
-    stage_slot(c, 1, s, d, spk_cdesc_block_bytes(m), &to, &at_d);
+    stage_slot(c, 1, s, d, spk_move_bytes(m), &to, &at_d);
     rc = spk_cdesc_add_copy(&rt->pack[n + s], m, from, to, kind, esize,
                             SPK_CD_DST_CONTIG, err);
     if (rc == SPK_OK)

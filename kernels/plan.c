@@ -179,3 +179,10 @@ int spk_plan_add_block(spk_plan *plan, const spk_block_end *src,
 uint64_t spk_move_units(const spk_move *m) {
   return m->len[0];
 }
+
+uint64_t spk_move_bytes(const spk_move *m) {
+  uint64_t n = 1;
+  for (int i = 0; i < m->nd; i++)
+    n *= m->len[i];
+  return n;
+}

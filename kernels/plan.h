@@ -138,6 +138,8 @@ int spk_plan_add_reduce(spk_plan *plan, const spk_block_end *dst,
 /* Units a move can be cut into for parallel execution: rows of its
  * outermost dim, or bytes when it is one contiguous run. */
 uint64_t spk_move_units(const spk_move *m);
+/* Bytes a move (or a reduce step's geometry) writes. */
+uint64_t spk_move_bytes(const spk_move *m);
 
 /* Execute units [u0, u1) of m; src and dst are the base addresses of the
  * source and destination tensors (offsets are added here). A plain copy:

@@ -3,13 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t geo_bytes(const spk_move *m) {
-  uint64_t b = 1;
-  for (int i = 0; i < m->nd; i++)
-    b *= m->len[i];
-  return b;
-}
-
 static int stream_add(spk_stream *s, spk_piece p, uint64_t bytes,
                       spk_err *err) {
   int rc = spk_grow((void **)&s->pieces, s->npieces, &s->cap,
@@ -69,7 +62,7 @@ static int cut_reduces(const spk_plan *plan, const int *node_of,
   for (size_t i = 0; i < plan->nreduces && rc == SPK_OK; i++) {
     const spk_reduce *r = &plan->reduces[i];
     int dn = node_of[r->geo.dst_rank];
-    uint64_t bytes = geo_bytes(&r->geo);
+    uint64_t bytes = spk_move_bytes(&r->geo);
     for (uint32_t k = r->src0; k < r->src0 + r->nsrc && rc == SPK_OK; k++) {
       const spk_rsrc *s = &plan->rsrcs[k];
       int sn = node_of[s->rank];
@@ -170,7 +163,7 @@ static int cut_moves(const spk_plan *plan, const int *node_of, spk_cut *cut,
   for (size_t i = 0; i < plan->nmoves && rc == SPK_OK; i++) {
     const spk_move *m = &plan->moves[i], *f = m;
     int sn = node_of[m->src_rank], dn = node_of[m->dst_rank];
-    uint64_t bytes = geo_bytes(m);
+    uint64_t bytes = spk_move_bytes(m);
     spk_piece p = {SPK_PIECE_MOVE, (uint32_t)i, 0};
     if (sn != dn && (sn == cut->self || dn == cut->self))
       f = span_first(&seen, plan, node_of, i);

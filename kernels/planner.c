@@ -92,13 +92,6 @@ int spk_args_check(const spk_op_args *a, int world, int rank, spk_err *err) {
   return spk_op_row_get(a->op)->check(a, world, rank, err);
 }
 
-static uint64_t block_bytes(const spk_move *m) {
-  uint64_t n = 1;
-  for (int i = 0; i < m->nd; i++)
-    n *= m->len[i];
-  return n;
-}
-
 /* The input bytes a plan touches, for its stream_bytes test: its reads of
  * inputs, counting a byte read twice once (an all_gather reads every
  * input w times) and none that no step reads (a split's rank reads 1/w of
@@ -117,11 +110,11 @@ static uint64_t input_bytes(const spk_op_args *const *args, int world,
   }
   for (size_t i = 0; i < plan->nmoves; i++)
     if (plan->moves[i].src_t == SPK_T_IN)
-      reads += block_bytes(&plan->moves[i]);
+      reads += spk_move_bytes(&plan->moves[i]);
   for (size_t i = 0; i < plan->nreduces; i++)
     for (uint32_t k = 0; k < plan->reduces[i].nsrc; k++)
       if (plan->rsrcs[plan->reduces[i].src0 + k].t == SPK_T_IN)
-        reads += block_bytes(&plan->reduces[i].geo);
+        reads += spk_move_bytes(&plan->reduces[i].geo);
   return reads < held ? reads : held;
 }
 
