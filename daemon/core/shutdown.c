@@ -1,4 +1,7 @@
 /* Orderly stop of the daemon (SIGTERM/SIGINT). */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -83,6 +86,16 @@ static void on_grace(uv_timer_t *t) {
   uv_stop(ctx->loop);
 }
 
+/* Closing the signal handles gives SIGTERM and SIGINT back their default
+ * action, and one that came now would kill a daemon that is already
+ * stopping, with a signal for its exit status: systemd's stop racing a
+ * drain's own exit, or a second Ctrl-C. The stop goes on instead. */
+static void ignore_stop_signals(spd_ctx *ctx) {
+  if (signal(SIGTERM, SIG_IGN) == SIG_ERR || signal(SIGINT, SIG_IGN) == SIG_ERR)
+    SPD_WARN(&ctx->log, "signal(SIGTERM/SIGINT, SIG_IGN) while stopping "
+             "failed: %s", strerror(errno));
+}
+
 /* Every running op has finished: close the clients (their queued replies
  * are flushed first), the mover and the signal handles; the loop ends.
  * A client that does not read could hold the flush forever: a grace
@@ -110,4 +123,5 @@ void spd_shutdown_continue(spd_ctx *ctx) {
   ctx->reaper.data = NULL;
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
+  ignore_stop_signals(ctx);
 }
