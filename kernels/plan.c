@@ -180,6 +180,11 @@ uint64_t spk_move_units(const spk_move *m) {
   return m->len[0];
 }
 
+int spk_plan_streams(const spk_plan *plan) {
+  return plan->stream_bytes != 0 &&
+         plan->bytes + plan->in_bytes >= plan->stream_bytes;
+}
+
 uint64_t spk_move_bytes(const spk_move *m) {
   uint64_t n = 1;
   for (int i = 0; i < m->nd; i++)

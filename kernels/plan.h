@@ -69,7 +69,7 @@ typedef struct {
    * 1.4x faster (19 vs 13.5 GB/s for 32 MiB on the development VM).
    * Below, inputs and outputs may all be in the cache when the op comes
    * again, and streaming would send every byte to memory (2 ranks' 8 MiB
-   * all_gather, 24 MiB touched: about 1.8x slower streamed on the same VM,
+   * all_gather, 24 MiB touched: about 1.7x slower streamed on the same VM,
    * docs/performance.md). The daemon sets it to its stream_bytes (the
    * last-level cache's size by default), the fast path to the segment's
    * copy of it; SPK_STREAM_BYTES until then. */
@@ -140,6 +140,8 @@ int spk_plan_add_reduce(spk_plan *plan, const spk_block_end *dst,
 uint64_t spk_move_units(const spk_move *m);
 /* Bytes a move (or a reduce step's geometry) writes. */
 uint64_t spk_move_bytes(const spk_move *m);
+/* Whether the plan's copies stream past the cache (stream_bytes). */
+int spk_plan_streams(const spk_plan *plan);
 
 /* Execute units [u0, u1) of m; src and dst are the base addresses of the
  * source and destination tensors (offsets are added here). A plain copy:

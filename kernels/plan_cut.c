@@ -42,8 +42,9 @@ static int cut_alloc(spk_cut *cut, const spk_plan *plan, int nnodes,
     cut->local[ph].dtype = plan->dtype;
     cut->local[ph].scale = plan->scale;
     cut->local[ph].red_op = plan->red_op;
-    cut->local[ph].stream_bytes = plan->stream_bytes;
-    cut->local[ph].in_bytes = plan->in_bytes;
+    /* The node's plan decides once: a phase's own bytes are a part of
+     * what the node touches. 1: every copy streams; 0: none. */
+    cut->local[ph].stream_bytes = (uint64_t)spk_plan_streams(plan);
   }
   cut->proxy = calloc((size_t)plan->world * SPK_T_COUNT, 1);
   if (cut->send[0] && cut->send[1] && cut->recv[0] && cut->recv[1] &&

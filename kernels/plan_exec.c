@@ -128,9 +128,7 @@ void spk_move_run(const spk_move *m, const uint8_t *src, uint8_t *dst,
 void spk_move_exec(const spk_plan *plan, const spk_move *m,
                    uint8_t *const *bases, uint64_t u0, uint64_t u1) {
   move_ctx c = {m, plan->scale, plan->dtype, plan->world,
-                spk_dtype_size(plan->dtype),
-                plan->stream_bytes != 0 &&
-                    plan->bytes + plan->in_bytes >= plan->stream_bytes};
+                spk_dtype_size(plan->dtype), spk_plan_streams(plan)};
   const uint8_t *src = bases[m->src_rank * SPK_T_COUNT + m->src_t];
   uint8_t *dst = bases[m->dst_rank * SPK_T_COUNT + m->dst_t];
   move_rows(&c, 0, src + m->src_off, dst + m->dst_off, u0, u1);

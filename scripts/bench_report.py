@@ -44,7 +44,7 @@ def load(out):
                 if r.get("source") == name:
                     src[name][(r["op"], int(r["ranks"]),
                                int(r["size_bytes"]))] = r
-    # spcoll's second round of the small and mid sizes (bench_run.sh), run
+    # spcoll's second round, up to BENCH_AGAIN_BYTES (bench_run.sh), run
     # after the baselines: the better of its two rounds stands against the
     # better of Open MPI's two runs (plain and tuned), so neither side is
     # timed in only one of the VM's states while the other gets two.

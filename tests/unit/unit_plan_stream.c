@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_cut.h"
 #include "plan_testlib.h"
 
 /* all_gather of w ranks' uint8 inputs of n bytes along dim 1 of [2, n]:
@@ -131,9 +132,53 @@ START_TEST(in_bytes_count_reads) {
 }
 END_TEST
 
+/* A node's part of a plan across nodes runs as two local plans (before
+ * and after the streams between nodes): each takes the decision of the
+ * node's plan, which its own bytes, a share of the node's, cannot make.
+ * 4 ranks on 2 nodes gathering 8 MiB each: node 0 touches 16 MiB of
+ * inputs and 64 MiB of outputs (80), its second phase writes 48 MiB: with
+ * stream_bytes 72 MiB the node's copies stream, all of them; with 96,
+ * none. */
+START_TEST(node_parts_stream_as_their_plan) {
+  enum { W = 4 };
+  int64_t n = 8 << 20;
+  spk_op_args a[W];
+  const spk_op_args *argp[W];
+  for (int r = 0; r < W; r++) {
+    memset(&a[r], 0, sizeof(a[r]));
+    a[r].op = SPK_OP_ALL_GATHER, a[r].dtype = SPK_U8;
+    a[r].in = (spk_shape){1, {n}};
+    a[r].out = (spk_shape){1, {n * W}};
+    a[r].ndims = 1, a[r].dims[0] = 0;
+    argp[r] = &a[r];
+  }
+  int node_of[W] = {0, 0, 1, 1};
+  uint8_t mine[W] = {1, 1, 0, 0};
+  const uint64_t sbs[2] = {(uint64_t)72 << 20, (uint64_t)96 << 20};
+  for (int i = 0; i < 2; i++) {
+    spk_plan plan;
+    spk_cut cut;
+    spk_err err;
+    spk_plan_init(&plan, W);
+    plan.stream_bytes = sbs[i];
+    ck_assert_int_eq(spk_plan_part(&plan, mine, &err), SPK_OK);
+    ck_assert_int_eq(spk_plan_build(argp, W, &plan, &err), SPK_OK);
+    ck_assert_int_eq(spk_plan_cut(&plan, node_of, 2, 0, &cut, &err), SPK_OK);
+    ck_assert_int_eq(spk_plan_streams(&plan), i == 0);
+    ck_assert_uint_eq(cut.local[1].bytes, (uint64_t)48 << 20);
+    for (int ph = 0; ph < 2; ph++)
+      if (cut.local[ph].bytes > 0)
+        ck_assert_int_eq(spk_plan_streams(&cut.local[ph]), i == 0);
+    spk_cut_free(&cut);
+    spk_plan_free(&plan);
+  }
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {large_gathers_are_exact,
                           small_streamed_gathers_are_exact, single_large_move,
-                          in_bytes_count_reads};
+                          in_bytes_count_reads,
+                          node_parts_stream_as_their_plan};
   return ptl_run_suite("plan_stream", 60, tests, PTL_LEN(tests));
 }
