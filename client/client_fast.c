@@ -17,9 +17,12 @@
  *
  * Each op costs as few hand-offs of cache lines between cores as we could
  * make it (docs/performance.md): a repeated op publishes one line of its
- * descriptor; small ops alternate halves of the staging, so a rank fills
- * its input without waiting while the others read the last op's; and a
- * rank says it is done with an op by its next publish.
+ * descriptor; inputs of up to 16 bytes travel in the line the others
+ * poll, and of up to 112 in lines tagged with their op, which the others
+ * poll instead for a repeat (client_fast_lines.c); small ops alternate
+ * halves of the staging, so a rank fills its input without waiting while
+ * the others read the last op's; and a rank says it is done with an op by
+ * its next publish.
  *
  * Waits spin briefly, then yield, then sleep on the segment's futex word;
  * the daemon marks the segment broken (and wakes everyone) when the group
@@ -258,7 +261,10 @@ static int plan_get(spc_group *g, int repeat) {
   for (int r = 0; r < g->world; r++) {
     f->small[r] = fits_half(f, &f->planned[r]);
     f->tiny[r] = fits_inline(&f->planned[r]);
+    f->lines[r] = spc__fast_lines_of(spc__fast_desc_bytes(
+        &f->planned[r], f->planned[r].in_ndim, f->planned[r].in_shape));
   }
+  f->lines_polled = f->lines[g->rank];
   spk_plan_free(&f->plan);
   spk_plan_init(&f->plan, g->world);
   /* Any value only changes how bytes are copied, never which. */
@@ -366,8 +372,11 @@ static int stage_in(spc_group *g, const spc_tensor *in) {
     if (rc < 0)
       return rc;
   }
-  memcpy(spc__fast_stage(f, g->rank, SPK_T_IN, s), spc_tensor_data(in),
-         spc__fast_tensor_bytes(in));
+  if (f->lines[g->rank])
+    spc__fast_lines_put(f, s, spc_tensor_data(in), spc__fast_tensor_bytes(in));
+  else
+    memcpy(spc__fast_stage(f, g->rank, SPK_T_IN, s), spc_tensor_data(in),
+           spc__fast_tensor_bytes(in));
   return SPC_OK;
 }
 
@@ -381,11 +390,13 @@ static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
   memset(&d, 0, sizeof(d));
   d.eligible = 1;
   spc__fast_desc_fill(&d, g, op, in, out);
+  f->lines[g->rank] = 0; /* until its input is staged in them */
   if (d.eligible && spc__fast_map_want(g, in, out)) {
     spc__fast_where_fill(&d.where, in, out);
   } else if (d.eligible) {
     f->small[g->rank] = (uint8_t)fits_half(f, &d);
     f->tiny[g->rank] = fits_inline(&d);
+    f->lines[g->rank] = spc__fast_lines_of(spc__fast_tensor_bytes(in));
     if ((rc = stage_in(g, in)) < 0)
       return rc;
   }
@@ -401,6 +412,7 @@ static int publish_again(spc_group *g, const spc_tensor *in) {
   spc_fast *f = g->fast;
   f->small[g->rank] = f->again.small;
   f->tiny[g->rank] = f->again.tiny;
+  f->lines[g->rank] = f->again.lines;
   int rc = stage_in(g, in);
   return rc < 0 ? rc : spc__fast_desc_republish(g, &f->again.d);
 }

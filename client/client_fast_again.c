@@ -61,6 +61,7 @@ void spc__fast_again_keep(spc_group *g, const spc_op *op, const spc_tensor *in,
   k->cap = f->cap;
   k->small = f->small[g->rank];
   k->tiny = f->tiny[g->rank];
+  k->lines = f->lines[g->rank];
   int n = list_len(g, op->sizes, op->nsizes);
   int n2 = list_len(g, op->sizes2, op->nsizes2);
   if (n > 0)

@@ -148,6 +148,14 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
   for (int r = 0; r < world; r++) {
     const spk_fseg_rank *a = spc__fast_rank(f, r);
     const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
+    /* Its lines say that s is its op of the plan again, staged in them
+     * (client_fast_lines.c): nothing else of r need be read. */
+    if (spc__fast_lines_state(f, r, s) == SPC_LINES_READY) {
+      f->inplace[r] = 0;
+      f->descs[r].repeat = 1;
+      all &= f->in_stage[r];
+      continue;
+    }
     f->inplace[r] = __atomic_load_n(&a->mapped, __ATOMIC_RELAXED) == s;
     /* A repeat's descriptor is f->planned[r] (plan_get copies it), and
      * only the first line of its slot was written. `repeated` says so
@@ -190,6 +198,7 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   if (d->repeat && d->where.mapped)
     slot->where = d->where;
   f->seq = s;
+  spc__fast_lines_tag(f, g->rank, s, d->repeat);
   if (d->repeat)
     __atomic_store_n(&me->repeated, s, __ATOMIC_RELAXED);
   if (d->where.mapped)

@@ -28,14 +28,14 @@ typedef struct {
 
 /* The last repeat this rank published and the call it came from
  * (client_fast_again.c), with what its descriptor depended on: cap as it
- * was, and this rank's small and tiny. */
+ * was, and this rank's small, tiny and lines. */
 typedef struct {
   int ok;
   spc_op op;
   spc_tensor in, out;
   int64_t sizes[SPK_FSEG_MAXLIST], sizes2[SPK_FSEG_MAXLIST];
   int cap;
-  uint8_t small, tiny;
+  uint8_t small, tiny, lines;
   spk_fseg_desc d;
 } spc_fast_again;
 
@@ -66,6 +66,16 @@ typedef struct spc_fast {
    * is inline (kernels/fast_seg.h: a small op's half of its own). */
   uint8_t small[SPK_FSEG_MAXWORLD];
   uint8_t tiny[SPK_FSEG_MAXWORLD];
+  /* Per rank, the tagged lines its input takes (0: none; see
+   * client_fast_lines.c), as small and tiny, and where this rank gathers
+   * it to be read; the lines this rank's input of f->plan takes, which the
+   * others poll. This rank's op being published: once its input is
+   * staged (lines_put = s), where that input is. */
+  uint8_t lines[SPK_FSEG_MAXWORLD];
+  uint8_t lines_polled;
+  uint64_t lines_put;
+  const void *lines_src;
+  uint64_t lines_bytes;
   int over;                     /* more ranks than the node has CPUs */
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
@@ -97,6 +107,8 @@ typedef struct spc_fast {
    * f->plan lies within its staging. */
   uint8_t inplace[SPK_FSEG_MAXWORLD];
   uint8_t in_stage[SPK_FSEG_MAXWORLD];
+  uint8_t gathered[SPK_FSEG_MAXWORLD][SPK_FSEG_LINED]
+      __attribute__((aligned(64)));
 } spc_fast;
 
 /* Where a rank's counter lives in its area of the segment. */
@@ -112,6 +124,8 @@ static inline uint8_t *spc__fast_stage(const spc_fast *f, int r, int t,
                                        uint64_t s) {
   if (t == SPK_T_IN && f->tiny[r])
     return spc__fast_rank(f, r)->inl[s & 1];
+  if (t == SPK_T_IN && f->lines[r])
+    return (uint8_t *)f->gathered[r];
   return spk_fseg_stage_of(f->hdr, f->stage, r, t) +
          (f->small[r] ? (s & 1) * f->half : 0);
 }
@@ -177,6 +191,38 @@ void spc__fast_consumed(spc_group *g, uint64_t s);
 /* Take the next sequence number and publish d, whose `repeat` is
  * decided (a kept repeat: spc__fast_again), under it. */
 int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d);
+
+/* ---- client_fast_lines.c ---- */
+
+/* The tagged lines an input of `bytes` takes; 0 when it takes none. */
+uint8_t spc__fast_lines_of(uint64_t bytes);
+/* This rank's input of op s (f->lines[me] lines) is at src: it goes into
+ * the lines with their tags when s is published (spc__fast_lines_tag),
+ * which says whether s is a repeat. */
+void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
+                         uint64_t bytes);
+void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat);
+/* Rank r's input of op s, from its lines into f->gathered[r]. */
+void spc__fast_lines_get(spc_fast *f, int r, uint64_t s);
+
+/* Whether rank r's lines show its input of op s, a repeat of its op in
+ * f->plan (READY); do not show it yet (NOT_YET); or say nothing of s that
+ * its polled line would not say better (ASK: r takes no lines in the
+ * plan, or op s is not a repeat in lines). The owner tags its lines in
+ * order, each with a release store, so the last one's tag says that the
+ * others are written too: a reader polls that one alone. */
+enum { SPC_LINES_NOT_YET, SPC_LINES_READY, SPC_LINES_ASK };
+static inline int spc__fast_lines_state(const spc_fast *f, int r,
+                                        uint64_t s) {
+  int n = f->plan_ok ? f->lines[r] : 0;
+  if (n == 0)
+    return SPC_LINES_ASK;
+  const spk_fseg_line *l = &spc__fast_rank(f, r)->lines[s & 1][n - 1];
+  uint64_t tag = __atomic_load_n(&l->tag, __ATOMIC_ACQUIRE);
+  return tag == (s << 1 | 1) ? SPC_LINES_READY
+         : tag == s << 1     ? SPC_LINES_ASK
+                             : SPC_LINES_NOT_YET;
+}
 
 /* ---- client_fast_again.c ---- */
 

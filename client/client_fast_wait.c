@@ -76,12 +76,32 @@ void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
   wake(h);
 }
 
-int spc__fast_all_at_least(const spc_fast *f, int world, size_t field,
-                           uint64_t v) {
+/* Rank r published op v: its lines say so, for a repeat in lines, or
+ * its polled line does. `peek`: while the lines say it is not yet, the
+ * polled line is not read: reading it would take it from its writer,
+ * which the next publish must take back. */
+static int published(const spc_fast *f, int r, uint64_t v, int peek) {
+  int st = spc__fast_lines_state(f, r, v);
+  if (st == SPC_LINES_READY)
+    return 1;
+  if (st == SPC_LINES_NOT_YET && peek)
+    return 0;
+  return spk_fseg_said(spc__fast_rank(f, r), FIELD(published)) >= v;
+}
+
+static int all_at(const spc_fast *f, int world, size_t field, uint64_t v,
+                  int peek) {
   for (int r = 0; r < world; r++)
-    if (spk_fseg_said(spc__fast_rank(f, r), field) < v)
+    if (field == FIELD(published) ? !published(f, r, v, peek)
+                                  : spk_fseg_said(spc__fast_rank(f, r),
+                                                  field) < v)
       return 0;
   return 1;
+}
+
+int spc__fast_all_at_least(const spc_fast *f, int world, size_t field,
+                           uint64_t v) {
+  return all_at(f, world, field, v, 0);
 }
 
 void spc__fast_flush(spc_group *g) {
@@ -121,7 +141,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v);
 /* The daemon's watchdog sees which ranks wait (see group_seg.c). */
 int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
-  if (spc__fast_all_at_least(g->fast, g->world, field, v))
+  if (all_at(g->fast, g->world, field, v, 1))
     return SPC_OK;
   /* Others may wait for this rank to be done as this one waits for them:
    * say so before waiting (see pending). */
@@ -192,7 +212,9 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   f->relocate = 0;
   f->waits++;
   for (unsigned i = 0;; i++) {
-    if (spc__fast_all_at_least(f, g->world, field, v)) {
+    /* While spinning, the polled line of a rank whose input of the plan
+     * travels in lines is read one poll in 16 (see published()). */
+    if (all_at(f, g->world, field, v, yields == 0 && (i & 15) != 15)) {
       adapt(f, shared);
       relocate_next(f, shared);
       return SPC_OK;

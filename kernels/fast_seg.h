@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 6u
+#define SPK_FSEG_VERSION 7u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -31,6 +31,13 @@
 #define SPK_FSEG_MSG 400
 /* Inputs of at most this many bytes travel in the polled line. */
 #define SPK_FSEG_INLINE 16
+/* Inputs above SPK_FSEG_INLINE and up to SPK_FSEG_LINES lines of
+ * SPK_FSEG_LINE_DATA bytes travel in tagged lines (spk_fseg_line). Three
+ * lines measured no faster than staging, four and more slower
+ * (docs/performance.md). */
+#define SPK_FSEG_LINES 2
+#define SPK_FSEG_LINE_DATA 56
+#define SPK_FSEG_LINED (SPK_FSEG_LINES * SPK_FSEG_LINE_DATA)
 /* Latency histogram buckets: bucket i counts ops of < 2^i microseconds
  * (the last one takes the rest), as the daemon's op stats do. */
 #define SPK_FSEG_HIST 31
@@ -99,6 +106,18 @@ typedef struct {
   uint64_t in_place;       /* of count: some rank's op was read in place */
 } spk_fseg_counters;
 
+/* A cache line of a small input with the op it belongs to, so that a
+ * reader polling it gets both in one hand-off, as NCCL's LL128 protocol
+ * does: the owner writes the data, then `tag`, (s << 1) | repeat, with a
+ * release store; on a coherent cache a line that shows the tag holds the
+ * data stored before it. A reader of a repeated op polls these lines of
+ * each other rank instead of its polled line and then its staging, which
+ * are two hand-offs one after the other (client_fast_lines.c). */
+typedef struct {
+  uint8_t data[SPK_FSEG_LINE_DATA];
+  uint64_t tag;
+} __attribute__((aligned(64))) spk_fseg_line;
+
 typedef struct {
   /* The line the other ranks poll: the seq of the last descriptor this
    * rank published; = published when that descriptor is a repeat (its
@@ -106,7 +125,8 @@ typedef struct {
    * / an op read in this rank's own buffers (its descriptor's `where`);
    * bumped by every publish (the daemon's watchdog sees the group move);
    * and the input of an op of at most SPK_FSEG_INLINE bytes, in the half
-   * of its seq's parity: a reader finds it in the line it polled. */
+   * of its seq's parity: a reader finds it in the line it polled. A
+   * reader of a repeat whose input is in `lines` polls those instead. */
   uint64_t published;
   uint64_t repeated;
   uint64_t mapped;
@@ -141,6 +161,9 @@ typedef struct {
    * on the socket stays the answer. */
   uint64_t answered;
   uint8_t pad2[112];
+  /* A small input (see spk_fseg_line), in the lines of its seq's parity:
+   * a rank may write op s + 1's while the others still read op s's. */
+  spk_fseg_line lines[2][SPK_FSEG_LINES];
   spk_fseg_ident id;
   spk_fseg_counters counters[SPK_OP_COUNT];
   spk_fseg_desc ring[SPK_FSEG_RING];
@@ -150,6 +173,10 @@ _Static_assert(offsetof(spk_fseg_rank, consumed) == 64,
                "the polled words and inline inputs fill one cache line");
 _Static_assert(offsetof(spk_fseg_rank, waiting) == 128,
                "the words the ranks wait on fill one pair of cache lines");
+_Static_assert(sizeof(spk_fseg_line) == 64 &&
+                   offsetof(spk_fseg_rank, lines) % 128 == 0 &&
+                   sizeof(((spk_fseg_rank *)0)->lines[0]) % 128 == 0,
+               "each parity's lines fill their own pairs of cache lines");
 
 typedef struct spk_fseg_hdr {
   uint32_t magic, version;

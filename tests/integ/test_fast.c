@@ -163,6 +163,55 @@ START_TEST(repeated_ops) {
 }
 END_TEST
 
+/* Inputs of 17 to 112 bytes travel in tagged lines, which a reader of a
+ * repeated op polls instead of the line every rank polls
+ * (client_fast_lines.c). Here ops go in and out of lines: repeats of one
+ * line and of two; ops of the same input bytes but another kind in turn
+ * (the same lines, never a repeat); inline and staged inputs between
+ * them; the daemon's path (too big, and async) between repeats; and a
+ * gather whose ranks' inputs are inline, in one line, in two or staged,
+ * by rank, repeated. Twice over, every result checked. */
+typedef struct {
+  char kind; /* r: all_reduce, a: async all_reduce, g: all_gather, u: the
+              * gather of 4 + 6 rank floats */
+  int64_t n;
+  int times;
+} lines_op;
+
+static const lines_op lines_seq[] = {
+    {'r', 10, 6},  {'r', 20, 6},  {'g', 10, 1}, {'r', 10, 1},
+    {'g', 10, 1},  {'r', 10, 1},  {'r', 4, 3},  {'r', 10, 3},
+    {'r', 40, 3},  {'r', 20, 3},  {'r', BIG, 1}, {'r', 20, 3},
+    {'a', 20, 1},  {'r', 20, 3},  {'u', 0, 8},  {'r', 10, 5},
+};
+
+static int lines_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w, 0) < 0)
+    return 1;
+  int bad = 0, step = 0;
+  size_t nops = sizeof(lines_seq) / sizeof(lines_seq[0]);
+  for (size_t i = 0; i < 2 * nops && !bad; i++) {
+    const lines_op *o = &lines_seq[i % nops];
+    for (int t = 0; t < o->times && !bad; t++, step++)
+      bad = o->kind == 'g'   ? spt_rk_gather_once(&k, rank, w, o->n, 0, 1, step)
+            : o->kind == 'u' ? spt_rk_gather_once(&k, rank, w, 4, 6, 1, step)
+                             : spt_rk_reduce_once(&k, rank, w, (size_t)o->n,
+                                                  step, o->kind == 'a');
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(tagged_lines) {
+  static const int ws[] = {2, 3, 8};
+  for (int i = 0; i < 3; i++) {
+    snprintf(sh->group, sizeof(sh->group), "lines%d", ws[i]);
+    ck_assert_int_eq(spt_run_ranks(ws[i], lines_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
 /* The same call again publishes the descriptor it published last
  * (client_fast_again.c) only while it is still the op of the plan. Here
  * every call of all_to_all_v names the same tensors and the same list
@@ -592,6 +641,7 @@ int main(void) {
   tcase_add_test(tc, mixed_sequences);
   tcase_add_test(tc, halves_and_whole);
   tcase_add_test(tc, repeated_ops);
+  tcase_add_test(tc, tagged_lines);
   tcase_add_test(tc, same_call_other_lists);
   tcase_add_test(tc, scribbled_header_hurts_no_daemon);
   tcase_add_test(tc, stats_exact_and_disagreement);

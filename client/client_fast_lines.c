@@ -1,0 +1,61 @@
+/* Small inputs in tagged lines (kernels/fast_seg.h, spk_fseg_line).
+ *
+ * An input in the rank's staging area costs a reader two hand-offs of
+ * cache lines, one after the other: the polled line that says op s is
+ * published, then the staging it reads. An input in one tagged line
+ * costs one for a repeated op: the reader polls the owner's last line,
+ * which says that the op is the repeat it planned for and holds the input
+ * (with the line before it, for two: a second hand-off, but sooner).
+ * docs/performance.md has the numbers: 2 ranks, 32 B inputs, 0.16-0.17
+ * us an op instead of 0.20-0.22.
+ *
+ * A reader copies the lines' data into its own memory (gathered) for the
+ * plan's steps, which read an input as contiguous bytes. The owner reuses
+ * the lines of a parity under the staging's rules (client_fast.c,
+ * stage_in): once every rank is done with the op that last used them. */
+#include <string.h>
+
+#include "client_fast_internal.h"
+
+uint8_t spc__fast_lines_of(uint64_t bytes) {
+  if (bytes <= SPK_FSEG_INLINE || bytes > SPK_FSEG_LINED)
+    return 0;
+  return (uint8_t)((bytes + SPK_FSEG_LINE_DATA - 1) / SPK_FSEG_LINE_DATA);
+}
+
+void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
+                         uint64_t bytes) {
+  f->lines_src = src;
+  f->lines_bytes = bytes;
+  f->lines_put = s;
+}
+
+/* Each line's data, then its tag, line after line: a line is written
+ * while this rank owns it, and the readers polling the last one take it
+ * once. An op that is no repeat in lines still tags the line the readers
+ * of f->plan poll (its last line for this rank), so that they look at the
+ * polled line at once. Nobody reads the lines of s's parity any more:
+ * they were op s - 2's, which every rank finished before it published
+ * s - 1, and this rank saw that, or waited for it in stage_in. */
+void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat) {
+  spk_fseg_line *l = spc__fast_rank(f, me)->lines[s & 1];
+  int n = f->lines_put == s ? f->lines[me] : 0;
+  uint64_t tag = s << 1 | (n > 0 && repeat);
+  const uint8_t *p = f->lines_src;
+  for (int i = 0; i < n; i++) {
+    uint64_t o = (uint64_t)i * SPK_FSEG_LINE_DATA;
+    uint64_t k = f->lines_bytes - o;
+    memcpy(l[i].data, p + o, k < SPK_FSEG_LINE_DATA ? k : SPK_FSEG_LINE_DATA);
+    __atomic_store_n(&l[i].tag, tag, __ATOMIC_RELEASE);
+  }
+  int polled = f->plan_ok ? f->lines_polled : 0;
+  if (polled > n)
+    __atomic_store_n(&l[polled - 1].tag, s << 1, __ATOMIC_RELEASE);
+}
+
+void spc__fast_lines_get(spc_fast *f, int r, uint64_t s) {
+  const spk_fseg_line *l = spc__fast_rank(f, r)->lines[s & 1];
+  for (int i = 0; i < f->lines[r]; i++)
+    memcpy(f->gathered[r] + (size_t)i * SPK_FSEG_LINE_DATA, l[i].data,
+           SPK_FSEG_LINE_DATA);
+}
