@@ -50,8 +50,18 @@ size_t bench_next_size(size_t bytes, size_t max_bytes) {
   return bytes * 4 > max_bytes ? max_bytes : bytes * 4;
 }
 
+/* Below 64 KiB, more than `base`, up to 50 times it at 1 KiB and less:
+ * 200 ops of 0.2 us are 40 us of timing, in which one timer tick or
+ * interrupt on either rank moves the mean by 5-10% (docs/performance.md).
+ * Every C benchmark and Open MPI's baseline count alike. */
+#define ITERS_SMALL ((size_t)64 << 10)
+#define ITERS_SMALL_MAX 50
 int bench_iters(size_t bytes, int base) {
   const size_t mib = (size_t)1 << 20;
+  if (bytes < ITERS_SMALL) {
+    size_t k = ITERS_SMALL / (bytes ? bytes : 1);
+    return base * (int)(k < ITERS_SMALL_MAX ? k : ITERS_SMALL_MAX);
+  }
   if (bytes <= mib)
     return base;
   size_t n = (size_t)base * mib / bytes;
@@ -144,7 +154,7 @@ void bench_csv_header(FILE *f) {
 }
 
 void bench_csv_row(FILE *f, const bench_result *r) {
-  fprintf(f, "%s,%s,%d,%zu,%zu,float,%.2f,%.4f,%.4f,%.2f,%.2f,%d",
+  fprintf(f, "%s,%s,%d,%zu,%zu,float,%.3f,%.4f,%.4f,%.3f,%.3f,%d",
           r->source, bench_op_name(r->op), r->ranks, r->bytes, r->bytes / 4,
           r->us, bench_algbw(r), bench_busbw(r), r->p50_us, r->p99_us,
           r->iters);
@@ -153,8 +163,8 @@ void bench_csv_row(FILE *f, const bench_result *r) {
 void bench_json_row(FILE *f, const bench_result *r) {
   fprintf(f, "{\"source\":\"%s\",\"op\":\"%s\",\"ranks\":%d,"
           "\"size_bytes\":%zu,\"count\":%zu,\"type\":\"float\","
-          "\"time_us\":%.2f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
-          "\"p50_us\":%.2f,\"p99_us\":%.2f,\"iters\":%d", r->source,
+          "\"time_us\":%.3f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,"
+          "\"p50_us\":%.3f,\"p99_us\":%.3f,\"iters\":%d", r->source,
           bench_op_name(r->op), r->ranks, r->bytes, r->bytes / 4, r->us,
           bench_algbw(r), bench_busbw(r), r->p50_us, r->p99_us, r->iters);
 }

@@ -44,10 +44,11 @@ double bench_written(bench_op op, size_t bytes, int world);
  * point when x4 steps over it (8 B .. 512 MiB, 1 GiB). 0 after max. */
 size_t bench_next_size(size_t bytes, size_t max_bytes);
 
-/* Timed iterations at a size: `base` up to 1 MiB, then fewer so a large
- * point costs about as much as a 1 MiB one, never under 3. */
+/* Timed iterations at a size: `base` from 64 KiB to 1 MiB; more below,
+ * up to 50 times as many; fewer above, so a large point costs about as
+ * much as a 1 MiB one, never under 3. */
 int bench_iters(size_t bytes, int base);
-/* Warm-up iterations: 3, or 1 from 64 MiB on (one touches every page). */
+/* Warm-up iterations: about 64 MiB of ops, at most 50000, at least 1. */
 int bench_warmup(size_t bytes);
 
 /* Bytes a run may allocate at one point: $BENCH_MEM_BYTES when set, else

@@ -64,8 +64,9 @@ static int bench_prepare(bench_opts *o, const char *socket) {
     return 1;
   o->sweep.nrows = (int *)(o->sweep.rows + SWEEP_MAXROWS);
   printf("# spcoll-bench: %d ranks, float32, mover threads %d, up to %zu B, "
-         "memory bound %.1f GiB, %d iterations up to 1 MiB (fewer above, at "
-         "least 3), mean time of rank 0; copy_eff = bytes written to all "
+         "memory bound %.1f GiB, %d iterations from 64 KiB to 1 MiB (up to "
+         "50x below, fewer above, at least 3), mean time of rank 0; "
+         "copy_eff = bytes written to all "
          "outputs / time / memcpyT (T = mover threads)\n", o->world,
          o->threads, o->max_bytes, (double)o->sweep.mem_bound / (1 << 30),
          o->iters);

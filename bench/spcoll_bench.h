@@ -14,7 +14,7 @@ typedef struct {
   const char *socket;
   size_t max_bytes;
   size_t mem_bound;     /* bytes all ranks' buffers may take at one point */
-  int iters;            /* timed iterations up to 1 MiB (bench_iters) */
+  int iters;            /* bench_iters' base */
   unsigned ops;         /* bit i: bench_op i is measured */
   int verify;           /* check every output after its timed iterations */
   bench_result *rows;   /* shared with the parent (MAP_SHARED), rank 0's */

@@ -7,7 +7,8 @@
 #   BENCH_RANKS       world sizes                         (2 4 8)
 #   BENCH_MAX_BYTES   largest size; the ladder is 8 B x4 up to it, then it
 #                     (1 GiB); points over the memory bound are skipped
-#   BENCH_ITERS       timed iterations up to 1 MiB, fewer above (200)
+#   BENCH_ITERS       timed iterations from 64 KiB to 1 MiB, up to 50x as
+#                     many below, fewer above (200)
 #   BENCH_LAT_ITERS   round trips per rank in the latency mode (10000)
 #   BENCH_BASELINES   which baselines run: any of mpi gloo ucx (all)
 #   BENCH_GLOO_MAX_BYTES  gloo's largest size (256 MiB: TCP loopback)
