@@ -16,6 +16,9 @@
 #                     the sizes up to this (32 MiB; 0: none): the better of
 #                     its two rounds is set against the better of Open
 #                     MPI's two runs
+#   BENCH_THIRD_BYTES     a third draw of Open MPI (plain) and of spcoll,
+#                     after those, of the sizes up to this (1 MiB; 0: none):
+#                     each side's best of three stands
 #   BENCH_MEM_FRACTION    share of MemAvailable one point may use (0.5)
 #   BENCH_OUT         where results go ($(BUILD)/bench)
 BENCH_RANKS ?= 2 4 8
@@ -25,6 +28,7 @@ BENCH_LAT_ITERS ?= 10000
 BENCH_BASELINES ?= mpi gloo ucx
 BENCH_GLOO_MAX_BYTES ?= 268435456
 BENCH_AGAIN_BYTES ?= 33554432
+BENCH_THIRD_BYTES ?= 1048576
 BENCH_OUT ?= $(BUILD)/bench
 
 BENCH_SRC := bench/spcoll_bench.c bench/bench_sweep.c bench/bench_latency.c \
@@ -52,4 +56,5 @@ bench: deps
 	  BENCH_MAX_BYTES=$(BENCH_MAX_BYTES) BENCH_ITERS=$(BENCH_ITERS) \
 	  BENCH_LAT_ITERS=$(BENCH_LAT_ITERS) BENCH_BASELINES="$(BENCH_BASELINES)" \
 	  BENCH_GLOO_MAX_BYTES=$(BENCH_GLOO_MAX_BYTES) \
-	  BENCH_AGAIN_BYTES=$(BENCH_AGAIN_BYTES) sh scripts/bench_run.sh
+	  BENCH_AGAIN_BYTES=$(BENCH_AGAIN_BYTES) \
+	  BENCH_THIRD_BYTES=$(BENCH_THIRD_BYTES) sh scripts/bench_run.sh

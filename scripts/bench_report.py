@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Merge one `make bench` run: spcoll rows (the better of its two rounds
-where it ran two) next to their same-run baselines
-(Open MPI plain and with glibc's mmap threshold raised, gloo, ucx_perftest)
+"""Merge one `make bench` run: spcoll rows (the best of its rounds where
+it ran more than one) next to their same-run baselines (Open MPI plain,
+with glibc's mmap threshold raised, and plain again for the small sizes;
+gloo, ucx_perftest)
 with the ratio to each, the targets of issue 8 with how far each is from
 them, summary CSV/JSON, and busbw-vs-size PNGs drawn with gnuplot.
 
@@ -37,27 +38,30 @@ def num(row, key):
 
 def load(out):
     """Rows by source, keyed by (op, ranks, size)."""
-    src = {"spcoll": {}, "mpi": {}, "mpi_tuned": {}, "gloo": {}}
+    src = {"spcoll": {}, "mpi": {}, "mpi_tuned": {}, "mpi_third": {},
+           "gloo": {}}
     for name in src:
         for path in glob.glob(os.path.join(out, f"{name}_ranks*.csv")):
             for r in read_csv(path):
                 if r.get("source") == name:
                     src[name][(r["op"], int(r["ranks"]),
                                int(r["size_bytes"]))] = r
-    # spcoll's second round, up to BENCH_AGAIN_BYTES (bench_run.sh), run
-    # after the baselines: the better of its two rounds stands against the
-    # better of Open MPI's two runs (plain and tuned), so neither side is
-    # timed in only one of the VM's states while the other gets two.
-    for path in glob.glob(os.path.join(out, "spcoll_again_ranks*.csv")):
-        for r in read_csv(path):
-            key = (r["op"], int(r["ranks"]), int(r["size_bytes"]))
-            first = src["spcoll"].get(key)
-            t, t1 = num(r, "time_us"), num(first, "time_us")
-            # Only the points of the first round: the better of two.
-            if r.get("source") != "spcoll" or not t or not t1:
-                continue
-            if t < t1:
-                src["spcoll"][key] = dict(r, round="2")
+    # spcoll's second round, up to BENCH_AGAIN_BYTES, and third, up to
+    # BENCH_THIRD_BYTES (bench_run.sh), run after the baselines: the best
+    # of its rounds stands against the best of Open MPI's runs (plain,
+    # tuned, and a third plain one up to BENCH_THIRD_BYTES), so neither side
+    # is timed in fewer of the VM's states than the other.
+    for name, rnd in (("spcoll_again", "2"), ("spcoll_third", "3")):
+        for path in glob.glob(os.path.join(out, f"{name}_ranks*.csv")):
+            for r in read_csv(path):
+                key = (r["op"], int(r["ranks"]), int(r["size_bytes"]))
+                best = src["spcoll"].get(key)
+                t, t1 = num(r, "time_us"), num(best, "time_us")
+                # Only the points of the first round: the best of them.
+                if r.get("source") != "spcoll" or not t or not t1:
+                    continue
+                if t < t1:
+                    src["spcoll"][key] = dict(r, round=rnd)
     ucx = {int(r["size_bytes"]): r for r in
            read_csv(os.path.join(out, "ucx.csv")) if r["op"] == "tag_bw"}
     ucx_lat = [r for r in read_csv(os.path.join(out, "ucx.csv"))
@@ -93,7 +97,8 @@ def merge(src, ucx):
                                                      k[2])):
         s = src["spcoll"][key]
         bus = busbw(s)
-        mpi = [(n, src[n].get(key)) for n in ("mpi", "mpi_tuned")]
+        mpi = [(n, src[n].get(key)) for n in ("mpi", "mpi_tuned",
+                                               "mpi_third")]
         mpi = [(n, r) for n, r in mpi if r is not None]
         best = max(mpi, key=lambda nr: busbw(nr[1]), default=None)
         gloo = src["gloo"].get(key)
@@ -122,6 +127,7 @@ def merge(src, ucx):
         row["x_gloo"] = ratio(bus, row["gloo_busbw_gbs"])
         row["x_ucx"] = ratio(bus, row["ucx_gbs"])
         row["spcoll_round"] = int(s.get("round", "1"))
+        row["mpi_third_busbw_gbs"] = busbw(src["mpi_third"].get(key))
         rows.append(row)
     return rows
 
@@ -143,10 +149,12 @@ def print_tables(rows):
             if r["ranks"] != ranks:
                 continue
             mpi = max([v for v in (r["mpi_busbw_gbs"],
-                                   r["mpi_tuned_busbw_gbs"]) if v is not None],
+                                   r["mpi_tuned_busbw_gbs"],
+                                   r["mpi_third_busbw_gbs"]) if v is not None],
                       default=None)
-            tuned = "*" if r["mpi_best"] == "mpi_tuned" else " "
-            again = "'" if r["spcoll_round"] == 2 else " "
+            tuned = {"mpi_tuned": "*", "mpi_third": '"'}.get(r["mpi_best"],
+                                                          " ")
+            again = {2: "'", 3: '"'}.get(r["spcoll_round"], " ")
             print(f"{r['op']:<15} {r['size_bytes']:11d} "
                   f"{fmt(r['time_us'], '9.1f')}{again} "
                   f"{fmt(r['algbw_gbs'], '8.3f')} "
@@ -161,10 +169,12 @@ def print_tables(rows):
                   f"{fmt(r['x_ucx'], '6.2f')}")
     print("# GB/s = 1e9 B/s; eff = bytes written to all outputs / time / "
           "memcpy at the mover's thread count (memcpyT, GB/s), eff1 the same "
-          "against a one-thread memcpy; mpi is the better of plain Open MPI and Open MPI "
-          "with glibc.malloc.mmap_threshold raised (* when the latter); "
-          "' after spcoll's time: from its second round (the better "
-          "of two up to BENCH_AGAIN_BYTES); "
+          "against a one-thread memcpy; mpi is the best of plain Open MPI, Open MPI "
+          "with glibc.malloc.mmap_threshold raised (* when that) and, up "
+          "to BENCH_THIRD_BYTES, a third plain run (\" when that); "
+          "' or \" after spcoll's time: from its second or third round "
+          "(the best of two up to BENCH_AGAIN_BYTES, of three up to "
+          "BENCH_THIRD_BYTES); "
           "gloo reduce_scatter is all_reduce + own slice (torch 1.13 gloo "
           "has none); ucx is ucx_perftest tag_bw, one direction, TCP "
           "loopback")

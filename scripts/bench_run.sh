@@ -1,7 +1,8 @@
 #!/bin/sh
 # `make bench`: spcoll-bench for every rank count with its same-run
 # baselines (Open MPI plain and with glibc's mmap threshold raised, gloo)
-# and a second spcoll round up to BENCH_AGAIN_BYTES, the latency mode,
+# and a second spcoll round up to BENCH_AGAIN_BYTES, a third of Open MPI
+# and of spcoll up to BENCH_THIRD_BYTES, the latency mode,
 # ucx_perftest, then scripts/bench_report.py's merged table with ratios,
 # targets and PNGs. Everything lands in $BENCH_OUT and
 # the whole output in $BENCH_OUT/bench.log. Knobs: see mk/bench.mk.
@@ -21,6 +22,11 @@ GLOO_MAX=${BENCH_GLOO_MAX_BYTES:-268435456}
 # spcoll too is timed twice, minutes apart, where one run's small points
 # hang on which of the VM's states it drew (docs/performance.md).
 AGAIN=${BENCH_AGAIN_BYTES:-33554432}
+# A third draw for both, Open MPI (plain) then spcoll, of the sizes up to
+# this: the VM's slow states last seconds, a whole op's small points, and
+# two draws each still left a run's verdict on the smallest points to
+# them (docs/performance.md). Below 1 MiB a draw costs seconds.
+THIRD=${BENCH_THIRD_BYTES:-1048576}
 PY=${BENCH_PYTHON:-/usr/bin/python3}   # Debian's, the one with torch
 # Open MPI's reductions malloc a temporary per call; above glibc's mmap
 # threshold each one is a fresh mmap that faults in every page. Raising
@@ -32,6 +38,7 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self
 mkdir -p "$OUT" || exit 1
 [ "$GLOO_MAX" -gt "$MAX" ] && GLOO_MAX=$MAX
 [ "$AGAIN" -gt "$MAX" ] && AGAIN=$MAX
+[ "$THIRD" -gt "$MAX" ] && THIRD=$MAX
 has() { case " $BASELINES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 machine() {
@@ -85,6 +92,21 @@ run() {
         --max-bytes "$AGAIN" --iters "$ITERS" \
         --csv "$OUT/spcoll_again_ranks$n.csv" \
         --json "$OUT/spcoll_again_ranks$n.json" || return 1
+    fi
+    if [ "$THIRD" -ge 8 ]; then
+      if has mpi && [ -x "$BUILD/bin/spcoll-mpi-bench" ] &&
+          command -v mpirun >/dev/null; then
+        echo; echo "== $n ranks: Open MPI, third run up to $THIRD B =="
+        $MPIRUN -np "$n" "$BUILD/bin/spcoll-mpi-bench" --max-bytes "$THIRD" \
+          --iters "$ITERS" --source mpi_third \
+          --csv "$OUT/mpi_third_ranks$n.csv" ||
+          echo "# Open MPI's third run failed at $n ranks"
+      fi
+      echo; echo "== $n ranks: spcoll, third round up to $THIRD B =="
+      "$BUILD/bin/spcoll-bench" --spcolld "$BUILD/bin/spcolld" --ranks "$n" \
+        --max-bytes "$THIRD" --iters "$ITERS" \
+        --csv "$OUT/spcoll_third_ranks$n.csv" \
+        --json "$OUT/spcoll_third_ranks$n.json" || return 1
     fi
   done
   echo; echo "== latency: 8 B round trips between 2 ranks =="
