@@ -51,8 +51,9 @@ size_t bench_next_size(size_t bytes, size_t max_bytes) {
 }
 
 /* Below 64 KiB, more than `base`, up to 50 times it at 1 KiB and less:
- * 200 ops of 0.2 us are 40 us of timing, in which one timer tick or
- * interrupt on either rank moves the mean by 5-10% (docs/performance.md).
+ * 200 ops of 0.2 us are 40 us of timing, in which one interruption of a
+ * few microseconds on either rank would move the mean by 5-10%
+ * (docs/performance.md).
  * Every C benchmark and Open MPI's baseline count alike. */
 #define ITERS_SMALL ((size_t)64 << 10)
 #define ITERS_SMALL_MAX 50

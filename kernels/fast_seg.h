@@ -32,9 +32,9 @@
 /* Inputs of at most this many bytes travel in the polled line. */
 #define SPK_FSEG_INLINE 16
 /* Inputs above SPK_FSEG_INLINE and up to SPK_FSEG_LINES lines of
- * SPK_FSEG_LINE_DATA bytes travel in tagged lines (spk_fseg_line). Three
- * lines measured no faster than staging, four and more slower
- * (docs/performance.md). */
+ * SPK_FSEG_LINE_DATA bytes travel in tagged lines (spk_fseg_line). Two is
+ * the most that never measured behind staging: three and four were
+ * uneven, five behind (docs/performance.md). */
 #define SPK_FSEG_LINES 2
 #define SPK_FSEG_LINE_DATA 56
 #define SPK_FSEG_LINED (SPK_FSEG_LINES * SPK_FSEG_LINE_DATA)

@@ -10,19 +10,28 @@
 #include "plan_cut.h"
 #include "plan_testlib.h"
 
+/* Every rank of w asks for op on uint8 tensors of shapes in and out,
+ * along dim. */
+static void byte_args(spk_op_args *a, const spk_op_args **argp, int w,
+                      spk_op_kind op, spk_shape in, spk_shape out, int dim) {
+  for (int r = 0; r < w; r++) {
+    memset(&a[r], 0, sizeof(a[r]));
+    a[r].op = op, a[r].dtype = SPK_U8;
+    a[r].in = in, a[r].out = out;
+    a[r].ndims = 1, a[r].dims[0] = dim;
+    argp[r] = &a[r];
+  }
+}
+
 /* all_gather of w ranks' uint8 inputs of n bytes along dim 1 of [2, n]:
  * out_r[i][k*n + j] = in_k[i][j]. */
 static void gather_case(int w, int64_t n, uint64_t stream_bytes) {
   spk_op_args a[8];
   const spk_op_args *argp[8];
   uint8_t *in[8], *out[8];
+  byte_args(a, argp, w, SPK_OP_ALL_GATHER, (spk_shape){2, {2, n}},
+            (spk_shape){2, {2, n * w}}, 1);
   for (int r = 0; r < w; r++) {
-    memset(&a[r], 0, sizeof(a[r]));
-    a[r].op = SPK_OP_ALL_GATHER, a[r].dtype = SPK_U8;
-    a[r].in = (spk_shape){2, {2, n}};
-    a[r].out = (spk_shape){2, {2, n * w}};
-    a[r].ndims = 1, a[r].dims[0] = 1;
-    argp[r] = &a[r];
     in[r] = malloc((size_t)(2 * n) + 1) + 1; /* odd address */
     out[r] = malloc((size_t)(2 * n * w));
     ck_assert_ptr_nonnull(in[r] - 1);
@@ -105,14 +114,8 @@ START_TEST(in_bytes_count_reads) {
   int64_t n = 1 << 12;
   spk_op_args a[W];
   const spk_op_args *argp[W];
-  for (int r = 0; r < W; r++) {
-    memset(&a[r], 0, sizeof(a[r]));
-    a[r].op = SPK_OP_SPLIT, a[r].dtype = SPK_U8;
-    a[r].in = (spk_shape){1, {n}};
-    a[r].out = (spk_shape){1, {n / W}};
-    a[r].ndims = 1, a[r].dims[0] = 0;
-    argp[r] = &a[r];
-  }
+  byte_args(a, argp, W, SPK_OP_SPLIT, (spk_shape){1, {n}},
+            (spk_shape){1, {n / W}}, 0);
   spk_plan plan;
   spk_err err;
   spk_plan_init(&plan, W);
@@ -144,14 +147,8 @@ START_TEST(node_parts_stream_as_their_plan) {
   int64_t n = 8 << 20;
   spk_op_args a[W];
   const spk_op_args *argp[W];
-  for (int r = 0; r < W; r++) {
-    memset(&a[r], 0, sizeof(a[r]));
-    a[r].op = SPK_OP_ALL_GATHER, a[r].dtype = SPK_U8;
-    a[r].in = (spk_shape){1, {n}};
-    a[r].out = (spk_shape){1, {n * W}};
-    a[r].ndims = 1, a[r].dims[0] = 0;
-    argp[r] = &a[r];
-  }
+  byte_args(a, argp, W, SPK_OP_ALL_GATHER, (spk_shape){1, {n}},
+            (spk_shape){1, {n * W}}, 0);
   int node_of[W] = {0, 0, 1, 1};
   uint8_t mine[W] = {1, 1, 0, 0};
   const uint64_t sbs[2] = {(uint64_t)72 << 20, (uint64_t)96 << 20};
