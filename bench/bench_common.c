@@ -141,6 +141,17 @@ double bench_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double *bench_times(int n, const char *prog) {
+  double *t = malloc((size_t)n * sizeof(double));
+  if (t == NULL) {
+    fprintf(stderr, "%s: malloc of %d times failed\n", prog, n);
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    t[i] = -1;
+  return t;
+}
+
 double bench_algbw(const bench_result *r) {
   return (double)r->bytes / (r->us * 1e-6) / 1e9;
 }

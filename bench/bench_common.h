@@ -78,6 +78,12 @@ void bench_stats(double *t, int n, double *mean_us, double *p50_us,
 
 double bench_now_s(void);
 
+/* An array for n times, every page of it written: a page's first write
+ * faults (microseconds), and one inside the timed loop stalled the op
+ * after it on every 512th iteration, on both ranks through the one that
+ * waited. NULL, after a message naming prog, when out of memory. */
+double *bench_times(int n, const char *prog);
+
 /* algbw and busbw in GB/s (1e9 bytes per second). */
 double bench_algbw(const bench_result *r);
 double bench_busbw(const bench_result *r);

@@ -89,7 +89,11 @@ static int lat_op(spc_client *c, spc_group *g, const latency_cfg *cfg,
   if (rc != 0)
     fprintf(stderr, "latency rank %d: %s: %s\n", rank, bench_op_name(op),
             spc_last_error(c));
-  spc_buffer_free(b);
+  if (spc_buffer_free(b) < 0) {
+    fprintf(stderr, "latency rank %d: spc_buffer_free: %s\n", rank,
+            spc_last_error(c));
+    rc = 1;
+  }
   return rc != 0;
 }
 

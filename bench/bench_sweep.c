@@ -7,157 +7,25 @@
 
 #include "harness.h"
 #include "spcoll_bench.h"
-
-typedef struct {
-  int nd_in, nd_out;
-  int64_t in[4], out[4];
-  size_t in_bytes, out_bytes;
-  size_t bytes;           /* nccl-tests' size of this point */
-} point_shape;
-
-static size_t numel(const int64_t *s, int nd) {
-  size_t n = 1;
-  for (int i = 0; i < nd; i++)
-    n *= (size_t)s[i];
-  return n;
-}
-
-/* Float32 tensors of op at nccl-tests size `bytes` for w ranks: the
- * output for all-gather, the input for reduce-scatter, the buffer for
- * all-reduce, the per-rank buffer for the all-to-alls. 0 when the size
- * is too small to give every rank an element. */
-static int point_shape_of(bench_op op, size_t bytes, int w, point_shape *p) {
-  int64_t n = (int64_t)(bytes / 4), per = n / w;
-  memset(p, 0, sizeof(*p));
-  p->nd_in = p->nd_out = 1;
-  switch (op) {
-  case BENCH_ALL_GATHER:
-    p->in[0] = per, p->out[0] = per * w;
-    break;
-  case BENCH_ALL_REDUCE:
-    p->in[0] = p->out[0] = n;
-    break;
-  case BENCH_REDUCE_SCATTER:
-    p->in[0] = per * w, p->out[0] = per;
-    break;
-  case BENCH_ALL_TO_ALL: /* [w, n/w] -> [1, n]: row r of every rank */
-    p->nd_in = p->nd_out = 2;
-    p->in[0] = w, p->in[1] = per, p->out[0] = 1, p->out[1] = per * w;
-    break;
-  case BENCH_ULYSSES: /* [b, s/P, h, d] -> [b, s, h/P, d] */
-    if (bench_ulysses_shape(bytes, w, 4, p->in) == 0)
-      return 0;
-    p->nd_in = p->nd_out = 4;
-    p->out[0] = p->in[0], p->out[1] = p->in[1] * w;
-    p->out[2] = p->in[2] / w, p->out[3] = p->in[3];
-    break;
-  default:
-    return 0;
-  }
-  if (per < 1 || n < 1)
-    return 0;
-  p->in_bytes = numel(p->in, p->nd_in) * 4;
-  p->out_bytes = numel(p->out, p->nd_out) * 4;
-  p->bytes = op == BENCH_ALL_GATHER ? p->out_bytes : p->in_bytes;
-  return 1;
-}
-
-/* Element i of rank k's input: small exact values, so sums stay normal
- * floats (no denormal slow path), exact, and the fill is cheap at 1 GiB. */
-static float fill_value(int k, size_t i) {
-  return (float)((i + (size_t)k) & 63);
-}
-
-/* Rank r's output after the timed iterations, element by element against
- * what the op must produce: the numbers are for correct results (and the
- * mover's large-plan paths, streaming stores included, are checked at the
- * sizes that use them). 0 when right; prints the first wrong element. */
-static int verify(bench_op op, const point_shape *ps, const float *y, int r,
-                  int w) {
-  size_t n = ps->out_bytes / 4;
-  size_t per = op == BENCH_ALL_GATHER || op == BENCH_ALL_TO_ALL
-                   ? n / (size_t)w : ps->in_bytes / 4 / (size_t)w;
-  int64_t sl = ps->in[1], h = ps->in[2], d = ps->in[3], hp = h / w;
-  for (size_t i = 0; i < n; i++) {
-    float want = 0;
-    switch (op) {
-    case BENCH_ALL_GATHER: want = fill_value((int)(i / per), i % per); break;
-    case BENCH_ALL_REDUCE:
-      for (int k = 0; k < w; k++)
-        want += fill_value(k, i);
-      break;
-    case BENCH_REDUCE_SCATTER:
-      for (int k = 0; k < w; k++)
-        want += fill_value(k, (size_t)r * per + i);
-      break;
-    case BENCH_ALL_TO_ALL: /* row r of rank i / per's [w, per] input */
-      want = fill_value((int)(i / per), (size_t)r * per + i % per);
-      break;
-    default: { /* y[0, k*sl + s, hh, dd] = x_k[0, s, r*hp + hh, dd] */
-      size_t dd = i % (size_t)d, hh = i / (size_t)d % (size_t)hp;
-      size_t tok = i / (size_t)(d * hp), k = tok / (size_t)sl;
-      size_t s = tok % (size_t)sl;
-      want = fill_value((int)k, (s * (size_t)h + (size_t)r * (size_t)hp + hh) *
-                                    (size_t)d + dd);
-    }
-    }
-    if (y[i] != want) {
-      fprintf(stderr, "bench rank %d: %s at %zu bytes: element %zu is %g, "
-              "not %g\n", r, bench_op_name(op), ps->bytes, i, (double)y[i],
-              (double)want);
-      return 1;
-    }
-  }
-  return 0;
-}
-
-static int run_op(spc_group *g, bench_op op, spc_tensor *in, spc_tensor *out) {
-  switch (op) {
-  case BENCH_ALL_GATHER: return spc_all_gather(g, in, out, 0, NULL);
-  case BENCH_ALL_REDUCE: return spc_all_reduce(g, in, out, SPC_SUM);
-  case BENCH_REDUCE_SCATTER: return spc_reduce_scatter(g, in, out, 0, NULL);
-  case BENCH_ALL_TO_ALL: return spc_all_to_all(g, in, out, 0, 1, 0);
-  default: return spc_all_to_all(g, in, out, 2, 1, 0); /* Ulysses */
-  }
-}
-
-static size_t page_up(size_t n) {
-  return (n + 4095) / 4096 * 4096;
-}
+#include "spcoll_point.h"
 
 /* One point on every rank; rank 0 appends its row. */
 static int sweep_point(spc_client *c, spc_group *g, const sweep_cfg *cfg,
                        bench_op op, const point_shape *ps, int rank, int w) {
-  size_t off = page_up(ps->in_bytes);
-  spc_buffer *b;
-  spc_tensor in, out;
-  if (spc_buffer_alloc(c, off + page_up(ps->out_bytes), &b) < 0) {
-    fprintf(stderr, "bench rank %d: spc_buffer_alloc of %zu bytes: %s\n",
-            rank, off + page_up(ps->out_bytes), spc_last_error(c));
+  spc_point p;
+  if (spc_point_setup(c, ps, rank, &p) != 0)
     return 1;
-  }
-  if (spc_tensor_init(&in, b, 0, SPC_FLOAT32, ps->nd_in, ps->in) < 0 ||
-      spc_tensor_init(&out, b, off, SPC_FLOAT32, ps->nd_out, ps->out) < 0) {
-    fprintf(stderr, "bench rank %d: spc_tensor_init: %s\n", rank,
-            spc_last_error(c));
-    spc_buffer_free(b);
-    return 1;
-  }
-  float *x = spc_tensor_data(&in);
-  for (size_t i = 0; i < ps->in_bytes / 4; i++)
-    x[i] = fill_value(rank, i);
   int iters = bench_iters(ps->bytes, cfg->iters);
   int warmup = bench_warmup(ps->bytes);
-  double *t = malloc((size_t)iters * sizeof(double));
+  double *t = bench_times(iters, "spcoll-bench");
   if (t == NULL) {
-    fprintf(stderr, "bench rank %d: malloc of %d times failed\n", rank, iters);
-    spc_buffer_free(b);
+    spc_point_free(&p);
     return 1;
   }
   int rc = 0;
   for (int i = -warmup; i < iters && rc == 0; i++) {
     double t0 = bench_now_s();
-    rc = run_op(g, op, &in, &out);
+    rc = spc_point_run(g, op, &p);
     if (i >= 0)
       t[i] = bench_now_s() - t0;
   }
@@ -165,14 +33,14 @@ static int sweep_point(spc_client *c, spc_group *g, const sweep_cfg *cfg,
     fprintf(stderr, "bench rank %d: %s at %zu bytes: %s\n", rank,
             bench_op_name(op), ps->bytes, spc_last_error(c));
   else if (cfg->verify)
-    rc = verify(op, ps, spc_tensor_data(&out), rank, w);
+    rc = spc_point_verify(op, &p, rank, w);
   if (rc == 0 && rank == 0 && *cfg->nrows < SWEEP_MAXROWS) {
     bench_result *r = &cfg->rows[(*cfg->nrows)++];
     *r = (bench_result){"spcoll", op, w, ps->bytes, iters, 0, 0, 0};
     bench_stats(t, iters, &r->us, &r->p50_us, &r->p99_us);
   }
   free(t);
-  spc_buffer_free(b);
+  rc |= spc_point_free(&p);
   return rc != 0;
 }
 
@@ -198,8 +66,7 @@ int sweep_rank(int rank, int world, void *arg) {
         continue;
       /* Every rank decides alike: the bound is measured once, before the
        * ranks are forked. */
-      size_t need = (size_t)world * (page_up(ps.in_bytes) +
-                                     page_up(ps.out_bytes));
+      size_t need = point_shape_need(&ps, world);
       if (need > cfg->mem_bound) {
         if (rank == 0)
           printf("# skip %s %zu B: needs %.1f GiB, bound %.1f GiB\n",

@@ -19,6 +19,10 @@
 #   BENCH_THIRD_BYTES     a third draw of Open MPI (plain) and of spcoll,
 #                     after those, of the sizes up to this (1 MiB; 0: none):
 #                     each side's best of three stands
+#   BENCH_PAIR_BYTES  spcoll and Open MPI timed in turn in the same
+#                     processes (spcoll-pair-bench), sizes up to this
+#                     (1 MiB; 0: none): both share the VM's states
+#   BENCH_PAIR_ITERS  its bench_iters base (1000)
 #   BENCH_MEM_FRACTION    share of MemAvailable one point may use (0.5)
 #   BENCH_OUT         where results go ($(BUILD)/bench)
 BENCH_RANKS ?= 2 4 8
@@ -29,10 +33,12 @@ BENCH_BASELINES ?= mpi gloo ucx
 BENCH_GLOO_MAX_BYTES ?= 268435456
 BENCH_AGAIN_BYTES ?= 33554432
 BENCH_THIRD_BYTES ?= 1048576
+BENCH_PAIR_BYTES ?= 1048576
+BENCH_PAIR_ITERS ?= 1000
 BENCH_OUT ?= $(BUILD)/bench
 
-BENCH_SRC := bench/spcoll_bench.c bench/bench_sweep.c bench/bench_latency.c \
-  bench/bench_memcpy.c bench/bench_common.c
+BENCH_SRC := bench/spcoll_bench.c bench/bench_sweep.c bench/spcoll_point.c \
+  bench/bench_latency.c bench/bench_memcpy.c bench/bench_common.c
 MPI_BENCH := $(BUILD)/bin/spcoll-mpi-bench
 MPICC ?= mpicc
 
@@ -42,19 +48,34 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(BUILD)/tests/integ/harness.o $(LIBA)
 
 # The Open MPI baseline needs mpicc (Debian libopenmpi-dev): built by
 # `make bench` only, so `all` never depends on MPI.
-$(MPI_BENCH): bench/mpi_bench.c bench/bench_common.c bench/bench_common.h
+MPI_BENCH_SRC := bench/mpi_bench.c bench/mpi_ops.c bench/bench_common.c
+$(MPI_BENCH): $(MPI_BENCH_SRC) bench/mpi_ops.h bench/bench_common.h
 	@mkdir -p $(dir $@)
 	$(Q)$(MPICC) -std=gnu11 -O2 -g -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ibench \
-	  -o $@ bench/mpi_bench.c bench/bench_common.c
+	  -o $@ $(MPI_BENCH_SRC)
+
+# spcoll and Open MPI in the same processes (bench/pair_bench.c): mpicc
+# with our include paths, linked with the client library.
+PAIR_BENCH := $(BUILD)/bin/spcoll-pair-bench
+PAIR_OBJ := $(BUILD)/bench/mpi/pair_bench.o $(BUILD)/bench/mpi/mpi_ops.o
+$(BUILD)/bench/mpi/%.o: bench/%.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(MPICC) $(CFLAGS_ALL) -Ibench -Itests/integ -MMD -MP -c -o $@ $<
+$(PAIR_BENCH): $(PAIR_OBJ) $(call obj,bench/spcoll_point.c bench/bench_common.c) \
+  $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(MPICC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)if command -v $(MPICC) >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory $(MPI_BENCH); \
+	  $(MAKE) --no-print-directory $(MPI_BENCH) $(PAIR_BENCH); \
 	else echo "# no $(MPICC): the Open MPI baseline is skipped"; fi
 	$(Q)BUILD=$(BUILD) BENCH_OUT=$(BENCH_OUT) BENCH_RANKS="$(BENCH_RANKS)" \
 	  BENCH_MAX_BYTES=$(BENCH_MAX_BYTES) BENCH_ITERS=$(BENCH_ITERS) \
 	  BENCH_LAT_ITERS=$(BENCH_LAT_ITERS) BENCH_BASELINES="$(BENCH_BASELINES)" \
 	  BENCH_GLOO_MAX_BYTES=$(BENCH_GLOO_MAX_BYTES) \
 	  BENCH_AGAIN_BYTES=$(BENCH_AGAIN_BYTES) \
-	  BENCH_THIRD_BYTES=$(BENCH_THIRD_BYTES) sh scripts/bench_run.sh
+	  BENCH_THIRD_BYTES=$(BENCH_THIRD_BYTES) \
+	  BENCH_PAIR_BYTES=$(BENCH_PAIR_BYTES) BENCH_PAIR_ITERS=$(BENCH_PAIR_ITERS) \
+	  sh scripts/bench_run.sh

@@ -3,7 +3,8 @@
 it ran more than one) next to their same-run baselines (Open MPI plain,
 with glibc's mmap threshold raised, and plain again for the small sizes;
 gloo, ucx_perftest)
-with the ratio to each, the targets of issue 8 with how far each is from
+with the ratio to each, the ratio of the paired run (spcoll and Open MPI
+timed in turn in the same processes, up to BENCH_PAIR_BYTES), the targets of issue 8 with how far each is from
 them, summary CSV/JSON, and busbw-vs-size PNGs drawn with gnuplot.
 
 Usage: scripts/bench_report.py OUT_DIR   (what scripts/bench_run.sh wrote)
@@ -39,9 +40,16 @@ def num(row, key):
 def load(out):
     """Rows by source, keyed by (op, ranks, size)."""
     src = {"spcoll": {}, "mpi": {}, "mpi_tuned": {}, "mpi_third": {},
-           "gloo": {}}
+           "gloo": {}, "pair": {}}
     for name in src:
         for path in glob.glob(os.path.join(out, f"{name}_ranks*.csv")):
+            if name == "pair":
+                # Two rows a point: mpi_paired and spcoll_paired.
+                for r in read_csv(path):
+                    src["pair"].setdefault((r["op"], int(r["ranks"]),
+                                            int(r["size_bytes"])),
+                                           {})[r.get("source")] = r
+                continue
             for r in read_csv(path):
                 if r.get("source") == name:
                     src[name][(r["op"], int(r["ranks"]),
@@ -128,6 +136,10 @@ def merge(src, ucx):
         row["x_ucx"] = ratio(bus, row["ucx_gbs"])
         row["spcoll_round"] = int(s.get("round", "1"))
         row["mpi_third_busbw_gbs"] = busbw(src["mpi_third"].get(key))
+        pair = src["pair"].get(key, {})
+        pm, ps = pair.get("mpi_paired"), pair.get("spcoll_paired")
+        row["x_pair"] = ratio(busbw(ps), busbw(pm))
+        row["x_pair_p50"] = ratio(num(pm, "p50_us"), num(ps, "p50_us"))
         rows.append(row)
     return rows
 
@@ -142,7 +154,8 @@ def print_tables(rows):
               f"baseline (x = spcoll busbw / baseline busbw)")
         print(f"{'# op':<15} {'size(B)':>11} {'time(us)':>10} {'algbw':>8} "
               f"{'busbw':>8} {'p50(us)':>9} {'p99(us)':>9} {'eff':>5} "
-              f"{'eff1':>5} {'memcpyT':>7} | {'mpi':>7} {'x_mpi':>6} | "
+              f"{'eff1':>5} {'memcpyT':>7} | {'mpi':>7} {'x_mpi':>6} "
+              f"{'x_pair':>6} | "
               f"{'gloo':>7} "
               f"{'x_gloo':>7} | {'ucx':>7} {'x_ucx':>6}")
         for r in rows:
@@ -163,7 +176,8 @@ def print_tables(rows):
                   f"{fmt(r['copy_efficiency'], '5.2f')} "
                   f"{fmt(r['copy_efficiency_1thr'], '5.2f')} "
                   f"{fmt(r['memcpyT_gbs'], '7.2f')} | {fmt(mpi, '7.3f')}"
-                  f"{tuned}{fmt(r['x_mpi'], '6.2f')} | "
+                  f"{tuned}{fmt(r['x_mpi'], '6.2f')} "
+                  f"{fmt(r['x_pair'], '6.2f')} | "
                   f"{fmt(r['gloo_busbw_gbs'], '7.3f')} "
                   f"{fmt(r['x_gloo'], '7.2f')} | {fmt(r['ucx_gbs'], '7.3f')} "
                   f"{fmt(r['x_ucx'], '6.2f')}")
@@ -175,6 +189,8 @@ def print_tables(rows):
           "' or \" after spcoll's time: from its second or third round "
           "(the best of two up to BENCH_AGAIN_BYTES, of three up to "
           "BENCH_THIRD_BYTES); "
+          "x_pair: spcoll busbw / Open MPI's timed in turn in the same "
+          "processes (spcoll-pair-bench, up to BENCH_PAIR_BYTES); "
           "gloo reduce_scatter is all_reduce + own slice (torch 1.13 gloo "
           "has none); ucx is ucx_perftest tag_bw, one direction, TCP "
           "loopback")
@@ -213,18 +229,27 @@ def targets(rows, lat):
     return out
 
 
-def print_fast_targets(rows, lat):
-    """Issue 18's targets: how many points reach x_mpi, per rank count."""
-    print("\n## Issue 18: points with spcoll busbw >= goal x Open MPI's, "
-          "every size")
+def print_goal(rows, key, what):
+    print(f"  {what}:")
     for ranks in sorted({r["ranks"] for r in rows}):
         goal = 1.0 if ranks <= 4 else 0.5
-        pts = [r for r in rows if r["ranks"] == ranks and r["x_mpi"]]
-        low = [r for r in pts if r["x_mpi"] < goal]
-        print(f"  {ranks} ranks: {len(pts) - len(low)} of {len(pts)} "
-              f">= {goal:g}" + ("" if not low else "; below: " + ", ".join(
-                  f"{r['op']} {r['size_bytes']} B {r['x_mpi']:.2f}"
-                  for r in low)))
+        pts = [r for r in rows if r["ranks"] == ranks and r[key]]
+        low = [r for r in pts if r[key] < goal]
+        if pts:
+            print(f"    {ranks} ranks: {len(pts) - len(low)} of {len(pts)} "
+                  f">= {goal:g}" + ("" if not low else "; below: " +
+                                    ", ".join(f"{r['op']} {r['size_bytes']} "
+                                              f"B {r[key]:.2f}" for r in low)))
+
+
+def print_fast_targets(rows, lat):
+    """Issue 18's targets: how many points reach the goal, per rank count,
+    in separate runs (x_mpi) and in the paired run (x_pair)."""
+    print("\n## Issue 18: points with spcoll busbw >= goal x Open MPI's, "
+          "every size")
+    print_goal(rows, "x_mpi", "separate runs (each side's best draw)")
+    print_goal(rows, "x_pair", "the paired run (both in the same processes, "
+               "in turn; up to BENCH_PAIR_BYTES)")
     for l in lat:
         p50 = num(l, "p50_us")
         print(f"  {l['op']} 8 B p50 {fmt(p50, '.2f')} us (goal <= 2): "

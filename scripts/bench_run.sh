@@ -2,7 +2,8 @@
 # `make bench`: spcoll-bench for every rank count with its same-run
 # baselines (Open MPI plain and with glibc's mmap threshold raised, gloo)
 # and a second spcoll round up to BENCH_AGAIN_BYTES, a third of Open MPI
-# and of spcoll up to BENCH_THIRD_BYTES, the latency mode,
+# and of spcoll up to BENCH_THIRD_BYTES, spcoll and Open MPI in turn in
+# the same processes up to BENCH_PAIR_BYTES, the latency mode,
 # ucx_perftest, then scripts/bench_report.py's merged table with ratios,
 # targets and PNGs. Everything lands in $BENCH_OUT and
 # the whole output in $BENCH_OUT/bench.log. Knobs: see mk/bench.mk.
@@ -27,6 +28,12 @@ AGAIN=${BENCH_AGAIN_BYTES:-33554432}
 # two draws each still left a run's verdict on the smallest points to
 # them (docs/performance.md). Below 1 MiB a draw costs seconds.
 THIRD=${BENCH_THIRD_BYTES:-1048576}
+# spcoll and Open MPI timed in turn in the same processes (spcoll-pair-
+# bench), of the sizes up to this, with this base of iterations: both
+# sides then share each of the VM's states, which separate runs draw each
+# on its own (docs/performance.md). 0: none.
+PAIR=${BENCH_PAIR_BYTES:-1048576}
+PAIR_ITERS=${BENCH_PAIR_ITERS:-1000}
 PY=${BENCH_PYTHON:-/usr/bin/python3}   # Debian's, the one with torch
 # Open MPI's reductions malloc a temporary per call; above glibc's mmap
 # threshold each one is a fresh mmap that faults in every page. Raising
@@ -39,6 +46,7 @@ mkdir -p "$OUT" || exit 1
 [ "$GLOO_MAX" -gt "$MAX" ] && GLOO_MAX=$MAX
 [ "$AGAIN" -gt "$MAX" ] && AGAIN=$MAX
 [ "$THIRD" -gt "$MAX" ] && THIRD=$MAX
+[ "$PAIR" -gt "$MAX" ] && PAIR=$MAX
 has() { case " $BASELINES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 machine() {
@@ -54,7 +62,9 @@ machine() {
   command -v ucx_info >/dev/null && echo "ucx: $(ucx_info -v 2>/dev/null | head -n 1)"
   echo "knobs: BENCH_RANKS='$RANKS' BENCH_MAX_BYTES=$MAX BENCH_ITERS=$ITERS" \
     "BENCH_LAT_ITERS=$LAT_ITERS BENCH_BASELINES='$BASELINES'" \
-    "BENCH_GLOO_MAX_BYTES=$GLOO_MAX BENCH_AGAIN_BYTES=$AGAIN"
+    "BENCH_GLOO_MAX_BYTES=$GLOO_MAX BENCH_AGAIN_BYTES=$AGAIN" \
+    "BENCH_THIRD_BYTES=$THIRD BENCH_PAIR_BYTES=$PAIR" \
+    "BENCH_PAIR_ITERS=$PAIR_ITERS"
 }
 
 run() {
@@ -108,6 +118,19 @@ run() {
         --csv "$OUT/spcoll_third_ranks$n.csv" \
         --json "$OUT/spcoll_third_ranks$n.json" || return 1
     fi
+    if [ "$PAIR" -ge 8 ] && has mpi; then
+      if [ -x "$BUILD/bin/spcoll-pair-bench" ] &&
+          command -v mpirun >/dev/null; then
+        echo; echo "== $n ranks: spcoll and Open MPI in the same processes," \
+          "in turn, up to $PAIR B =="
+        $MPIRUN -np "$n" "$BUILD/bin/spcoll-pair-bench" \
+          --spcolld "$BUILD/bin/spcolld" --max-bytes "$PAIR" \
+          --iters "$PAIR_ITERS" --csv "$OUT/pair_ranks$n.csv" ||
+          echo "# the paired run failed at $n ranks"
+      else
+        echo "# no spcoll-pair-bench or mpirun: the paired run is skipped"
+      fi
+    fi
   done
   echo; echo "== latency: 8 B round trips between 2 ranks =="
   "$BUILD/bin/spcoll-bench" --spcolld "$BUILD/bin/spcolld" --latency \
@@ -130,6 +153,8 @@ run() {
 rm -f "$OUT"/spcoll_ranks*.csv "$OUT"/spcoll_ranks*.json "$OUT"/mpi_ranks*.csv \
   "$OUT"/spcoll_again_ranks*.csv "$OUT"/spcoll_again_ranks*.json \
   "$OUT"/mpi_tuned_ranks*.csv "$OUT"/gloo_ranks*.csv "$OUT"/latency.* \
+  "$OUT"/mpi_third_ranks*.csv "$OUT"/spcoll_third_ranks*.* \
+  "$OUT"/pair_ranks*.csv \
   "$OUT"/ucx.csv "$OUT"/summary.* "$OUT"/busbw_ranks*.png
 rm -rf "$OUT/plot"
 ( run; echo $? > "$OUT/.rc" ) 2>&1 | tee "$OUT/bench.log"
