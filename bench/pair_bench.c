@@ -58,8 +58,10 @@ static void side_op(const pair_cfg *cfg, pair_point *p, int side) {
   }
 }
 
-/* Whether two ranks are on one CPU now: the VM's slow states looked like
- * both ranks sharing one of two vCPUs (docs/performance.md). */
+/* Whether two ranks are on one CPU now (-1 from sched_getcpu: unknown,
+ * not shared). Kept to tell such blocks from the VM's slow states, which
+ * were thought to be two ranks on one vCPU and are not: in those, the
+ * ranks sit on different vCPUs (docs/performance.md). */
 static int ranks_share_cpu(const pair_cfg *cfg) {
   int me = sched_getcpu(), all[256] = {0}, shared = 0;
   MPI_CHECK(MPI_Gather(&me, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD));

@@ -196,14 +196,21 @@ static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
   return SPC_OK;
 }
 
-/* Rank 0 counts the op for the daemon's stats, count last. */
+/* Rank 0 counts the op for the daemon's stats, count last. It is the
+ * counters' one writer, so each is a load and a release store: an atomic
+ * add would be a locked instruction, which waits for every store before
+ * it to reach the cache, on the path of every op. */
+static void bump(uint64_t *word) {
+  __atomic_store_n(word, *word + 1, __ATOMIC_RELEASE);
+}
+
 static void count(spc_group *g, int kind, int ok, int in_place,
                   uint64_t bytes, uint64_t ns) {
   if (g->rank != 0 || kind < 0 || kind >= SPK_OP_COUNT)
     return;
   spk_fseg_counters *c = &spc__fast_rank(g->fast, 0)->counters[kind];
   if (!ok) {
-    __atomic_add_fetch(&c->errors, 1, __ATOMIC_RELEASE);
+    bump(&c->errors);
     return;
   }
   uint64_t us = ns / 1000;
@@ -214,7 +221,7 @@ static void count(spc_group *g, int kind, int ok, int in_place,
   c->ns += ns;
   c->in_place += (uint64_t)in_place;
   c->lat[b]++;
-  __atomic_add_fetch(&c->count, 1, __ATOMIC_RELEASE);
+  bump(&c->count);
 }
 
 /* Whether the op of descriptor d fits half the staging (every rank
@@ -372,7 +379,7 @@ static int stage_in(spc_group *g, const spc_tensor *in) {
     if (rc < 0)
       return rc;
   }
-  if (f->lines[g->rank])
+  if (f->lines[g->rank] || f->tiny[g->rank])
     spc__fast_lines_put(f, s, spc_tensor_data(in), spc__fast_tensor_bytes(in));
   else
     memcpy(spc__fast_stage(f, g->rank, SPK_T_IN, s), spc_tensor_data(in),

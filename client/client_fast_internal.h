@@ -70,7 +70,7 @@ typedef struct spc_fast {
    * client_fast_lines.c), as small and tiny, and where this rank gathers
    * it to be read; the lines this rank's input of f->plan takes, which the
    * others poll. This rank's op being published: once its input is
-   * staged (lines_put = s), where that input is. */
+   * staged (lines_put = s), where that input is (in lines or inline). */
   uint8_t lines[SPK_FSEG_MAXWORLD];
   uint8_t lines_polled;
   uint64_t lines_put;
@@ -196,9 +196,10 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d);
 
 /* The tagged lines an input of `bytes` takes; 0 when it takes none. */
 uint8_t spc__fast_lines_of(uint64_t bytes);
-/* This rank's input of op s (f->lines[me] lines) is at src: it goes into
- * the lines with their tags when s is published (spc__fast_lines_tag),
- * which says whether s is a repeat. */
+/* This rank's input of op s (f->lines[me] lines, or inline: f->tiny[me])
+ * is at src: it goes into the lines with their tags, or into the polled
+ * line, when s is published (spc__fast_lines_tag), which says whether s is
+ * a repeat. */
 void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
                          uint64_t bytes);
 void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat);

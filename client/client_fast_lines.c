@@ -30,7 +30,13 @@ void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
   f->lines_put = s;
 }
 
-/* Each line's data, then its tag, line after line: a line is written
+/* An inline input goes into the polled line right before the words that
+ * publish it (client_fast_desc.c), not when it is staged: the readers
+ * poll that line, and one that fetched it in between would take it from
+ * this rank, which must then fetch it back for the rest (a hand-off each
+ * way, 200 ns and more when the VM puts the ranks' vCPUs far apart;
+ * docs/performance.md).
+ * Each line's data, then its tag, line after line: a line is written
  * while this rank owns it, and the readers polling the last one take it
  * once. An op that is no repeat in lines still tags the line the readers
  * of f->plan poll (its last line for this rank), so that they look at the
@@ -38,6 +44,8 @@ void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
  * they were op s - 2's, which every rank finished before it published
  * s - 1, and this rank saw that, or waited for it in stage_in. */
 void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat) {
+  if (f->tiny[me] && f->lines_put == s)
+    memcpy(spc__fast_rank(f, me)->inl[s & 1], f->lines_src, f->lines_bytes);
   spk_fseg_line *l = spc__fast_rank(f, me)->lines[s & 1];
   int n = f->lines_put == s ? f->lines[me] : 0;
   uint64_t tag = s << 1 | (n > 0 && repeat);

@@ -68,11 +68,13 @@ static void wake(spk_fseg_hdr *h) {
 }
 
 /* Store a counter of this rank (me) and wake whoever waits on it.
- * `progress` has one writer, this rank, so a plain increment does. */
+ * `progress` has one writer, this rank, so a plain increment does. It
+ * goes first: a reader that sees the counter takes the line, and a store
+ * after that would have to fetch it back. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v) {
-  __atomic_store_n(word, v, __ATOMIC_RELEASE);
   __atomic_store_n(&me->progress, me->progress + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(word, v, __ATOMIC_RELEASE);
   wake(h);
 }
 
