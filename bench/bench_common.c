@@ -119,6 +119,49 @@ size_t bench_ulysses_shape(size_t bytes, int world, size_t esize,
   return (size_t)(shape[1] * h * d) * esize;
 }
 
+static size_t numel(const int64_t *s, int nd) {
+  size_t n = 1;
+  for (int i = 0; i < nd; i++)
+    n *= (size_t)s[i];
+  return n;
+}
+
+int bench_shape_of(bench_op op, size_t bytes, int w, bench_shape *p) {
+  int64_t n = (int64_t)(bytes / 4), per = n / w;
+  memset(p, 0, sizeof(*p));
+  p->nd_in = p->nd_out = 1;
+  switch (op) {
+  case BENCH_ALL_GATHER:
+    p->in[0] = per, p->out[0] = per * w;
+    break;
+  case BENCH_ALL_REDUCE:
+    p->in[0] = p->out[0] = n;
+    break;
+  case BENCH_REDUCE_SCATTER:
+    p->in[0] = per * w, p->out[0] = per;
+    break;
+  case BENCH_ALL_TO_ALL: /* [w, n/w] -> [1, n]: row r of every rank */
+    p->nd_in = p->nd_out = 2;
+    p->in[0] = w, p->in[1] = per, p->out[0] = 1, p->out[1] = per * w;
+    break;
+  case BENCH_ULYSSES: /* [b, s/P, h, d] -> [b, s, h/P, d] */
+    if (bench_ulysses_shape(bytes, w, 4, p->in) == 0)
+      return 0;
+    p->nd_in = p->nd_out = 4;
+    p->out[0] = p->in[0], p->out[1] = p->in[1] * w;
+    p->out[2] = p->in[2] / w, p->out[3] = p->in[3];
+    break;
+  default:
+    return 0;
+  }
+  if (per < 1 || n < 1)
+    return 0;
+  p->in_bytes = numel(p->in, p->nd_in) * 4;
+  p->out_bytes = numel(p->out, p->nd_out) * 4;
+  p->bytes = op == BENCH_ALL_GATHER ? p->out_bytes : p->in_bytes;
+  return 1;
+}
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);

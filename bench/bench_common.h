@@ -62,6 +62,21 @@ size_t bench_mem_bound(void);
 size_t bench_ulysses_shape(size_t bytes, int world, size_t esize,
                            int64_t shape[4]);
 
+/* The float32 tensors of an op at nccl-tests size `bytes`, which every
+ * source's buffers follow: the output for all-gather, the input for
+ * reduce-scatter, the buffer for all-reduce, the per-rank buffer for the
+ * all-to-alls ([w, n/w] -> [1, n]: row r of every rank), and the Ulysses
+ * [b, s/P, h, d] -> [b, s, h/P, d]. */
+typedef struct {
+  int nd_in, nd_out;
+  int64_t in[4], out[4];
+  size_t in_bytes, out_bytes;
+  size_t bytes;           /* nccl-tests' size of this point */
+} bench_shape;
+
+/* 0 when the size is too small to give every rank an element. */
+int bench_shape_of(bench_op op, size_t bytes, int w, bench_shape *p);
+
 /* One measured point of any source. */
 typedef struct {
   const char *source;   /* spcoll, mpi, mpi_tuned, gloo, memcpy1, ... */

@@ -11,7 +11,7 @@
 
 /* One point on every rank; rank 0 appends its row. */
 static int sweep_point(spc_client *c, spc_group *g, const sweep_cfg *cfg,
-                       bench_op op, const point_shape *ps, int rank, int w) {
+                       bench_op op, const bench_shape *ps, int rank, int w) {
   spc_point p;
   if (spc_point_setup(c, ps, rank, &p) != 0)
     return 1;
@@ -61,12 +61,12 @@ int sweep_rank(int rank, int world, void *arg) {
     if (!(cfg->ops & (1u << op)))
       continue;
     for (size_t b = 8; b != 0 && !bad; b = bench_next_size(b, cfg->max_bytes)) {
-      point_shape ps;
-      if (!point_shape_of((bench_op)op, b, world, &ps))
+      bench_shape ps;
+      if (!bench_shape_of((bench_op)op, b, world, &ps))
         continue;
       /* Every rank decides alike: the bound is measured once, before the
        * ranks are forked. */
-      size_t need = point_shape_need(&ps, world);
+      size_t need = spc_point_need(&ps, world);
       if (need > cfg->mem_bound) {
         if (rank == 0)
           printf("# skip %s %zu B: needs %.1f GiB, bound %.1f GiB\n",

@@ -59,9 +59,11 @@ static int sweep(const mpi_cfg *cfg) {
     if (!(cfg->ops & (1u << op)))
       continue;
     for (size_t b = 8; b != 0; b = bench_next_size(b, cfg->max_bytes)) {
+      bench_shape s;
       mpi_point p;
-      if (!mpi_point_of((bench_op)op, b, cfg->world, &p))
+      if (!bench_shape_of((bench_op)op, b, cfg->world, &s))
         continue;
+      mpi_point_of((bench_op)op, &s, &p);
       const char *unfit = mpi_point_unfit(&p);
       if (unfit != NULL) {
         if (cfg->rank == 0)

@@ -3,26 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mpi_point_of(bench_op op, size_t bytes, int w, mpi_point *p) {
-  size_t n = bytes / 4, per = n / (size_t)w;
+void mpi_point_of(bench_op op, const bench_shape *s, mpi_point *p) {
   memset(p, 0, sizeof(*p));
-  switch (op) {
-  case BENCH_ALL_GATHER: p->n_in = per, p->n_out = per * (size_t)w; break;
-  case BENCH_ALL_REDUCE: p->n_in = p->n_out = n; break;
-  case BENCH_REDUCE_SCATTER: p->n_in = per * (size_t)w, p->n_out = per; break;
-  case BENCH_ALL_TO_ALL: p->n_in = p->n_out = per * (size_t)w; break;
-  case BENCH_ULYSSES:
-    if (bench_ulysses_shape(bytes, w, 4, p->shape) == 0)
-      return 0;
-    p->n_in = p->n_out = p->n_stage =
-        (size_t)(p->shape[0] * p->shape[1] * p->shape[2] * p->shape[3]);
-    break;
-  default: return 0;
+  p->n_in = s->in_bytes / 4;
+  p->n_out = s->out_bytes / 4;
+  if (op == BENCH_ULYSSES) {
+    p->n_stage = p->n_in;
+    memcpy(p->shape, s->in, sizeof(p->shape));
   }
-  if (per < 1)
-    return 0;
-  p->bytes = (op == BENCH_ALL_GATHER ? p->n_out : p->n_in) * 4;
-  return 1;
+  p->bytes = s->bytes;
 }
 
 const char *mpi_point_unfit(const mpi_point *p) {

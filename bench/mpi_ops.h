@@ -34,9 +34,9 @@ typedef struct {
   size_t bytes;                    /* nccl-tests' size */
 } mpi_point;
 
-/* Sizes of op's buffers at nccl-tests size `bytes` for w ranks (as
- * bench_sweep.c). 0 when too small to give every rank an element. */
-int mpi_point_of(bench_op op, size_t bytes, int w, mpi_point *p);
+/* Counts of op's buffers at the point of shape s (bench_shape_of, as
+ * every source's), nothing allocated yet. */
+void mpi_point_of(bench_op op, const bench_shape *s, mpi_point *p);
 /* NULL when the point's counts fit MPI's int, else why not. */
 const char *mpi_point_unfit(const mpi_point *p);
 /* Bytes all w ranks hold at the point, Open MPI's temporaries included. */

@@ -37,8 +37,10 @@ typedef struct {
 /* Both libraries' buffers of one point and each side's times. */
 typedef struct {
   bench_op op;
+  bench_shape shape;
   mpi_point m;
   spc_point s;
+  int blocks;           /* per side */
   double *t[SIDES];
   int n[SIDES];         /* times recorded */
   int same_cpu[SIDES];  /* blocks that ended with two ranks on one CPU */
@@ -52,7 +54,7 @@ static void side_op(const pair_cfg *cfg, pair_point *p, int side) {
   int rc = spc_point_run(cfg->g, p->op, &p->s);
   if (rc != 0) {
     fprintf(stderr, "spcoll-pair-bench rank %d: %s at %zu B: %s\n",
-            cfg->rank, bench_op_name(p->op), p->s.ps.bytes,
+            cfg->rank, bench_op_name(p->op), p->shape.bytes,
             spc_last_error(cfg->c));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -87,9 +89,8 @@ static void side_block(const pair_cfg *cfg, pair_point *p, int side, int k) {
 }
 
 static void pair_time(const pair_cfg *cfg, pair_point *p, int iters) {
-  int warmup = bench_warmup(p->m.bytes), nb = cfg->blocks;
-  if (nb > iters)
-    nb = iters;
+  int warmup = bench_warmup(p->shape.bytes);
+  int nb = p->blocks = cfg->blocks < iters ? cfg->blocks : iters;
   for (int side = 0; side < SIDES; side++) {
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     for (int i = 0; i < warmup; i++)
@@ -103,15 +104,15 @@ static void pair_time(const pair_cfg *cfg, pair_point *p, int iters) {
   }
 }
 
-static void pair_report(const pair_cfg *cfg, pair_point *p, int blocks) {
+static void pair_report(const pair_cfg *cfg, pair_point *p) {
   for (int side = 0; side < SIDES; side++) {
-    bench_result r = {side_source[side], p->op, cfg->world, p->m.bytes,
+    bench_result r = {side_source[side], p->op, cfg->world, p->shape.bytes,
                       p->n[side], 0, 0, 0};
     bench_stats(p->t[side], p->n[side], &r.us, &r.p50_us, &r.p99_us);
     bench_table_row(stdout, &r);
-    printf(" %6d %8d\n", blocks, p->same_cpu[side]);
+    printf(" %6d %8d\n", p->blocks, p->same_cpu[side]);
     bench_csv_row(cfg->csv, &r);
-    fprintf(cfg->csv, ",%d,%d\n", blocks, p->same_cpu[side]);
+    fprintf(cfg->csv, ",%d,%d\n", p->blocks, p->same_cpu[side]);
   }
   fflush(stdout);
 }
@@ -124,9 +125,9 @@ static void pair_fail(const char *what) {
 }
 
 static void pair_run(const pair_cfg *cfg, pair_point *p) {
-  int iters = bench_iters(p->m.bytes, cfg->iters);
+  int iters = bench_iters(p->shape.bytes, cfg->iters);
   if (mpi_point_alloc(&p->m, cfg->rank) < 0 ||
-      spc_point_setup(cfg->c, &p->s.ps, cfg->rank, &p->s) != 0)
+      spc_point_setup(cfg->c, &p->shape, cfg->rank, &p->s) != 0)
     pair_fail("a point's buffers could not be set up");
   for (int side = 0; side < SIDES; side++)
     if ((p->t[side] = bench_times(iters, "spcoll-pair-bench")) == NULL)
@@ -135,7 +136,7 @@ static void pair_run(const pair_cfg *cfg, pair_point *p) {
   if (spc_point_verify(p->op, &p->s, cfg->rank, cfg->world) != 0)
     pair_fail("spcoll's output is wrong");
   if (cfg->rank == 0)
-    pair_report(cfg, p, cfg->blocks < iters ? cfg->blocks : iters);
+    pair_report(cfg, p);
   for (int side = 0; side < SIDES; side++)
     free(p->t[side]);
   mpi_point_free(&p->m);
@@ -143,19 +144,20 @@ static void pair_run(const pair_cfg *cfg, pair_point *p) {
     pair_fail("spc_buffer_free failed");
 }
 
-/* Whether the point runs: both libraries have it, MPI's counts fit an
- * int, and both sides' buffers fit the memory bound. */
+/* Whether the point runs: it has an element per rank, MPI's counts fit
+ * an int, and both sides' buffers fit the memory bound. */
 static int pair_fits(const pair_cfg *cfg, pair_point *p, size_t b) {
-  if (!mpi_point_of(p->op, b, cfg->world, &p->m) ||
-      !point_shape_of(p->op, b, cfg->world, &p->s.ps))
+  if (!bench_shape_of(p->op, b, cfg->world, &p->shape))
     return 0;
+  mpi_point_of(p->op, &p->shape, &p->m);
   const char *unfit = mpi_point_unfit(&p->m);
   size_t need = mpi_point_footprint(&p->m, cfg->world) +
-                point_shape_need(&p->s.ps, cfg->world);
+                spc_point_need(&p->shape, cfg->world);
   if (unfit == NULL && need > cfg->mem_bound)
     unfit = "over the memory bound";
   if (unfit != NULL && cfg->rank == 0)
-    printf("# skip %s %zu B: %s\n", bench_op_name(p->op), p->m.bytes, unfit);
+    printf("# skip %s %zu B: %s\n", bench_op_name(p->op), p->shape.bytes,
+           unfit);
   return unfit == NULL;
 }
 

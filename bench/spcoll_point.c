@@ -3,49 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static size_t numel(const int64_t *s, int nd) {
-  size_t n = 1;
-  for (int i = 0; i < nd; i++)
-    n *= (size_t)s[i];
-  return n;
-}
-
-int point_shape_of(bench_op op, size_t bytes, int w, point_shape *p) {
-  int64_t n = (int64_t)(bytes / 4), per = n / w;
-  memset(p, 0, sizeof(*p));
-  p->nd_in = p->nd_out = 1;
-  switch (op) {
-  case BENCH_ALL_GATHER:
-    p->in[0] = per, p->out[0] = per * w;
-    break;
-  case BENCH_ALL_REDUCE:
-    p->in[0] = p->out[0] = n;
-    break;
-  case BENCH_REDUCE_SCATTER:
-    p->in[0] = per * w, p->out[0] = per;
-    break;
-  case BENCH_ALL_TO_ALL: /* [w, n/w] -> [1, n]: row r of every rank */
-    p->nd_in = p->nd_out = 2;
-    p->in[0] = w, p->in[1] = per, p->out[0] = 1, p->out[1] = per * w;
-    break;
-  case BENCH_ULYSSES: /* [b, s/P, h, d] -> [b, s, h/P, d] */
-    if (bench_ulysses_shape(bytes, w, 4, p->in) == 0)
-      return 0;
-    p->nd_in = p->nd_out = 4;
-    p->out[0] = p->in[0], p->out[1] = p->in[1] * w;
-    p->out[2] = p->in[2] / w, p->out[3] = p->in[3];
-    break;
-  default:
-    return 0;
-  }
-  if (per < 1 || n < 1)
-    return 0;
-  p->in_bytes = numel(p->in, p->nd_in) * 4;
-  p->out_bytes = numel(p->out, p->nd_out) * 4;
-  p->bytes = op == BENCH_ALL_GATHER ? p->out_bytes : p->in_bytes;
-  return 1;
-}
-
 /* Element i of rank k's input: small exact values, so sums stay normal
  * floats (no denormal slow path), exact, and the fill is cheap at 1 GiB. */
 static float fill_value(int k, size_t i) {
@@ -55,7 +12,7 @@ static float fill_value(int k, size_t i) {
 /* The numbers are for correct results (and the mover's large-plan paths,
  * streaming stores included, are checked at the sizes that use them). */
 int spc_point_verify(bench_op op, const spc_point *p, int r, int w) {
-  const point_shape *ps = &p->ps;
+  const bench_shape *ps = &p->ps;
   const float *y = spc_tensor_data(&p->out);
   size_t n = ps->out_bytes / 4;
   size_t per = op == BENCH_ALL_GATHER || op == BENCH_ALL_TO_ALL
@@ -109,17 +66,15 @@ static size_t page_up(size_t n) {
   return (n + 4095) / 4096 * 4096;
 }
 
-size_t point_shape_need(const point_shape *p, int w) {
+size_t spc_point_need(const bench_shape *p, int w) {
   return (size_t)w * (page_up(p->in_bytes) + page_up(p->out_bytes));
 }
 
-int spc_point_setup(spc_client *c, const point_shape *ps, int rank,
+int spc_point_setup(spc_client *c, const bench_shape *ps, int rank,
                     spc_point *p) {
-  point_shape shape = *ps; /* ps may be &p->ps */
-  size_t off = page_up(shape.in_bytes), len = off + page_up(shape.out_bytes);
+  size_t off = page_up(ps->in_bytes), len = off + page_up(ps->out_bytes);
   memset(p, 0, sizeof(*p));
-  p->ps = shape;
-  ps = &p->ps;
+  p->ps = *ps;
   if (spc_buffer_alloc(c, len, &p->buf) < 0) {
     fprintf(stderr, "bench rank %d: spc_buffer_alloc of %zu bytes: %s\n",
             rank, len, spc_last_error(c));

@@ -12,29 +12,17 @@
 #include "spcoll.h"
 
 typedef struct {
-  int nd_in, nd_out;
-  int64_t in[4], out[4];
-  size_t in_bytes, out_bytes;
-  size_t bytes;           /* nccl-tests' size of this point */
-} point_shape;
-
-typedef struct {
-  point_shape ps;
+  bench_shape ps;
   spc_buffer *buf;        /* input, then the output at a page boundary */
   spc_tensor in, out;
 } spc_point;
 
-/* Float32 tensors of op at nccl-tests size `bytes` for w ranks: the
- * output for all-gather, the input for reduce-scatter, the buffer for
- * all-reduce, the per-rank buffer for the all-to-alls. 0 when the size
- * is too small to give every rank an element. */
-int point_shape_of(bench_op op, size_t bytes, int w, point_shape *p);
-/* Bytes the buffers of all w ranks take at the point. */
-size_t point_shape_need(const point_shape *p, int w);
+/* Bytes the buffers of all w ranks take at a point of shape ps. */
+size_t spc_point_need(const bench_shape *ps, int w);
 
 /* Rank's buffer and tensors for ps, its input filled. 0, or 1 after a
  * message naming the failed call (nothing left allocated). */
-int spc_point_setup(spc_client *c, const point_shape *ps, int rank,
+int spc_point_setup(spc_client *c, const bench_shape *ps, int rank,
                     spc_point *p);
 /* 0, or 1 after a message. */
 int spc_point_free(spc_point *p);

@@ -2,10 +2,10 @@
 """Merge one `make bench` run: spcoll rows (the best of its rounds where
 it ran more than one) next to their same-run baselines (Open MPI plain,
 with glibc's mmap threshold raised, and plain again for the small sizes;
-gloo, ucx_perftest)
-with the ratio to each, the ratio of the paired run (spcoll and Open MPI
-timed in turn in the same processes, up to BENCH_PAIR_BYTES), the targets of issue 8 with how far each is from
-them, summary CSV/JSON, and busbw-vs-size PNGs drawn with gnuplot.
+gloo, ucx_perftest) with the ratio to each, the ratio of the paired run
+(spcoll and Open MPI timed in turn in the same processes, up to
+BENCH_PAIR_BYTES), the targets of issues 8 and 18 with how far each is
+from them, summary CSV/JSON, and busbw-vs-size PNGs drawn with gnuplot.
 
 Usage: scripts/bench_report.py OUT_DIR   (what scripts/bench_run.sh wrote)
 Ratios are spcoll busbw / baseline busbw at the same op, rank count and
@@ -40,20 +40,20 @@ def num(row, key):
 def load(out):
     """Rows by source, keyed by (op, ranks, size)."""
     src = {"spcoll": {}, "mpi": {}, "mpi_tuned": {}, "mpi_third": {},
-           "gloo": {}, "pair": {}}
+           "gloo": {}}
     for name in src:
         for path in glob.glob(os.path.join(out, f"{name}_ranks*.csv")):
-            if name == "pair":
-                # Two rows a point: mpi_paired and spcoll_paired.
-                for r in read_csv(path):
-                    src["pair"].setdefault((r["op"], int(r["ranks"]),
-                                            int(r["size_bytes"])),
-                                           {})[r.get("source")] = r
-                continue
             for r in read_csv(path):
                 if r.get("source") == name:
                     src[name][(r["op"], int(r["ranks"]),
                                int(r["size_bytes"]))] = r
+    # The paired run: two rows a point, mpi_paired and spcoll_paired.
+    src["pair"] = {}
+    for path in glob.glob(os.path.join(out, "pair_ranks*.csv")):
+        for r in read_csv(path):
+            src["pair"].setdefault((r["op"], int(r["ranks"]),
+                                    int(r["size_bytes"])),
+                                   {})[r.get("source")] = r
     # spcoll's second round, up to BENCH_AGAIN_BYTES, and third, up to
     # BENCH_THIRD_BYTES (bench_run.sh), run after the baselines: the best
     # of its rounds stands against the best of Open MPI's runs (plain,
