@@ -203,6 +203,20 @@ static void relocate_next(spc_fast *f, int shared) {
   }
 }
 
+/* The group broke, but maybe after every rank got where this one waits
+ * for them to be: a rank that finished the op and left the group breaks
+ * it, and this rank may have looked at the counters before that rank's
+ * last publish and at `broken` after its leave. The daemon marks the
+ * segment broken after what broke it, so one more look, reading every
+ * polled line, sees what the ranks published before: the op ends well
+ * on every rank, and the break fails the next. */
+static int broken_unless_done(spc_group *g, size_t field, uint64_t v) {
+  if (__atomic_load_n(&g->fast->hdr->broken, __ATOMIC_ACQUIRE) == 0 ||
+      all_at(g->fast, g->world, field, v, 0))
+    return SPC_OK;
+  return spc__fast_broken(g);
+}
+
 static int wait_for(spc_group *g, size_t field, uint64_t v) {
   spc_fast *f = g->fast;
   int rc, relocate = f->relocate;
@@ -221,7 +235,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
       relocate_next(f, shared);
       return SPC_OK;
     }
-    if ((rc = spc__fast_broken(g)) < 0)
+    if ((rc = broken_unless_done(g, field, v)) < 0)
       return rc;
     if (i == 16)
       t0 = spc__fast_now_ns();
