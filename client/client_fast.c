@@ -296,6 +296,15 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   *failed_p = skip;
+  /* A waiter that finds the group broken and some rank not done fails at
+   * once (client_fast_wait.c), so an owner may have given its buffers
+   * back while this rank read them: a look at `broken` after the reads
+   * tells. Unbroken then, the reads came before the break, so before any
+   * owner saw it and returned. */
+  if (rc == SPC_OK && !skip) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    rc = spc__fast_broken(g);
+  }
   if (skip) { /* it read nothing: its maps may go now */
     f->cap = SPC_FAST_CAP_NO;
     spc__fast_map_free(f, g->world);
@@ -424,15 +433,33 @@ static int publish_again(spc_group *g, const spc_tensor *in) {
   return rc < 0 ? rc : spc__fast_desc_republish(g, &f->again.d);
 }
 
+/* Whether another rank published this rank's next op to run here: an op
+ * under way, which a draining daemon lets finish (its own, too: "ops
+ * other ranks already started may complete"). */
+static int started_by_others(const spc_group *g) {
+  const spc_fast *f = g->fast;
+  uint64_t s = f->seq + 1;
+  for (int r = 0; r < g->world; r++) {
+    const spk_fseg_rank *a = spc__fast_rank(f, r);
+    const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
+    if (r != g->rank &&
+        __atomic_load_n(&a->published, __ATOMIC_ACQUIRE) >= s &&
+        x->seq == s && x->eligible == 1)
+      return 1;
+  }
+  return 0;
+}
+
 /* Whether op may run here: the same call as the last published repeat
- * (*again_p), or one that fits. A draining daemon refuses new ops:
- * through it, in its words. The ranks that read the flag late still see
- * this one's descriptor say so, and follow it to the daemon. */
+ * (*again_p), or one that fits. A draining daemon (closed) refuses new
+ * ops: through it, in its words. The ranks that read the flag late still
+ * see this one's descriptor say so, and follow it to the daemon. */
 static int runs_here(spc_group *g, const spc_op *op, const spc_tensor *in,
                      const spc_tensor *out, int *again_p) {
   spc_fast *f = g->fast;
   *again_p = 0;
-  if (f == NULL || __atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE))
+  if (f == NULL || (__atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE) &&
+                    !started_by_others(g)))
     return 0;
   *again_p = spc__fast_again(g, op, in, out);
   return *again_p || spc__fast_fits(f, g, op->kind, in, out);

@@ -180,17 +180,32 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
  * held: known without a look when every rank was seen to publish since
  * (seen_pub: a rank publishes once it is done with its last op). The
  * look reads the line each other rank polls, which a rank that is ahead
- * has just written: a hand-off before this rank publishes. */
+ * has just written: a hand-off before this rank publishes.
+ * A daemon-path op over a daemon-path op's slot needs no look: a reader
+ * of the old one that finds the new one (or a mix of both: neither is
+ * eligible) follows this rank to the daemon all the same. So async ops,
+ * which take the daemon's path, never wait here, however many a rank
+ * starts before the others (it may start them before it sends the
+ * message that the others wait for before they start theirs). */
+static int slot_wait(spc_group *g, const spk_fseg_desc *slot,
+                     const spk_fseg_desc *d, uint64_t s) {
+  spc_fast *f = g->fast;
+  if (s <= SPK_FSEG_RING || f->seen_pub > s - SPK_FSEG_RING ||
+      (!d->eligible && !slot->eligible))
+    return SPC_OK;
+  return spc__fast_wait_all(g, FIELD(consumed), s - SPK_FSEG_RING);
+}
+
 int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   spc_fast *f = g->fast;
   uint64_t s = f->seq + 1;
-  if (s > SPK_FSEG_RING && f->seen_pub <= s - SPK_FSEG_RING) {
-    int rc = spc__fast_wait_all(g, FIELD(consumed), s - SPK_FSEG_RING);
-    if (rc < 0)
-      return rc;
-  }
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   spk_fseg_desc *slot = &me->ring[s % SPK_FSEG_RING];
+  int rc = slot_wait(g, slot, d, s);
+  if (rc < 0) {
+    f->lines_put = 0; /* s is not published: its input may go */
+    return rc;
+  }
   d->seq = s;
   /* Nobody reads a repeat's slot but the daemon's watchdog, which reads
    * its first line (the op's kind). */
@@ -204,6 +219,9 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   if (d->where.mapped)
     __atomic_store_n(&me->mapped, s, __ATOMIC_RELAXED);
   spc__fast_publish(f->hdr, me, &me->published, s);
+  /* Publishing s says "done with s - 1" (spk_fseg_said): a later flush of
+   * an older op would take consumed back. */
+  f->pending = 0;
   return SPC_OK;
 }
 

@@ -42,7 +42,13 @@ void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
  * of f->plan poll (its last line for this rank), so that they look at the
  * polled line at once. Nobody reads the lines of s's parity any more:
  * they were op s - 2's, which every rank finished before it published
- * s - 1, and this rank saw that, or waited for it in stage_in. */
+ * s - 1, and this rank saw that (seen_pub), or waited for it in
+ * stage_in. An op that puts nothing in lines (the daemon's, one read in
+ * place or staged in the staging area) may not have waited: it tags only
+ * when this rank saw it, else a rank still reading this one's lines of
+ * s - 2 (after two async ops, which return at once) would find them
+ * tagged with another op. Untagged, the readers of s find the polled line
+ * a poll in 16 (client_fast_wait.c, published). */
 void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat) {
   if (f->tiny[me] && f->lines_put == s)
     memcpy(spc__fast_rank(f, me)->inl[s & 1], f->lines_src, f->lines_bytes);
@@ -57,7 +63,7 @@ void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat) {
     __atomic_store_n(&l[i].tag, tag, __ATOMIC_RELEASE);
   }
   int polled = f->plan_ok ? f->lines_polled : 0;
-  if (polled > n)
+  if (polled > n && (f->lines_put == s || f->seen_pub + 1 >= s))
     __atomic_store_n(&l[polled - 1].tag, s << 1, __ATOMIC_RELEASE);
 }
 

@@ -116,6 +116,12 @@ void spc__fast_flush(spc_group *g) {
   f->pending = 0;
 }
 
+void spc__fast_flush_all(spc_client *c) {
+  for (spc_group *g = c->groups; g != NULL; g = g->next)
+    if (g->fast != NULL)
+      spc__fast_flush(g);
+}
+
 int spc__fast_broken(spc_group *g) {
   spk_fseg_hdr *h = g->fast->hdr;
   int st = __atomic_load_n(&h->broken, __ATOMIC_ACQUIRE);
@@ -182,7 +188,10 @@ static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
   if (r < 0 && saved != EAGAIN && saved != EINTR && saved != ETIMEDOUT)
     return spc__fail(g->client, SPC_ESYSTEM, "futex wait on the group's "
                      "shared segment failed: %s", strerror(saved));
-  if (r < 0 && saved == ETIMEDOUT)
+  /* The others may have got there while this rank slept (see
+   * broken_unless_done). */
+  if (r < 0 && saved == ETIMEDOUT &&
+      !(*done_p = all_at(g->fast, g->world, field, v, 0)))
     return daemon_alive(g->client);
   return SPC_OK;
 }

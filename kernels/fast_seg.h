@@ -190,8 +190,9 @@ typedef struct spk_fseg_hdr {
   int32_t broken;
   uint32_t wake;           /* futex word: bumped by every publish */
   uint32_t sleepers;       /* processes in futex_wait on `wake` */
-  /* 1: the daemon drains: new ops take the daemon path, which refuses
-   * them in its words; ops already under way finish. */
+  /* 1: new ops take the daemon path: the daemon drains, and refuses them
+   * in its words, while ops already under way (published by some rank)
+   * finish here; or some rank could not take the segment at its join. */
   uint32_t closed;
   /* How long a rank polls `answered` before blocking (the daemon's
    * mid_spin_us; 0: never). */

@@ -81,8 +81,8 @@ void spd_drain_check(spd_ctx *ctx) {
   }
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
-    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g))
-      return;
+    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g) || spd_gseg_busy(g))
+      return; /* the watchdog's tick looks again */
   SPD_INFO(&ctx->log, "drained");
   spd_shutdown(ctx);
 }

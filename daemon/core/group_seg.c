@@ -87,8 +87,12 @@ void spd_gseg_send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
   }
   f->group_joined->fast_seg_size = g->seg->size;
   if (spd_session_send_fd(s, f, g->seg->fd) < 0) {
-    /* This rank cannot take the segment, so no rank may use it: marking
-     * it broken now makes every rank keep the daemon path. */
+    /* This rank cannot take the segment, so no rank may run ops in it:
+     * closed sends every rank's ops to the daemon (broken would fail
+     * them). A rank answered earlier in this turn may have published its
+     * first op in it already: that op waits for this rank until the op
+     * timeout. */
+    __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_RELEASE);
     f->group_joined->fast_seg_size = 0;
     spd_session_send(s, f);
   }
@@ -239,6 +243,22 @@ void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
   fprintf(out, "shm %s ops=%llu errors=%llu in_place=%llu stage_bytes=%llu\n",
           label, (unsigned long long)ops, (unsigned long long)errors,
           (unsigned long long)in_place, (unsigned long long)g->seg->stage);
+}
+
+int spd_gseg_busy(const spd_group *g) {
+  const spd_gseg *seg = g->seg;
+  if (seg == NULL || __atomic_load_n(&seg->hdr->broken, __ATOMIC_ACQUIRE))
+    return 0;
+  uint64_t first = 0;
+  for (int r = 0; r < g->world; r++) {
+    const spk_fseg_rank *a = seg_rank(seg, r);
+    uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0 ||
+        (r > 0 && p != first))
+      return 1;
+    first = r == 0 ? p : first;
+  }
+  return 0;
 }
 
 void spd_gseg_close_all(spd_ctx *ctx) {

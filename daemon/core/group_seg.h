@@ -70,6 +70,11 @@ void spd_gseg_line(struct spd_group *g, const char *label, FILE *out);
 /* The daemon drains: every segment sends its new ops to the daemon. */
 void spd_gseg_close_all(spd_ctx *ctx);
 
+/* Whether a fast op is under way in g's segment (some rank waits in it,
+ * or has published an op another has not): a drain waits for it, as for
+ * the daemon's own ops, until its deadline. */
+int spd_gseg_busy(const struct spd_group *g);
+
 void spd_gseg_destroy(struct spd_group *g);
 
 /* Send frame f to s with fd attached (SCM_RIGHTS); fd stays the caller's. */
