@@ -96,6 +96,19 @@ int spt_rk_reduce_check(spt_rk *k, int rank, int w, const spc_tensor *in,
   return 0;
 }
 
+int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n) {
+  spc_tensor in, out;
+  if (!spt_rk_tensor(k, &in, 1, &n) || !spt_rk_tensor(k, &out, 1, &n))
+    return 1;
+  int rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
+  int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k->c), "no new ops")
+                                : rc != SPC_ECONNECTION;
+  if (bad)
+    fprintf(stderr, "rank %d after the drain: %d '%s'\n", rank, rc,
+            spc_last_error(k->c));
+  return bad;
+}
+
 /* all_reduce of n floats, then check against the rank-order sum. */
 int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
                        int async) {

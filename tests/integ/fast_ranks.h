@@ -44,6 +44,11 @@ int spt_rk_reduce_check(spt_rk *k, int rank, int w, const spc_tensor *in,
 int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
                        int async);
 
+/* An all_reduce of n floats after the daemon was asked to drain: 0 when
+ * it is refused in the daemon's words ("no new ops") or finds the daemon
+ * gone (a drained daemon exits), as no op issued after a drain may run. */
+int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n);
+
 /* Most ranks of a test. */
 #define SPT_RK_MAXW 8
 /* all_gather along 0 of [n + d * rank, cols] floats, checked. */

@@ -524,17 +524,7 @@ static int drain_rank(int rank, int w, void *arg) {
   }
   while (!__atomic_load_n(&sh->drained, __ATOMIC_ACQUIRE))
     usleep(1000);
-  int64_t s[1] = {8};
-  spc_tensor in, out;
-  if (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s))
-    return spt_rk_close(&k, 1);
-  int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
-  int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k.c), "no new ops")
-                                : rc != SPC_ECONNECTION;
-  if (bad)
-    fprintf(stderr, "rank %d after drain: %d '%s'\n", rank, rc,
-            spc_last_error(k.c));
-  return spt_rk_close(&k, bad);
+  return spt_rk_close(&k, spt_rk_refused_after_drain(&k, rank, 8));
 }
 
 START_TEST(drain_reaches_the_segment) {

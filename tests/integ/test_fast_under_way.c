@@ -154,19 +154,8 @@ static int drain_rank(int rank, int w, void *arg) {
     if (spt_ctl(&daemon_, "drain") != 0)
       return spt_rk_close(&k, 1);
   }
-  if (spt_rk_reduce_once(&k, rank, w, N, 1, 0))
-    return spt_rk_close(&k, 1);
-  int64_t s[1] = {N};
-  spc_tensor in, out;
-  if (!spt_rk_tensor(&k, &in, 1, s) || !spt_rk_tensor(&k, &out, 1, s))
-    return spt_rk_close(&k, 1);
-  int rc = spc_all_reduce(k.g, &in, &out, SPC_SUM);
-  int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k.c), "no new ops")
-                                : rc != SPC_ECONNECTION;
-  if (bad)
-    fprintf(stderr, "rank %d after the drain: %d '%s'\n", rank, rc,
-            spc_last_error(k.c));
-  return spt_rk_close(&k, bad);
+  int bad = spt_rk_reduce_once(&k, rank, w, N, 1, 0);
+  return spt_rk_close(&k, bad || spt_rk_refused_after_drain(&k, rank, N));
 }
 
 START_TEST(drain_lets_an_op_under_way_finish) {
