@@ -151,10 +151,9 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
   if (all_at(g->fast, g->world, field, v, 1))
     return SPC_OK;
-  /* Others may wait for this rank to be done as this one waits for them:
-   * say so before waiting (see pending). */
-  if (field == FIELD(fdone) || field == FIELD(consumed))
-    spc__fast_flush(g);
+  /* Others may wait for this rank to be done as this one waits for them,
+   * in this group or another: say so before waiting (see pending). */
+  spc__fast_flush_all(g->client);
   __atomic_store_n(&me->waiting, 1, __ATOMIC_RELEASE);
   int rc = wait_for(g, field, v);
   __atomic_store_n(&me->waiting, 0, __ATOMIC_RELEASE);

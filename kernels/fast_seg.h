@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 7u
+#define SPK_FSEG_VERSION 8u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -151,9 +151,10 @@ typedef struct {
   /* Words nobody polls, on their own lines (128 bytes apart: CPUs fetch
    * lines in pairs): writing them must not take the polled line away from
    * its readers. `waiting`: 1 while this rank
-   * waits for the others (for the watchdog). */
+   * waits for the others (for the watchdog); `in_op`: 1 from the start
+   * of a fast op to its end (a drain waits for it). */
   uint32_t waiting;
-  uint32_t pad1;
+  uint32_t in_op;
   /* Written by the daemon only: the id of the last daemon-path request of
    * this rank it has answered (set just before the reply is queued). A rank
    * waiting on a mid-size op polls it briefly before blocking in recv, so

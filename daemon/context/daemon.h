@@ -121,6 +121,7 @@ typedef struct spd_ctx {
   int ndoomed;
   uint64_t refused_log_ns;          /* last "connection refused" log line */
   uint64_t drain_started_ns;        /* for the drain deadline */
+  uint64_t drain_quiet_ns;          /* since when nothing is under way */
 } spd_ctx;
 
 static inline uint64_t spd_now_ns(void) {

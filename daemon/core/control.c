@@ -56,6 +56,8 @@ int spd_abort_group(spd_ctx *ctx, const char *full, uid_t uid, spk_err *err) {
   return SPK_OK;
 }
 
+#define DRAIN_QUIET_NS 100000000u /* 100 ms: the watchdog ticks every 250 */
+
 void spd_drain(spd_ctx *ctx) {
   if (ctx->draining || ctx->stopping)
     return;
@@ -80,9 +82,22 @@ void spd_drain_check(spd_ctx *ctx) {
     return;
   }
   spd_group *g;
-  TAILQ_FOREACH(g, &ctx->groups, link)
-    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g) || spd_gseg_busy(g))
+  int segs = 0;
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g) || spd_gseg_busy(g)) {
+      ctx->drain_quiet_ns = 0;
       return; /* the watchdog's tick looks again */
+    }
+    segs |= g->seg != NULL;
+  }
+  /* A rank that read `closed` unset just before the drain set it may not
+   * show its op in the segment yet (its stores are on their way): with
+   * segments, the daemon goes when they stayed idle for DRAIN_QUIET_NS. */
+  uint64_t now = spd_now_ns();
+  if (segs && ctx->drain_quiet_ns == 0)
+    ctx->drain_quiet_ns = now;
+  if (segs && now - ctx->drain_quiet_ns < DRAIN_QUIET_NS)
+    return;
   SPD_INFO(&ctx->log, "drained");
   spd_shutdown(ctx);
 }

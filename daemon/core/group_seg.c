@@ -245,20 +245,27 @@ void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
           (unsigned long long)in_place, (unsigned long long)g->seg->stage);
 }
 
+/* Under way: some rank is inside a fast op (in_op, waiting), or
+ * published one that another rank has not reached. A published op of
+ * the daemon's path is the daemon's to wait for (its g->ops), or was
+ * refused: no reason to wait for the others to issue it. */
 int spd_gseg_busy(const spd_group *g) {
   const spd_gseg *seg = g->seg;
   if (seg == NULL || __atomic_load_n(&seg->hdr->broken, __ATOMIC_ACQUIRE))
     return 0;
-  uint64_t first = 0;
+  uint64_t fast = 0, low = UINT64_MAX;
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_rank *a = seg_rank(seg, r);
-    uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0 ||
-        (r > 0 && p != first))
+        __atomic_load_n(&a->in_op, __ATOMIC_ACQUIRE) != 0)
       return 1;
-    first = r == 0 ? p : first;
+    uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+    const spk_fseg_desc *x = &a->ring[p % SPK_FSEG_RING];
+    if (p > fast && x->seq == p && x->eligible == 1)
+      fast = p;
+    low = p < low ? p : low;
   }
-  return 0;
+  return low < fast;
 }
 
 void spd_gseg_close_all(spd_ctx *ctx) {

@@ -70,9 +70,9 @@ void spd_gseg_line(struct spd_group *g, const char *label, FILE *out);
 /* The daemon drains: every segment sends its new ops to the daemon. */
 void spd_gseg_close_all(spd_ctx *ctx);
 
-/* Whether a fast op is under way in g's segment (some rank waits in it,
- * or has published an op another has not): a drain waits for it, as for
- * the daemon's own ops, until its deadline. */
+/* Whether a fast op is under way in g's segment (some rank is inside
+ * one, or published one that another has not reached): a drain waits for
+ * it, as for the daemon's own ops, until its deadline. */
 int spd_gseg_busy(const struct spd_group *g);
 
 void spd_gseg_destroy(struct spd_group *g);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 #include "harness.h"
@@ -96,11 +97,15 @@ int spt_rk_reduce_check(spt_rk *k, int rank, int w, const spc_tensor *in,
   return 0;
 }
 
-int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n) {
+int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n, int w,
+                               int *answered) {
   spc_tensor in, out;
   if (!spt_rk_tensor(k, &in, 1, &n) || !spt_rk_tensor(k, &out, 1, &n))
     return 1;
   int rc = spc_all_reduce(k->g, &in, &out, SPC_SUM);
+  __atomic_add_fetch(answered, 1, __ATOMIC_ACQ_REL);
+  while (__atomic_load_n(answered, __ATOMIC_ACQUIRE) < w)
+    usleep(1000);
   int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k->c), "no new ops")
                                 : rc != SPC_ECONNECTION;
   if (bad)

@@ -46,8 +46,12 @@ int spt_rk_reduce_once(spt_rk *k, int rank, int w, size_t n, int step,
 
 /* An all_reduce of n floats after the daemon was asked to drain: 0 when
  * it is refused in the daemon's words ("no new ops") or finds the daemon
- * gone (a drained daemon exits), as no op issued after a drain may run. */
-int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n);
+ * gone (a drained daemon exits), as no op issued after a drain may run.
+ * Then it waits until all w ranks had their answer (*answered: a counter
+ * they share), so that none leaves the group before the others are
+ * refused (they would hear "rank ... was lost" instead). */
+int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n, int w,
+                               int *answered);
 
 /* Most ranks of a test. */
 #define SPT_RK_MAXW 8

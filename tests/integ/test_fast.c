@@ -40,6 +40,7 @@ typedef struct {
   int rc[8];
   pid_t pid[8];
   int drained;
+  int answered; /* ranks refused after the drain */
   char group[64];
 } shared_t;
 static shared_t *sh;
@@ -524,7 +525,8 @@ static int drain_rank(int rank, int w, void *arg) {
   }
   while (!__atomic_load_n(&sh->drained, __ATOMIC_ACQUIRE))
     usleep(1000);
-  return spt_rk_close(&k, spt_rk_refused_after_drain(&k, rank, 8));
+  return spt_rk_close(&k, spt_rk_refused_after_drain(&k, rank, 8, w,
+                                                      &sh->answered));
 }
 
 START_TEST(drain_reaches_the_segment) {

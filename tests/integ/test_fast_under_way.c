@@ -8,6 +8,8 @@
  *   ops follow them; every result is checked. The op timeout is short,
  *   so that a rank that blocks in spc_start fails the test instead of
  *   hanging it.
+ * - A rank that waits in one group says it is done with its last op of
+ *   every other group, whose ranks may need that to go on.
  * - A drain lets a fast op that some rank has published finish on every
  *   rank, as it lets the daemon's own ops finish, and refuses the next. */
 #include <check.h>
@@ -32,6 +34,7 @@ static spt_daemon daemon_;
 
 typedef struct {
   char group[64];
+  int answered; /* ranks refused after the drain */
 } shared_t;
 static shared_t *sh;
 
@@ -123,6 +126,40 @@ static int ahead_rank(int rank, int w, void *arg) {
   return spt_rk_close(&k, bad);
 }
 
+/* A rank that waits in one group's segment says first that it is done
+ * with its last op of every other group. Here rank 0 runs a fast op in
+ * group A, then waits in group B for rank 1, which first starts its
+ * async ops in A: the 16th lands on the ring slot of A's fast op, so it
+ * needs rank 0 to be done with that op. */
+static int two_groups_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  spc_group *b = NULL;
+  if (spt_rk_open(&k, daemon_.socket, "twoA", rank, w, TIMEOUT_MS) < 0)
+    return 1;
+  if (spc_group_join(k.c, "twoB", w, rank, &b) < 0) {
+    fprintf(stderr, "rank %d: join: %s\n", rank, spc_last_error(k.c));
+    return spt_rk_close(&k, 1);
+  }
+  static async_ops a;
+  spc_group *ga = k.g;
+  int bad = spt_rk_reduce_once(&k, rank, w, N, 0, 0);
+  if (!bad && rank == 1)
+    bad = start_all(&k, rank, &a);
+  k.g = b;
+  bad = bad || spt_rk_reduce_once(&k, rank, w, N, 1, 0);
+  k.g = ga;
+  if (!bad && rank == 0)
+    bad = start_all(&k, rank, &a);
+  bad = bad || wait_all(&k, rank, w, &a);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(a_wait_in_one_group_frees_another) {
+  ck_assert_int_eq(spt_run_ranks(2, two_groups_rank, NULL, 120), 0);
+}
+END_TEST
+
 START_TEST(async_ops_ahead_of_the_others) {
   for (int w = 2; w <= 3; w++) {
     snprintf(sh->group, sizeof(sh->group), "ahead%d", w);
@@ -155,7 +192,8 @@ static int drain_rank(int rank, int w, void *arg) {
       return spt_rk_close(&k, 1);
   }
   int bad = spt_rk_reduce_once(&k, rank, w, N, 1, 0);
-  return spt_rk_close(&k, bad || spt_rk_refused_after_drain(&k, rank, N));
+  return spt_rk_close(&k, bad || spt_rk_refused_after_drain(&k, rank, N, w,
+                                                             &sh->answered));
 }
 
 START_TEST(drain_lets_an_op_under_way_finish) {
@@ -170,6 +208,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, async_ops_ahead_of_the_others);
+  tcase_add_test(tc, a_wait_in_one_group_frees_another);
   tcase_add_test(tc, drain_lets_an_op_under_way_finish);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
