@@ -358,8 +358,11 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
   /* Failed or not, this rank is done with every staging area and every
    * descriptor of s: said by its next publish, or before it waits (see
    * pending); at once after a failure, which may end the group, or when
-   * some rank waits for everyone to be done reading its buffers. */
+   * some rank waits for everyone to be done reading its buffers. The
+   * descriptors, at once on a line of its own (read_descs). */
   f->pending = s;
+  __atomic_store_n(&spc__fast_rank(f, g->rank)->read_descs, s,
+                   __ATOMIC_RELEASE);
   if (any)
     rc = read_done(g, s, rc, skip, &failed);
   else if (rc != SPC_OK)

@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 8u
+#define SPK_FSEG_VERSION 9u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -161,7 +161,14 @@ typedef struct {
    * the answer does not cost it a sleep and a wake-up. A hint: the reply
    * on the socket stays the answer. */
   uint64_t answered;
-  uint8_t pad2[112];
+  /* The seq of the last fast op this rank finished, stored as it ends
+   * (consumed says so later, with a publish): a rank that ran a fast op
+   * and went on to other work, outside spcoll, is done with the op's ring
+   * slot, which a rank ahead of it may need for its 16th op after it
+   * (client_fast_desc.c, slot_wait). On this line, which nobody polls,
+   * the store costs nothing the others wait for. */
+  uint64_t read_descs;
+  uint8_t pad2[104];
   /* A small input (see spk_fseg_line), in the lines of its seq's parity:
    * a rank may write op s + 1's while the others still read op s's. */
   spk_fseg_line lines[2][SPK_FSEG_LINES];
@@ -263,6 +270,10 @@ static inline uint64_t spk_fseg_said(const spk_fseg_rank *a, size_t field) {
   if (field != offsetof(spk_fseg_rank, consumed) &&
       field != offsetof(spk_fseg_rank, fdone))
     return v;
+  if (field == offsetof(spk_fseg_rank, consumed)) {
+    uint64_t d = __atomic_load_n(&a->read_descs, __ATOMIC_ACQUIRE);
+    v = d > v ? d : v;
+  }
   uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
   return p > 0 && p - 1 > v ? p - 1 : v;
 }

@@ -17,6 +17,25 @@
 #include "group_seg.h"
 #include "quota.h"
 
+/* A descriptor of the segment for every rank, before any rank hears of
+ * it: when one cannot be made (the daemon is out of fds), no rank gets
+ * the segment, rather than some ranks running ops in it that the others
+ * never see. -1 with errno set on failure. */
+static int dup_all(spd_gseg *seg, int world) {
+  for (int r = 0; r < world; r++)
+    if ((seg->dups[r] = fcntl(seg->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+      return -1;
+  return 0;
+}
+
+static void dups_close(spd_gseg *seg) {
+  for (int r = 0; r < SPK_FSEG_MAXWORLD; r++)
+    if (seg->dups[r] >= 0) {
+      close(seg->dups[r]);
+      seg->dups[r] = -1;
+    }
+}
+
 void spd_gseg_create(spd_group *g) {
   spd_ctx *ctx = g->ctx;
   uint64_t stage = (uint64_t)spd_config_fast_stage(&ctx->cfg);
@@ -40,6 +59,8 @@ void spd_gseg_create(spd_group *g) {
              "failed", g->name, sizeof(*seg));
     return;
   }
+  for (int r = 0; r < SPK_FSEG_MAXWORLD; r++)
+    seg->dups[r] = -1;
   const char *what = "memfd_create";
   int fd = memfd_create("spcoll-group", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   void *p = MAP_FAILED;
@@ -48,8 +69,9 @@ void spd_gseg_create(spd_group *g) {
                                 MAP_SHARED, fd, 0)) != MAP_FAILED &&
       (what = "fcntl(F_ADD_SEALS)",
        fcntl(fd, F_ADD_SEALS,
-             F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == 0) {
-    seg->fd = fd;
+             F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) == 0 &&
+      (what = "fcntl(F_DUPFD_CLOEXEC)", seg->fd = fd,
+       dup_all(seg, g->world)) == 0) {
     seg->hdr = p;
     seg->size = size;
     seg->stage = stage;
@@ -67,6 +89,7 @@ void spd_gseg_create(spd_group *g) {
   }
   SPD_WARN(&ctx->log, "group '%s': no fast path: %s (segment of %llu "
            "bytes) failed: %m", g->name, what, (unsigned long long)size);
+  dups_close(seg);
   if (p != MAP_FAILED)
     munmap(p, size);
   if (fd >= 0)
@@ -86,12 +109,15 @@ void spd_gseg_send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
     return;
   }
   f->group_joined->fast_seg_size = g->seg->size;
-  if (spd_session_send_fd(s, f, g->seg->fd) < 0) {
-    /* This rank cannot take the segment, so no rank may run ops in it:
-     * closed sends every rank's ops to the daemon (broken would fail
-     * them). A rank answered earlier in this turn may have published its
-     * first op in it already: that op waits for this rank until the op
-     * timeout. */
+  int r = (int)f->group_joined->rank, fd = g->seg->dups[r];
+  g->seg->dups[r] = -1;
+  if (spd_session_send_fd(s, f, fd) < 0) {
+    /* This rank cannot take the segment (its descriptor was made, so the
+     * send itself failed: memory, or its connection is closing), so no
+     * rank may run ops in it: closed sends every rank's ops to the daemon
+     * (broken would fail them). A rank answered earlier in this turn may
+     * have published its first op in it already: that op waits for this
+     * rank until the op timeout, or fails when its connection closes. */
     __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_RELEASE);
     f->group_joined->fast_seg_size = 0;
     spd_session_send(s, f);
@@ -283,6 +309,7 @@ void spd_gseg_destroy(spd_group *g) {
   spd_quota_give(&g->ctx->quotas, g->owner, SPD_Q_BYTES, (long long)seg->size);
   munmap(seg->hdr, seg->size);
   close(seg->fd);
+  dups_close(seg);
   free(seg);
   g->seg = NULL;
 }

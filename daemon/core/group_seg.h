@@ -24,6 +24,8 @@ typedef struct spd_gseg {
                                * rank waits */
   spk_fseg_counters seen[SPK_OP_COUNT]; /* rank 0's, as last added to the
                                          * stats */
+  int dups[SPK_FSEG_MAXWORLD]; /* per rank, made before any rank hears of
+                                * the segment; -1 once sent */
 } spd_gseg;
 
 /* Make g's segment when it qualifies (every rank here, fast_bytes > 0,
@@ -77,7 +79,8 @@ int spd_gseg_busy(const struct spd_group *g);
 
 void spd_gseg_destroy(struct spd_group *g);
 
-/* Send frame f to s with fd attached (SCM_RIGHTS); fd stays the caller's. */
+/* Send frame f to s with fd attached (SCM_RIGHTS). fd is the send's from
+ * here (a dup the caller made): closed once sent, or on failure. */
 int spd_session_send_fd(spd_session *s, const Spcoll__Frame *f, int fd);
 
 #endif

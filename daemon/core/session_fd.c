@@ -34,28 +34,26 @@ static void on_written(uv_write_t *req, int status) {
 
 int spd_session_send_fd(spd_session *s, const Spcoll__Frame *f, int fd) {
   spd_ctx *ctx = s->ctx;
-  if (s->closing || s->doomed)
+  int dup_fd = fd; /* ours from here: sent, or closed */
+  if (s->closing || s->doomed) {
+    close(dup_fd);
     return SPK_ECONNECTION;
+  }
   spk_err err;
   fd_write *w = calloc(1, sizeof(*w));
   if (w == NULL) {
     SPD_WARN(&ctx->log, "calloc of %zu bytes failed", sizeof(*w));
+    close(dup_fd);
     return SPK_ENO_MEMORY;
   }
   if (spf_encode(f, &w->buf, &w->len, &err) < 0) {
     SPD_WARN(&ctx->log, "cannot encode a reply to client %llu: %s",
              (unsigned long long)s->id, err.msg);
+    close(dup_fd);
     free(w);
     return SPK_ENO_MEMORY;
   }
   w->ctx = ctx;
-  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (dup_fd < 0) {
-    SPD_WARN(&ctx->log, "fcntl(%d, F_DUPFD_CLOEXEC) failed: %m", fd);
-    free(w->buf);
-    free(w);
-    return SPK_ESYSTEM;
-  }
   int rc = uv_pipe_init(ctx->loop, &w->carrier, 0);
   if (rc < 0) {
     SPD_WARN(&ctx->log, "uv_pipe_init failed: %s", uv_strerror(rc));

@@ -9,7 +9,8 @@
  *   so that a rank that blocks in spc_start fails the test instead of
  *   hanging it.
  * - A rank that waits in one group says it is done with its last op of
- *   every other group, whose ranks may need that to go on.
+ *   every other group, whose ranks may need that to go on; and a rank
+ *   that waits outside spcoll holds nobody's spc_start.
  * - A drain lets a fast op that some rank has published finish on every
  *   rank, as it lets the daemon's own ops finish, and refuses the next. */
 #include <check.h>
@@ -35,6 +36,7 @@ static spt_daemon daemon_;
 typedef struct {
   char group[64];
   int answered; /* ranks refused after the drain */
+  int started;  /* rank 1 started its async ops */
 } shared_t;
 static shared_t *sh;
 
@@ -155,6 +157,33 @@ static int two_groups_rank(int rank, int w, void *arg) {
   return spt_rk_close(&k, bad);
 }
 
+/* The same, with rank 0 waiting outside spcoll (on a word the ranks
+ * share, as on another library's barrier) after its fast op. */
+static int elsewhere_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (spt_rk_open(&k, daemon_.socket, sh->group, rank, w, TIMEOUT_MS) < 0)
+    return 1;
+  static async_ops a;
+  int bad = spt_rk_reduce_once(&k, rank, w, N, 0, 0);
+  if (!bad && rank == 1)
+    bad = start_all(&k, rank, &a);
+  if (rank == 1)
+    __atomic_store_n(&sh->started, 1, __ATOMIC_RELEASE);
+  while (rank == 0 && !__atomic_load_n(&sh->started, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  if (!bad && rank == 0)
+    bad = start_all(&k, rank, &a);
+  bad = bad || wait_all(&k, rank, w, &a);
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(a_rank_busy_elsewhere_holds_no_start) {
+  snprintf(sh->group, sizeof(sh->group), "elsewhere");
+  ck_assert_int_eq(spt_run_ranks(2, elsewhere_rank, NULL, 120), 0);
+}
+END_TEST
+
 START_TEST(a_wait_in_one_group_frees_another) {
   ck_assert_int_eq(spt_run_ranks(2, two_groups_rank, NULL, 120), 0);
 }
@@ -209,6 +238,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, async_ops_ahead_of_the_others);
   tcase_add_test(tc, a_wait_in_one_group_frees_another);
+  tcase_add_test(tc, a_rank_busy_elsewhere_holds_no_start);
   tcase_add_test(tc, drain_lets_an_op_under_way_finish);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
