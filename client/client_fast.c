@@ -361,8 +361,7 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
    * some rank waits for everyone to be done reading its buffers. The
    * descriptors, at once on a line of its own (read_descs). */
   f->pending = s;
-  __atomic_store_n(&spc__fast_rank(f, g->rank)->read_descs, s,
-                   __ATOMIC_RELEASE);
+  spc__fast_read_descs(f->hdr, spc__fast_rank(f, g->rank), s);
   if (any)
     rc = read_done(g, s, rc, skip, &failed);
   else if (rc != SPC_OK)

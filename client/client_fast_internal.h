@@ -146,6 +146,11 @@ uint64_t spc__fast_now_ns(void);
 /* Store a counter of this rank (me) and wake whoever waits on it. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v);
+/* Store read_descs = s (kernels/fast_seg.h) and wake the ranks seen
+ * asleep on the segment, if any: without the fence of a publish, which
+ * a rank that falls asleep at this very moment would need; it wakes at
+ * its sleep's timeout instead. */
+void spc__fast_read_descs(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t s);
 /* Every rank's counter at byte `field` of its area is at least v (as
  * the rank means it: spk_fseg_said)? */
 int spc__fast_all_at_least(const spc_fast *f, int world, size_t field,

@@ -78,6 +78,12 @@ void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
   wake(h);
 }
 
+void spc__fast_read_descs(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t s) {
+  __atomic_store_n(&me->read_descs, s, __ATOMIC_RELEASE);
+  if (__atomic_load_n(&h->sleepers, __ATOMIC_RELAXED) != 0)
+    wake(h);
+}
+
 /* Rank r published op v: its lines say so, for a repeat in lines, or
  * its polled line does. `peek`: while the lines say it is not yet, the
  * polled line is not read: reading it would take it from its writer,
