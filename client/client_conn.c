@@ -197,7 +197,6 @@ static int read_some(spc_client *c, int block) {
   } cbuf;
   struct iovec iov = {space, avail};
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-  spc__fast_flush_all(c); /* before waiting, or polling, for the daemon */
   do {
     msg.msg_control = cbuf.buf;
     msg.msg_controllen = sizeof(cbuf.buf);

@@ -443,10 +443,9 @@ static int started_by_others(const spc_group *g) {
   uint64_t s = f->seq + 1;
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_rank *a = spc__fast_rank(f, r);
-    const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
     if (r != g->rank &&
         __atomic_load_n(&a->published, __ATOMIC_ACQUIRE) >= s &&
-        x->seq == s && x->eligible == 1)
+        spk_fseg_fast_op(a, s))
       return 1;
   }
   return 0;

@@ -32,13 +32,6 @@ void spc__fast_await(spc_group *g, const spc_request *req);
  * of its buffers (client_fast_map.c). */
 void spc__fast_freed(spc_client *c);
 
-/* c is about to wait, for the daemon or in a segment: every group of it
- * says now that it is done with its last fast op, which it would
- * otherwise say with its next one (client_fast.c, `pending`): the others
- * may need it while this rank waits, for the daemon or for a rank that
- * waits on them. */
-void spc__fast_flush_all(spc_client *c);
-
 /* g's segment header, NULL without one (for the suites). */
 struct spk_fseg_hdr;
 const struct spk_fseg_hdr *spc__fast_hdr(const spc_group *g);

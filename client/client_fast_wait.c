@@ -122,12 +122,6 @@ void spc__fast_flush(spc_group *g) {
   f->pending = 0;
 }
 
-void spc__fast_flush_all(spc_client *c) {
-  for (spc_group *g = c->groups; g != NULL; g = g->next)
-    if (g->fast != NULL)
-      spc__fast_flush(g);
-}
-
 int spc__fast_broken(spc_group *g) {
   spk_fseg_hdr *h = g->fast->hdr;
   int st = __atomic_load_n(&h->broken, __ATOMIC_ACQUIRE);
@@ -157,9 +151,13 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
   if (all_at(g->fast, g->world, field, v, 1))
     return SPC_OK;
-  /* Others may wait for this rank to be done as this one waits for them,
-   * in this group or another: say so before waiting (see pending). */
-  spc__fast_flush_all(g->client);
+  /* Others may wait for this rank to be done as this one waits for them:
+   * say so before waiting (see pending; nothing is pending while this
+   * rank waits in its op's publish or reduce phase). A rank that waits
+   * elsewhere (in another group, on the daemon, outside spcoll) holds
+   * nobody's ring slot: read_descs said it was done with the op's
+   * descriptors as the op ended. */
+  spc__fast_flush(g);
   __atomic_store_n(&me->waiting, 1, __ATOMIC_RELEASE);
   int rc = wait_for(g, field, v);
   __atomic_store_n(&me->waiting, 0, __ATOMIC_RELEASE);

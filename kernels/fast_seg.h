@@ -278,6 +278,14 @@ static inline uint64_t spk_fseg_said(const spk_fseg_rank *a, size_t field) {
   return p > 0 && p - 1 > v ? p - 1 : v;
 }
 
+/* Whether rank area a's ring slot says it published op s to run in the
+ * segment (not on the daemon's path). Read by the ranks and the daemon's
+ * drain alike. */
+static inline int spk_fseg_fast_op(const spk_fseg_rank *a, uint64_t s) {
+  const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
+  return x->seq == s && x->eligible == 1;
+}
+
 /* Fill a fresh (zeroed) segment's header. */
 static inline void spk_fseg_init(spk_fseg_hdr *h, int world,
                                  uint64_t stage_bytes, uint32_t mid_spin_ns) {

@@ -286,8 +286,7 @@ int spd_gseg_busy(const spd_group *g) {
         __atomic_load_n(&a->in_op, __ATOMIC_ACQUIRE) != 0)
       return 1;
     uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
-    const spk_fseg_desc *x = &a->ring[p % SPK_FSEG_RING];
-    if (p > fast && x->seq == p && x->eligible == 1)
+    if (p > fast && spk_fseg_fast_op(a, p))
       fast = p;
     low = p < low ? p : low;
   }

@@ -8,9 +8,9 @@
  *   ops follow them; every result is checked. The op timeout is short,
  *   so that a rank that blocks in spc_start fails the test instead of
  *   hanging it.
- * - A rank that waits in one group says it is done with its last op of
- *   every other group, whose ranks may need that to go on; and a rank
- *   that waits outside spcoll holds nobody's spc_start.
+ * - A rank that waits in another group, or outside spcoll, after a fast
+ *   op holds nobody's spc_start: the op said, as it ended, that the rank
+ *   is done with its descriptors.
  * - A drain lets a fast op that some rank has published finish on every
  *   rank, as it lets the daemon's own ops finish, and refuses the next. */
 #include <check.h>
@@ -128,9 +128,9 @@ static int ahead_rank(int rank, int w, void *arg) {
   return spt_rk_close(&k, bad);
 }
 
-/* A rank that waits in one group's segment says first that it is done
- * with its last op of every other group. Here rank 0 runs a fast op in
- * group A, then waits in group B for rank 1, which first starts its
+/* A rank that waits in one group's segment holds no rank of another
+ * group that needs it done with its last op there. Here rank 0 runs a
+ * fast op in group A, then waits in group B for rank 1, which first starts its
  * async ops in A: the 16th lands on the ring slot of A's fast op, so it
  * needs rank 0 to be done with that op. */
 static int two_groups_rank(int rank, int w, void *arg) {
