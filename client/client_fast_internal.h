@@ -76,6 +76,9 @@ typedef struct spc_fast {
   uint64_t lines_put;
   const void *lines_src;
   uint64_t lines_bytes;
+  /* This rank's input of op claim_put was staged (in lines or the
+   * staging), claim_bytes long (client_fast.c, claim_next). */
+  uint64_t claim_put, claim_bytes;
   int over;                     /* more ranks than the node has CPUs */
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
