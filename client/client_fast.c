@@ -115,7 +115,9 @@ static int plan_direct(const spk_plan *p) {
  * bytes of every rank's), instead of its own pieces, a barrier, then
  * copies of the others' pieces. w times the adds, but one phase and no
  * staged output; the sums are the same steps in the same rank order, so
- * bitwise the mover's. */
+ * bitwise the mover's. When the steps together are one flat reduce of
+ * the whole inputs (spk_plan_flat; a plan on one node), one call runs
+ * them: most of a small op's own work was the steps' bookkeeping. */
 #define REPLICATE_BYTES (64u << 10)
 static int plan_replicated(const spc_group *g, const spk_plan *p) {
   const spk_fseg_desc *d = &g->fast->planned[g->rank];
@@ -127,6 +129,14 @@ static int plan_replicated(const spc_group *g, const spk_plan *p) {
 static void run_replicated(spc_group *g, uint8_t *const *in_bases,
                            const spc_tensor *out) {
   spk_plan *p = &g->fast->plan;
+  if (g->fast->flat) {
+    const uint8_t *srcs[SPK_FSEG_MAXWORLD];
+    for (int r = 0; r < g->world; r++)
+      srcs[r] = in_bases[r * SPK_T_COUNT + SPK_T_IN];
+    spk_reduce_flat(p, srcs, (uint32_t)g->world, spc_tensor_data(out),
+                    g->fast->flat);
+    return;
+  }
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
   for (int r = 0; r < g->world; r++) {
     bases[r * SPK_T_COUNT + SPK_T_IN] = in_bases[r * SPK_T_COUNT + SPK_T_IN];
@@ -281,6 +291,12 @@ static int plan_get(spc_group *g, int repeat) {
   int rc = spk_plan_build(ap, g->world, &f->plan, &err);
   f->plan_ok = rc == SPK_OK;
   f->replicated = f->plan_ok && plan_replicated(g, &f->plan);
+  uint64_t out_bytes = spc__fast_desc_bytes(&f->planned[g->rank],
+                                            f->planned[g->rank].out_ndim,
+                                            f->planned[g->rank].out_shape);
+  f->flat = f->replicated && spk_plan_flat(&f->plan, out_bytes)
+                ? out_bytes
+                : 0;
   f->direct = f->plan_ok && plan_direct(&f->plan);
   return rc < 0 ? spc__fail(g->client, rc, "%s", err.msg) : SPC_OK;
 }

@@ -95,8 +95,11 @@ typedef struct spc_fast {
   spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
   int plan_ok;
   /* Of the plan, as built (client_fast.c): each rank reduces everything
-   * into its own output; every step writes a caller's output directly. */
+   * into its own output; every step writes a caller's output directly;
+   * flat: the bytes of the one flat reduce that replicated runs (0: it
+   * runs the plan's steps). */
   int replicated, direct;
+  uint64_t flat;
   spc_fast_again again;
   /* Ops read in the callers' buffers (client_fast_map.c): whether they
    * may be; pidfds of the other ranks; what is mapped of their buffers,

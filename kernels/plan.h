@@ -158,6 +158,18 @@ void spk_move_exec(const spk_plan *plan, const spk_move *m,
 void spk_reduce_exec(const spk_plan *plan, const spk_reduce *r,
                      uint8_t *const *bases, uint64_t u0, uint64_t u1);
 
+/* Whether the plan's reduce steps, all run into one output, are one flat
+ * reduce of bytes: each a single run of the output, at the offset where
+ * the one before ended, over every rank's input at that same offset, in
+ * rank order (an all_reduce planned on one node). */
+int spk_plan_flat(const spk_plan *plan, uint64_t bytes);
+
+/* dst = the reduction of srcs[0 .. nsrc), bytes each, elementwise in that
+ * order, with the plan's dtype and op: for a plan that spk_plan_flat
+ * accepts, the same bytes as its reduce steps, in one call. */
+void spk_reduce_flat(const spk_plan *plan, const uint8_t *const *srcs,
+                     uint32_t nsrc, uint8_t *dst, uint64_t bytes);
+
 /* Run a whole plan on this thread: the reference executor of tests and the
  * fallback of movers. */
 void spk_plan_exec(const spk_plan *plan, uint8_t *const *bases);

@@ -157,15 +157,17 @@ static inline const uint8_t *rsrc_at(const reduce_ctx *c, uint32_t k,
 #define COMBINE_MIN(a, v) ((((v) < (a)) || ((v) != (v))) ? (v) : (a))
 
 /* Elements [b, b + m) accumulated in A (fp32 for 16-bit floats), reading
- * each source once and writing dst once. */
+ * each source once and writing dst once. Source k of the run is
+ * REDUCE_SRC(k), of REDUCE_NSRC: each function below that expands these
+ * macros defines the two for its own kind of sources. */
 #define REDUCE_BLOCK(T, A, LOAD, STORE, COMBINE, b, m)                       \
   do {                                                                       \
     A acc[RUN_BLOCK];                                                        \
-    const T *s0 = (const T *)rsrc_at(c, 0, rel) + (b);                       \
+    const T *s0 = (const T *)REDUCE_SRC(0) + (b);                            \
     for (size_t i = 0; i < (m); i++)                                         \
       acc[i] = LOAD(s0[i]);                                                  \
-    for (uint32_t k = 1; k < c->r->nsrc; k++) {                              \
-      const T *sk = (const T *)rsrc_at(c, k, rel) + (b);                     \
+    for (uint32_t k = 1; k < REDUCE_NSRC; k++) {                             \
+      const T *sk = (const T *)REDUCE_SRC(k) + (b);                          \
       for (size_t i = 0; i < (m); i++)                                       \
         acc[i] = COMBINE(acc[i], LOAD(sk[i]));                               \
     }                                                                        \
@@ -214,23 +216,46 @@ static inline const uint8_t *rsrc_at(const reduce_ctx *c, uint32_t k,
       REDUCE_LOOP(T, T, ID, ID, COMBINE_MIN);                                \
   } while (0)
 
+#define REDUCE_DTYPES(dtype)                                                 \
+  do {                                                                       \
+    switch (dtype) {                                                         \
+    case SPK_F32: REDUCE_OPS(float, float, ID, ID); break;                   \
+    case SPK_F64: REDUCE_OPS(double, double, ID, ID); break;                 \
+    case SPK_F16:                                                            \
+      REDUCE_OPS(uint16_t, float, spk_f16_to_f32, spk_f32_to_f16);           \
+      break;                                                                 \
+    case SPK_BF16:                                                           \
+      REDUCE_OPS(uint16_t, float, spk_bf16_to_f32, spk_f32_to_bf16);         \
+      break;                                                                 \
+    case SPK_I8: REDUCE_INT(int8_t, uint8_t); break;                         \
+    case SPK_U8: REDUCE_INT(uint8_t, uint8_t); break;                        \
+    case SPK_I32: REDUCE_INT(int32_t, uint32_t); break;                      \
+    case SPK_I64: REDUCE_INT(int64_t, uint64_t); break;                      \
+    default: break;                                                          \
+    }                                                                        \
+  } while (0)
+
+/* A run of a plan's reduce step: its sources at rel bytes into its
+ * geometry. */
 static void reduce_run(const reduce_ctx *c, uint64_t rel, uint8_t *dst,
                        size_t n) {
   int op = c->plan->red_op;
-  switch (c->plan->dtype) {
-  case SPK_F32: REDUCE_OPS(float, float, ID, ID); break;
-  case SPK_F64: REDUCE_OPS(double, double, ID, ID); break;
-  case SPK_F16: REDUCE_OPS(uint16_t, float, spk_f16_to_f32, spk_f32_to_f16);
-    break;
-  case SPK_BF16:
-    REDUCE_OPS(uint16_t, float, spk_bf16_to_f32, spk_f32_to_bf16);
-    break;
-  case SPK_I8: REDUCE_INT(int8_t, uint8_t); break;
-  case SPK_U8: REDUCE_INT(uint8_t, uint8_t); break;
-  case SPK_I32: REDUCE_INT(int32_t, uint32_t); break;
-  case SPK_I64: REDUCE_INT(int64_t, uint64_t); break;
-  default: break;
-  }
+#define REDUCE_SRC(k) rsrc_at(c, (k), rel)
+#define REDUCE_NSRC (c->r->nsrc)
+  REDUCE_DTYPES(c->plan->dtype);
+#undef REDUCE_SRC
+#undef REDUCE_NSRC
+}
+
+/* The same arithmetic on a list of flat sources. */
+static void reduce_list(const spk_plan *plan, const uint8_t *const *srcs,
+                        uint32_t nsrc, uint8_t *dst, size_t n) {
+  int op = plan->red_op;
+#define REDUCE_SRC(k) srcs[k]
+#define REDUCE_NSRC nsrc
+  REDUCE_DTYPES(plan->dtype);
+#undef REDUCE_SRC
+#undef REDUCE_NSRC
 }
 
 static void reduce_rows(const reduce_ctx *c, int d, uint64_t rel,
@@ -250,6 +275,28 @@ void spk_reduce_exec(const spk_plan *plan, const spk_reduce *r,
   reduce_ctx c = {plan, r, bases, spk_dtype_size(plan->dtype)};
   uint8_t *dst = bases[r->geo.dst_rank * SPK_T_COUNT + r->geo.dst_t];
   reduce_rows(&c, 0, 0, dst + r->geo.dst_off, u0, u1);
+}
+
+int spk_plan_flat(const spk_plan *plan, uint64_t bytes) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < plan->nreduces; i++) {
+    const spk_reduce *r = &plan->reduces[i];
+    if (r->geo.nd != 1 || r->geo.dst_t != SPK_T_OUT || r->geo.dst_off != at ||
+        r->nsrc != (uint32_t)plan->world)
+      return 0;
+    for (uint32_t k = 0; k < r->nsrc; k++) {
+      const spk_rsrc *s = &plan->rsrcs[r->src0 + k];
+      if (s->rank != k || s->t != SPK_T_IN || s->off != at)
+        return 0;
+    }
+    at += r->geo.len[0];
+  }
+  return at == bytes;
+}
+
+void spk_reduce_flat(const spk_plan *plan, const uint8_t *const *srcs,
+                     uint32_t nsrc, uint8_t *dst, uint64_t bytes) {
+  reduce_list(plan, srcs, nsrc, dst, bytes / spk_dtype_size(plan->dtype));
 }
 
 void spk_plan_exec(const spk_plan *plan, uint8_t *const *bases) {
