@@ -110,6 +110,28 @@ static int plan_direct(const spk_plan *p) {
   return 1;
 }
 
+/* A plan whose moves are single runs, unscaled, copied through the cache:
+ * each move is one memcpy, without the executor's walk of its geometry
+ * (a small op's own work, as the flat reduce below). */
+static int plan_copies(const spk_plan *p) {
+  if (p->scale != SPK_SCALE_NONE || spk_plan_streams(p))
+    return 0;
+  for (size_t i = 0; i < p->nmoves; i++)
+    if (p->moves[i].nd != 1)
+      return 0;
+  return 1;
+}
+
+static void run_move(const spc_fast *f, const spk_move *m,
+                     uint8_t *const *bases) {
+  if (f->copies)
+    memcpy(bases[m->dst_rank * SPK_T_COUNT + m->dst_t] + m->dst_off,
+           bases[m->src_rank * SPK_T_COUNT + m->src_t] + m->src_off,
+           m->len[0]);
+  else
+    spk_move_exec(&f->plan, m, bases, 0, spk_move_units(m));
+}
+
 /* A small all_reduce: each rank runs every reduce step of the plan into
  * its own output (the steps' blocks of rank d's output are the same
  * bytes of every rank's), instead of its own pieces, a barrier, then
@@ -202,7 +224,7 @@ static int plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
   }
   for (size_t i = 0; i < p->nmoves && !skip; i++)
     if (p->moves[i].dst_rank == me)
-      spk_move_exec(p, &p->moves[i], bases, 0, spk_move_units(&p->moves[i]));
+      run_move(f, &p->moves[i], bases);
   return SPC_OK;
 }
 
@@ -278,7 +300,7 @@ static int plan_get(spc_group *g, int repeat) {
   for (int r = 0; r < g->world; r++) {
     f->small[r] = fits_half(f, &f->planned[r]);
     f->tiny[r] = fits_inline(&f->planned[r]);
-    f->lines[r] = spc__fast_lines_of(spc__fast_desc_bytes(
+    f->lines[r] = spc__fast_lines_of(f->planned[r].op, spc__fast_desc_bytes(
         &f->planned[r], f->planned[r].in_ndim, f->planned[r].in_shape));
   }
   f->lines_polled = f->lines[g->rank];
@@ -298,6 +320,7 @@ static int plan_get(spc_group *g, int repeat) {
                 ? out_bytes
                 : 0;
   f->direct = f->plan_ok && plan_direct(&f->plan);
+  f->copies = f->plan_ok && plan_copies(&f->plan);
   return rc < 0 ? spc__fail(g->client, rc, "%s", err.msg) : SPC_OK;
 }
 
@@ -464,7 +487,7 @@ static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
   } else if (d.eligible) {
     f->small[g->rank] = (uint8_t)fits_half(f, &d);
     f->tiny[g->rank] = fits_inline(&d);
-    f->lines[g->rank] = spc__fast_lines_of(spc__fast_tensor_bytes(in));
+    f->lines[g->rank] = spc__fast_lines_of(d.op, spc__fast_tensor_bytes(in));
     if ((rc = stage_in(g, in)) < 0)
       return rc;
   }

@@ -97,8 +97,8 @@ typedef struct spc_fast {
   /* Of the plan, as built (client_fast.c): each rank reduces everything
    * into its own output; every step writes a caller's output directly;
    * flat: the bytes of the one flat reduce that replicated runs (0: it
-   * runs the plan's steps). */
-  int replicated, direct;
+   * runs the plan's steps); copies: each move is one memcpy. */
+  int replicated, direct, copies;
   uint64_t flat;
   spc_fast_again again;
   /* Ops read in the callers' buffers (client_fast_map.c): whether they
@@ -206,7 +206,7 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d);
 /* ---- client_fast_lines.c ---- */
 
 /* The tagged lines an input of `bytes` takes; 0 when it takes none. */
-uint8_t spc__fast_lines_of(uint64_t bytes);
+uint8_t spc__fast_lines_of(int op, uint64_t bytes);
 /* This rank's input of op s (f->lines[me] lines, or inline: f->tiny[me])
  * is at src: it goes into the lines with their tags, or into the polled
  * line, when s is published (spc__fast_lines_tag), which says whether s is

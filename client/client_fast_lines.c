@@ -17,8 +17,16 @@
 
 #include "client_fast_internal.h"
 
-uint8_t spc__fast_lines_of(uint64_t bytes) {
-  if (bytes <= SPK_FSEG_INLINE || bytes > SPK_FSEG_LINED)
+/* A reader copies an input's lines into gathered before the plan's
+ * steps, which read an input as contiguous bytes. For two lines that
+ * pays in an op that reduces them; an op that only moves its inputs
+ * copies them sooner from the staging (docs/performance.md, "Two lines
+ * only for reductions"). */
+uint8_t spc__fast_lines_of(int op, uint64_t bytes) {
+  const spk_op_row *row = spk_op_row_get((spk_op_kind)op);
+  uint64_t most = row != NULL && row->reduces ? SPK_FSEG_LINED
+                                              : SPK_FSEG_LINE_DATA;
+  if (bytes <= SPK_FSEG_INLINE || bytes > most)
     return 0;
   return (uint8_t)((bytes + SPK_FSEG_LINE_DATA - 1) / SPK_FSEG_LINE_DATA);
 }
