@@ -83,7 +83,8 @@ typedef struct spc_fast {
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
                                  * spin_ns up to the daemon's mid_spin_ns */
-  unsigned yield;
+  unsigned yield;               /* yields before a sleep, or for */
+  uint64_t yield_ns;            /* this long (see OVER_YIELD_NS) */
   /* Waits so far; the next one sleeps at once (see relocate_next). */
   uint64_t waits, relocated_at;
   int relocate;

@@ -27,14 +27,20 @@
  * group has more ranks than the node has CPUs, sharing is the rule, so a
  * waiter yields at once, without a single pause (32 pauses held the CPU
  * for about a microsecond that the rank it waited for could have had:
- * 4 ranks on 2 CPUs took 6.6 us an op instead of 3.7), and sleeps after
- * OVER_YIELD_POLLS yields. */
+ * 4 ranks on 2 CPUs took 6.6 us an op instead of 3.7), and sleeps once
+ * it yielded for OVER_YIELD_NS, about what a futex sleep and wake-up cost
+ * here (p99 70-90 us): yielding that long costs at most as much again as
+ * sleeping at once would have, and a wait that ends sooner never pays the
+ * sleep. (Two yields, then sleep, put the 4-rank op at 15-20 us a mean on
+ * a VM where a sched_yield often came back with the awaited rank still
+ * off-CPU: about one op in six slept; docs/performance.md, "More ranks
+ * than CPUs: yield, then sleep".) */
 #define SHARED_NS 3000
 #define SPIN_MIN_NS 1000
 #define SPIN_MAX_NS 100000
 #define YIELD_POLLS 16
 #define OVER_SPIN_NS 0
-#define OVER_YIELD_POLLS 2
+#define OVER_YIELD_NS 50000
 #define SLEEP_NS 200000000L /* futex sleep between checks of the daemon */
 
 void spc__fast_wait_init(spc_fast *f, int world) {
@@ -43,7 +49,8 @@ void spc__fast_wait_init(spc_fast *f, int world) {
   f->over = over;
   f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
-  f->yield = over ? OVER_YIELD_POLLS : YIELD_POLLS;
+  f->yield = over ? 0 : YIELD_POLLS;
+  f->yield_ns = over ? OVER_YIELD_NS : 0;
   f->mid_ns = over ? 0 : f->hdr->mid_spin_ns;
 }
 
@@ -235,6 +242,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
   /* The clock is read from the 16th poll on: most waits end before, and
    * a read costs as much as a round trip between two cores. */
   uint64_t t0 = 0;
+  uint64_t y_first = 0;
   unsigned yields = 0;
   int shared = 0;
   f->relocate = 0;
@@ -256,8 +264,10 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
       __builtin_ia32_pause();
       continue;
     }
-    if (!relocate && yields < f->yield) {
-      uint64_t y0 = spc__fast_now_ns();
+    uint64_t y0 = spc__fast_now_ns();
+    if (yields == 0)
+      y_first = y0;
+    if (!relocate && (yields < f->yield || y0 - y_first < f->yield_ns)) {
       yields++;
       sched_yield();
       shared |= spc__fast_now_ns() - y0 > SHARED_NS;
