@@ -74,7 +74,8 @@ typedef struct {
   X(stream_bytes, "stream-bytes", 0, 1, LLONG_MAX,                         \
     "ops whose inputs and outputs, this node's ranks', come to at least "   \
     "this many bytes copy with non-temporal stores, past the cache "        \
-    "(default: the last-level cache's size, from sysfs, else 32 MiB)")     \
+    "(default: the last-level cache's size from sysfs, at most 64 MiB; "   \
+    "else 32 MiB)")                                                         \
   X(mid_spin_us, "mid-spin-us", 0, 0, 10000,                                \
     "a rank of a group with a shared segment polls it this long for the "   \
     "answer to a daemon-path op before it sleeps in recv (0: never; no "    \

@@ -77,10 +77,16 @@ static long long cache_attr(int index, const char *name) {
   return v;
 }
 
-/* The size of CPU 0's highest-level cache as sysfs says: what glibc's
- * sysconf says differs on some VMs (320 MiB on the development VM, whose
- * L3 is 32 MiB). Else the kernels' default. */
+/* The size of CPU 0's highest-level cache as sysfs says, at most
+ * STREAM_CAP_BYTES: what glibc's sysconf says differs on some VMs (320 MiB
+ * on a development VM whose L3 is 32 MiB), and a VM's sysfs may give the
+ * host socket's whole L3, shared with every tenant (480 MiB on another:
+ * there 2-rank ops touching 96-128 MiB took 25-40% longer in the cache
+ * than streamed, and ops touching 48-64 MiB the same either way;
+ * docs/performance.md, "Streaming past a VM's cache"). Else the kernels'
+ * default. */
 #define CACHE_INDEXES 16
+#define STREAM_CAP_BYTES (64LL << 20)
 static long long llc_bytes(void) {
   int best = 0;
   long long kib = 0;
@@ -89,7 +95,9 @@ static long long llc_bytes(void) {
     if (level > best && size > 0 && size < (1LL << 40)) /* sizes are KiB */
       best = (int)level, kib = size;
   }
-  return kib > 0 ? kib << 10 : (long long)SPK_STREAM_BYTES;
+  if (kib <= 0)
+    return (long long)SPK_STREAM_BYTES;
+  return (kib << 10) < STREAM_CAP_BYTES ? kib << 10 : STREAM_CAP_BYTES;
 }
 
 static long long ram_bytes(void) {
