@@ -83,8 +83,6 @@ typedef struct spc_fast {
   uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
                                  * spin_ns up to the daemon's mid_spin_ns */
-  unsigned yield;               /* yields before a sleep, or for */
-  uint64_t yield_ns;            /* this long (see OVER_YIELD_NS) */
   /* Waits so far; the next one sleeps at once (see relocate_next). */
   uint64_t waits, relocated_at;
   int relocate;
@@ -95,7 +93,7 @@ typedef struct spc_fast {
    * Trainers repeat the same ops, so most ops reuse the plan. */
   spk_fseg_desc planned[SPK_FSEG_MAXWORLD];
   int plan_ok;
-  /* Of the plan, as built (client_fast.c): each rank reduces everything
+  /* Of the plan, as built (client_fast_plan.c): each rank reduces everything
    * into its own output; every step writes a caller's output directly;
    * flat: the bytes of the one flat reduce that replicated runs (0: it
    * runs the plan's steps); copies: each move is one memcpy. */
@@ -136,6 +134,22 @@ static inline uint8_t *spc__fast_stage(const spc_fast *f, int r, int t,
   return spk_fseg_stage_of(f->hdr, f->stage, r, t) +
          (f->small[r] ? (s & 1) * f->half : 0);
 }
+
+/* ---- client_fast_plan.c ---- */
+
+/* Of rank r's op, from its descriptor d: whether it fits half the
+ * staging (small), travels in the polled line (tiny), or in how many
+ * tagged lines (lines). Every rank decides it alike from d; its owner
+ * from the same bytes before it publishes d. */
+void spc__fast_fit(spc_fast *f, int r, const spk_fseg_desc *d);
+/* The plan of the descriptors in f->descs: the last one when every rank
+ * repeats its op (repeat: this rank saw so already), else a new one. */
+int spc__fast_plan_get(spc_group *g, int repeat);
+/* Runs the plan's steps that write this rank's output of op s, from and
+ * to bases (spc__fast_bases); *direct_p says whether they wrote the
+ * caller's output itself rather than the staging. */
+int spc__fast_plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
+                       uint8_t **bases, int mine, int skip, int *direct_p);
 
 /* ---- client_fast_clock.c ---- */
 

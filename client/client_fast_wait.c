@@ -31,10 +31,9 @@
  * it yielded for OVER_YIELD_NS, about what a futex sleep and wake-up cost
  * here (p99 70-90 us): yielding that long costs at most as much again as
  * sleeping at once would have, and a wait that ends sooner never pays the
- * sleep. (Two yields, then sleep, put the 4-rank op at 15-20 us a mean on
- * a VM where a sched_yield often came back with the awaited rank still
- * off-CPU: about one op in six slept; docs/performance.md, "More ranks
- * than CPUs: yield, then sleep".) */
+ * sleep. (Two yields, then sleep, put the 4-rank op at 16-21 us a mean,
+ * p50 3, on a VM where two yields often ended before the awaited rank
+ * ran; docs/performance.md, "More ranks than CPUs: yield, then sleep".) */
 #define SHARED_NS 3000
 #define SPIN_MIN_NS 1000
 #define SPIN_MAX_NS 100000
@@ -49,8 +48,6 @@ void spc__fast_wait_init(spc_fast *f, int world) {
   f->over = over;
   f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
   f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
-  f->yield = over ? 0 : YIELD_POLLS;
-  f->yield_ns = over ? OVER_YIELD_NS : 0;
   f->mid_ns = over ? 0 : f->hdr->mid_spin_ns;
 }
 
@@ -267,7 +264,8 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
     uint64_t y0 = spc__fast_now_ns();
     if (yields == 0)
       y_first = y0;
-    if (!relocate && (yields < f->yield || y0 - y_first < f->yield_ns)) {
+    if (!relocate && (f->over ? y0 - y_first < OVER_YIELD_NS
+                              : yields < YIELD_POLLS)) {
       yields++;
       sched_yield();
       shared |= spc__fast_now_ns() - y0 > SHARED_NS;
