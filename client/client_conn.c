@@ -290,6 +290,10 @@ int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
   return spc__finish(c, req, reply_p);
 }
 
+int spc_client_fd(const spc_client *c) {
+  return c == NULL ? -1 : c->fd;
+}
+
 int spc_last_timing(const spc_client *c, spc_timing *t) {
   if (c == NULL || t == NULL)
     return SPC_EINVAL;

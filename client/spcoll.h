@@ -389,6 +389,15 @@ typedef struct {
 } spc_timing;
 int spc_last_timing(const spc_client *client, spc_timing *timing);
 
+/* The connection's socket, for a thread that waits for answers without
+ * holding the client (which one thread at a time may use): poll it for
+ * POLLIN without the client, then call spc_test under the client's owner.
+ * Readable means an answer may be there; another caller's spc_test may
+ * have taken it first, so wait with a bound or a wake-up of your own.
+ * Ops run through a group's shared segment (spc_run) never answer here.
+ * -1 for NULL. */
+int spc_client_fd(const spc_client *client);
+
 /* Wait for the request, free it and set *req to NULL. Returns the op's
  * status. */
 int spc_wait(spc_request **req);

@@ -4,8 +4,9 @@
 # and a second spcoll round up to BENCH_AGAIN_BYTES, a third of Open MPI
 # and of spcoll up to BENCH_THIRD_BYTES, spcoll and Open MPI in turn in
 # the same processes up to BENCH_PAIR_BYTES, the latency mode,
-# ucx_perftest, then scripts/bench_report.py's merged table with ratios,
-# targets and PNGs. Everything lands in $BENCH_OUT and
+# ucx_perftest, torch.distributed on backend "spcoll" beside gloo and the
+# C call (scripts/bench_torch.py, its own table and files), then
+# scripts/bench_report.py's merged table with ratios, targets and PNGs. Everything lands in $BENCH_OUT and
 # the whole output in $BENCH_OUT/bench.log. Knobs: see mk/bench.mk.
 # A baseline that is missing or fails is reported and skipped; spcoll's own
 # failure stops the run. Prints numbers; asserts nothing.
@@ -35,6 +36,17 @@ THIRD=${BENCH_THIRD_BYTES:-1048576}
 PAIR=${BENCH_PAIR_BYTES:-1048576}
 PAIR_ITERS=${BENCH_PAIR_ITERS:-1000}
 PY=${BENCH_PYTHON:-/usr/bin/python3}   # Debian's, the one with torch
+# torch.distributed on backend "spcoll" vs gloo vs the C call
+# (scripts/bench_torch.py, `make bench-torch`): torch 2.x from the venv
+# that mk/python.mk makes, and the c10d extension; skipped without them.
+TORCH_PY=${BENCH_TORCH_PYTHON:-$BUILD/torch-latest/bin/python}
+TORCH_STAMP=${BENCH_TORCH_STAMP:-$BUILD/torch-latest/.installed}
+TORCH_C10D=${BENCH_TORCH_C10D:-$BUILD/python/spcoll/_c10d.so}
+TORCH_RANKS=${BENCH_TORCH_RANKS:-2 4}
+TORCH_MAX=${BENCH_TORCH_MAX_BYTES:-33554432}
+TORCH_ITERS=${BENCH_TORCH_ITERS:-200}
+TORCH_MIN_ITERS=${BENCH_TORCH_MIN_ITERS:-10}
+TORCH_BLOCK_MS=${BENCH_TORCH_BLOCK_MS:-250}
 # Open MPI's reductions malloc a temporary per call; above glibc's mmap
 # threshold each one is a fresh mmap that faults in every page. Raising
 # the threshold (and the trim threshold, so freed memory stays) lets the
@@ -47,6 +59,7 @@ mkdir -p "$OUT" || exit 1
 [ "$AGAIN" -gt "$MAX" ] && AGAIN=$MAX
 [ "$THIRD" -gt "$MAX" ] && THIRD=$MAX
 [ "$PAIR" -gt "$MAX" ] && PAIR=$MAX
+[ "$TORCH_MAX" -gt "$MAX" ] && TORCH_MAX=$MAX
 has() { case " $BASELINES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 machine() {
@@ -140,6 +153,20 @@ run() {
     echo; echo "== ucx_perftest: the cross-node transport =="
     sh scripts/bench_ucx.sh -o "$OUT/ucx.csv" -m "$MAX" -i "$ITERS" ||
       echo "# ucx_perftest baseline failed"
+  fi
+  if [ -x "$TORCH_PY" ] && [ -f "$TORCH_STAMP" ] && [ -f "$TORCH_C10D" ] &&
+      [ -x "$BUILD/bin/spcoll-torch-ccall" ]; then
+    echo; echo "== torch.distributed: backend spcoll, gloo and the C call =="
+    "$TORCH_PY" scripts/bench_torch.py --ranks "$TORCH_RANKS" \
+      --max-bytes "$TORCH_MAX" --iters "$TORCH_ITERS" \
+      --min-iters "$TORCH_MIN_ITERS" --block-ms "$TORCH_BLOCK_MS" \
+      --out "$OUT" --spcolld "$BUILD/bin/spcolld" \
+      --ccall "$BUILD/bin/spcoll-torch-ccall" --c10d "$TORCH_C10D" \
+      --lib "$BUILD/lib/libspclient.so" ||
+      echo "# the torch benchmark failed"
+  else
+    echo "# no torch venv ($TORCH_STAMP), c10d extension or" \
+      "spcoll-torch-ccall: the torch benchmark is skipped"
   fi
   echo; echo "== merged =="
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"

@@ -7,6 +7,7 @@
  * bigger worlds where a check needs ranks on several nodes, plus the loss
  * of a whole node. */
 #include <check.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -660,6 +661,49 @@ static int leave_rank(int rank, int w, void *arg) {
   return spt_rk_close(&k, bad);
 }
 
+/* A receive completed the way a waiter that must not hold the client
+ * does (spc_client_fd): poll the socket, then spc_test. Rank 0 sends
+ * only after rank 1 polled once and found nothing, so the answer comes
+ * while rank 1 waits in poll, which must wake for it. */
+static int fd_wait_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (open_rank(&k, rank, w, 0) < 0)
+    return 1;
+  spc_tensor t;
+  float *p = tensor(&k, &t, 64);
+  int bad = p == NULL || spc_client_fd(NULL) != -1 || spc_client_fd(k.c) < 0;
+  if (!bad && rank == 0) {
+    while (!__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE))
+      usleep(1000);
+    for (size_t j = 0; j < 64; j++)
+      p[j] = val(0, 7, j);
+    bad = spc_send(k.g, &t, 1, 7) < 0;
+  } else if (!bad) {
+    spc_request *r;
+    int done = 0, polls = 0;
+    bad = spc_start_recv(k.g, &t, 0, 7, NULL, &r) < 0 ||
+          spc_test(&r, &done) < 0 || done;
+    __atomic_store_n(&sh->flag, 1, __ATOMIC_RELEASE);
+    while (!bad && !done) {
+      struct pollfd pf = {spc_client_fd(k.c), POLLIN, 0};
+      bad = poll(&pf, 1, 60000) != 1 || spc_test(&r, &done) < 0 ||
+            ++polls > 1000;
+    }
+    bad |= check(p, 64, 0, 7, rank);
+  }
+  if (bad)
+    fprintf(stderr, "rank %d: fd wait: %s\n", rank, spc_last_error(k.c));
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(receive_waited_on_the_socket) {
+  snprintf(sh->group, sizeof(sh->group), "fdwait");
+  sh->flag = 0;
+  ck_assert_int_eq(spt_run_ranks(2, fd_wait_rank, NULL, 120), 0);
+}
+END_TEST
+
 START_TEST(leave_keeps_other_pairs) {
   snprintf(sh->group, sizeof(sh->group), "leave");
   sh->flag = 0;
@@ -684,6 +728,7 @@ int main(void) {
   tcase_add_test(tc, lost_timeout_abort);
   tcase_add_test(tc, drain_lets_matched_finish);
   tcase_add_test(tc, leave_keeps_other_pairs);
+  tcase_add_test(tc, receive_waited_on_the_socket);
   if (nnodes)
     tcase_add_test(tc, node_lost_mid_pair);
   suite_add_tcase(s, tc);

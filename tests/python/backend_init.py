@@ -35,10 +35,10 @@ def run(rank, world, socket, method, port, job_value, syncdir):
                                 timeout=datetime.timedelta(seconds=30))
     t = torch.full((2,), float(job_value + rank))
     dist.all_reduce(t)
-    from spcoll.distributed import process_group_of
-    name = process_group_of(dist.group.WORLD).spcoll_group.name
+    from spcoll.distributed import group_name
+    name = group_name(dist.group.WORLD)
     sub = dist.new_group([0, world - 1])
-    sub_name = process_group_of(sub).spcoll_group.name
+    sub_name = group_name(sub)
     # rank 0 hosts the tcp store: it must not leave while rank 1 still
     # uses it (torch 1.13's new_group ends with a store-based barrier)
     dist.barrier()

@@ -38,6 +38,7 @@ from .errors import SpcollError
 
 BACKEND = "spcoll"
 _job = None            # this process's job id (from the world group's store)
+GRACE_S = 5.0          # a wait's margin over the daemon's op timeout
 
 
 class Work(dist._Work):
@@ -61,14 +62,21 @@ class Work(dist._Work):
         return self._call.error
 
     def wait(self, timeout=None):
-        t = self._pg._timeout_s
+        # The daemon fails an op some rank never issued after the group's
+        # timeout, on every rank, naming the missing ranks; this wait gives
+        # it GRACE_S more before it gives up on the daemon itself (giving up
+        # first would leave the group and tell the others only "left").
+        t = self._pg._timeout_s + GRACE_S if self._pg._timeout_s > 0 else None
         if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
             t = timeout.total_seconds()
         try:
             self._call.wait(t)
-        except Exception:
+        except Exception as e:
             if self._call.state == "lost":
                 self._pg._abort("an op timed out: %s" % self._call.error)
+            elif getattr(e, "status", None) in _BREAKS_GROUP:
+                # the daemon broke the group: refuse later ops here too
+                self._pg._abort(str(e))
             raise
         return True
 
@@ -88,8 +96,7 @@ class Work(dist._Work):
         with self._fut_lock:
             if self._fut is None:
                 self._fut = torch.futures.Future()
-                threading.Thread(target=self._complete, daemon=True,
-                                 name="spcoll-future").start()
+                _completer().put(self)
             return self._fut
 
     def _complete(self):
@@ -103,6 +110,30 @@ class Work(dist._Work):
     def __repr__(self):
         return "<spcoll.distributed.Work %s %s>" % (self._call.name,
                                                     self._call.state)
+
+
+# Failures after which the daemon has broken the group (a timeout, a lost
+# rank or node, an operator's abort).
+_BREAKS_GROUP = (-14, -7, -17, -11)
+
+_completers = {}
+
+
+def _completer():
+    """This process's queue of Works whose futures a helper thread
+    completes in issue order (made on first use; a forked child makes its
+    own)."""
+    q = _completers.get(os.getpid())
+    if q is None:
+        import queue
+        q = _completers[os.getpid()] = queue.SimpleQueue()
+
+        def loop():
+            while True:
+                q.get()._complete()
+        threading.Thread(target=loop, daemon=True,
+                         name="spcoll-futures").start()
+    return q
 
 
 class _Done(Work):
@@ -234,7 +265,16 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             call = fn()
         finally:
             self._coll.device = -1    # the next op says its own place
-        return Work(self, call, outputs)
+        w = Work(self, call, outputs)
+        if _OLD_TORCH and _called_through_cpp():
+            # torch 1.x's C++ calls a Python Work's wait() as the base
+            # c10d::Work::wait, which never sees this op end: hand C++ a
+            # Work of torch's own over this one's future instead (its
+            # wait() does not raise an op's error: Python callers keep
+            # this Work, whose wait() does).
+            return torch._C._distributed_c10d._create_work_from_future(
+                w.get_future())
+        return w
 
     # ---- reductions ----
     @_collective
@@ -367,6 +407,34 @@ class ProcessGroupSpcoll(dist.ProcessGroup):
             return c.start("all_gather_into_tensor", c._all_gather(x, None),
                            x, y, fin)
         return self._work(go, [out], "all_gather_into_tensor")
+
+    @_collective
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """output_lists[j][i] gets rank j's inputs[i]: one all_gather of
+        each rank's inputs back to back."""
+        c = self._coll
+        if len(output_lists) != c.w:
+            raise ValueError("spcoll: all_gather_coalesced needs %d output "
+                             "lists (one per rank), got %d"
+                             % (c.w, len(output_lists)))
+        if not inputs:
+            return _Done(self, output_lists)
+        dtype = inputs[0].dtype
+
+        def go():
+            x = c.cat_in(inputs, dtype)
+            sizes = [sum(t.numel() for t in l) for l in output_lists]
+            y = c.empty(sum(sizes), dtype)
+
+            def fin():
+                off = 0
+                for l in output_lists:
+                    for o in l:
+                        _copy_to(o, y[off:off + o.numel()])
+                        off += o.numel()
+            return c.start("all_gather_coalesced", c._all_gather(x, sizes),
+                           x, y, fin)
+        return self._work(go, output_lists, "all_gather_coalesced")
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -574,6 +642,26 @@ class _Several(_Done):
         return True
 
 
+_OLD_TORCH = int(torch.__version__.split(".")[0]) < 2
+# Where torch 1.x calls C++ that runs this backend's ops and waits on their
+# Work, or asks for its future, in C++: DDP's parameter checks and
+# _broadcast_coalesced (called from torch.distributed.utils), its reducer
+# (from DDP's forward, and from the autograd engine during backward). The
+# nearest Python frame is then in one of these modules.
+_CPP_WAITERS = ("torch.distributed.utils", "torch.nn.parallel.distributed",
+                "torch.autograd")
+
+
+def _called_through_cpp():
+    """Whether the op was called by torch's C++ on behalf of one of
+    _CPP_WAITERS (the nearest Python frame outside this module)."""
+    import sys
+    f = sys._getframe(1)
+    while f is not None and f.f_globals.get("__name__") == __name__:
+        f = f.f_back
+    return f is not None and f.f_globals.get("__name__") in _CPP_WAITERS
+
+
 def _a2av(in_elems, out_elems):
     from . import _lib
     from .ops import _Op
@@ -609,7 +697,14 @@ def _create(opts, pg_options=None):
         if rank == 0:
             store.set("spcoll/job", uuid.uuid4().hex[:16])
         _job = store.get("spcoll/job").decode()
-    name = "torch.%s.%s" % (_job, gid)
+    from .c10d import group_name
+    ranks = list(getattr(opts, "global_ranks_in_group", None) or range(size))
+    return python_group(group_name(_job, gid, ranks), rank, size, timeout_s,
+                        store)
+
+
+def python_group(name, rank, size, timeout_s, store=None):
+    """A ProcessGroupSpcoll on spcoll group `name` (joined here)."""
     client = default_client(os.environ.get("SPCOLL_SOCKET"))
     # The daemon enforces the group's timeout too: an op some rank never
     # issues fails on every rank, naming the missing ranks.
@@ -619,20 +714,36 @@ def _create(opts, pg_options=None):
 
 
 def _register():
+    """The C++ backend (spcoll.c10d) where its extension loads (torch 2.x,
+    built by make), else this Python one."""
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     import inspect
+    from . import c10d
     kw = {"extended_api": True}
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
         kw["devices"] = ["cpu", "cuda"]
-    dist.Backend.register_backend(BACKEND, _create, **kw)
+    creator = c10d.create if c10d.load() is not None else _create
+    dist.Backend.register_backend(BACKEND, creator, **kw)
+
+
+def backend_kind():
+    """"c++" when backend "spcoll" is the C++ extension, else "python"
+    (spcoll.c10d.why_not() says why)."""
+    from . import c10d
+    return "c++" if c10d.load() is not None else "python"
 
 
 def process_group_of(pg):
     """The ProcessGroupSpcoll of a torch process group made with backend
-    "spcoll" (torch 2.x may wrap it), or None."""
+    "spcoll" (torch 2.x may wrap it), a c10d.NativeView for the C++
+    backend, or None. Either has .spcoll_group."""
     if isinstance(pg, ProcessGroupSpcoll):
         return pg
+    from . import c10d
+    view = c10d.native_view(pg)
+    if view is not None:
+        return view
     get = getattr(pg, "_get_backend", None)
     if get is not None:
         try:
@@ -642,6 +753,18 @@ def process_group_of(pg):
         if isinstance(b, ProcessGroupSpcoll):
             return b
     return None
+
+
+def group_name(pg):
+    """The name of the spcoll group under a torch process group of backend
+    "spcoll" (C++ or Python backend)."""
+    view = process_group_of(pg)
+    if view is None:
+        raise ValueError("spcoll: %r is not a process group of backend "
+                         "\"spcoll\"" % (pg,))
+    if isinstance(view, ProcessGroupSpcoll):
+        return view.spcoll_group.name
+    return view.name
 
 
 def empty(shape, dtype=torch.float32, group=None, device=None):

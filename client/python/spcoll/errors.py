@@ -16,6 +16,8 @@ class SpcollError(RuntimeError):
         self.status_name = _lib.STATUS_NAMES.get(status, "status %d" % status)
         self.call = call
         where = "%s: " % call if call else ""
+        if status == _lib.SPC_ETIMEDOUT:     # torch's words for a timeout
+            message = "Timed out: %s" % message
         super().__init__("spcoll %s%s (%s)" % (where, message, self.status_name))
 
 

@@ -1,0 +1,348 @@
+// Backend: the group, op memory, running one op, point to point.
+#include "backend.hpp"
+#include "device.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+namespace spcoll {
+
+bool try_wire_dtype(at::ScalarType t, spc_dtype* dt) {
+  switch (t) {
+    case at::kFloat: *dt = SPC_FLOAT32; return true;
+    case at::kDouble: *dt = SPC_FLOAT64; return true;
+    case at::kHalf: *dt = SPC_FLOAT16; return true;
+    case at::kBFloat16: *dt = SPC_BFLOAT16; return true;
+    case at::kChar: *dt = SPC_INT8; return true;
+    case at::kByte: *dt = SPC_UINT8; return true;
+    case at::kBool: *dt = SPC_UINT8; return true;
+    case at::kInt: *dt = SPC_INT32; return true;
+    case at::kLong: *dt = SPC_INT64; return true;
+    default: return false;
+  }
+}
+
+spc_dtype wire_dtype(const char* name, at::ScalarType t) {
+  spc_dtype dt;
+  if (!try_wire_dtype(t, &dt))
+    C10_THROW_ERROR(TypeError,
+                    std::string("spcoll: ") + name + ": dtype " +
+                        c10::toString(t) +
+                        " cannot be reduced by spcoll (float32, float64, "
+                        "float16, bfloat16, int8, uint8, int32, int64, "
+                        "bool can)");
+  return dt;
+}
+
+void copy_to_tensor(const at::Tensor& dst, const void* src) {
+  if (dst.numel() == 0)
+    return;
+  if (dst.is_contiguous()) {
+    std::memcpy(dst.data_ptr(), src, dst.nbytes());
+    return;
+  }
+  at::NoGradGuard ng;
+  dst.copy_(at::from_blob(const_cast<void*>(src), dst.sizes(), dst.options()));
+}
+
+void copy_from_tensor(void* dst, const at::Tensor& src) {
+  if (src.numel() == 0)
+    return;
+  if (src.is_contiguous()) {
+    std::memcpy(dst, src.data_ptr(), src.nbytes());
+    return;
+  }
+  at::NoGradGuard ng;
+  at::from_blob(dst, src.sizes(), src.options()).copy_(src);
+}
+
+void copy_pieces(const char* src, const std::vector<at::Tensor>& dsts) {
+  for (const auto& d : dsts) {
+    copy_to_tensor(d, src);
+    src += d.nbytes();
+  }
+}
+
+int64_t bytes_of(const std::vector<at::Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts)
+    n += (int64_t)t.nbytes();
+  return n;
+}
+
+spc_tensor flat_tensor(const Span& s, spc_dtype dt) {
+  spc_tensor t{};
+  t.buf = s.buf;
+  t.offset = s.off;
+  t.dtype = dt;
+  t.ndim = 1;
+  t.shape[0] = s.bytes / (int64_t)spc_dtype_size(dt);
+  return t;
+}
+
+Backend::Backend(std::shared_ptr<Conn> conn, const std::string& name,
+                 int rank, int size, std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size),
+      conn_(std::move(conn)),
+      progress_(std::make_shared<Progress>()),
+      name_(name),
+      timeout_(timeout) {
+  Conn::Lock l(*conn_);
+  spc_client* c = conn_->client();
+  int rc = spc_set_op_timeout(c, timeout.count() > 0 ? timeout.count() : 0);
+  if (rc == SPC_OK)
+    rc = spc_group_join(c, name.c_str(), size, rank, &g_);
+  if (rc < 0)
+    std::rethrow_exception(op_error(
+        ("join of group " + name + " as rank " + std::to_string(rank) +
+         " of " + std::to_string(size)).c_str(),
+        rc, spc_last_error(c)));
+}
+
+Backend::~Backend() {
+  shutdown();
+  progress_.reset();  // its waits end: the group was left
+}
+
+void Backend::shutdown() {
+  {
+    std::lock_guard<std::mutex> s(state_mu_);
+    if (broken_.empty())
+      broken_ = "destroyed";
+  }
+  bool left = false;
+  {
+    Conn::Lock l(*conn_);  // g_ is read under this lock by every op
+    if (g_ != nullptr) {
+      spc_group_leave(g_);  // the others' ops on it fail, naming this rank
+      g_ = nullptr;
+      left = true;
+    }
+  }
+  if (left && device_)
+    device_->shutdown();
+}
+
+Device* Backend::device(const char* name) const {
+  if (!device_)
+    C10_THROW_ERROR(ValueError,
+                    std::string("spcoll: ") + name +
+                        ": CUDA tensors, but torch saw no GPU when process "
+                        "group " + name_ + " was made");
+  return device_.get();
+}
+
+// A wait gave up on an op the daemon may still answer: leave the group so
+// the other ranks fail instead of waiting, and refuse later ops.
+void Backend::lost(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> s(state_mu_);
+    if (broken_.empty())
+      broken_ = why;
+  }
+  shutdown();
+}
+
+// A new Work's links back here: the progress thread for its future, and
+// (without keeping the backend alive) the group to break when it fails so.
+void Backend::attach(Work& w) {
+  w.set_progress(progress_);
+  c10::weak_intrusive_ptr<Backend> self(
+      c10::intrusive_ptr<Backend>::reclaim_copy(this));
+  w.set_on_lost([self](const std::string& why) {
+    if (auto b = self.lock())
+      b->lost(why);
+  });
+}
+
+void Backend::check_live(const char* name) const {
+  std::lock_guard<std::mutex> s(const_cast<std::mutex&>(state_mu_));
+  if (!broken_.empty())
+    C10_THROW_ERROR(DistBackendError,
+                    std::string("spcoll: ") + name + ": process group " +
+                        name_ + " is broken (" + broken_ +
+                        "); create a new one");
+}
+
+Span Backend::scratch(int64_t bytes, Pending& p) {
+  Arena::Block b = conn_->block(bytes > 0 ? (size_t)bytes : 1);
+  p.staged.push_back(std::make_unique<Staged>(conn_, b));
+  return Span{b.buf, b.off, static_cast<char*>(b.data()), bytes};
+}
+
+// The tensor itself as op memory, when it is contiguous in spcoll memory.
+bool Backend::in_place(const at::Tensor& t, Pending& p, Span* s) {
+  TORCH_CHECK_VALUE(t.device().is_cpu(),
+                    "spcoll: the C++ backend takes CPU tensors; got one on ",
+                    t.device());
+  int64_t n = (int64_t)t.nbytes();
+  spc_buffer* buf;
+  uint64_t off;
+  if (n == 0 || !t.is_contiguous() ||
+      !conn_->arena().locate(t.data_ptr(), n, &buf, &off))
+    return false;
+  p.keep.push_back(t);
+  conn_->counts().direct += n;
+  *s = Span{buf, off, static_cast<char*>(t.data_ptr()), n};
+  return true;
+}
+
+Span Backend::in_span(const at::Tensor& t, Pending& p) {
+  Span s;
+  if (in_place(t, p, &s))
+    return s;
+  s = scratch((int64_t)t.nbytes(), p);
+  copy_from_tensor(s.data, t);
+  conn_->counts().staged_in += t.nbytes();
+  return s;
+}
+
+Span Backend::out_span(const at::Tensor& t, Pending& p, bool* back) {
+  Span s;
+  *back = !in_place(t, p, &s);
+  if (!*back)
+    return s;
+  conn_->counts().staged_out += t.nbytes();
+  return scratch((int64_t)t.nbytes(), p);
+}
+
+// f(group) with the client's lock held; a destroyed group fails with
+// SPC_EINVAL. *msg gets the library's message of a failure.
+int Backend::locked(const std::function<int(spc_group*)>& f,
+                    std::string* msg) {
+  Conn::Lock l(*conn_);
+  if (g_ == nullptr) {
+    *msg = "process group " + name_ + " was destroyed";
+    return SPC_EINVAL;
+  }
+  int rc = f(g_);
+  if (rc < 0)
+    *msg = spc_last_error(conn_->client());
+  return rc;
+}
+
+// A blocking op that succeeds returns no Work: torch then waits on none
+// (distributed_c10d: "the backend has sync'ed at CPP level"), which saves
+// making one and the call to wait it. A failed one throws here.
+c10::intrusive_ptr<c10d::Work> Backend::run(Op o, bool async,
+                                            std::chrono::milliseconds timeout) {
+  spc_tensor x = flat_tensor(o.x, o.dt), y = flat_tensor(o.y, o.dt);
+  std::string msg;
+  spc_request* req = nullptr;
+  int rc = locked(
+      [&](spc_group* g) {
+        return async ? spc_start(g, &o.op, &x, &y, &req)
+                     : spc_run(g, &o.op, &x, &y);
+      },
+      &msg);
+  if (!async) {
+    if (rc < 0) {
+      if (breaks_group(rc))
+        lost(std::string(o.name) + ": " + status_text(rc, msg));
+      std::rethrow_exception(op_error(o.name, rc, msg));
+    }
+    if (o.p->finish)
+      o.p->finish();
+    return {};
+  }
+  auto w = c10::make_intrusive<Work>(conn_, rank_, o.type, o.name,
+                                     timeout_of(timeout), std::move(o.p));
+  attach(*w);
+  if (rc < 0)
+    w->start_failed(rc, msg);
+  else
+    w->set_request(req);
+  return w;
+}
+
+[[noreturn]] void Backend::refuse(const char* name, const std::string& why) {
+  // An all_reduce whose output is too small: the daemon fails it on every
+  // rank, naming this rank; the others then see this rank's reason.
+  std::string what = std::string(name) + " (rank " + std::to_string(rank_) +
+                     ": " + why.substr(0, 120) + ")";
+  {
+    auto p = std::make_unique<Pending>();
+    Span x = scratch(4, *p), y = scratch(8, *p);
+    std::memset(x.data, 0, 4);
+    spc_tensor tx = flat_tensor(x, SPC_INT32), ty = flat_tensor(y, SPC_INT32);
+    spc_op op = spc_op_all_reduce(SPC_SUM);
+    Conn::Lock l(*conn_);
+    if (g_ != nullptr)
+      (void)spc_run(g_, &op, &tx, &ty);  // fails: that is its purpose
+  }
+  C10_THROW_ERROR(ValueError, "spcoll: " + what);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::p2p(bool send, at::Tensor& t,
+                                            int peer, int tag) {
+  const char* name = send ? "send" : "recv";
+  check_live(name);
+  if (t.is_cuda()) {
+    std::vector<at::Tensor> ts{t};
+    if (send)
+      return device(name)->call("send", ts, peer, tag);
+    if (peer == SPC_ANY_SOURCE)
+      return device(name)->call("recv_anysource", ts, tag);
+    return device(name)->call("recv", ts, peer, tag);
+  }
+  if (peer != SPC_ANY_SOURCE && (peer < 0 || peer >= size_ || peer == rank_))
+    C10_THROW_ERROR(ValueError,
+                    std::string("spcoll: ") + name + ": peer rank " +
+                        std::to_string(peer) + " is not another rank of this "
+                        "group of " + std::to_string(size_) + " (this is rank " +
+                        std::to_string(rank_) + ")");
+  auto p = std::make_unique<Pending>();
+  bool back = false;
+  Span s = send ? in_span(t, *p) : out_span(t, *p, &back);
+  if (back) {
+    char* src = s.data;
+    at::Tensor dst = t;
+    p->finish = [dst, src] { copy_to_tensor(dst, src); };
+  }
+  p->outputs = {t};
+  // in elements of the tensor's dtype where spcoll has it, so that the
+  // daemon's mismatch message counts elements; other dtypes as bytes
+  spc_dtype dt = SPC_UINT8;
+  (void)try_wire_dtype(t.scalar_type(), &dt);
+  spc_tensor st = flat_tensor(s, dt);
+  auto type = send ? c10d::OpType::SEND
+                   : (peer == SPC_ANY_SOURCE ? c10d::OpType::RECVANYSOURCE
+                                             : c10d::OpType::RECV);
+  auto w = c10::make_intrusive<Work>(conn_, rank_, type, name, timeout_,
+                                     std::move(p));
+  attach(*w);
+  std::string msg;
+  spc_request* req = nullptr;
+  int rc = locked(
+      [&](spc_group* g) {
+        return send ? spc_start_send(g, &st, peer, tag, &req)
+                    : spc_start_recv(g, &st, peer, tag, w->source_slot(), &req);
+      },
+      &msg);
+  if (rc < 0)
+    w->start_failed(rc, msg);
+  else
+    w->set_request(req);
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& ts,
+                                             int dst, int tag) {
+  TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: send takes one tensor");
+  return p2p(true, ts[0], dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& ts,
+                                             int src, int tag) {
+  TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: recv takes one tensor");
+  return p2p(false, ts[0], src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(
+    std::vector<at::Tensor>& ts, int tag) {
+  TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: recv takes one tensor");
+  return p2p(false, ts[0], SPC_ANY_SOURCE, tag);
+}
+
+}  // namespace spcoll

@@ -1,0 +1,77 @@
+// spcoll._c10d: the C++ backend's Python face. spcoll/c10d.py registers
+// it with torch.distributed; this module only makes connections and
+// backends and lends spcoll memory as tensors.
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/python.h>
+
+#include "allocator.hpp"
+#include "backend.hpp"
+#include "device.hpp"
+
+namespace py = pybind11;
+
+namespace spcoll {
+namespace {
+
+// device: the Python backend for CUDA tensors, or None.
+c10::intrusive_ptr<c10d::Backend> make_backend(std::shared_ptr<Conn> conn,
+                                               const std::string& name,
+                                               int rank, int size,
+                                               std::chrono::milliseconds t,
+                                               py::object device) {
+  c10::intrusive_ptr<Backend> b;
+  {
+    py::gil_scoped_release nogil;  // the join waits for every rank
+    b = c10::make_intrusive<Backend>(std::move(conn), name, rank, size, t);
+  }
+  if (!device.is_none())
+    b->set_device(std::make_shared<Device>(std::move(device)));
+  return b;
+}
+
+Backend& ours(const c10::intrusive_ptr<c10d::Backend>& b) {
+  auto* s = dynamic_cast<Backend*>(b.get());
+  TORCH_CHECK_VALUE(s != nullptr, "spcoll: not a backend of spcoll: ",
+                    b->getBackendName());
+  return *s;
+}
+
+// A 1-D uint8 tensor of n bytes in spcoll memory: ops on tensors viewing
+// it go without staging. It keeps the connection alive.
+at::Tensor empty_bytes(std::shared_ptr<Conn> conn, int64_t n) {
+  TORCH_CHECK_VALUE(n >= 0, "spcoll: empty: negative size ", n);
+  Arena::Block b = conn->block(n > 0 ? (size_t)n : 1);
+  auto* hold = new Staged(conn, b);
+  return at::from_blob(
+      b.data(), {n}, [hold](void*) { delete hold; },
+      at::TensorOptions().dtype(at::kByte));
+}
+
+}  // namespace
+}  // namespace spcoll
+
+PYBIND11_MODULE(_c10d, m) {
+  using namespace spcoll;
+  m.doc() = "spcoll's c10d backend (C++ over libspclient)";
+  py::class_<Conn, std::shared_ptr<Conn>>(m, "Conn")
+      .def(py::init<const std::string&>(), py::arg("socket") = "",
+           py::call_guard<py::gil_scoped_release>());
+  m.def("make_backend", &make_backend, py::arg("conn"), py::arg("name"),
+        py::arg("rank"), py::arg("size"), py::arg("timeout"),
+        py::arg("device") = py::none());
+  m.def("group_name", [](const c10::intrusive_ptr<c10d::Backend>& b) {
+    return ours(b).spcoll_name();
+  });
+  m.def("empty_bytes", &empty_bytes, py::arg("conn"), py::arg("nbytes"));
+  m.def("use_cpu_allocator", &use_cpu_allocator, py::arg("conn"));
+  m.def("counts", [](std::shared_ptr<Conn> c) {
+    auto& k = c->counts();
+    py::dict d;
+    d["direct_bytes"] = k.direct.load();
+    d["staged_in_bytes"] = k.staged_in.load();
+    d["staged_out_bytes"] = k.staged_out.load();
+    d["allocator_refused_bytes"] = k.refused.load();
+    return d;
+  });
+}
