@@ -312,6 +312,76 @@ def fsdp2(c):
     c.true("loss went down %s" % ms.tolist(), ms[-1] < ms[0])
 
 
+@check
+def ddp_comm_hooks(c):
+    """DDP with comm hooks (the Work's future, completed by the backend):
+    torch's allreduce_hook and fp16_compress_hook, and a Python hook that
+    chains .then() on an async all_reduce's future; 3 steps, spcoll vs
+    gloo."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    try:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    except ImportError as e:
+        raise Skip("torch %s has no ddp_comm_hooks (%s)" % (torch.__version__, e))
+
+    def then_hook(pg, bucket):
+        t = bucket.buffer()
+        fut = dist.all_reduce(t, group=pg, async_op=True).get_future()
+        w = dist.get_world_size(pg)
+        return fut.then(lambda f: f.value()[0] / w)
+
+    hooks = (("allreduce_hook", default_hooks.allreduce_hook),
+             ("fp16_compress_hook", default_hooks.fp16_compress_hook),
+             ("then_hook", then_hook))
+    for name, hook in hooks:
+        out = {}
+        for kind, pg in (("spcoll", dist.group.WORLD), ("gloo", c.gloo)):
+            model = DDP(_mlp(100 + c.rank), process_group=pg,
+                        bucket_cap_mb=0.0005)
+            model.register_comm_hook(pg, hook)
+            losses, _ = _train(model, _batches(c.rank), pg)
+            out[kind] = (losses, [p.detach().clone()
+                                  for p in model.module.parameters()])
+        (ls, ps), (lg, pgl) = out["spcoll"], out["gloo"]
+        if name == "fp16_compress_hook" and c.world > 2:
+            # float16 sums of more than two: spcoll adds in fp32 and
+            # rounds once, gloo rounds every partial sum to 16 bits
+            for i, (a, b) in enumerate(zip(ps, pgl)):
+                c.true("%s: param %d spcoll vs gloo within fp16 rounding "
+                       "(max |diff| %.3g)" % (name, i, (a - b).abs().max()),
+                       torch.allclose(a, b, rtol=1e-3, atol=1e-4))
+            continue
+        c.like("%s: losses spcoll vs gloo" % name, ls, lg)
+        for i, (a, b) in enumerate(zip(ps, pgl)):
+            c.like("%s: param %d spcoll vs gloo" % (name, i), a, b)
+
+
+@check
+def functional_collectives(c):
+    """torch.distributed._functional_collectives (what DTensor and
+    torch.compile use): all_reduce, all_gather_tensor,
+    reduce_scatter_tensor, all_to_all_single on the spcoll world group
+    against the same on gloo."""
+    try:
+        import torch.distributed._functional_collectives as funcol
+    except ImportError as e:
+        raise Skip("torch %s has no _functional_collectives (%s)"
+                   % (torch.__version__, e))
+    w = c.world
+    x = ints((2 * w, 3), 50 + c.rank)
+    res = {}
+    for kind, pg in (("spcoll", dist.group.WORLD), ("gloo", c.gloo)):
+        r = {}
+        r["all_reduce"] = funcol.all_reduce(x, "sum", pg)
+        r["all_gather_tensor"] = funcol.all_gather_tensor(x, 0, pg)
+        r["reduce_scatter_tensor"] = funcol.reduce_scatter_tensor(x, "sum", 0, pg)
+        r["all_to_all_single"] = funcol.all_to_all_single(x, None, None, pg)
+        res[kind] = {k: funcol.wait_tensor(v) for k, v in r.items()}
+    for k in res["spcoll"]:
+        c.equal("funcol %s spcoll vs gloo" % k, res["spcoll"][k].clone(),
+                res["gloo"][k].clone())
+
+
 def _group_ops(c, label, g, gl, seed):
     """all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
     all_to_all_single and broadcast on spcoll group g and gloo group gl
