@@ -119,10 +119,13 @@ check-python-cuda-sim: $(LIBSO) $(SPCOLLD)
 # Upstream sequence-parallel code from PyPI, unchanged (megatron-core,
 # yunchang, DeepSpeed, axolotl-ringmaster), in the same virtualenv, checked on backend "spcoll"
 # against "gloo" (tests/python_upstream). DeepSpeed is an sdist: built
-# against the venv's torch (--no-build-isolation), no ops compiled ahead.
+# against the venv's torch (--no-build-isolation), no ops compiled ahead;
+# on the CPU it JIT-builds its shm comm op at import, which needs ninja on
+# PATH (from PyPI into the venv, whose bin/ the suite's PATH leads with: a
+# fresh machine has none).
 # (the stamp's suffix changes with the list, so a new list is installed)
-UPSTREAM_STAMP := $(TORCH_VENV)/.upstream-2
-UPSTREAM_PKGS  ?= megatron-core yunchang deepspeed axolotl-ringmaster
+UPSTREAM_STAMP := $(TORCH_VENV)/.upstream-3
+UPSTREAM_PKGS  ?= megatron-core yunchang deepspeed axolotl-ringmaster ninja
 $(UPSTREAM_STAMP): $(TORCH_VENV_STAMP)
 	$(Q)echo "== installing $(UPSTREAM_PKGS) from PyPI into $(TORCH_VENV) (once) =="
 	$(Q)if DS_BUILD_OPS=0 timeout $(TORCH_INSTALL_TIMEOUT) $(TORCH_VENV)/bin/pip \
@@ -144,7 +147,7 @@ check-python-upstream: $(LIBSO) $(SPCOLLD)
 	    "$$(cat $(TORCH_VENV_STAMP));" $$(cat $(UPSTREAM_STAMP) | tr -s ' ') ") =="; \
 	  SPCOLL_LIB=$(abspath $(LIBSO)) SPCOLLD=$(abspath $(SPCOLLD)) \
 	  PYTHONPATH=$(CURDIR)/client/python PYTHONDONTWRITEBYTECODE=1 \
-	  SPCOLL_C10D=$(abspath $(C10D_EXT)) \
+	  SPCOLL_C10D=$(abspath $(C10D_EXT)) PATH=$(abspath $(TORCH_VENV))/bin:$$PATH \
 	  $(TORCH_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider \
 	    -W ignore::UserWarning -W ignore::FutureWarning tests/python_upstream; \
 	fi; fi
