@@ -157,7 +157,7 @@ void Backend::attach(Work& w) {
 }
 
 void Backend::check_live(const char* name) const {
-  std::lock_guard<std::mutex> s(const_cast<std::mutex&>(state_mu_));
+  std::lock_guard<std::mutex> s(state_mu_);
   if (!broken_.empty())
     C10_THROW_ERROR(DistBackendError,
                     std::string("spcoll: ") + name + ": process group " +

@@ -170,7 +170,7 @@ class Backend final : public c10d::Backend {
   std::string name_;
   std::chrono::milliseconds timeout_;
   spc_group* g_ = nullptr;
-  std::mutex state_mu_;
+  mutable std::mutex state_mu_;
   std::string broken_;  // why the group may not be used; "" while usable
 };
 

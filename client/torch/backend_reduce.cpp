@@ -115,11 +115,10 @@ static WorkPtr reduce_core(Backend& b, const char* name, c10d::OpType type,
   }
   if (rp.local) {
     Span g = b.scratch(count * es * w, *p);
-    p->finish = [rp, g, count, w, off, mine, es, put] {
+    p->finish = [rp, g, count, w, off, es, put] {
       std::vector<char> acc(count * es);
       fold(rp, g.data, count, w, acc.data());
       put(acc.data() + off * es);
-      (void)mine;
     };
     spc_op op = spc_op_all_gather(0, nullptr);
     return b.run(Backend::Op{name, type, op, rp.wire, x, g, std::move(p)},
