@@ -10,11 +10,6 @@
 
 #include "peer_internal.h"
 
-typedef struct {
-  uint32_t node;              /* the sender's node index */
-  uint64_t incarnation;       /* the sender's start: stale senders show */
-} am_header;
-
 void spd_peer_event_push(spd_peers *P, spd_peer_event *ev) {
   TAILQ_INSERT_TAIL(&P->events, ev, link);
 }
@@ -153,12 +148,12 @@ void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
                       int reply) {
   spd_peer *p = &P->peer[node];
   size_t len = spcoll__peer__msg__get_packed_size(m);
-  uint8_t *buf = malloc(sizeof(am_header) + len);
+  uint8_t *buf = malloc(sizeof(spd_am_header) + len);
   if (buf == NULL) {
     SPD_ERROR(&P->ctx->log, "malloc of a %zu-byte peer message failed", len);
     return;
   }
-  am_header *hdr = (am_header *)buf;
+  spd_am_header *hdr = (spd_am_header *)buf;
   hdr->node = (uint32_t)P->ctx->cfg.node_index;
   hdr->incarnation = P->incarnation;
   spcoll__peer__msg__pack(m, buf + sizeof(*hdr));
@@ -188,13 +183,19 @@ ucs_status_t spd_peer_on_am(void *arg, const void *header, size_t hlen,
                             void *data, size_t len,
                             const ucp_am_recv_param_t *param) {
   spd_peers *P = arg;
-  am_header hdr;
+  spd_am_header hdr;
   if (hlen != sizeof(hdr) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
     return UCS_OK; /* not ours: we send eager with this header only */
   memcpy(&hdr, header, sizeof(hdr));
-  if ((int)hdr.node >= P->ctx->cfg.npeers ||
-      (int)hdr.node == P->ctx->cfg.node_index)
+  /* The node indexes the peer table from here on: compared unsigned, so
+   * that 2^31 and more (a negative int) cannot pass as a small index. */
+  if (hdr.node >= (uint32_t)P->ctx->cfg.npeers ||
+      hdr.node == (uint32_t)P->ctx->cfg.node_index) {
+    SPD_DEBUG(&P->ctx->log, "message naming node %u dropped: not another "
+              "node of the %d in the peer list", hdr.node,
+              P->ctx->cfg.npeers);
     return UCS_OK;
+  }
   spd_peer_event *ev = event_new(EV_MSG, (int)hdr.node);
   if (ev == NULL)
     return UCS_OK;

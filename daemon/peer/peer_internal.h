@@ -14,6 +14,14 @@
 #define SPD_PEER_PROTOCOL 1
 #define SPD_PEER_AM_ID 7
 
+/* The header of every control message (an active message of id
+ * SPD_PEER_AM_ID), as the sender wrote it: a peer's word, checked before
+ * it is used (spd_peer_on_am). */
+typedef struct {
+  uint32_t node;              /* the sender's node index */
+  uint64_t incarnation;       /* the sender's start: stale senders show */
+} spd_am_header;
+
 /* Something a UCX callback saw, handled after progress returns so that
  * no callback sends, closes or frees from inside the worker. */
 typedef struct spd_peer_event {
