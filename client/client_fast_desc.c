@@ -84,6 +84,29 @@ void spc__fast_desc_fill(spk_fseg_desc *d, const spc_group *g,
     d->eligible = 0;
 }
 
+/* A list length a descriptor can hold: 0..SPK_FSEG_MAXLIST. */
+static int list_held(int32_t n) {
+  return n >= 0 && n <= SPK_FSEG_MAXLIST;
+}
+
+/* Whether every count of d stays inside what d holds: its size lists,
+ * its dims and its shapes. Another rank writes its descriptors and may
+ * write anything: a count past them would make the planners read past
+ * the descriptor (its values are theirs to check, within it). */
+static int desc_bounded(const spk_fseg_desc *d) {
+  return list_held(d->nsizes) && list_held(d->nsizes2) && d->ndims >= 0 &&
+         d->ndims <= 2 && d->in_ndim >= 1 && d->in_ndim <= SPK_MAX_DIMS &&
+         d->out_ndim >= 1 && d->out_ndim <= SPK_MAX_DIMS;
+}
+
+/* The entries of a list of length n that a descriptor holds. */
+static int list_len(int32_t n) {
+  return n < 0 ? 0 : n > SPK_FSEG_MAXLIST ? SPK_FSEG_MAXLIST : n;
+}
+
+/* d is one spc__fast_desc_read took (desc_bounded). Should one that is
+ * not come here all the same, its list lengths count only the entries it
+ * holds, so that no planner reads past it. */
 void spc__fast_args_of(const spk_fseg_desc *d, spk_op_args *a) {
   memset(a, 0, sizeof(*a));
   a->op = (spk_op_kind)d->op;
@@ -94,10 +117,10 @@ void spc__fast_args_of(const spk_fseg_desc *d, spk_op_args *a) {
   memcpy(a->out.dim, d->out_shape, sizeof(a->out.dim));
   a->ndims = d->ndims;
   a->dims[0] = d->dims[0], a->dims[1] = d->dims[1];
-  a->nsizes = d->nsizes;
-  a->sizes = d->nsizes ? d->sizes : NULL;
-  a->nsizes2 = d->nsizes2;
-  a->sizes2 = d->nsizes2 ? d->sizes2 : NULL;
+  a->nsizes = list_len(d->nsizes);
+  a->sizes = a->nsizes ? d->sizes : NULL;
+  a->nsizes2 = list_len(d->nsizes2);
+  a->sizes2 = a->nsizes2 ? d->sizes2 : NULL;
   a->scalar = d->scalar;
   a->flags = d->flags;
 }
@@ -166,10 +189,12 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
       all &= f->inplace[r] || f->in_stage[r];
       continue;
     }
+    /* Checked in this rank's copy: r may write its slot meanwhile. */
     f->descs[r] = *x;
     f->descs[r].repeat = 0;
     repeat = 0;
     all &= f->descs[r].eligible == 1 && f->descs[r].seq == s &&
+           desc_bounded(&f->descs[r]) &&
            (f->inplace[r] || spc__fast_desc_in_stage(f, &f->descs[r]));
   }
   *all_p = all;
