@@ -44,6 +44,8 @@ typedef struct {
     "Ops failed because a rank did not issue them in time.")                 \
   X(protocol_errors, spcoll_protocol_errors_total,                           \
     "Connections closed for a protocol error.")                              \
+  X(control_refused, spcoll_control_refused_total,                           \
+    "Operator commands refused to a client that is not an operator.")       \
   X(ops_completed, spcoll_daemon_ops_total,                                  \
     "Ops completed since start, every group.")                               \
   X(ops_failed, spcoll_daemon_op_errors_total,                               \
@@ -120,6 +122,7 @@ typedef struct spd_ctx {
   int metrics_conns;                /* open HTTP /metrics connections */
   int ndoomed;
   uint64_t refused_log_ns;          /* last "connection refused" log line */
+  spd_log_limit control_refused_log; /* lines of refused operator commands */
   uint64_t drain_started_ns;        /* for the drain deadline */
   uint64_t drain_quiet_ns;          /* since when nothing is under way */
 } spd_ctx;
@@ -143,6 +146,13 @@ void spd_watchdog_stop(spd_ctx *ctx);
 
 /* Operator commands (control.c). */
 int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err);
+/* A command of a client that is not an operator: counted, and logged with
+ * its words escaped, a bounded number of times a minute. */
+void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
+                         const char *command, const char *group);
+/* Tell the refused commands not logged, once their minute is over (the
+ * watchdog's tick). */
+void spd_control_tick(spd_ctx *ctx, uint64_t now);
 void spd_drain(spd_ctx *ctx);
 /* While draining: stop once no group has an op left. */
 void spd_drain_check(spd_ctx *ctx);

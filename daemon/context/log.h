@@ -3,6 +3,9 @@
 #ifndef SPD_LOG_H
 #define SPD_LOG_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 typedef enum {
   SPD_LOG_ERROR = 0,
   SPD_LOG_WARN = 1,
@@ -21,6 +24,38 @@ void spd_log_write(const spd_logger *lg, spd_log_level lvl, const char *file,
 /* Parse "error".."debug"; -1 when unknown. */
 int spd_log_level_parse(const char *s);
 const char *spd_log_level_name(spd_log_level lvl);
+
+/* Text a client or a peer sent (a command, a group name, a reason) as
+ * it may appear in a log line: printable ASCII but for the backslash, each
+ * other byte as \xNN, at most SPD_LOG_STR_MAX bytes of it and then
+ * "...", so that it can neither start a line of its own (a forged
+ * "drained") nor make one line long. buf of at least SPD_LOG_STR_SIZE
+ * bytes holds the longest; a smaller one cuts the copy short. Returns
+ * buf; NULL s reads "(none)". */
+#define SPD_LOG_STR_MAX 128
+#define SPD_LOG_STR_SIZE (SPD_LOG_STR_MAX * 4 + 4)
+const char *spd_log_str(char *buf, size_t size, const char *s);
+
+/* At most `burst` lines of one kind per window of `window_ns`: the lines a
+ * client may cause as often as it likes (a refused command) cannot flood
+ * the log. Zeroed to start. Loop thread only (it lives in the daemon's
+ * context). */
+typedef struct {
+  uint64_t start_ns;        /* the current window's start */
+  unsigned lines;           /* logged in it */
+  uint64_t suppressed;      /* not logged in it */
+} spd_log_limit;
+
+/* Whether one more line may be logged at now; a line that may not is
+ * counted. A window past its end ends first: *ended_p is set to how many
+ * lines it did not log (0: none), for the caller to say so once. */
+int spd_log_limit_take(spd_log_limit *l, uint64_t now, unsigned burst,
+                       uint64_t window_ns, uint64_t *ended_p);
+/* A window past its end at now ends: how many lines it did not log (0 when
+ * none, or when it has not ended), so that a flood that stopped is still
+ * told (the watchdog's tick asks). */
+uint64_t spd_log_limit_end(spd_log_limit *l, uint64_t now,
+                           uint64_t window_ns);
 
 #define SPD_LOG(lg, lvl, ...)                                         \
   do {                                                                \

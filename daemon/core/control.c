@@ -56,6 +56,41 @@ int spd_abort_group(spd_ctx *ctx, const char *full, uid_t uid, spk_err *err) {
   return SPK_OK;
 }
 
+/* Any client of the stats socket may send refused commands as fast as it
+ * likes: at most REFUSED_BURST are logged a window, the others counted
+ * and told in one line when the window is over. */
+#define REFUSED_BURST 10
+#define REFUSED_WINDOW_S 60
+#define REFUSED_WINDOW_NS ((uint64_t)REFUSED_WINDOW_S * 1000000000u)
+
+static void refused_summary(spd_ctx *ctx, uint64_t n) {
+  if (n > 0)
+    SPD_WARN(&ctx->log, "%llu more refused operator commands not logged "
+             "in %d s (control_refused counts every one)",
+             (unsigned long long)n, REFUSED_WINDOW_S);
+}
+
+void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
+                         const char *command, const char *group) {
+  uint64_t ended;
+  ctx->stats.control_refused++;
+  int log = spd_log_limit_take(&ctx->control_refused_log, spd_now_ns(),
+                               REFUSED_BURST, REFUSED_WINDOW_NS, &ended);
+  refused_summary(ctx, ended);
+  if (!log)
+    return;
+  char cmd[SPD_LOG_STR_SIZE], grp[SPD_LOG_STR_SIZE];
+  SPD_WARN(&ctx->log, "operator command '%s' '%s' of pid %d uid %d (gid %d) "
+           "refused: not an operator",
+           spd_log_str(cmd, sizeof(cmd), command),
+           spd_log_str(grp, sizeof(grp), group), pid, (int)uid, (int)gid);
+}
+
+void spd_control_tick(spd_ctx *ctx, uint64_t now) {
+  refused_summary(ctx, spd_log_limit_end(&ctx->control_refused_log, now,
+                                         REFUSED_WINDOW_NS));
+}
+
 #define DRAIN_QUIET_NS 100000000u /* 100 ms: the watchdog ticks every 250 */
 
 void spd_drain(spd_ctx *ctx) {

@@ -86,10 +86,12 @@ spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec) {
   return NULL;
 }
 
+/* The name is the peer's, refused perhaps for its bytes: logged escaped. */
 static void send_reject(spd_ctx *ctx, int node, const Spcoll__Peer__Join *j,
                         int status, const char *why) {
+  char name[SPD_LOG_STR_SIZE];
   SPD_WARN(&ctx->log, "join of rank %d of group '%s' from node %d refused: %s",
-           j->rank, j->name, node, why);
+           j->rank, spd_log_str(name, sizeof(name), j->name), node, why);
   Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
   Spcoll__Peer__Reject r = SPCOLL__PEER__REJECT__INIT;
   r.rec = j->rec;

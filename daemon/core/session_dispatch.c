@@ -217,12 +217,14 @@ static void on_stats(spd_session *s, const Spcoll__Frame *f) {
   free(text);
 }
 
+/* The command's words are the client's: checked for who sent them
+ * before anything else, and logged escaped (spd_log_str). */
 static void on_control(spd_session *s, const Spcoll__Frame *f) {
   const Spcoll__Control *c = f->control;
   spk_err err;
-  SPD_INFO(&s->ctx->log, "operator (pid %d uid %d): %s %s", (int)s->pid,
-           (int)s->uid, c->command, c->group);
   if (!spd_session_is_operator(s)) {
+    spd_control_refused(s->ctx, (int)s->pid, s->uid, s->gid, c->command,
+                        c->group);
     char msg[200];
     snprintf(msg, sizeof(msg), "operator commands are for root, the "
              "daemon's uid %d, operator_uid and operator_gid; uid %d (gid %d) "
@@ -231,6 +233,10 @@ static void on_control(spd_session *s, const Spcoll__Frame *f) {
     spd_session_send_error(s, f->id, SPK_EPERM, msg);
     return;
   }
+  char cmd[SPD_LOG_STR_SIZE], grp[SPD_LOG_STR_SIZE];
+  SPD_INFO(&s->ctx->log, "operator (pid %d uid %d): %s %s", (int)s->pid,
+           (int)s->uid, spd_log_str(cmd, sizeof(cmd), c->command),
+           spd_log_str(grp, sizeof(grp), c->group));
   if (strcmp(c->command, "abort") == 0) {
     int rc = spd_abort_group(s->ctx, c->group, s->uid, &err);
     if (rc < 0)

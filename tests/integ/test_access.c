@@ -271,6 +271,85 @@ START_TEST(operator_commands_need_an_operator) {
 }
 END_TEST
 
+/* A command's words written as the daemon's own log line would be. */
+#define FORGED "drain\nspcolld info control.c:1 drained"
+#define FLOOD 2000
+
+/* Nobody sends FLOOD refused commands over one connection, each with a
+ * newline and a forged log line in its words. */
+static int forger(const spt_daemon *d, const void *arg) {
+  (void)arg;
+  char path[160];
+  snprintf(path, sizeof(path), "%s/spcolld.stats.sock", d->dir);
+  spc_client *s = spt_connect(path);
+  if (s == NULL)
+    return 40;
+  Spcoll__Control ctl = SPCOLL__CONTROL__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  ctl.command = FORGED, ctl.group = "x\nspcolld info group.c:1 forged";
+  f.body_case = SPCOLL__FRAME__BODY_CONTROL, f.control = &ctl;
+  int bad = 0;
+  for (int i = 0; i < FLOOD && !bad; i++)
+    bad = spc__call(s, &f, -1, NULL) != SPC_EPERM;
+  if (bad)
+    fprintf(stderr, "forger: %s\n", spc_last_error(s));
+  spc_disconnect(s);
+  return bad ? 41 : 0;
+}
+
+/* Of the daemon's log: its size, the lines that start with `start` and
+ * the lines that hold `needle`. */
+typedef struct {
+  long bytes;
+  int starting, holding;
+} log_count;
+
+static log_count log_scan(const spt_daemon *d, const char *start,
+                          const char *needle) {
+  log_count n = {0, 0, 0};
+  FILE *f = fopen(d->log, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[4096];
+  while (fgets(line, sizeof(line), f) != NULL) {
+    n.bytes += (long)strlen(line);
+    n.starting += strncmp(line, start, strlen(start)) == 0;
+    n.holding += strstr(line, needle) != NULL;
+  }
+  fclose(f);
+  return n;
+}
+
+/* Refused operator commands cannot forge the daemon's log lines (their
+ * words are logged escaped, on their own line) nor flood it (a bounded
+ * number a minute are logged; every one is counted); the daemon serves
+ * on. */
+START_TEST(refused_commands_neither_forge_nor_flood_the_log) {
+  spt_daemon d;
+  start(&d, NULL, NULL);
+  ck_assert_int_eq(as_nobody(&d, forger, NULL), 0);
+  log_count n = log_scan(&d, "spcolld info control.c:1", "refused: not an "
+                                                        "operator");
+  if (n.starting != 0 || n.holding < 1 || n.holding > 10 ||
+      n.bytes > 16384)
+    spt_daemon_dump_log(&d);
+  ck_assert_int_eq(n.starting, 0);
+  ck_assert_int_eq(log_scan(&d, "spcolld info group.c:1", "x").starting, 0);
+  /* The words are there, escaped: an operator reading the log sees them. */
+  ck_assert_int_ge(log_scan(&d, "spcolld", "'drain\\x0aspcolld info "
+                                           "control.c:1 drained'").holding,
+                   1);
+  ck_assert_int_ge(n.holding, 1);
+  ck_assert_int_le(n.holding, 10);
+  ck_assert_int_le(n.bytes, 16384);
+  ck_assert_int_eq(spt_daemon_stat(&d, "control_refused"), FLOOD);
+  spc_client *c = spt_connect(d.socket);
+  spc_group *g;
+  ck_assert_int_eq(spc_group_join(c, "solo", 1, 0, &g), 0);
+  spc_disconnect(c);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
 /* Nobody opens far more connections than its uid may hold: the extra ones
  * are told why and closed, and root's clients connect and work all along. */
 static int flooder(const spt_daemon *d, const void *arg) {
@@ -340,6 +419,7 @@ int main(void) {
   tcase_add_test(tc, qualified_name_needs_allow_uid);
   tcase_add_test(tc, operator_commands_need_an_operator);
   tcase_add_test(tc, connection_flood_bounded_per_uid);
+  tcase_add_test(tc, refused_commands_neither_forge_nor_flood_the_log);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
