@@ -44,7 +44,10 @@ static int buffer_check_fd(int fd, uint64_t size, struct stat *st_p,
     return spk_err_set(err, SPK_EINVAL,
                        "buffer memfd is not sealed with F_SEAL_SHRINK "
                        "(seals 0x%x)", (unsigned)seals);
-  if (size == 0 || (uint64_t)st.st_size != size)
+  if (size == 0)
+    return spk_err_set(err, SPK_EINVAL,
+                       "buffer size must be greater than 0, got 0");
+  if ((uint64_t)st.st_size != size)
     return spk_err_set(err, SPK_EINVAL,
                        "buffer size %llu does not match the memfd's size %lld",
                        (unsigned long long)size, (long long)st.st_size);
@@ -89,10 +92,11 @@ static int buffer_check_populated(int fd, void *base, uint64_t size,
         return rc;
       if (hole)
         return spk_err_set(err, SPK_EINVAL,
-                           "buffer memfd has unallocated pages from byte %llu "
-                           "of %llu: allocate them (fallocate) before "
-                           "registering; the daemon does not fault in a "
-                           "client's memory",
+                           "buffer memfd has unpopulated pages from byte %llu "
+                           "of %llu: write every page before registering "
+                           "(MADV_POPULATE_WRITE, as spc_buffer_alloc does; "
+                           "fallocate alone does not populate them); the "
+                           "daemon does not fault in a client's memory",
                            (unsigned long long)((first + i) * page),
                            (unsigned long long)size);
     }
