@@ -155,34 +155,38 @@ size_t spc_buffer_size(const spc_buffer *b) {
   return b ? b->size : 0;
 }
 
+int spc__tensor_check(spc_client *c, const char *what, const spc_buffer *buf,
+                      uint64_t offset, spc_dtype dtype, int ndim,
+                      const int64_t *shape) {
+  if (ndim < 1 || ndim > SPC_MAX_DIMS)
+    return spc__fail(c, SPC_EINVAL, "%s tensor has %d dims, not 1..%d", what,
+                     ndim, SPC_MAX_DIMS);
+  spk_shape s = {.ndim = ndim};
+  memcpy(s.dim, shape, (size_t)ndim * sizeof(int64_t));
+  spk_err err;
+  if (spk_tensor_align_check(what, offset,
+                             (uint64_t)(uintptr_t)buf->data + offset,
+                             (spk_dtype)dtype, &err) < 0 ||
+      spk_tensor_extent_check(what, &s, (spk_dtype)dtype, offset, buf->size,
+                              NULL, &err) < 0)
+    return spc__fail(c, SPC_EINVAL, "%s", err.msg);
+  return SPC_OK;
+}
+
 int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
                     spc_dtype dtype, int ndim, const int64_t *shape) {
   if (t == NULL || buf == NULL || (shape == NULL && ndim > 0))
     return SPC_EINVAL;
   spc_client *c = buf->client;
-  size_t esize = spk_dtype_size((spk_dtype)dtype);
-  if (esize == 0)
+  if (spk_dtype_size((spk_dtype)dtype) == 0)
     return spc__fail(c, SPC_EINVAL, "unknown dtype %d", (int)dtype);
   if (ndim < 1 || ndim > SPC_MAX_DIMS)
     return spc__fail(c, SPC_EINVAL, "ndim %d outside 1..%d", ndim,
                      SPC_MAX_DIMS);
-  spk_shape s = {.ndim = ndim};
-  memcpy(s.dim, shape, (size_t)ndim * sizeof(int64_t));
-  int64_t numel;
-  spk_err err;
   /* The daemon checks the same (op.c) for tensors not made here. */
-  if (spk_tensor_align_check("this", offset,
-                             (uint64_t)(uintptr_t)buf->data + offset,
-                             (spk_dtype)dtype, &err) < 0)
-    return spc__fail(c, SPC_EINVAL, "%s", err.msg);
-  if (spk_shape_numel(&s, esize, &numel, &err) < 0)
-    return spc__fail(c, SPC_EINVAL, "%s", err.msg);
-  uint64_t bytes = (uint64_t)numel * esize;
-  if (offset > buf->size || bytes > buf->size - offset)
-    return spc__fail(c, SPC_EINVAL, "tensor of %llu bytes at offset %llu "
-                     "does not fit in a buffer of %zu bytes",
-                     (unsigned long long)bytes, (unsigned long long)offset,
-                     buf->size);
+  int rc = spc__tensor_check(c, "this", buf, offset, dtype, ndim, shape);
+  if (rc < 0)
+    return rc;
   t->buf = buf;
   t->offset = offset;
   t->dtype = dtype;

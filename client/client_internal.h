@@ -71,6 +71,15 @@ spc_op spc__op_grad(spc_op op);
 int spc__fail(spc_client *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A tensor's fields, as spc_tensor_init takes them, against buf: dims,
+ * alignment and its bytes from offset inside the buffer (kernels'
+ * tensor_check.h, the daemon's words). SPC_EINVAL naming what, the
+ * shape and the buffer's size; for a tensor its caller may have changed
+ * since spc_tensor_init (an spc_tensor is a plain struct). */
+int spc__tensor_check(spc_client *c, const char *what, const spc_buffer *buf,
+                      uint64_t offset, spc_dtype dtype, int ndim,
+                      const int64_t *shape);
+
 /* This thread's buffer for spc_connect failures (512 bytes). */
 char *spc__connect_error(void);
 

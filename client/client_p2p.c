@@ -1,7 +1,7 @@
 /* Point-to-point sends and receives (spcoll.h): one P2p request each,
  * matched and checked by the daemon (daemon/core/op_p2p.c). The arguments
- * matching needs are checked here too, so a bad one is reported without a
- * round trip, naming it. */
+ * matching needs, and the tensor's fit in its buffer, are checked here
+ * too, so a bad one is reported without a round trip, naming it. */
 #include <stdlib.h>
 
 #include "client_internal.h"
@@ -24,7 +24,10 @@ static int p2p_args(spc_group *g, const spc_tensor *t, int peer, int tag,
                      g->rank);
   if (tag < 0)
     return spc__fail(c, SPC_EINVAL, "%s: tag %d is negative", dir, tag);
-  return SPC_OK;
+  /* A pair waits for its other half: a tensor outside its buffer is
+   * refused now, not when (if ever) the other rank posts. */
+  return spc__tensor_check(c, send ? "spc_send: send" : "spc_recv: receive",
+                           t->buf, t->offset, t->dtype, t->ndim, t->shape);
 }
 
 static int p2p_start(spc_group *g, const spc_tensor *t, int peer, int tag,

@@ -1,5 +1,7 @@
 #include "tensor_check.h"
 
+#include <stdio.h>
+
 int spk_tensor_align_check(const char *what, uint64_t offset, uint64_t addr,
                            spk_dtype dtype, spk_err *err) {
   size_t esize = spk_dtype_size(dtype);
@@ -14,6 +16,67 @@ int spk_tensor_align_check(const char *what, uint64_t offset, uint64_t addr,
                      what, (unsigned long long)offset, esize,
                      spk_dtype_name(dtype),
                      (unsigned long long)(addr % esize));
+}
+
+/* "[d0, d1, ...]" of the shape's first ndim dims (at most SPK_MAX_DIMS). */
+static void shape_str(char *buf, size_t size, const spk_shape *shape) {
+  size_t n = (size_t)snprintf(buf, size, "[");
+  int ndim = shape->ndim < SPK_MAX_DIMS ? shape->ndim : SPK_MAX_DIMS;
+  for (int i = 0; i < ndim && n < size; i++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "",
+                          (long long)shape->dim[i]);
+  if (n < size)
+    snprintf(buf + n, size - n, "]");
+}
+
+/* The tensor's bytes, or 0 with *over set when they pass UINT64_MAX. */
+static uint64_t extent_bytes(const spk_shape *shape, size_t esize,
+                             int *over_p) {
+  uint64_t n = esize;
+  *over_p = 0;
+  for (int i = 0; i < shape->ndim; i++)
+    if (__builtin_mul_overflow(n, (uint64_t)shape->dim[i], &n)) {
+      *over_p = 1;
+      return 0;
+    }
+  return n;
+}
+
+int spk_tensor_extent_check(const char *what, const spk_shape *shape,
+                            spk_dtype dtype, uint64_t offset,
+                            uint64_t buf_size, uint64_t *bytes_p,
+                            spk_err *err) {
+  size_t esize = spk_dtype_size(dtype);
+  if (esize == 0)
+    return spk_err_set(err, SPK_EINVAL, "%s tensor has unknown dtype %d",
+                       what, (int)dtype);
+  if (shape->ndim < 1 || shape->ndim > SPK_MAX_DIMS)
+    return spk_err_set(err, SPK_EINVAL, "%s tensor has %d dims, not 1..%d",
+                       what, shape->ndim, SPK_MAX_DIMS);
+  char dims[SPK_MAX_DIMS * 22 + 4];
+  shape_str(dims, sizeof(dims), shape);
+  for (int i = 0; i < shape->ndim; i++)
+    if (shape->dim[i] < 0)
+      return spk_err_set(err, SPK_EINVAL, "%s tensor of shape %s has a "
+                         "negative dim %d (%lld)", what, dims, i,
+                         (long long)shape->dim[i]);
+  int over;
+  uint64_t bytes = extent_bytes(shape, esize, &over);
+  if (over)
+    return spk_err_set(err, SPK_EINVAL, "%s tensor of shape %s %s has more "
+                       "than 2^64 bytes: it does not fit in a buffer of %llu "
+                       "bytes", what, dims, spk_dtype_name(dtype),
+                       (unsigned long long)buf_size);
+  if (offset > buf_size || bytes > buf_size - offset)
+    return spk_err_set(err, SPK_EINVAL, "%s tensor of shape %s %s at offset "
+                       "%llu (%llu bytes) does not fit in a buffer of %llu "
+                       "bytes", what, dims, spk_dtype_name(dtype),
+                       (unsigned long long)offset,
+                       (unsigned long long)bytes,
+                       (unsigned long long)buf_size);
+  if (bytes_p != NULL)
+    *bytes_p = bytes;
+  return SPK_OK;
 }
 
 static int name_char_ok(unsigned char c) {

@@ -19,6 +19,18 @@
 int spk_tensor_align_check(const char *what, uint64_t offset, uint64_t addr,
                            spk_dtype dtype, spk_err *err);
 
+/* A tensor of `shape` and dtype at byte `offset` of a buffer of
+ * buf_size bytes must lie inside it: its bytes (the dims' product times
+ * the element size, computed with overflow checks) from offset on. An op
+ * is refused on this before it waits for any other rank (a send that
+ * waited for its receive would meet the op timeout instead). SPK_EINVAL
+ * naming what, the shape, the dtype, the offset and the buffer's size;
+ * *bytes_p (may be NULL) is set on success only. */
+int spk_tensor_extent_check(const char *what, const spk_shape *shape,
+                            spk_dtype dtype, uint64_t offset,
+                            uint64_t buf_size, uint64_t *bytes_p,
+                            spk_err *err);
+
 /* Group names: 1..SPK_NAME_MAX bytes of [A-Za-z0-9._:/@-]. Names appear in
  * logs, stats lines and metric labels and are matched byte for byte, so
  * anything that could be cut (a NUL), read two ways (spaces, quotes,

@@ -12,6 +12,7 @@
 
 #include "op.h"
 #include "quota.h"
+#include "tensor_check.h"
 
 static const char *dir_name(const spd_p2p_half *h) {
   return h->send ? "send" : "receive";
@@ -89,6 +90,36 @@ static int half_args_ok(const spd_group *g, int rank, const Spcoll__P2p *rq,
     return 0;
   }
   return 1;
+}
+
+/* A tensor outside its buffer (or no array of elements at all) is
+ * refused at once, as the library refuses it (spc__tensor_check): held
+ * for its other half, which may never come, it would meet the op timeout
+ * and break the group. What only the daemon knows (a buffer this client
+ * never registered, device memory) pairs, and both ranks hear it. */
+static int half_tensor_ok(spd_session *s, int rank, const Spcoll__P2p *rq,
+                          char *msg, size_t len) {
+  const Spcoll__Tensor *t = rq->tensor;
+  const char *dir = rq->send ? "send" : "receive";
+  spd_buffer *buf = t != NULL ? spd_session_buffer(s, t->buffer_id) : NULL;
+  if (buf == NULL)
+    return 1;
+  if (t->n_shape < 1 || t->n_shape > SPK_MAX_DIMS) {
+    snprintf(msg, len, "point-to-point %s of rank %d: tensor has %zu dims, "
+             "not 1..%d", dir, rank, t->n_shape, SPK_MAX_DIMS);
+    return 0;
+  }
+  spk_shape shape = {.ndim = (int)t->n_shape};
+  memcpy(shape.dim, t->shape, t->n_shape * sizeof(int64_t));
+  spk_err err;
+  if (spk_tensor_align_check(dir, t->offset,
+                             (uint64_t)(uintptr_t)buf->base + t->offset,
+                             (spk_dtype)t->dtype, &err) == SPK_OK &&
+      spk_tensor_extent_check(dir, &shape, (spk_dtype)t->dtype, t->offset,
+                              buf->size, NULL, &err) == SPK_OK)
+    return 1;
+  snprintf(msg, len, "point-to-point %s of rank %d: %s", dir, rank, err.msg);
+  return 0;
 }
 
 /* ---- matching ---- */
@@ -360,14 +391,15 @@ static const char *refusal(spd_group *g, int rank, spd_session *s,
 
 void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                     const Spcoll__P2p *rq) {
-  char msg[300];
+  char msg[640];
   const char *why = refusal(g, rank, s, rq, msg, sizeof(msg));
   if (why != NULL) {
     int st = g->broken ? g->broken_status : SPK_ENO_MEMORY;
     spd_session_send_error(s, req, st, why);
     return;
   }
-  if (!half_args_ok(g, rank, rq, msg, sizeof(msg))) {
+  if (!half_args_ok(g, rank, rq, msg, sizeof(msg)) ||
+      !half_tensor_ok(s, rank, rq, msg, sizeof(msg))) {
     spd_session_send_error(s, req, SPK_EINVAL, msg);
     return;
   }

@@ -383,6 +383,92 @@ START_TEST(bad_arguments_refused) {
 }
 END_TEST
 
+/* One way the tensor t of rank 0 can reach outside its 64 KiB buffer,
+ * and the words its refusal must hold. */
+typedef struct {
+  int ndim;
+  int64_t shape[2];
+  uint64_t offset;
+  const char *needle;
+} extent_case;
+
+static const extent_case extent_cases[] = {
+    /* 2^62 x 4 floats: the byte count overflows 64 bits */
+    {2, {(int64_t)1 << 62, 4}, 0, "shape [4611686018427387904, 4]"},
+    {2, {1 << 20, 4}, 0, "shape [1048576, 4]"},     /* 16 MiB */
+    {1, {4}, 65536 - 8, "at offset 65528 (16 bytes)"}, /* past the end */
+    {1, {4}, (uint64_t)1 << 63, "at offset 9223372036854775808"},
+};
+#define NEXTENT (sizeof(extent_cases) / sizeof(extent_cases[0]))
+
+/* A P2p request of t's fields as they are, sent raw: the daemon's own
+ * check, past the library's. */
+static int raw_p2p(spt_rk *k, const spc_tensor *t, int send, int peer) {
+  Spcoll__Tensor tm = SPCOLL__TENSOR__INIT;
+  tm.buffer_id = t->buf->id, tm.offset = t->offset;
+  tm.dtype = (uint32_t)t->dtype, tm.n_shape = (size_t)t->ndim;
+  tm.shape = (int64_t *)t->shape;
+  Spcoll__P2p rq = SPCOLL__P2P__INIT;
+  rq.group_id = k->g->id, rq.send = send, rq.peer = peer, rq.tensor = &tm;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.body_case = SPCOLL__FRAME__BODY_P2P;
+  f.p2p = &rq;
+  Spcoll__Frame *reply = NULL;
+  int rc = spc__call(k->c, &f, -1, &reply);
+  if (reply != NULL)
+    spcoll__frame__free_unpacked(reply, NULL);
+  return rc;
+}
+
+/* Whether rc and the client's last error are the refusal of case x. */
+static int extent_refused(spt_rk *k, const extent_case *x, int rc,
+                          const char *how) {
+  const char *e = spc_last_error(k->c);
+  if (rc == SPC_EINVAL && strstr(e, x->needle) &&
+      strstr(e, "buffer of 65536 bytes"))
+    return 1;
+  fprintf(stderr, "%s of %s: got %d '%s'\n", how, x->needle, rc, e);
+  return 0;
+}
+
+/* Rank 0's sends and receives of tensors reaching outside their buffer
+ * are refused at once, by the library and (raw) by the daemon, naming
+ * the shape and the buffer's size; rank 1 posts nothing for them, so a
+ * refusal that waited for a match would run into the op timeout (5 s
+ * here) and break the group. */
+static int extent_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (open_rank(&k, rank, w, 5000) < 0)
+    return 1;
+  int bad = 0;
+  for (size_t i = 0; rank == 0 && i < NEXTENT; i++) {
+    const extent_case *x = &extent_cases[i];
+    spc_buffer *b;
+    spc_tensor t;
+    int64_t one[1] = {4};
+    if (spc_buffer_alloc(k.c, 65536, &b) < 0 ||
+        spc_tensor_init(&t, b, 0, SPC_FLOAT32, 1, one) < 0)
+      return spt_rk_close(&k, 1);
+    t.ndim = x->ndim, t.offset = x->offset;
+    memcpy(t.shape, x->shape, sizeof(x->shape));
+    bad |= !extent_refused(&k, x, spc_send(k.g, &t, 1, 0), "spc_send");
+    bad |= !extent_refused(&k, x, spc_recv(k.g, &t, 1, 0, NULL), "spc_recv");
+    bad |= !extent_refused(&k, x, raw_p2p(&k, &t, 1, 1), "raw send");
+    bad |= !extent_refused(&k, x, raw_p2p(&k, &t, 0, 1), "raw receive");
+    spc_buffer_free(b);
+  }
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 1, 0); /* still usable */
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(extent_refused_at_once) {
+  snprintf(sh->group, sizeof(sh->group), "extent");
+  ck_assert_int_eq(spt_run_ranks(2, extent_rank, NULL, 120), 0);
+  ck_assert_int_eq(stat_sum("ops_timed_out"), 0);
+}
+END_TEST
+
 /* Rank 0 waits on rank 1 (on another node when there are several), and:
  * mode 0: rank 1 is killed while rank 0 waits to receive from it;
  * 1: rank 1 never sends (op timeout of 300 ms);
@@ -725,6 +811,7 @@ int main(void) {
   tcase_add_test(tc, any_source);
   tcase_add_test(tc, disagreement_fails_both);
   tcase_add_test(tc, bad_arguments_refused);
+  tcase_add_test(tc, extent_refused_at_once);
   tcase_add_test(tc, lost_timeout_abort);
   tcase_add_test(tc, drain_lets_matched_finish);
   tcase_add_test(tc, leave_keeps_other_pairs);

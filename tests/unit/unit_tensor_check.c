@@ -36,6 +36,46 @@ START_TEST(test_align) {
 }
 END_TEST
 
+/* A tensor's bytes from its offset lie inside its buffer, counted without
+ * wrapping; the refusal names the shape and the buffer's size. */
+START_TEST(test_extent) {
+  spk_err err;
+  uint64_t bytes = 0;
+  spk_shape s = {2, {16, 4}};
+  expect(spk_tensor_extent_check("send", &s, SPK_F32, 0, 256, &bytes, &err),
+         &err, SPK_OK, NULL);
+  ck_assert_uint_eq(bytes, 256);
+  expect(spk_tensor_extent_check("send", &s, SPK_F32, 4, 256, NULL, &err),
+         &err, SPK_EINVAL, "send tensor of shape [16, 4] float32 at offset 4 "
+         "(256 bytes) does not fit in a buffer of 256 bytes");
+  spk_shape huge = {2, {(int64_t)1 << 62, 4}};
+  bytes = 7;
+  expect(spk_tensor_extent_check("send", &huge, SPK_F32, 0, 65536, &bytes,
+                                 &err), &err, SPK_EINVAL,
+         "send tensor of shape [4611686018427387904, 4] float32 has more "
+         "than 2^64 bytes: it does not fit in a buffer of 65536 bytes");
+  ck_assert_uint_eq(bytes, 7); /* set on success only */
+  /* 2^61 x 8 bytes wraps to 0 when counted naively */
+  spk_shape wraps = {1, {(int64_t)1 << 61}};
+  expect(spk_tensor_extent_check("input", &wraps, SPK_I64, 0, 64, NULL, &err),
+         &err, SPK_EINVAL, "more than 2^64 bytes");
+  expect(spk_tensor_extent_check("input", &s, SPK_F32, UINT64_MAX, 64, NULL,
+                                 &err), &err, SPK_EINVAL,
+         "at offset 18446744073709551615");
+  spk_shape neg = {2, {4, -1}};
+  expect(spk_tensor_extent_check("input", &neg, SPK_F32, 0, 64, NULL, &err),
+         &err, SPK_EINVAL, "shape [4, -1] has a negative dim 1 (-1)");
+  spk_shape none = {0, {0}};
+  expect(spk_tensor_extent_check("input", &none, SPK_F32, 0, 64, NULL, &err),
+         &err, SPK_EINVAL, "0 dims, not 1..8");
+  expect(spk_tensor_extent_check("input", &s, (spk_dtype)42, 0, 64, NULL,
+                                 &err), &err, SPK_EINVAL, "unknown dtype 42");
+  spk_shape empty = {1, {0}};
+  expect(spk_tensor_extent_check("input", &empty, SPK_F32, 64, 64, NULL,
+                                 &err), &err, SPK_OK, NULL);
+}
+END_TEST
+
 START_TEST(test_names) {
   spk_err err;
   const char *good[] = {"a", "job42", "Job.4-2_x", "team:job/sub@node",
@@ -67,6 +107,7 @@ int main(void) {
   Suite *s = suite_create("tensor_check");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_align);
+  tcase_add_test(tc, test_extent);
   tcase_add_test(tc, test_names);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
