@@ -180,7 +180,8 @@ $(BUILD)/tests/test_conformance $(BUILD)/tests/test_conformance_batch: \
 # (before the library on the link line, which they call).
 FAST_TESTS := $(BUILD)/tests/test_fast $(BUILD)/tests/test_fast_uid \
   $(BUILD)/tests/test_fast_under_way \
-  $(BUILD)/tests/test_fast_map $(BUILD)/tests/test_p2p \
+  $(BUILD)/tests/test_fast_map $(BUILD)/tests/test_fast_wrap \
+  $(BUILD)/tests/test_p2p \
   $(BUILD)/tests/test_stats
 $(FAST_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
   $(BUILD)/tests/integ/fast_ranks.o $(BUILD)/tests/integ/harness.o \

@@ -119,11 +119,53 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
   return SPC_OK;
 }
 
+int spc_buffer_wrap(spc_client *c, void *ptr, size_t size,
+                    spc_buffer **buf_p) {
+  if (c == NULL || buf_p == NULL)
+    return SPC_EINVAL;
+  if (ptr == NULL || size == 0)
+    return spc__fail(c, SPC_EINVAL, "spc_buffer_wrap of %zu bytes at %p: "
+                     "needs memory (a non-NULL ptr and a size above 0)",
+                     size, ptr);
+  if ((uintptr_t)ptr + size < (uintptr_t)ptr)
+    return spc__fail(c, SPC_EINVAL, "spc_buffer_wrap of %zu bytes at %p "
+                     "wraps around the address space", size, ptr);
+  spc_buffer *b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of a buffer failed");
+  b->client = c;
+  b->data = ptr;
+  b->size = size;
+  b->memfd = -1;
+  b->wrapped = 1;
+  b->next = c->buffers;
+  c->buffers = b;
+  *buf_p = b;
+  return SPC_OK;
+}
+
+/* A wrapped buffer is a record: nothing mapped, registered or held. The
+ * fast path forgets the last call it may repeat (its tensors may name
+ * this record, whose address malloc may hand out again). */
+static int wrapped_free(spc_buffer *b) {
+  spc_client *c = b->client;
+  for (spc_buffer **p = &c->buffers; *p != NULL; p = &(*p)->next)
+    if (*p == b) {
+      *p = b->next;
+      break;
+    }
+  spc__fast_forget(c);
+  free(b);
+  return SPC_OK;
+}
+
 int spc_buffer_free(spc_buffer *b) {
   if (b == NULL)
     return SPC_EINVAL;
   if (b->gpu != NULL)
     return spc__gpu_buffer_free(b);
+  if (b->wrapped)
+    return wrapped_free(b);
   spc_client *c = b->client;
   Spcoll__BufRelease rel = SPCOLL__BUF_RELEASE__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;

@@ -69,7 +69,7 @@ static void client_free(spc_client *c) {
     c->buffers = b->next;
     if (b->gpu != NULL)
       spc__gpu_buffer_forget(b);
-    else {
+    else if (!b->wrapped) {
       munmap(b->data, b->size); /* the client is gone: nobody to tell */
       close(b->memfd);
     }

@@ -51,8 +51,8 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   }
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int saved = errno;
-  close(fd);
   if (p == MAP_FAILED) {
+    close(fd);
     free(f);
     return spc__fail(c, SPC_ESYSTEM, "mmap of the group's shared segment "
                      "(%llu bytes) failed: %s", (unsigned long long)size,
@@ -65,12 +65,14 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
       h->ring != SPK_FSEG_RING || h->stage_bytes > size ||
       spk_fseg_size(g->world, h->stage_bytes) != size) {
     munmap(p, size);
+    close(fd);
     free(f);
     return spc__fail(c, SPC_EPROTOCOL, "the group's shared segment has a "
                      "foreign header (size %llu, world %d)",
                      (unsigned long long)size, g->world);
   }
   f->hdr = h;
+  f->seg_fd = fd; /* kept: the other ranks probe it (client_fast_map.c) */
   f->size = size;
   f->stage = h->stage_bytes;
   f->half = (f->stage / 2) & ~(uint64_t)127;
@@ -88,7 +90,9 @@ void spc__fast_detach(spc_group *g) {
     return;
   spk_plan_free(&f->plan);
   spc__fast_map_free(f, g->world);
+  spc__fast_cma_free(f);
   munmap(f->hdr, f->size);
+  close(f->seg_fd);
   free(f);
   g->fast = NULL;
 }
@@ -216,7 +220,7 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
   if (rc == SPC_OK) {
     int mrc = spc__fast_bases(g, s, in, out, bases, &any);
     skip = mrc < 0;
-    rc = spc__fast_plan_run(g, s, out, bases, mine, skip, &direct);
+    rc = spc__fast_plan_run(g, s, out, bases, mine, &skip, &direct);
     if (rc == SPC_OK && skip)
       rc = mrc;
   }
@@ -285,7 +289,7 @@ static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
   d.eligible = 1;
   spc__fast_desc_fill(&d, g, op, in, out);
   f->lines[g->rank] = 0; /* until its input is staged in them */
-  if (d.eligible && spc__fast_map_want(g, in, out)) {
+  if (d.eligible && spc__fast_map_want(g, op->kind, in, out)) {
     spc__fast_where_fill(&d.where, in, out);
   } else if (d.eligible) {
     spc__fast_fit(f, g->rank, &d);

@@ -6,10 +6,13 @@
 
 #include "client_fast_internal.h"
 
+/* UINT64_MAX for a shape whose bytes do not fit (never fits anything). */
 uint64_t spc__fast_tensor_bytes(const spc_tensor *t) {
   uint64_t n = spc_dtype_size(t->dtype);
-  for (int i = 0; i < t->ndim; i++)
-    n *= (uint64_t)t->shape[i];
+  for (int i = 0; i < t->ndim && i < SPC_MAX_DIMS; i++)
+    if (t->shape[i] < 0 ||
+        __builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
+      return UINT64_MAX;
   return n;
 }
 
@@ -47,13 +50,13 @@ int spc__fast_fits(const spc_fast *f, const spc_group *g, int kind,
         return 0;
   }
   if ((n[0] > limit || n[1] > limit) &&
-      (op_bytes == 0 || !spc__fast_map_want(g, in, out)))
+      (op_bytes == 0 || !spc__fast_map_want(g, kind, in, out)))
     return 0;
-  if (in->buf != out->buf)
-    return 1;
-  int same = in->offset == out->offset && n[0] == n[1];
-  int apart = in->offset + n[0] <= out->offset ||
-              out->offset + n[1] <= in->offset;
+  /* By address: two records may wrap the same caller memory. */
+  uintptr_t a = (uintptr_t)spc_tensor_data(in);
+  uintptr_t b = (uintptr_t)spc_tensor_data(out);
+  int same = a == b && n[0] == n[1];
+  int apart = a + n[0] <= b || b + n[1] <= a;
   return (same && kind == SPK_OP_ALL_REDUCE) || apart || n[0] == 0 ||
          n[1] == 0;
 }

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "client_fast.h"
 #include "fast_seg.h"
@@ -105,6 +106,19 @@ typedef struct spc_fast {
    * and their `freed` as last seen. */
   int cap;
   int pidfd[SPK_FSEG_MAXWORLD];
+  pid_t pid[SPK_FSEG_MAXWORLD];  /* as probed: process_vm_readv's */
+  int seg_fd;                    /* the segment's memfd, which it probes */
+  /* This rank's own probe of the others, as its canmap word says it (the
+   * word is the others' to read; a rank trusts its own memory): 0 not
+   * yet, 1 some rank may not be read, 2 every rank may. */
+  int probed;
+  uint64_t probe_word;           /* what the others read to probe */
+  /* Of the op running: which bases (rank * SPK_T_COUNT + t) are
+   * addresses in another rank (caller memory, client_fast_cma.c), and
+   * the scratch those are read into, when not straight into an output. */
+  uint8_t remote[SPK_FSEG_MAXWORLD * SPK_T_COUNT];
+  uint8_t *scratch;
+  size_t scratch_cap;
   spc_fast_map maps[SPK_FSEG_MAXWORLD][SPC_FAST_MAPS];
   unsigned map_next[SPK_FSEG_MAXWORLD];
   uint64_t freed_seen[SPK_FSEG_MAXWORLD];
@@ -147,9 +161,15 @@ void spc__fast_fit(spc_fast *f, int r, const spk_fseg_desc *d);
 int spc__fast_plan_get(spc_group *g, int repeat);
 /* Runs the plan's steps that write this rank's output of op s, from and
  * to bases (spc__fast_bases); *direct_p says whether they wrote the
- * caller's output itself rather than the staging. */
+ * caller's output itself rather than the staging. *skip_p in: run no step
+ * (this rank could not map the others' buffers), only the barrier; out:
+ * set when reading another rank's memory failed (the error returned). */
 int spc__fast_plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
-                       uint8_t **bases, int mine, int skip, int *direct_p);
+                       uint8_t **bases, int mine, int *skip_p,
+                       int *direct_p);
+/* Whether an all_reduce of out_bytes per rank runs replicated (every rank
+ * reduces everything into its own output). */
+int spc__fast_replicates(int world, uint64_t out_bytes);
 
 /* ---- client_fast_clock.c ---- */
 
@@ -275,7 +295,7 @@ void spc__fast_map_free(spc_fast *f, int world);
 void spc__fast_map_step(spc_group *g);
 /* Whether this rank's op on in and out is to be read in place, and its
  * where (the descriptor's) for it. */
-int spc__fast_map_want(const spc_group *g, const spc_tensor *in,
+int spc__fast_map_want(const spc_group *g, int kind, const spc_tensor *in,
                        const spc_tensor *out);
 void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
                           const spc_tensor *out);
@@ -285,5 +305,20 @@ void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
  * cannot be mapped (*any_p is still right). */
 int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
                     const spc_tensor *out, uint8_t **bases, int *any_p);
+
+/* ---- client_fast_cma.c ---- */
+
+/* Steps of f->plan that read another rank's caller memory (f->remote):
+ * run with process_vm_readv, straight into this rank's output where a
+ * step is one plain copy, else through f->scratch in pieces. */
+int spc__fast_cma_move(spc_group *g, const spk_move *m, uint8_t *const *bases);
+int spc__fast_cma_reduce(spc_group *g, const spk_reduce *r,
+                         uint8_t *const *bases);
+/* Whether reduce step r reads another rank's caller memory. */
+int spc__fast_cma_reads(const spc_fast *f, const spk_reduce *r);
+/* Every rank's input in caller memory read whole into f->scratch, its
+ * base in bases replaced (a replicated all_reduce's inputs, small). */
+int spc__fast_cma_inputs(spc_group *g, uint8_t **bases);
+void spc__fast_cma_free(spc_fast *f);
 
 #endif

@@ -6,11 +6,17 @@
  * The kernel lets a process take another's fds only where it could
  * ptrace it (same uid, not undumpable, no Yama or seccomp rule against
  * it): exactly the processes that could read that memory anyway, as Open
- * MPI's CMA copies do. So every rank first probes every other rank (takes
- * the fd the rank named at attach and checks that it is the one named),
- * and a rank reads its op in its own buffers only once every rank has
- * said that it may take every other's: otherwise the group stages, as
- * before. The probe never waits for anyone (a rank that takes the daemon
+ * MPI's CMA copies do. So every rank first probes every other rank, and
+ * a rank reads its op in its own buffers only once every rank has said
+ * that it may take every other's: otherwise the group stages, as before.
+ * A probe of rank r checks that the process r names holds this group's
+ * segment (the fd it named is the memfd this rank maps: only members get
+ * it), runs as this rank's uid, and lets this rank take its fds and read
+ * its memory. The segment is writable by every member, so a member could
+ * name someone else's process for r, or say for another rank that it may
+ * read: the segment check keeps reads among the group's processes, the
+ * uid check among one user's (whose processes could ptrace each other
+ * anyway), and a rank trusts its own probe, not what its word says. The probe never waits for anyone (a rank that takes the daemon
  * path may never probe): until every rank has said, ops stage. A rank
  * probes in its first op that finds every rank attached, at the latest
  * its second (every rank published its first before), so from its third
@@ -20,13 +26,22 @@
  * done reading (client_fast.c waits on every rank's fdone then), and
  * keeps its buffers' memfds open while they exist; a rank that frees a
  * buffer bumps its `freed` word, and the others drop what they mapped of
- * its buffers. */
+ * its buffers.
+ *
+ * Caller memory (spc_buffer_wrap) has no memfd: its owner names the
+ * tensor's address, and the others read it with process_vm_readv
+ * (client_fast_cma.c). The kernel allows that to exactly the processes
+ * that may take the owner's fds, but a seccomp filter may refuse either
+ * call alone, so the probe reads a word of the rank's memory too. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "client_fast_internal.h"
@@ -42,17 +57,14 @@
 void spc__fast_map_init(spc_group *g) {
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
-  struct stat st;
   for (int r = 0; r < SPK_FSEG_MAXWORLD; r++)
     f->pidfd[r] = -1;
-  /* Without an fd to probe, this rank names none (pid 0), and nobody
-   * reads its buffers: the group stages. */
-  if (fstat(g->client->fd, &st) == 0) {
-    me->id.pid = (int32_t)getpid();
-    me->id.probe_fd = g->client->fd;
-    me->id.probe_dev = st.st_dev;
-    me->id.probe_ino = st.st_ino;
-  }
+  me->id.pid = (int32_t)getpid();
+  me->id.probe_fd = f->seg_fd;
+  /* Any value a prober cannot hit by accident: it reads it back. */
+  f->probe_word = spc__fast_now_ns() ^ ((uint64_t)(uintptr_t)f << 16);
+  me->id.probe_addr = (uint64_t)(uintptr_t)&f->probe_word;
+  me->id.probe_word = f->probe_word;
   spc__fast_publish(f->hdr, me, &me->id.attached, 1);
 }
 
@@ -85,26 +97,73 @@ static void freed_check(spc_fast *f, int r) {
   }
 }
 
-/* A pidfd of rank r's process, if this process may take its fds and r
- * is who it says (the fd it named is the one it named); else -1. Any
- * failure means "may not": the group stages its ops. */
-static int probe(const spc_fast *f, int r) {
+/* Why a probe failed: the call and its errno. */
+typedef struct {
+  int call, err;
+} probe_why;
+
+static int probe_fail(probe_why *why, int call, int err, int pfd) {
+  why->call = call;
+  why->err = err;
+  if (pfd >= 0)
+    close(pfd);
+  return -1;
+}
+
+/* Whether this process reads rank r's probe word (id) as r said it is. */
+static int probe_read(const spk_fseg_ident *id) {
+  uint64_t word = 0;
+  struct iovec local = {&word, sizeof(word)};
+  struct iovec remote = {(void *)(uintptr_t)id->probe_addr, sizeof(word)};
+  ssize_t n = process_vm_readv((pid_t)id->pid, &local, 1, &remote, 1, 0);
+  if (n < 0)
+    return -errno;
+  return n == (ssize_t)sizeof(word) && word == id->probe_word ? 0 : -EIO;
+}
+
+/* Whether fd is the same file as this rank's segment. */
+static int same_segment(const spc_fast *f, int fd) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && fstat(f->seg_fd, &b) == 0 &&
+         a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Whether the process of pidfd pfd (pid) runs as this process's uid:
+ * /proc/PID belongs to it, and pid was still that process afterwards. */
+static int same_uid(int pfd, pid_t pid) {
+  char path[32];
+  struct stat st;
+  snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+  if (stat(path, &st) < 0 || st.st_uid != geteuid())
+    return 0;
+  struct pollfd p = {pfd, POLLIN, 0};
+  return poll(&p, 1, 0) == 0; /* readable: it exited */
+}
+
+/* A pidfd of rank r's process, if this process may take its fds and read
+ * its memory, and it holds this group's segment where it said, runs as
+ * this uid, and its word is the one it named; else -1, and *why says why.
+ * Any failure means "may not": the group stages its ops. */
+static int probe(spc_fast *f, int r, probe_why *why) {
   spk_fseg_ident id = spc__fast_rank(f, r)->id;
   if (id.pid <= 0)
-    return -1;
+    return probe_fail(why, SPK_FSEG_PROBE_NOPID, 0, -1);
   int pfd = (int)syscall(SYS_pidfd_open, (pid_t)id.pid, 0);
   if (pfd < 0)
-    return -1;
+    return probe_fail(why, SPK_FSEG_PROBE_PIDFD_OPEN, errno, -1);
   int fd = (int)syscall(SYS_pidfd_getfd, pfd, id.probe_fd, 0);
-  struct stat st;
-  int same = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == id.probe_dev &&
-             st.st_ino == id.probe_ino;
-  if (fd >= 0)
-    close(fd);
-  if (!same) {
-    close(pfd);
-    return -1;
-  }
+  if (fd < 0)
+    return probe_fail(why, SPK_FSEG_PROBE_PIDFD_GETFD, errno, pfd);
+  int same = same_segment(f, fd);
+  close(fd);
+  if (!same)
+    return probe_fail(why, SPK_FSEG_PROBE_NOT_SAME, 0, pfd);
+  if (!same_uid(pfd, (pid_t)id.pid))
+    return probe_fail(why, SPK_FSEG_PROBE_UID, 0, pfd);
+  int rc = probe_read(&id);
+  if (rc < 0)
+    return probe_fail(why, SPK_FSEG_PROBE_VM_READV, -rc, pfd);
+  f->pid[r] = (pid_t)id.pid;
   return pfd;
 }
 
@@ -122,24 +181,38 @@ void spc__fast_map_step(spc_group *g) {
         freed_check(f, r);
   if (f->cap != SPC_FAST_CAP_UNKNOWN)
     return;
-  if (me->id.canmap == 0) {
+  if (f->probed == 0) {
     if (!spc__fast_all_at_least(f, g->world, FIELD(id.attached), 1))
       return;
     int ok = 1;
     for (int r = 0; r < g->world; r++)
       if (r != g->rank) {
-        f->pidfd[r] = probe(f, r);
+        probe_why why = {SPK_FSEG_PROBE_OK, 0};
+        f->pidfd[r] = probe(f, r, &why);
+        if (f->pidfd[r] < 0 && ok) { /* the first refusal, for the stats */
+          me->id.nomap_rank = r;
+          me->id.nomap_call = why.call;
+          me->id.nomap_errno = why.err;
+        }
         ok &= f->pidfd[r] >= 0;
       }
-    spc__fast_publish(f->hdr, me, &me->id.canmap, ok ? 2 : 1);
+    f->probed = ok ? 2 : 1;
+    spc__fast_publish(f->hdr, me, &me->id.canmap, (uint64_t)f->probed);
   }
   if (!spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 1))
     return;
-  f->cap = spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 2)
+  f->cap = f->probed == 2 &&
+                   spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 2)
                ? SPC_FAST_CAP_YES
                : SPC_FAST_CAP_NO;
   if (f->cap == SPC_FAST_CAP_NO)
     spc__fast_map_free(f, g->world);
+}
+
+void spc__fast_forget(spc_client *c) {
+  for (spc_group *g = c->groups; g != NULL; g = g->next)
+    if (g->fast != NULL)
+      spc__fast_again_forget(g->fast);
 }
 
 void spc__fast_freed(spc_client *c) {
@@ -151,16 +224,38 @@ void spc__fast_freed(spc_client *c) {
     }
 }
 
-int spc__fast_map_want(const spc_group *g, const spc_tensor *in,
+/* An op whose output overlaps its input writes what others read, so it
+ * stages, but for an all_reduce in place (in == out) that the fast path
+ * does not run replicated (client_fast_plan.c, plan_replicated: every
+ * rank reduces everything into its own output). Its plan reduces each
+ * rank's own piece of the output from every rank's same piece of input,
+ * and nobody else reads that piece of the owner's input; then, after the
+ * barrier every rank passes once its reduce steps are done, copies the
+ * other ranks' reduced pieces from their outputs into the rest of its
+ * own, whose input the others read before that barrier. */
+static int reads_safely(const spc_group *g, int kind, const spc_tensor *in,
+                        const spc_tensor *out, const uint64_t *n) {
+  uintptr_t a = (uintptr_t)spc_tensor_data(in);
+  uintptr_t b = (uintptr_t)spc_tensor_data(out);
+  if (a + n[0] <= b || b + n[1] <= a)
+    return 1;
+  return kind == SPK_OP_ALL_REDUCE && a == b && n[0] == n[1] &&
+         !spc__fast_replicates(g->world, n[1]);
+}
+
+int spc__fast_map_want(const spc_group *g, int kind, const spc_tensor *in,
                        const spc_tensor *out) {
   uint64_t n[2] = {spc__fast_tensor_bytes(in), spc__fast_tensor_bytes(out)};
-  /* An in-place op writes what others read: it stages. */
-  int apart = in->buf != out->buf || in->offset + n[0] <= out->offset ||
-              out->offset + n[1] <= in->offset;
+  /* Caller memory staged would go through the daemon past op_bytes: one
+   * copy read in place beats three at any size; map_bytes 0 still says
+   * never. */
   uint64_t max = g->fast->hdr->map_bytes;
+  if (max > 0 && (in->buf->wrapped || out->buf->wrapped))
+    max = UINT64_MAX;
   uint64_t min = g->fast->over ? MAP_MIN_OVER_BYTES : MAP_MIN_BYTES;
-  return g->fast->cap == SPC_FAST_CAP_YES && apart && n[0] <= max &&
-         n[1] <= max && (n[0] >= min || n[1] >= min);
+  return g->fast->cap == SPC_FAST_CAP_YES &&
+         reads_safely(g, kind, in, out, n) && n[0] <= max && n[1] <= max &&
+         (n[0] >= min || n[1] >= min);
 }
 
 void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
@@ -171,7 +266,9 @@ void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
     w->fd[t] = ts[t]->buf->memfd;
     w->dev[t] = ts[t]->buf->dev;
     w->ino[t] = ts[t]->buf->ino;
-    w->off[t] = ts[t]->offset;
+    w->off[t] = ts[t]->buf->wrapped
+                    ? (uint64_t)(uintptr_t)spc_tensor_data(ts[t])
+                    : ts[t]->offset;
   }
 }
 
@@ -223,6 +320,17 @@ static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
 static int map_get(spc_group *g, int r, const spk_fseg_where *w, int t,
                    uint64_t bytes, spc_fast_map **m_p, uint8_t **p) {
   spc_fast *f = g->fast;
+  if (w->fd[t] == -1) { /* caller memory: read where it is, in r */
+    if (bytes == UINT64_MAX || w->off[t] == 0 ||
+        w->off[t] + bytes < w->off[t])
+      return spc__fail(g->client, SPC_ESYSTEM, "rank %d named %llu bytes of "
+                       "its memory at address 0x%llx", r,
+                       (unsigned long long)bytes,
+                       (unsigned long long)w->off[t]);
+    *p = (uint8_t *)(uintptr_t)w->off[t];
+    f->remote[r * SPK_T_COUNT + t] = 1;
+    return SPC_OK;
+  }
   spc_fast_map *m = NULL, *keep = *m_p;
   for (int i = 0; i < SPC_FAST_MAPS && m == NULL; i++)
     if (f->maps[r][i].base != NULL && f->maps[r][i].dev == w->dev[t] &&
@@ -285,6 +393,7 @@ int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
   for (int r = 0; r < g->world; r++)
     *any_p |= f->inplace[r];
   int reads_out = *any_p && plan_reads_out(f);
+  memset(f->remote, 0, sizeof(f->remote));
   for (int r = 0; r < g->world; r++) {
     uint8_t **b = &bases[r * SPK_T_COUNT];
     if (r == g->rank && f->inplace[r]) {

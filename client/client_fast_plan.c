@@ -52,14 +52,18 @@ static void run_move(const spc_fast *f, const spk_move *m,
  * the whole inputs (spk_plan_flat; a plan on one node), one call runs
  * them: most of a small op's own work was the steps' bookkeeping. */
 #define REPLICATE_BYTES (64u << 10)
+int spc__fast_replicates(int world, uint64_t out_bytes) {
+  return out_bytes <= REPLICATE_BYTES / (uint64_t)world;
+}
+
 static int plan_replicated(const spc_group *g, const spk_plan *p) {
   const spk_fseg_desc *d = &g->fast->planned[g->rank];
   uint64_t n = spc__fast_desc_bytes(d, d->out_ndim, d->out_shape);
   return d->op == SPK_OP_ALL_REDUCE && p->scale == SPK_SCALE_NONE &&
-         n <= REPLICATE_BYTES / (uint64_t)g->world;
+         spc__fast_replicates(g->world, n);
 }
 
-static void run_replicated(spc_group *g, uint8_t *const *in_bases,
+static void run_replicated(spc_group *g, uint8_t **in_bases,
                            const spc_tensor *out) {
   spk_plan *p = &g->fast->plan;
   if (g->fast->flat) {
@@ -100,43 +104,61 @@ static void stage_out_fill(spc_group *g, uint64_t s, const spc_tensor *out) {
            spc_tensor_data(out), spc__fast_tensor_bytes(out));
 }
 
+static int run_reduce(spc_group *g, const spk_reduce *r, uint8_t **bases) {
+  if (spc__fast_cma_reads(g->fast, r))
+    return spc__fast_cma_reduce(g, r, bases);
+  spk_reduce_exec(&g->fast->plan, r, bases, 0, spk_move_units(&r->geo));
+  return SPC_OK;
+}
+
+static int run_step(spc_group *g, const spk_move *m, uint8_t **bases) {
+  if (g->fast->remote[m->src_rank * SPK_T_COUNT + m->src_t])
+    return spc__fast_cma_move(g, m, bases);
+  run_move(g->fast, m, bases);
+  return SPC_OK;
+}
+
 /* The plan's steps that write this rank's output: reduce steps, then
  * (once every rank's reduce steps are done, as moves may read them)
  * moves, from and to `bases` (spc__fast_bases); into the caller's output
  * when it is read in place (mine) or the plan is direct (*direct_p),
  * else into the staging. A rank that could not map the others' buffers
- * (skip) runs no step, but keeps the barrier. */
+ * or read their memory (*skip_p) runs no step, but keeps the barrier. */
 int spc__fast_plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
-                       uint8_t **bases, int mine, int skip, int *direct_p) {
+                       uint8_t **bases, int mine, int *skip_p,
+                       int *direct_p) {
   spc_fast *f = g->fast;
   spk_plan *p = &f->plan;
   uint32_t me = (uint32_t)g->rank;
+  int rc = SPC_OK;
   if (f->replicated) {
-    if (!skip)
+    if (!*skip_p && (rc = spc__fast_cma_inputs(g, bases)) == SPC_OK)
       run_replicated(g, bases, out);
+    *skip_p |= rc < 0;
     *direct_p = 1;
-    return SPC_OK;
+    return rc;
   }
   *direct_p = mine || f->direct;
   if (*direct_p)
     bases[me * SPK_T_COUNT + SPK_T_OUT] = spc_tensor_data(out);
-  else if (!skip)
+  else if (!*skip_p)
     stage_out_fill(g, s, out);
-  for (size_t i = 0; i < p->nreduces && !skip; i++)
-    if (p->reduces[i].geo.dst_rank == me)
-      spk_reduce_exec(p, &p->reduces[i], bases, 0,
-                      spk_move_units(&p->reduces[i].geo));
+  for (size_t i = 0; i < p->nreduces && !*skip_p; i++)
+    if (p->reduces[i].geo.dst_rank == me &&
+        (rc = run_reduce(g, &p->reduces[i], bases)) < 0)
+      *skip_p = 1;
   if (p->nreduces > 0 && p->nmoves > 0) {
     spk_fseg_rank *a = spc__fast_rank(f, g->rank);
     spc__fast_publish(f->hdr, a, &a->reduced, s);
-    int rc = spc__fast_wait_all(g, FIELD(reduced), s);
-    if (rc < 0)
-      return rc;
+    int wrc = spc__fast_wait_all(g, FIELD(reduced), s);
+    if (wrc < 0)
+      return rc < 0 ? rc : wrc;
   }
-  for (size_t i = 0; i < p->nmoves && !skip; i++)
-    if (p->moves[i].dst_rank == me)
-      run_move(f, &p->moves[i], bases);
-  return SPC_OK;
+  for (size_t i = 0; i < p->nmoves && !*skip_p; i++)
+    if (p->moves[i].dst_rank == me &&
+        (rc = run_step(g, &p->moves[i], bases)) < 0)
+      *skip_p = 1;
+  return rc;
 }
 
 void spc__fast_fit(spc_fast *f, int r, const spk_fseg_desc *d) {

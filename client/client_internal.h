@@ -39,6 +39,10 @@ struct spc_buffer {
    * path group may take it (client_fast_map.c), and its identity. */
   int memfd;
   uint64_t dev, ino;
+  /* Caller memory (spc_buffer_wrap): no memfd (-1), unknown to the
+   * daemon; the fast path's readers read it with process_vm_readv, and
+   * spc_run stages it for the daemon's path (client_wrap.c). */
+  int wrapped;
 };
 
 struct spc_client {
@@ -54,6 +58,7 @@ struct spc_client {
   spc_timing last_timing;     /* from the last Done of an op */
   void *gpu;                  /* client_gpu.c's state, made on first use */
   int64_t op_timeout_ms;      /* asked at join; 0: the daemon's */
+  spc_buffer *wrap_stage;     /* client_wrap.c's staging, made on use */
   int fds[8];                 /* received with frames, not yet taken */
   int nfds;
   struct {                    /* shared segments of joins not yet done */
@@ -100,5 +105,25 @@ int spc__finish(spc_client *c, spc_request *req, Spcoll__Frame **reply_p);
 /* Send and finish in one go. */
 int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
               Spcoll__Frame **reply_p);
+
+/* ---- client_wrap.c: caller memory (spc_buffer_wrap) on the daemon's
+ * path, which knows no such buffer: spc_run copies it through a buffer
+ * of the client's own. */
+typedef struct {
+  int active;
+  spc_tensor in, out;          /* staged: what the daemon is sent */
+  const spc_tensor *user_out;  /* copied back into at the end */
+} spc__wrap;
+
+/* Whether either tensor wraps caller memory. */
+int spc__wrapped(const spc_tensor *in, const spc_tensor *out);
+/* Stage *in_p and *out_p (when they wrap caller memory) into the
+ * client's staging buffer, pointing them at the staged tensors; w says
+ * what to copy back. Refuses in and out that overlap but for the very
+ * same bytes. */
+int spc__wrap_begin(spc_client *c, spc__wrap *w, const spc_tensor **in_p,
+                    const spc_tensor **out_p);
+/* The op ended with rc: copy the staged output back when it succeeded. */
+int spc__wrap_end(spc__wrap *w, int rc);
 
 #endif

@@ -73,9 +73,10 @@ int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
 }
 
 /* fast: -1 the op takes the daemon path (the other ranks hear so through
- * the group's segment), 1 it may run through the segment (spc_run). */
+ * the group's segment), 1 it may run through the segment (spc_run, which
+ * passes w: caller memory is staged in it for the daemon's path). */
 static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
-                 const spc_tensor *out, void *stream, int fast,
+                 const spc_tensor *out, void *stream, int fast, spc__wrap *w,
                  spc_request **req_p) {
   if (g == NULL || op == NULL || req_p == NULL)
     return SPC_EINVAL;
@@ -85,6 +86,11 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
     rc = tensor_valid(c, out, "output");
   if (rc < 0)
     return rc;
+  /* Before the segment hears of the op: the others must not wait for it. */
+  if (w == NULL && spc__wrapped(in, out))
+    return spc__fail(c, SPC_EINVAL, "the %s tensor wraps caller memory "
+                     "(spc_buffer_wrap): only spc_run takes it",
+                     in->buf->wrapped ? "input" : "output");
   if (op->ndims < 0 || op->ndims > 2 || op->nsizes < 0 || op->nsizes2 < 0)
     return spc__fail(c, SPC_EINVAL, "op descriptor is not one made by an "
                      "spc_op_* constructor");
@@ -106,22 +112,26 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
   } else if ((rc = spc__fast_slow(g, op, in, out)) < 0) {
     return rc;
   }
+  if (w != NULL && spc__wrapped(in, out) &&
+      (rc = spc__wrap_begin(c, w, &in, &out)) < 0)
+    return rc;
   return op_send(g, op, in, out, stream, req_p);
 }
 
 int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
                const spc_tensor *out, void *stream, spc_request **req_p) {
-  return start(g, op, in, out, stream, -1, req_p);
+  return start(g, op, in, out, stream, -1, NULL, req_p);
 }
 
 int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
             const spc_tensor *out) {
   spc_request *req = NULL;
-  int rc = start(g, op, in, out, NULL, 1, &req);
+  spc__wrap w = {0};
+  int rc = start(g, op, in, out, NULL, 1, &w, &req);
   if (rc < 0 || req == NULL) /* failed, or done through the segment */
     return rc;
   spc__fast_await(g, req);
-  return spc_wait(&req);
+  return spc__wrap_end(&w, spc_wait(&req));
 }
 
 /* ---- constructors ---- */

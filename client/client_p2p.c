@@ -16,6 +16,9 @@ static int p2p_args(spc_group *g, const spc_tensor *t, int peer, int tag,
   if (t->buf->client != c)
     return spc__fail(c, SPC_EINVAL, "%s: the tensor's buffer belongs to "
                      "another client", dir);
+  if (t->buf->wrapped)
+    return spc__fail(c, SPC_EINVAL, "%s: the tensor wraps caller memory "
+                     "(spc_buffer_wrap): only spc_run takes it", dir);
   int lo = send ? 0 : SPC_ANY_SOURCE;
   if (peer < lo || peer >= g->world || peer == g->rank)
     return spc__fail(c, SPC_EINVAL, "%s: peer %d is not another rank of the "

@@ -161,6 +161,20 @@ int spc_group_spans_nodes(const spc_group *group);
  * tensors in place (docs/performance.md). */
 int spc_buffer_alloc(spc_client *client, size_t size, spc_buffer **buf_p);
 
+/* A buffer over `size` bytes of the caller's own host memory at ptr (any
+ * memory: malloc, a torch tensor), without copying it into spcoll memory.
+ * Nothing is registered with the daemon and no file descriptor is held.
+ * Only spc_run takes its tensors (spc_start, P2P and the stream calls
+ * refuse them with SPC_EINVAL). Where the group's fast path reads ops in
+ * place, the other ranks read these tensors in this process with
+ * process_vm_readv (the kernel's cross-memory attach: same uid, ptrace
+ * allowed, as Open MPI's CMA), one copy in all; otherwise spc_run copies
+ * them through a buffer of the library's own (one copy in, one out). The
+ * memory must stay valid until spc_buffer_free, which frees only the
+ * record. SPC_EINVAL for a NULL ptr or size 0. */
+int spc_buffer_wrap(spc_client *client, void *ptr, size_t size,
+                    spc_buffer **buf_p);
+
 /* Unregister and unmap the buffer. The caller must not free a buffer that
  * an op in flight still uses (the daemon keeps its own mapping until the
  * op ends, so this is never unsafe for the daemon). */

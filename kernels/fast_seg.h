@@ -20,7 +20,7 @@
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 9u
+#define SPK_FSEG_VERSION 10u
 /* Descriptors a rank may publish ahead of the slowest reader. */
 #define SPK_FSEG_RING 16u
 /* Size list entries a descriptor holds; longer lists take the daemon. */
@@ -45,13 +45,15 @@
 /* Where a rank's input (0) and output (1) are, for an op the others read
  * in the caller's own buffers rather than in its staging (client_fast_map.c):
  * the fd number of each buffer's memfd in the owner, which the readers take
- * with pidfd_getfd, and its inode, which they check. */
+ * with pidfd_getfd, and its inode, which they check; or, for caller memory
+ * (spc_buffer_wrap: fd -1), the tensor's address in the owner, which the
+ * readers read with process_vm_readv (client_fast_cma.c). */
 typedef struct {
   uint32_t mapped;         /* 1: read these, not the staging */
-  int32_t fd[2];
+  int32_t fd[2];           /* -1: off is an address in the owner */
   uint32_t pad;
   uint64_t dev[2], ino[2];
-  uint64_t off[2];         /* of the tensor in its buffer */
+  uint64_t off[2];         /* of the tensor in its buffer, or its address */
 } spk_fseg_where;
 
 /* One rank's op, as it asked for it. The first cache line (seq to
@@ -79,17 +81,32 @@ typedef struct {
 } __attribute__((aligned(128))) spk_fseg_desc;
 
 /* Who a rank is, published once at attach, so that the others can tell
- * whether they may take its fds (client_fast_map.c): its pid, and an fd it
- * holds (its socket to the daemon) with that fd's device and inode, which
- * a prober checks; `attached` is set last. `canmap`: 0 until it has
- * probed every other rank, then 1 (it may not take some rank's fds) or 2
- * (it may take everyone's). */
+ * whether they may take its fds and read its memory (client_fast_map.c):
+ * its pid; the fd number of this segment's memfd in it (which only
+ * members hold: a prober checks it against its own), and the address of
+ * a word of its memory with the word's value; `attached` is set last. `canmap`: 0 until
+ * it has probed every other rank, then 1 (it may not take some rank's
+ * fds or read its memory) or 2 (it may, everyone's). With 1, why: the
+ * rank it failed on, the call (SPK_FSEG_PROBE_*) and its errno, for the
+ * daemon's stats. */
+enum {
+  SPK_FSEG_PROBE_OK,
+  SPK_FSEG_PROBE_NOPID,        /* the rank named no pid */
+  SPK_FSEG_PROBE_PIDFD_OPEN,
+  SPK_FSEG_PROBE_PIDFD_GETFD,
+  SPK_FSEG_PROBE_NOT_SAME,     /* its fd was not this segment */
+  SPK_FSEG_PROBE_UID,          /* it runs as another uid */
+  SPK_FSEG_PROBE_VM_READV,
+  SPK_FSEG_PROBE_COUNT
+};
 typedef struct {
   int32_t pid;
   int32_t probe_fd;
-  uint64_t probe_dev, probe_ino;
+  uint64_t probe_addr, probe_word;
   uint64_t attached;
   uint64_t canmap;
+  int32_t nomap_rank, nomap_call, nomap_errno;
+  uint32_t pad;
 } spk_fseg_ident;
 
 /* Counters of one rank, per op kind: written by that rank only; the

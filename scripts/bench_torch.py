@@ -5,7 +5,11 @@ beside spcoll's own C call at the same size on spcoll memory, in one run.
 
 For every rank count (--ranks, "2 4") and every size of the ladder (8 B,
 x4, up to --max-bytes, 32 MiB):
-  spcoll      dist.* on the world group, dist.init_process_group("spcoll")
+  spcoll      dist.* on the world group, dist.init_process_group("spcoll"):
+              blocking collectives take tensors from 32 KiB as caller
+              memory (the other ranks read them with process_vm_readv),
+              smaller ones are staged; a line after the table gives the
+              bytes each way (spcoll.c10d.counts())
   spcoll FR=0 the same ops on a second "spcoll" group made with
               TORCH_FR_BUFFER_SIZE=0, so torch attaches no FlightRecorder
               hook to it; timed in turn with the first, in chunks
@@ -282,7 +286,10 @@ def worker(args):
 
     # Phase 1: ordinary torch tensors (torch's own CPU allocator) through
     # the spcoll world group and the FR=0 group in turn, then gloo.
+    # spcoll.c10d.counts() over the whole phase says how the backend took
+    # them: as caller memory (blocking collectives), or staged.
     rows = []
+    c_before = _counts()
     for op, geo in points:
         size = geo["size"]
         fn, check = make_point(op, geo)
@@ -298,6 +305,7 @@ def worker(args):
             for src in ("spcoll", "spcoll_fr0", "gloo"):
                 row(src, op, geo, *res[src])
         del fn, check
+    info["phase1_counts"] = _counts_delta(c_before, _counts(), gloo)
 
     # Phase 2, in the same processes: spcoll's CPU allocator installed,
     # every point's tensors (and the plan's agreement tensor) allocated
@@ -334,6 +342,29 @@ def worker(args):
         with open(args.csv + ".info", "w") as f:
             json.dump(info, f)
     return 0
+
+
+_PHASE1_KEYS = ("wrapped_bytes", "direct_bytes", "staged_in_bytes",
+                "staged_out_bytes")
+
+
+def _counts():
+    """spcoll.c10d.counts() of this process ({} on a backend without)."""
+    try:
+        import spcoll.c10d as sc
+        return sc.counts() if sc.load() is not None else {}
+    except Exception:  # noqa: BLE001 (a count is only reported)
+        return {}
+
+
+def _counts_delta(c0, c1, gloo):
+    """c1 - c0 of the phase-1 keys, summed over the ranks (through gloo)."""
+    import torch
+    import torch.distributed as dist
+    d = torch.tensor([c1.get(k, 0) - c0.get(k, 0) for k in _PHASE1_KEYS],
+                     dtype=torch.int64)
+    dist.all_reduce(d, group=gloo)
+    return {k: int(v) for k, v in zip(_PHASE1_KEYS, d.tolist())}
 
 
 # ---- the driver ----
@@ -660,6 +691,16 @@ def driver(args):
                 "world group %s, FR=0 group %s, gloo group %s" % (
                     i["torch"], i["backend_kind"], i["threads"],
                     i["fr_hook_world"], i["fr_hook_fr0"], i["fr_hook_gloo"]))
+            c = i.get("phase1_counts") or {}
+            say("# %d ranks, ordinary tensors (spcoll and FR=0 columns, all "
+                "ranks, warm-ups and checks included): %.1f MiB passed as "
+                "caller memory (blocking collectives: the other ranks read "
+                "it with process_vm_readv), %.1f MiB in spcoll memory, "
+                "%.1f MiB staged in, %.1f MiB staged out" % (
+                    w, c.get("wrapped_bytes", 0) / MIB,
+                    c.get("direct_bytes", 0) / MIB,
+                    c.get("staged_in_bytes", 0) / MIB,
+                    c.get("staged_out_bytes", 0) / MIB))
         print_table(say, w, [s for s in summary_rows(merge(rows))
                              if s["ranks"] == w])
     summ = summary_rows(merge(rows))

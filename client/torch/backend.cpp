@@ -188,9 +188,46 @@ bool Backend::in_place(const at::Tensor& t, Pending& p, Span* s) {
   return true;
 }
 
+// Caller memory handed to spc_run as it is (spc_buffer_wrap): the other
+// ranks read it in this process where the group's fast path reads in
+// place, else spc_run stages it. Only for blocking collectives (spc_start
+// and P2P refuse it) and from kWrapMin bytes: below, a staged op travels
+// in the segment's lines and repeats cheaper than a record per op. A
+// tensor that overlaps another one of the op, but for the same bytes
+// (an in-place op: the same record), is staged.
+static constexpr int64_t kWrapMin = 32 << 10;
+
+bool Backend::wrap(const at::Tensor& t, Pending& p, Span* s) {
+  int64_t n = (int64_t)t.nbytes();
+  if (!p.sync || n < kWrapMin || !t.is_contiguous())
+    return false;
+  char* a = static_cast<char*>(t.data_ptr());
+  for (auto& w : p.wrapped) {
+    char* b = static_cast<char*>(spc_buffer_data(w->buf));
+    int64_t m = (int64_t)spc_buffer_size(w->buf);
+    if (a == b && n == m) {
+      *s = Span{w->buf, 0, a, n, true};
+      return true;
+    }
+    if (a < b + m && b < a + n)
+      return false;
+  }
+  spc_buffer* buf = nullptr;
+  {
+    Conn::Lock l(*conn_);
+    if (spc_buffer_wrap(conn_->client(), a, (size_t)n, &buf) < 0)
+      return false;  // cannot be for a live tensor: staged then
+  }
+  p.wrapped.push_back(std::make_unique<Wrapped>(conn_, buf));
+  p.keep.push_back(t);
+  conn_->counts().wrapped += n;
+  *s = Span{buf, 0, a, n, true};
+  return true;
+}
+
 Span Backend::in_span(const at::Tensor& t, Pending& p) {
   Span s;
-  if (in_place(t, p, &s))
+  if (in_place(t, p, &s) || wrap(t, p, &s))
     return s;
   s = scratch((int64_t)t.nbytes(), p);
   copy_from_tensor(s.data, t);
@@ -200,7 +237,7 @@ Span Backend::in_span(const at::Tensor& t, Pending& p) {
 
 Span Backend::out_span(const at::Tensor& t, Pending& p, bool* back) {
   Span s;
-  *back = !in_place(t, p, &s);
+  *back = !in_place(t, p, &s) && !wrap(t, p, &s);
   if (!*back)
     return s;
   conn_->counts().staged_out += t.nbytes();

@@ -30,6 +30,7 @@ struct Span {
   uint64_t off = 0;
   char* data = nullptr;
   int64_t bytes = 0;
+  bool wrapped = false;  // caller memory (spc_buffer_wrap)
 };
 
 // How a torch reduction runs: on the daemon (red), or as an all-gather
@@ -134,13 +135,21 @@ class Backend final : public c10d::Backend {
                                      std::chrono::milliseconds timeout);
 
   // The caller's tensor as op memory: in place when it is contiguous in
-  // spcoll memory, else a staged copy.
+  // spcoll memory, or as caller memory in a blocking collective (p.sync,
+  // wrap), else a staged copy.
   Span in_span(const at::Tensor& t, Pending& p);
   // Op memory the result lands in: the tensor itself when it is
   // contiguous in spcoll memory (*back false), else scratch to copy back.
   Span out_span(const at::Tensor& t, Pending& p, bool* back);
   Span scratch(int64_t bytes, Pending& p);
   bool in_place(const at::Tensor& t, Pending& p, Span* s);
+  bool wrap(const at::Tensor& t, Pending& p, Span* s);
+  // The Pending of a collective; sync: torch's asyncOp is false.
+  static std::unique_ptr<Pending> pending(bool sync) {
+    auto p = std::make_unique<Pending>();
+    p->sync = sync;
+    return p;
+  }
 
   // A bad argument found here, before the op reached the daemon: fail
   // the op on every other rank too (they wait for this rank's op), then

@@ -100,13 +100,14 @@ WorkPtr Backend::_allgather_base(at::Tensor& out, at::Tensor& in,
     refuse("all_gather_into_tensor",
            "output has " + std::to_string(out.nbytes()) + " bytes, want " +
                std::to_string(size_) + " x " + std::to_string(in.nbytes()));
-  auto p = std::make_unique<Pending>();
+  auto p = pending(!o.asyncOp);
   bool back;
   Span y = out_span(out, *p, &back);
   Span x;
-  // in exactly this rank's slot of out: in place (NCCL's rule)
+  // in exactly this rank's slot of out: in place (NCCL's rule), but for
+  // caller memory, which the library takes only apart from the output
   int64_t n = (int64_t)in.nbytes();
-  if (!back && in.is_contiguous() && n > 0 &&
+  if (!back && !y.wrapped && in.is_contiguous() && n > 0 &&
       (char*)in.data_ptr() == y.data + n * rank_) {
     x = Span{y.buf, y.off + (uint64_t)(n * rank_), y.data + n * rank_, n};
     p->keep.push_back(in);
@@ -325,7 +326,7 @@ WorkPtr Backend::alltoall_base(at::Tensor& out, at::Tensor& in,
         ->call("alltoall_base", out, in, out_splits, in_splits, o);
   auto in_b = split_bytes(*this, "input", in, in_splits);
   auto out_b = split_bytes(*this, "output", out, out_splits);
-  auto p = std::make_unique<Pending>();
+  auto p = pending(!o.asyncOp);
   Span x = in_span(in, *p);
   bool back;
   Span y = out_span(out, *p, &back);

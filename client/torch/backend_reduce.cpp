@@ -150,7 +150,7 @@ WorkPtr Backend::allreduce(std::vector<at::Tensor>& ts,
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: all_reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("all_reduce", o.reduceOp, t.scalar_type());
-  auto p = std::make_unique<Pending>();
+  auto p = pending(!o.asyncOp && !rp.premul);
   p->outputs = ts;
   int64_t count = t.numel();
   if (rp.local) {
@@ -299,7 +299,7 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                      " elements, want " + std::to_string(size_) + " x " +
                      std::to_string(out.numel()));
   RedPlan rp = plan_reduce(name, o.reduceOp, out.scalar_type());
-  auto p = std::make_unique<Pending>();
+  auto p = pending(!o.asyncOp);
   Span x;
   if (rp.premul) {
     x = scratch((int64_t)in.nbytes(), *p);

@@ -97,6 +97,7 @@ class Conn {
   struct Counts {
     std::atomic<uint64_t> direct{0}, staged_in{0}, staged_out{0};
     std::atomic<uint64_t> refused{0};
+    std::atomic<uint64_t> wrapped{0};  // caller memory, spc_buffer_wrap
   };
   Counts& counts() { return counts_; }
   void count_refused(size_t n) { counts_.refused += n; }

@@ -72,6 +72,7 @@ PYBIND11_MODULE(_c10d, m) {
     d["staged_in_bytes"] = k.staged_in.load();
     d["staged_out_bytes"] = k.staged_out.load();
     d["allocator_refused_bytes"] = k.refused.load();
+    d["wrapped_bytes"] = k.wrapped.load();
     return d;
   });
 }

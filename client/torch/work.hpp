@@ -32,10 +32,28 @@ struct Staged {
   Arena::Block blk;
 };
 
+// A record of caller memory (spc_buffer_wrap) over a tensor of a blocking
+// op, freed when dropped: under the client's lock, as it is unlinked from
+// the client's buffers.
+struct Wrapped {
+  Wrapped(std::shared_ptr<Conn> c, spc_buffer* b) : conn(std::move(c)), buf(b) {}
+  ~Wrapped() {
+    Conn::Lock l(*conn);
+    (void)spc_buffer_free(buf);  // frees a record: it cannot fail
+  }
+  Wrapped(const Wrapped&) = delete;
+  Wrapped& operator=(const Wrapped&) = delete;
+  std::shared_ptr<Conn> conn;
+  spc_buffer* buf;
+};
+
 // What an op holds until it is over: the memory the daemon may still
 // touch, the local step that runs once after success (copy back, a local
 // reduction), and what result() returns.
 struct Pending {
+  // A blocking collective: its tensors may be passed as caller memory.
+  bool sync = false;
+  std::vector<std::unique_ptr<Wrapped>> wrapped;
   std::vector<std::unique_ptr<Staged>> staged;
   std::vector<at::Tensor> keep;  // caller tensors the daemon reads or writes
   std::function<void()> finish;

@@ -258,6 +258,33 @@ void spd_gseg_harvest(spd_group *g) {
   }
 }
 
+/* Whether the ranks read each other's ops in place (client_fast_map.c):
+ * "yes", "unknown" (some rank has not probed yet) or "no", with the first
+ * refusal a rank published: which rank it could not read and why. Read
+ * from the ranks' areas, which any member may scribble on: only numbers,
+ * each checked before it names anything. */
+static void read_in_place(const spd_gseg *seg, int world, FILE *out) {
+  static const char *const calls[SPK_FSEG_PROBE_COUNT] = {
+      "ok", "no pid named", "pidfd_open", "pidfd_getfd",
+      "its fd was not the group's segment", "it runs as another uid",
+      "process_vm_readv"};
+  int unknown = 0;
+  for (int r = 0; r < world; r++) {
+    const spk_fseg_rank *a = seg_rank(seg, r);
+    uint64_t can = __atomic_load_n(&a->id.canmap, __ATOMIC_ACQUIRE);
+    unknown |= can == 0;
+    if (can != 1)
+      continue;
+    int call = a->id.nomap_call, err = a->id.nomap_errno;
+    fprintf(out, " read_in_place=no rank=%d could_not_read_rank=%d "
+            "why=\"%s%s%s\"", r, a->id.nomap_rank,
+            call >= 0 && call < SPK_FSEG_PROBE_COUNT ? calls[call] : "?",
+            err > 0 ? ": " : "", err > 0 ? strerror(err) : "");
+    return;
+  }
+  fprintf(out, " read_in_place=%s", unknown ? "unknown" : "yes");
+}
+
 void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
   if (g->seg == NULL)
     return;
@@ -266,9 +293,11 @@ void spd_gseg_line(spd_group *g, const char *label, FILE *out) {
     ops += g->seg->seen[k].count, errors += g->seg->seen[k].errors;
     in_place += g->seg->seen[k].in_place;
   }
-  fprintf(out, "shm %s ops=%llu errors=%llu in_place=%llu stage_bytes=%llu\n",
+  fprintf(out, "shm %s ops=%llu errors=%llu in_place=%llu stage_bytes=%llu",
           label, (unsigned long long)ops, (unsigned long long)errors,
           (unsigned long long)in_place, (unsigned long long)g->seg->stage);
+  read_in_place(g->seg, g->world, out);
+  fputc('\n', out);
 }
 
 /* Under way: some rank is inside a fast op (in_op, waiting), or

@@ -51,9 +51,9 @@ static int rk_open(rk *k, int rank, int world) {
   return spt_rk_open(k, daemon_.socket, sh->group, rank, world, 0);
 }
 
-/* An in-place all_reduce (in == out) of n floats, checked: never read in
- * place (it writes what others read), so the daemon's when it is over
- * fast_bytes. */
+/* An in-place all_reduce (in == out) of n floats, checked: read in place
+ * too when it is not reduced replicated (client_fast_map.c, reads_safely:
+ * each rank writes only what nobody else reads before the barrier). */
 static int reduce_inplace_once(rk *k, int rank, int w, size_t n, int step) {
   int64_t s[1] = {(int64_t)n};
   spc_tensor t;
@@ -65,8 +65,9 @@ static int reduce_inplace_once(rk *k, int rank, int w, size_t n, int step) {
 }
 
 #define ITERS 3
-#define IN_PLACE_PER_ITER 4 /* MID, LARGE, the gather, the all_to_all_v */
-#define FAST_PER_ITER 5     /* and the small all_reduce */
+/* MID, LARGE, the gather, the all_to_all_v, LARGE in place */
+#define IN_PLACE_PER_ITER 5
+#define FAST_PER_ITER 6     /* and the small all_reduce */
 
 /* Two small ops first: from a group's third op on, every rank knows
  * whether all may read each other's buffers (client_fast_map.c). */
@@ -92,7 +93,7 @@ static int every_rank(int rank, int w, void *arg) {
            * place, the others stage, in one op */
           spt_rk_a2av_once(&k, rank, w, it % w, (it + 1) % w, 150000,
                            step + 5) ||
-          reduce_inplace_once(&k, rank, w, LARGE, step + 6); /* daemon */
+          reduce_inplace_once(&k, rank, w, LARGE, step + 6);
   }
   if (!bad && rank == 0) {
     char want[160];

@@ -160,8 +160,10 @@ _allocator_pid = None
 
 
 def counts():
-    """Bytes of op operands the C++ backend took in place, copied into
-    staging, and copied back (this process, all groups)."""
+    """Bytes of op operands the C++ backend took in place (spcoll memory:
+    direct_bytes; other memory of blocking collectives, handed to libspclient
+    as caller memory: wrapped_bytes), copied into staging, and copied back
+    (this process, all groups)."""
     return load().counts(connection())
 
 

@@ -1,0 +1,480 @@
+/* Caller memory as spcoll buffers (spc_buffer_wrap): ops on plain malloc'd
+ * memory, read in place by the other ranks with process_vm_readv
+ * (client/client_fast_cma.c) or staged, checked against the same ops on
+ * spcoll buffers. Every op kind the torch backend uses, at sizes that
+ * stage through the segment, that are read in place, and past
+ * fast_map_bytes (read in place too: caller memory would otherwise be
+ * copied three times); steps that stride or reduce (through the scratch)
+ * and plain copies (straight into the output); all_reduce in place; a
+ * rank whose op goes to the daemon (the op is staged by spc_run for the
+ * wrapping ranks); the calls that refuse caller memory, at once; the
+ * stats' read_in_place, and a rank that may not read the others (a
+ * seccomp filter) or names no segment of the group: the group stages,
+ * saying why; 2 to 4 ranks. */
+#include <check.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include "check_run.h"
+#include "client_fast_internal.h"
+#include "fast_ranks.h"
+#include "harness.h"
+
+static spt_daemon daemon_;
+static char stats_sock[300];
+
+typedef struct {
+  char group[64];
+  int ready;
+} shared_t;
+static shared_t *sh;
+
+static void setup(void) {
+  /* Past fast_map_bytes at 2 MiB: LARGE is then read in place only
+   * because it is caller memory. */
+  static const char *const extra[] = {"--fast-map-bytes", "2097152", NULL};
+  sh = spt_fixture_up(&daemon_, extra, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
+  snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
+           daemon_.dir);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(spt_fixture_down(&daemon_, sh, sizeof(*sh)), 0);
+}
+
+/* One rank's view of an op: its input and output as malloc'd floats. */
+typedef struct {
+  spc_client *c;
+  spc_group *g;
+  int rank, world;
+} rk;
+
+static float val(int r, size_t i, int step) {
+  return spt_rk_val(r, i, step);
+}
+
+/* A wrapped float tensor of shape s over fresh malloc'd memory (*mem,
+ * to free), filled with rank r's values of step, or with -1. */
+static int wrapped(rk *k, spc_buffer **b, float **mem, spc_tensor *t,
+                   int nd, const int64_t *s, int step, int fill) {
+  size_t n = 1;
+  for (int i = 0; i < nd; i++)
+    n *= (size_t)s[i];
+  *mem = malloc(n * sizeof(float) + 64);
+  if (*mem == NULL)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    (*mem)[i] = fill ? val(k->rank, i, step) : -1.0f;
+  if (spc_buffer_wrap(k->c, *mem, n * sizeof(float), b) < 0 ||
+      spc_tensor_init(t, *b, 0, SPC_FLOAT32, nd, s) < 0) {
+    fprintf(stderr, "rank %d: wrap: %s\n", k->rank, spc_last_error(k->c));
+    return -1;
+  }
+  return 0;
+}
+
+static int report(rk *k, const char *what, int step, int rc) {
+  if (rc < 0)
+    fprintf(stderr, "rank %d step %d: %s: %s\n", k->rank, step, what,
+            spc_last_error(k->c));
+  return rc < 0;
+}
+
+/* all_reduce of n floats, out of place or in place, checked exactly. */
+static int reduce_once(rk *k, size_t n, int in_place, int step) {
+  int64_t s[1] = {(int64_t)n};
+  spc_buffer *bi = NULL, *bo = NULL;
+  float *xi = NULL, *xo = NULL;
+  spc_tensor ti, to;
+  int bad = wrapped(k, &bi, &xi, &ti, 1, s, step, 1) < 0;
+  if (!bad && !in_place)
+    bad = wrapped(k, &bo, &xo, &to, 1, s, step, 0) < 0;
+  if (!bad)
+    bad = report(k, "all_reduce", step,
+                 spc_all_reduce(k->g, &ti, in_place ? &ti : &to, SPC_SUM));
+  const float *y = in_place ? xi : xo;
+  for (size_t i = 0; i < n && !bad; i++) {
+    float ref = 0;
+    for (int r = 0; r < k->world; r++)
+      ref += val(r, i, step);
+    if (y[i] != ref) {
+      fprintf(stderr, "rank %d step %d: all_reduce [%zu] = %g, want %g\n",
+              k->rank, step, i, y[i], ref);
+      bad = 1;
+    }
+  }
+  spc_buffer_free(bi);
+  spc_buffer_free(bo);
+  free(xi);
+  free(xo);
+  return bad;
+}
+
+/* all_gather along dim of [rows, cols] per rank, checked. */
+static int gather_once(rk *k, int64_t rows, int64_t cols, int dim, int step) {
+  int64_t si[2] = {rows, cols};
+  int64_t so[2] = {dim == 0 ? rows * k->world : rows,
+                   dim == 1 ? cols * k->world : cols};
+  spc_buffer *bi = NULL, *bo = NULL;
+  float *xi = NULL, *xo = NULL;
+  spc_tensor ti, to;
+  int bad = wrapped(k, &bi, &xi, &ti, 2, si, step, 1) < 0 ||
+            wrapped(k, &bo, &xo, &to, 2, so, step, 0) < 0 ||
+            report(k, "all_gather", step,
+                   spc_all_gather(k->g, &ti, &to, dim, NULL));
+  for (int64_t i = 0; i < so[0] && !bad; i++)
+    for (int64_t j = 0; j < so[1] && !bad; j++) {
+      int r = (int)(dim == 0 ? i / rows : j / cols);
+      int64_t li = dim == 0 ? i % rows : i, lj = dim == 1 ? j % cols : j;
+      float want = val(r, (size_t)(li * cols + lj), step);
+      if (xo[i * so[1] + j] != want) {
+        fprintf(stderr, "rank %d step %d: all_gather dim %d [%lld,%lld] = "
+                "%g, want %g\n", k->rank, step, dim, (long long)i,
+                (long long)j, xo[i * so[1] + j], want);
+        bad = 1;
+      }
+    }
+  spc_buffer_free(bi);
+  spc_buffer_free(bo);
+  free(xi);
+  free(xo);
+  return bad;
+}
+
+/* reduce_scatter along dim of [rows * world, cols] (dim 0) or [rows,
+ * cols * world] (dim 1), checked exactly. */
+static int scatter_once(rk *k, int64_t rows, int64_t cols, int dim,
+                        int step) {
+  int w = k->world;
+  int64_t si[2] = {dim == 0 ? rows * w : rows, dim == 1 ? cols * w : cols};
+  int64_t so[2] = {rows, cols};
+  spc_buffer *bi = NULL, *bo = NULL;
+  float *xi = NULL, *xo = NULL;
+  spc_tensor ti, to;
+  int bad = wrapped(k, &bi, &xi, &ti, 2, si, step, 1) < 0 ||
+            wrapped(k, &bo, &xo, &to, 2, so, step, 0) < 0 ||
+            report(k, "reduce_scatter", step,
+                   spc_reduce_scatter(k->g, &ti, &to, dim, NULL));
+  for (int64_t i = 0; i < rows && !bad; i++)
+    for (int64_t j = 0; j < cols && !bad; j++) {
+      int64_t gi = dim == 0 ? i + k->rank * rows : i;
+      int64_t gj = dim == 1 ? j + k->rank * cols : j;
+      float want = 0;
+      for (int r = 0; r < w; r++)
+        want += val(r, (size_t)(gi * si[1] + gj), step);
+      if (xo[i * cols + j] != want) {
+        fprintf(stderr, "rank %d step %d: reduce_scatter dim %d [%lld,%lld]"
+                " = %g, want %g\n", k->rank, step, dim, (long long)i,
+                (long long)j, xo[i * cols + j], want);
+        bad = 1;
+      }
+    }
+  spc_buffer_free(bi);
+  spc_buffer_free(bo);
+  free(xi);
+  free(xo);
+  return bad;
+}
+
+/* all_to_all_v of [world * rows, cols] along dim 0 (plain copies), or
+ * all_to_all of [rows, world * cols] scattering 1, gathering 0 (strided). */
+static int a2a_once(rk *k, int64_t rows, int64_t cols, int sdim, int step) {
+  int w = k->world;
+  int64_t si[2] = {sdim == 0 ? rows * w : rows, sdim == 1 ? cols * w : cols};
+  int64_t so[2] = {sdim == 0 ? rows * w : rows * w, cols};
+  spc_buffer *bi = NULL, *bo = NULL;
+  float *xi = NULL, *xo = NULL;
+  spc_tensor ti, to;
+  int64_t splits[SPT_RK_MAXW];
+  for (int j = 0; j < w; j++)
+    splits[j] = rows;
+  spc_op op = sdim == 0 ? spc_op_all_to_all_v(splits, splits)
+                        : spc_op_all_to_all(sdim, 0, so[0]);
+  int bad = wrapped(k, &bi, &xi, &ti, 2, si, step, 1) < 0 ||
+            wrapped(k, &bo, &xo, &to, 2, so, step, 0) < 0 ||
+            report(k, "all_to_all", step, spc_run(k->g, &op, &ti, &to));
+  /* Out row block r comes from rank r: its piece `rank` of dim sdim. */
+  for (int64_t i = 0; i < so[0] && !bad; i++)
+    for (int64_t j = 0; j < cols && !bad; j++) {
+      int r = (int)(i / rows);
+      int64_t li = i % rows;
+      int64_t gi = sdim == 0 ? li + k->rank * rows : li;
+      int64_t gj = sdim == 1 ? j + k->rank * cols : j;
+      float want = val(r, (size_t)(gi * si[1] + gj), step);
+      if (xo[i * cols + j] != want) {
+        fprintf(stderr, "rank %d step %d: all_to_all sdim %d [%lld,%lld] = "
+                "%g, want %g\n", k->rank, step, sdim, (long long)i,
+                (long long)j, xo[i * cols + j], want);
+        bad = 1;
+      }
+    }
+  spc_buffer_free(bi);
+  spc_buffer_free(bo);
+  free(xi);
+  free(xo);
+  return bad;
+}
+
+static int open_rank(rk *k, int rank, int w) {
+  k->rank = rank, k->world = w;
+  k->c = spt_connect(daemon_.socket);
+  if (k->c == NULL)
+    return -1;
+  if (spc_group_join(k->c, sh->group, w, rank, &k->g) < 0) {
+    fprintf(stderr, "rank %d: join: %s\n", rank, spc_last_error(k->c));
+    return -1;
+  }
+  return 0;
+}
+
+#define SMALL 64      /* floats: staged through the segment */
+#define MID 100000    /* floats: 400 KB, read in place */
+#define LARGE 1000000 /* floats: 4 MB, past fast_map_bytes */
+
+static int ops_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (open_rank(&k, rank, w) < 0)
+    return 1;
+  int bad = 0;
+  /* Twice: the first ops of a group stage while the ranks probe. */
+  for (int it = 0; it < 2 && !bad; it++) {
+    int st = 1 + it * 20;
+    bad = reduce_once(&k, SMALL, 0, st) || reduce_once(&k, SMALL, 1, st + 1) ||
+          reduce_once(&k, MID, 0, st + 2) || reduce_once(&k, MID, 1, st + 3) ||
+          reduce_once(&k, LARGE, 0, st + 4) ||
+          reduce_once(&k, LARGE, 1, st + 5) ||
+          gather_once(&k, 16, 4, 0, st + 6) ||
+          gather_once(&k, 500, 200, 0, st + 7) ||
+          gather_once(&k, 500, 200, 1, st + 8) ||
+          scatter_once(&k, 500, 200, 0, st + 9) ||
+          scatter_once(&k, 300, 400, 1, st + 10) ||
+          a2a_once(&k, 4, 4, 0, st + 11) ||
+          a2a_once(&k, 500, 200, 0, st + 12) ||
+          a2a_once(&k, 500, 200, 1, st + 13) ||
+          a2a_once(&k, 2000, 500, 0, st + 14);
+  }
+  if (!bad && rank == 0) {
+    char want[160];
+    /* Of 15 ops an iteration, 11 read in place: all but the 4 small. */
+    snprintf(want, sizeof(want), "shm %s ops=30 errors=0 in_place=22",
+             sh->group);
+    bad = !spt_stats_has(stats_sock, want) ||
+          !spt_stats_has(stats_sock, "read_in_place=yes");
+  }
+  spc_disconnect(k.c);
+  return bad;
+}
+
+START_TEST(ops_on_caller_memory) {
+  for (int w = 2; w <= 4; w++) {
+    snprintf(sh->group, sizeof(sh->group), "wrap%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, ops_rank, NULL, 180), 0);
+  }
+}
+END_TEST
+
+/* The last rank runs each all_reduce through spc_start on an spcoll
+ * buffer: every rank takes the daemon's path, and spc_run stages the
+ * others' caller memory for it (the group's segment never reads it). */
+static int staged_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (open_rank(&k, rank, w) < 0)
+    return 1;
+  int bad = 0;
+  for (int step = 1; step <= 4 && !bad; step++) {
+    size_t n = step % 2 ? MID : LARGE;
+    if (rank < w - 1) {
+      bad = reduce_once(&k, n, step > 2, step);
+      continue;
+    }
+    spc_buffer *b = NULL;
+    int64_t s[1] = {(int64_t)n};
+    spc_tensor t;
+    spc_request *req = NULL;
+    spc_op op = spc_op_all_reduce(SPC_SUM);
+    bad = spc_buffer_alloc(k.c, n * sizeof(float), &b) < 0 ||
+          spc_tensor_init(&t, b, 0, SPC_FLOAT32, 1, s) < 0;
+    float *x = bad ? NULL : spc_tensor_data(&t);
+    for (size_t i = 0; i < n && !bad; i++)
+      x[i] = val(rank, i, step);
+    bad = bad || report(&k, "spc_start", step,
+                        spc_start(k.g, &op, &t, &t, &req)) ||
+          report(&k, "spc_wait", step, spc_wait(&req));
+    spc_buffer_free(b);
+  }
+  spc_disconnect(k.c);
+  return bad;
+}
+
+START_TEST(staged_for_the_daemon) {
+  for (int w = 2; w <= 3; w++) {
+    snprintf(sh->group, sizeof(sh->group), "staged%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, staged_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
+/* The calls that do not take caller memory refuse it at once, naming it,
+ * and nothing reaches the group: an op after them runs. */
+static int refused_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (open_rank(&k, rank, w) < 0)
+    return 1;
+  float x[256];
+  spc_buffer *b = NULL;
+  int64_t s[1] = {256};
+  spc_tensor t;
+  spc_request *req = NULL;
+  spc_op op = spc_op_all_reduce(SPC_SUM);
+  int bad = spc_buffer_wrap(k.c, x, sizeof(x), &b) < 0 ||
+            spc_tensor_init(&t, b, 0, SPC_FLOAT32, 1, s) < 0;
+  int rcs[3] = {
+      spc_start(k.g, &op, &t, &t, &req),
+      spc_start_send(k.g, &t, (rank + 1) % w, 0, &req),
+      spc_start_recv(k.g, &t, (rank + 1) % w, 0, NULL, &req)};
+  for (int i = 0; i < 3 && !bad; i++)
+    if (rcs[i] != SPC_EINVAL ||
+        strstr(spc_last_error(k.c), "spc_buffer_wrap") == NULL) {
+      fprintf(stderr, "rank %d: call %d gave %d (%s), want SPC_EINVAL "
+              "naming spc_buffer_wrap\n", rank, i, rcs[i],
+              spc_last_error(k.c));
+      bad = 1;
+    }
+  spc_buffer *none = NULL;
+  if (!bad && (spc_buffer_wrap(k.c, NULL, 8, &none) != SPC_EINVAL ||
+               spc_buffer_wrap(k.c, x, 0, &none) != SPC_EINVAL)) {
+    fprintf(stderr, "rank %d: spc_buffer_wrap took NULL or 0 bytes\n", rank);
+    bad = 1;
+  }
+  spc_buffer_free(b);
+  bad = bad || reduce_once(&k, MID, 0, 7);
+  spc_disconnect(k.c);
+  return bad;
+}
+
+START_TEST(refused_where_not_taken) {
+  snprintf(sh->group, sizeof(sh->group), "refused");
+  ck_assert_int_eq(spt_run_ranks(2, refused_rank, NULL, 60), 0);
+}
+END_TEST
+
+/* A seccomp filter that fails process_vm_readv with EPERM in this
+ * process, as a container's profile may: its probes of the other ranks
+ * fail there, though it may take their fds. */
+static int deny_vm_readv(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & 0xffff)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0) {
+    perror("seccomp filter");
+    return -1;
+  }
+  return 0;
+}
+
+/* The last rank may not read the others' memory: every rank stages, the
+ * stats say why, and ops on caller memory stay right, in the segment's
+ * staging or (past fast_bytes) staged by spc_run for the daemon. */
+static int denied_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if ((rank == w - 1 && deny_vm_readv() < 0) || open_rank(&k, rank, w) < 0)
+    return 1;
+  int bad = 0;
+  for (int it = 0; it < 2 && !bad; it++)
+    bad = reduce_once(&k, SMALL, 0, 1 + it) ||
+          reduce_once(&k, MID, 0, 3 + it) ||
+          reduce_once(&k, LARGE, 1, 5 + it) ||
+          a2a_once(&k, 2000, 500, 0, 7 + it) ||
+          scatter_once(&k, 300, 400, 1, 9 + it);
+  if (!bad && rank == 0) {
+    char want[200];
+    snprintf(want, sizeof(want), "in_place=0 stage_bytes");
+    bad = !spt_stats_has(stats_sock, want);
+    snprintf(want, sizeof(want), "read_in_place=no rank=%d "
+             "could_not_read_rank=0 why=\"process_vm_readv: %s\"", w - 1,
+             strerror(EPERM));
+    bad = bad || !spt_stats_has(stats_sock, want);
+  }
+  spc_disconnect(k.c);
+  return bad;
+}
+
+START_TEST(not_readable_stages) {
+  for (int w = 2; w <= 3; w++) {
+    snprintf(sh->group, sizeof(sh->group), "denied%d", w);
+    ck_assert_int_eq(spt_run_ranks(w, denied_rank, NULL, 120), 0);
+  }
+}
+END_TEST
+
+/* The last rank names another fd of its own (its daemon socket) where the
+ * others look for the group's segment, as a member pointing the others
+ * at a process outside the group would: nobody reads in place, the stats
+ * say why, and the ops stay right. The ranks start their ops together,
+ * once it has. */
+static int impostor_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (open_rank(&k, rank, w) < 0)
+    return 1;
+  if (rank == w - 1)
+    spc__fast_rank(k.g->fast, rank)->id.probe_fd = k.c->fd;
+  __atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < w)
+    ;
+  int bad = 0;
+  for (int it = 0; it < 2 && !bad; it++)
+    bad = reduce_once(&k, MID, 0, 1 + it) ||
+          a2a_once(&k, 2000, 500, 0, 3 + it);
+  if (!bad && rank == 0) {
+    char want[200];
+    snprintf(want, sizeof(want), "read_in_place=no rank=0 "
+             "could_not_read_rank=%d why=\"its fd was not the group's "
+             "segment\"", w - 1);
+    bad = !spt_stats_has(stats_sock, "in_place=0 stage_bytes") ||
+          !spt_stats_has(stats_sock, want);
+  }
+  spc_disconnect(k.c);
+  return bad;
+}
+
+START_TEST(not_the_segment_not_read) {
+  snprintf(sh->group, sizeof(sh->group), "impostor");
+  ck_assert_int_eq(spt_run_ranks(3, impostor_rank, NULL, 120), 0);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("fast_wrap");
+  TCase *tc = tcase_create("wrap");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, ops_on_caller_memory);
+  tcase_add_test(tc, staged_for_the_daemon);
+  tcase_add_test(tc, refused_where_not_taken);
+  tcase_add_test(tc, not_readable_stages);
+  tcase_add_test(tc, not_the_segment_not_read);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  return spt_run_suite(suite());
+}
