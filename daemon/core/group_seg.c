@@ -203,24 +203,51 @@ int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
   }
   if (n == 0) /* nobody is behind: every rank waits (a bug, not a user's) */
     snprintf(w->missing, sizeof(w->missing), "none (every rank waits)");
+  /* A stall is told by its start: any move of a rank starts a new one,
+   * which the watchdog may log again. */
+  w->stuck = seg->stuck_since != 0 && seg->stuck_since == seg->since_ns;
   return 1;
 }
 
-/* A fast op is stalled when some rank published a sequence number that
- * another has not reached, and neither end moved for the op timeout. */
-void spd_gseg_tick(spd_group *g, uint64_t now) {
-  spd_gseg_wait w;
-  if (!spd_gseg_pending(g, now, &w) || w.age_ns <= g->op_timeout_ns)
-    return;
+/* The stall w, past stuck_seconds and short of the op timeout: logged
+ * once, in the daemon path's words (watchdog.c's report), so that one
+ * search of the log finds stuck ops of both paths. Once a stall, not
+ * once an op: a rank that scribbles seq cannot make a line a tick, and
+ * an op that moves (a late rank arrived, another is still missing) and
+ * stalls again is told again, naming who it waits for now. */
+static void stuck_report(spd_group *g, const spd_gseg_wait *w) {
+  g->seg->stuck_since = g->seg->since_ns;
+  SPD_WARN(&g->ctx->log, "stuck op: group '%s' op %llu (%s, shared-memory "
+           "path) pending %.1f s, waiting for rank(s) %s", g->name,
+           (unsigned long long)w->seq, spd_op_slot_name(spd_op_slot(w->kind)),
+           (double)w->age_ns * 1e-9, w->missing);
+}
+
+/* The stall w, past the group's op timeout: some rank published a
+ * sequence number that another has not reached, and no rank moved since.
+ * The group breaks, failing the waiters in the segment and the daemon
+ * path's pending ops, naming the ranks behind. */
+static void timed_out(spd_group *g, const spd_gseg_wait *w) {
   char msg[400];
   snprintf(msg, sizeof(msg), "op %llu (%s, shared-memory path) of group "
            "'%s' timed out after %.1f s: rank(s) %s never issued it",
-           (unsigned long long)w.seq, spd_op_slot_name(spd_op_slot(w.kind)),
-           g->name, (double)w.age_ns * 1e-9, w.missing);
+           (unsigned long long)w->seq, spd_op_slot_name(spd_op_slot(w->kind)),
+           g->name, (double)w->age_ns * 1e-9, w->missing);
   SPD_WARN(&g->ctx->log, "%s", msg);
   g->ctx->stats.ops_timed_out++;
   spd_group_break(g, SPK_ETIMEDOUT, msg);
   spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
+}
+
+void spd_gseg_tick(spd_group *g, uint64_t now) {
+  spd_gseg_wait w;
+  if (!spd_gseg_pending(g, now, &w))
+    return;
+  uint64_t stuck = (uint64_t)g->ctx->cfg.stuck_seconds * 1000000000u;
+  if (w.age_ns > g->op_timeout_ns)
+    timed_out(g, &w);
+  else if (!w.stuck && w.age_ns > stuck)
+    stuck_report(g, &w);
 }
 
 void spd_gseg_harvest(spd_group *g) {

@@ -22,6 +22,8 @@ typedef struct spd_gseg {
   uint64_t progress_seen;     /* sum of the ranks' progress words */
   uint64_t since_ns;          /* since when it has not changed while some
                                * rank waits */
+  uint64_t stuck_since;       /* since_ns of the stall the watchdog logged
+                               * as stuck (0: none yet): one line a stall */
   spk_fseg_counters seen[SPK_OP_COUNT]; /* rank 0's, as last added to the
                                          * stats */
   int dups[SPK_FSEG_MAXWORLD]; /* per rank, made before any rank hears of
@@ -48,17 +50,29 @@ void spd_gseg_break(struct spd_group *g, int status, const char *msg);
 void spd_gseg_answered(struct spd_group *g, int rank, uint64_t req);
 
 /* A fast op some rank has published and another not: its sequence
- * number, kind, age and the ranks that have not issued it. */
+ * number, kind, age (how long no rank of the group has moved), the ranks
+ * that have not issued it, and whether the watchdog logged it as stuck
+ * (as an op of the daemon's path shows its stuck_reported). Every number
+ * is read from the segment, which any rank may scribble: seq and kind
+ * are only printed (kind through spd_op_slot), the ranks named are the
+ * daemon's own indices below g->world. */
 typedef struct {
   uint64_t seq;
   int kind;
   uint64_t age_ns;
+  int stuck;
   char missing[200];
 } spd_gseg_wait;
+/* 1 and *w filled when g's segment has such an op (some rank waits in
+ * it), else 0. Called by the watchdog and the stats alike: either may
+ * start the stall's clock. */
 int spd_gseg_pending(struct spd_group *g, uint64_t now, spd_gseg_wait *w);
 
-/* Fast op stalled past the group's op timeout: break the group naming the
- * ranks that never issued it, as the daemon path does. */
+/* The watchdog's look at g's segment, each tick: a fast op stalled past
+ * the daemon's stuck_seconds is logged once ("stuck op: ..." naming the
+ * ranks behind, as the daemon path's), and once past the group's op
+ * timeout it breaks the group naming the ranks that never issued it, as
+ * the daemon path does. */
 void spd_gseg_tick(struct spd_group *g, uint64_t now);
 
 /* Add fast ops completed since the last call to the group's and the

@@ -127,10 +127,10 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
     }
     spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
     if (spd_gseg_pending(g, now, &fw))
-      fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=0 stuck=0 "
+      fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=0 stuck=%d "
               "waiting_for=%s path=shm\n", label, (unsigned long long)fw.seq,
               spd_op_slot_name(spd_op_slot(fw.kind)),
-              (double)fw.age_ns * 1e-9, fw.missing);
+              (double)fw.age_ns * 1e-9, fw.stuck, fw.missing);
     spd_gseg_line(g, label, out); /* "shm LABEL ops=..." (issue 18) */
     char prefix[160];
     snprintf(prefix, sizeof(prefix), "group_op %s ", label);

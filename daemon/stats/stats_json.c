@@ -68,20 +68,22 @@ static void json_pending(FILE *out, const spd_group *g, uint64_t now) {
   fprintf(out, ",\"pending\":[");
   TAILQ_FOREACH(op, &g->ops, link)
     fprintf(out, "%s{\"seq\":%llu,\"op\":\"%s\",\"age_s\":%.3f,"
-            "\"running\":%s,\"waiting_for\":[%s]}",
+            "\"running\":%s,\"stuck\":%s,\"waiting_for\":[%s]}",
             op == TAILQ_FIRST(&g->ops) ? "" : ",",
             (unsigned long long)op->seq,
             spd_op_slot_name(spd_op_slot_of(op)),
             (double)(now - op->created_ns) * 1e-9,
             op->running ? "true" : "false",
+            op->stuck_reported ? "true" : "false",
             spd_op_missing(op, miss, sizeof(miss)));
   spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
   if (spd_gseg_pending((spd_group *)g, now, &fw))
     fprintf(out, "%s{\"seq\":%llu,\"op\":\"%s\",\"age_s\":%.3f,"
-            "\"running\":false,\"waiting_for\":[%s],\"path\":\"shm\"}",
+            "\"running\":false,\"stuck\":%s,\"waiting_for\":[%s],"
+            "\"path\":\"shm\"}",
             TAILQ_EMPTY(&g->ops) ? "" : ",", (unsigned long long)fw.seq,
             spd_op_slot_name(spd_op_slot(fw.kind)), (double)fw.age_ns * 1e-9,
-            fw.missing);
+            fw.stuck ? "true" : "false", fw.missing);
   fprintf(out, "]");
 }
 

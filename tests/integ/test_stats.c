@@ -1,5 +1,7 @@
 /* Stats after a scripted workload: exact op counts and bytes per group,
- * a pending op naming the rank that has not issued it, the stats socket
+ * a pending op naming the rank that has not issued it, stuck ops of the
+ * daemon's path and of a group's shared segment logged once and shown
+ * stuck with their age and the ranks behind, the stats socket
  * refusing anything but stats, and metrics that a Prometheus parser
  * accepts (promtool when installed, else tests/prom_check.py). */
 #include <check.h>
@@ -129,15 +131,25 @@ START_TEST(stats_socket_answers_only_stats) {
 }
 END_TEST
 
-static int log_has(const spt_daemon *d, const char *needle) {
+/* How many lines of d's log hold needle; the first one goes to first
+ * (len bytes, "" when none) unless first is NULL. */
+static int log_lines(const spt_daemon *d, const char *needle, char *first,
+                     size_t len) {
   FILE *f = fopen(d->log, "r");
   char line[512];
-  int found = 0;
-  while (f && !found && fgets(line, sizeof(line), f))
-    found = strstr(line, needle) != NULL;
+  int n = 0;
+  if (first != NULL)
+    first[0] = '\0';
+  while (f && fgets(line, sizeof(line), f))
+    if (strstr(line, needle) != NULL && n++ == 0 && first != NULL)
+      snprintf(first, len, "%s", line);
   if (f)
     fclose(f);
-  return found;
+  return n;
+}
+
+static int log_has(const spt_daemon *d, const char *needle) {
+  return log_lines(d, needle, NULL, 0) > 0;
 }
 
 /* An op that rank 1 never issues is logged once as stuck, naming rank 1. */
@@ -169,6 +181,122 @@ START_TEST(stuck_op_reported) {
   close(fd1); /* rank 1 goes: the op fails naming it */
   ck_assert_int_eq(spc_wait(&req), SPC_EPEERLOST);
   spc_disconnect(c0);
+  ck_assert_int_eq(spt_daemon_stop(&d), 0);
+}
+END_TEST
+
+/* The daemon of stuck_fast_op_reported, for its forked ranks. */
+static spt_daemon *stuck_d;
+#define STUCK_LOG "stuck op: group 'fstuck' op "
+
+/* The first line of text holding both a and b, into line (len bytes);
+ * 0 when none. */
+static int line_with(const char *text, const char *a, const char *b,
+                     char *line, size_t len) {
+  for (const char *p = text; p != NULL && *p != '\0';) {
+    const char *end = strchr(p, '\n');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    snprintf(line, len, "%.*s", (int)n, p);
+    if (strstr(line, a) && strstr(line, b))
+      return 1;
+    p = end ? end + 1 : NULL;
+  }
+  return 0;
+}
+
+/* The stats of stuck_d in format (NULL: text), malloc'd; NULL on failure. */
+static char *stuck_stats(const char *format) {
+  char sock[200];
+  snprintf(sock, sizeof(sock), "%s/spcolld.stats.sock", stuck_d->dir);
+  return spt_stats_fetch(sock, format);
+}
+
+/* Rank 2, while ranks 0 and 1 wait in the segment for it: the stats show
+ * their op stuck, past the threshold (1 s), waiting for rank 2, as text
+ * and as JSON, and the log has one line for it, which later ticks do not
+ * repeat. 0 when so (what is not is said on stderr). */
+static int stuck_seen(void) {
+  char line[512], logged[512];
+  char *text = NULL;
+  int seen = 0;
+  for (int i = 0; i < 400 && !seen; i++) { /* 20 s, for a 1 s threshold */
+    usleep(50000);
+    free(text);
+    text = stuck_stats(NULL);
+    seen = text && line_with(text, "pending fstuck ", " stuck=1 ", line,
+                             sizeof(line));
+  }
+  if (!seen) {
+    fprintf(stderr, "no stuck fast op in the stats:\n%s\n",
+            text ? text : "(none)");
+    free(text);
+    return 1;
+  }
+  free(text);
+  const char *a = strstr(line, "age_s=");
+  double age = 0;
+  int bad = !strstr(line, " op=all_reduce ") ||
+            !strstr(line, " running=0 stuck=1 waiting_for=2 path=shm") ||
+            a == NULL || sscanf(a, "age_s=%lf", &age) != 1 || age < 1.0;
+  char *json = stuck_stats("json");
+  bad |= !json || !strstr(json, "\"stuck\":true,\"waiting_for\":[2],"
+                                "\"path\":\"shm\"}");
+  usleep(600000); /* two more ticks of the watchdog: still one line */
+  int n = log_lines(stuck_d, STUCK_LOG, logged, sizeof(logged));
+  bad |= n != 1 ||
+         !strstr(logged, "(all_reduce, shared-memory path) pending ") ||
+         !strstr(logged, ", waiting for rank(s) 2\n");
+  if (bad)
+    fprintf(stderr, "stuck fast op: stats line '%s' (age %g), %d log "
+            "line(s), the first '%s', json %s\n", line, age, n, logged,
+            json ? json : "(none)");
+  free(json);
+  return bad;
+}
+
+/* Rank 2 after the op: no op of the group is stuck now (the stall ended
+ * when rank 2 published), and the log still has the one line. */
+static int stuck_gone(void) {
+  char line[512];
+  char *text = stuck_stats(NULL);
+  int bad = !text || line_with(text, "pending fstuck ", " stuck=1 ", line,
+                               sizeof(line)) ||
+            log_lines(stuck_d, STUCK_LOG, NULL, 0) != 1;
+  if (bad)
+    fprintf(stderr, "after the stuck fast op: stats\n%s\n",
+            text ? text : "(none)");
+  free(text);
+  return bad;
+}
+
+/* Every rank runs a small all_reduce (the segment's); then ranks 0 and 1
+ * issue the next, and rank 2 issues it only once it saw it reported as
+ * stuck (or gave up): the op then ends right on every rank. */
+static int stuck_rank(int rank, int w, void *arg) {
+  (void)arg;
+  spt_rk k;
+  if (spt_rk_open(&k, stuck_d->socket, "fstuck", rank, w, 0) < 0)
+    return 1;
+  int bad = spt_rk_reduce_once(&k, rank, w, 8, 0, 0);
+  if (rank == w - 1)
+    bad |= stuck_seen();
+  bad |= spt_rk_reduce_once(&k, rank, w, 8, 1, 0);
+  if (rank == w - 1)
+    bad |= stuck_gone();
+  return spt_rk_close(&k, bad);
+}
+
+/* A fast-path op that rank 2 has not issued, while ranks 0 and 1 wait in
+ * the group's segment: the watchdog logs it once as stuck naming rank 2,
+ * and the stats show it stuck with its age, as ops of the daemon's path
+ * (stuck_op_reported). */
+START_TEST(stuck_fast_op_reported) {
+  spt_daemon d;
+  const char *extra[] = {"--stuck-seconds", "1", NULL};
+  ck_assert_int_eq(spt_daemon_start(&d, extra), 0);
+  stuck_d = &d;
+  ck_assert_int_eq(spt_run_ranks(3, stuck_rank, NULL, 60), 0);
+  stuck_d = NULL;
   ck_assert_int_eq(spt_daemon_stop(&d), 0);
 }
 END_TEST
@@ -276,6 +404,7 @@ int main(void) {
   tcase_add_test(tc, workload_counts_and_metrics);
   tcase_add_test(tc, stats_socket_answers_only_stats);
   tcase_add_test(tc, stuck_op_reported);
+  tcase_add_test(tc, stuck_fast_op_reported);
   tcase_add_test(tc, http_metrics_on_localhost);
   tcase_add_test(tc, http_metrics_aggregate_unless_asked);
   suite_add_tcase(s, tc);
