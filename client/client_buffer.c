@@ -145,8 +145,8 @@ int spc_buffer_wrap(spc_client *c, void *ptr, size_t size,
 }
 
 /* A wrapped buffer is a record: nothing mapped, registered or held. The
- * fast path forgets the last call it may repeat (its tensors may name
- * this record, whose address malloc may hand out again). */
+ * fast path forgets a call it may repeat that names this record, whose
+ * address malloc may hand out again. */
 static int wrapped_free(spc_buffer *b) {
   spc_client *c = b->client;
   for (spc_buffer **p = &c->buffers; *p != NULL; p = &(*p)->next)
@@ -154,7 +154,7 @@ static int wrapped_free(spc_buffer *b) {
       *p = b->next;
       break;
     }
-  spc__fast_forget(c);
+  spc__fast_forget(c, b);
   free(b);
   return SPC_OK;
 }

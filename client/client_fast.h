@@ -31,8 +31,9 @@ void spc__fast_await(spc_group *g, const spc_request *req);
 /* c freed a buffer: the other ranks of its groups drop what they mapped
  * of its buffers (client_fast_map.c). */
 void spc__fast_freed(spc_client *c);
-/* c freed a record of caller memory: no group repeats a call naming it. */
-void spc__fast_forget(spc_client *c);
+/* c freed b, a record of caller memory: no group repeats a call naming
+ * it. */
+void spc__fast_forget(spc_client *c, const spc_buffer *b);
 
 /* g's segment header, NULL without one (for the suites). */
 struct spk_fseg_hdr;

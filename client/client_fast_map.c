@@ -209,9 +209,10 @@ void spc__fast_map_step(spc_group *g) {
     spc__fast_map_free(f, g->world);
 }
 
-void spc__fast_forget(spc_client *c) {
+void spc__fast_forget(spc_client *c, const spc_buffer *b) {
   for (spc_group *g = c->groups; g != NULL; g = g->next)
-    if (g->fast != NULL)
+    if (g->fast != NULL &&
+        (g->fast->again.in.buf == b || g->fast->again.out.buf == b))
       spc__fast_again_forget(g->fast);
 }
 

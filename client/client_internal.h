@@ -113,17 +113,21 @@ typedef struct {
   int active;
   spc_tensor in, out;          /* staged: what the daemon is sent */
   const spc_tensor *user_out;  /* copied back into at the end */
+  int failed;                  /* staging failed with this status */
+  char why[256];               /* and this message */
 } spc__wrap;
 
 /* Whether either tensor wraps caller memory. */
 int spc__wrapped(const spc_tensor *in, const spc_tensor *out);
 /* Stage *in_p and *out_p (when they wrap caller memory) into the
  * client's staging buffer, pointing them at the staged tensors; w says
- * what to copy back. Refuses in and out that overlap but for the very
- * same bytes. */
+ * what to copy back. On failure (its status, w->failed) the tensors are
+ * left as they were: send them anyway, so the daemon fails the op on
+ * every rank. */
 int spc__wrap_begin(spc_client *c, spc__wrap *w, const spc_tensor **in_p,
                     const spc_tensor **out_p);
-/* The op ended with rc: copy the staged output back when it succeeded. */
-int spc__wrap_end(spc__wrap *w, int rc);
+/* The op ended with rc: copy the staged output back when it succeeded;
+ * a staging that failed is the op's failure, in its own words. */
+int spc__wrap_end(spc_client *c, spc__wrap *w, int rc);
 
 #endif

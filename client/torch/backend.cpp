@@ -193,8 +193,10 @@ bool Backend::in_place(const at::Tensor& t, Pending& p, Span* s) {
 // place, else spc_run stages it. Only for blocking collectives (spc_start
 // and P2P refuse it) and from kWrapMin bytes: below, a staged op travels
 // in the segment's lines and repeats cheaper than a record per op. A
-// tensor that overlaps another one of the op, but for the same bytes
-// (an in-place op: the same record), is staged.
+// tensor that overlaps another one of the op (the same tensor as input
+// and output of an all_to_all, say) is staged: the library takes only
+// apart tensors, or an all_reduce's one span for both, which the caller
+// passes as one Span.
 static constexpr int64_t kWrapMin = 32 << 10;
 
 bool Backend::wrap(const at::Tensor& t, Pending& p, Span* s) {
@@ -205,10 +207,6 @@ bool Backend::wrap(const at::Tensor& t, Pending& p, Span* s) {
   for (auto& w : p.wrapped) {
     char* b = static_cast<char*>(spc_buffer_data(w->buf));
     int64_t m = (int64_t)spc_buffer_size(w->buf);
-    if (a == b && n == m) {
-      *s = Span{w->buf, 0, a, n, true};
-      return true;
-    }
     if (a < b + m && b < a + n)
       return false;
   }

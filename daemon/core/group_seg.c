@@ -299,7 +299,7 @@ static void read_in_place(const spd_gseg *seg, int world, FILE *out) {
   for (int r = 0; r < world; r++) {
     const spk_fseg_rank *a = seg_rank(seg, r);
     uint64_t can = __atomic_load_n(&a->id.canmap, __ATOMIC_ACQUIRE);
-    unknown |= can == 0;
+    unknown |= can != 1 && can != 2; /* not yet, or a scribble */
     if (can != 1)
       continue;
     int call = a->id.nomap_call, err = a->id.nomap_errno;

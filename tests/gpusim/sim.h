@@ -101,6 +101,11 @@ typedef struct sim_map {
   int fd;        /* DEVICE: the memfd, for importers */
   uint64_t ino;
   int peer_lazy; /* IMPORT: opened with lazy peer access */
+  /* IMPORT: the device whose context opened it, and how many opens of
+   * the handle in that context it stands for (CUDA counts them: a second
+   * open returns the same pointer, each close takes one back). */
+  int ctx_dev;
+  int refs;
   uint64_t buffer_id;
 } sim_map;
 

@@ -358,16 +358,18 @@ int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
                   (unsigned long long)h.id);
     return SIM_EINVAL;
   }
+  /* Opened before by this context: CUDA counts the open and hands back
+   * the same pointer (cudaIpcOpenMemHandle: "the reference count on the
+   * handle is incremented by 1 and the existing device pointer is
+   * returned"). Another device's context maps it anew. */
+  int ctx = sim_cur_dev();
   pthread_mutex_lock(&mu);
   for (sim_map *m = maps; m != NULL; m = m->next)
-    if (m->kind == SIM_M_IMPORT && m->hdr->id == h.id) {
+    if (m->kind == SIM_M_IMPORT && m->hdr->id == h.id && m->ctx_dev == ctx) {
+      m->refs++;
+      *p_out = m->ptr;
       pthread_mutex_unlock(&mu);
-      sim_violation("ipc-open-twice", call,
-                    "allocation %llx of pid %d is "
-                    "already open in this process at %p: a handle opens "
-                    "once per process",
-                    (unsigned long long)h.id, h.pid, (void *)m->ptr);
-      return SIM_EINVAL;
+      return SIM_OK;
     }
   pthread_mutex_unlock(&mu);
   char path[64];
@@ -407,6 +409,8 @@ int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
   m->hdr = hdr;
   m->fd = -1;
   m->peer_lazy = lazy_peer;
+  m->ctx_dev = ctx;
+  m->refs = 1;
   pthread_mutex_lock(&mu);
   m->buffer_id = next_id++;
   link_map(m);
@@ -425,6 +429,10 @@ int sim_ipc_close(void *p, const char *call) {
                   "cudaIpcOpenMemHandle returned",
                   p);
     return SIM_EINVAL;
+  }
+  if (--m->refs > 0) { /* other opens of the handle still hold it */
+    pthread_mutex_unlock(&mu);
+    return SIM_OK;
   }
   unlink_map(m);
   pthread_mutex_unlock(&mu);

@@ -461,6 +461,72 @@ START_TEST(not_the_segment_not_read) {
 }
 END_TEST
 
+/* A daemon whose per-uid limit leaves no room for rank 0's staging. */
+static void setup_tight(void) {
+  static const char *const extra[] = {"--uid-max-bytes", "12582912", NULL};
+  sh = spt_fixture_up(&daemon_, extra, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
+}
+
+/* Rank 1 runs the op through spc_start on a buffer of its own, so every
+ * rank takes the daemon's path; rank 0's staging of its caller memory is
+ * refused by the daemon's limit after the segment said so. Neither rank
+ * waits for the op timeout: the op fails on both (rank 0 in its own
+ * words), and the group goes on. */
+static int tight_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (open_rank(&k, rank, w) < 0)
+    return 1;
+  int64_t s[1] = {LARGE};
+  spc_buffer *b = NULL;
+  spc_tensor t;
+  int bad = 0, rc;
+  if (rank == 1) {
+    spc_request *req = NULL;
+    spc_op op = spc_op_all_reduce(SPC_SUM);
+    bad = spc_buffer_alloc(k.c, LARGE * sizeof(float), &b) < 0 ||
+          spc_tensor_init(&t, b, 0, SPC_FLOAT32, 1, s) < 0;
+    __atomic_add_fetch(&sh->ready, 1, __ATOMIC_SEQ_CST);
+    rc = bad ? 0 : spc_start(k.g, &op, &t, &t, &req);
+    if (rc == SPC_OK)
+      rc = spc_wait(&req);
+  } else {
+    while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < 1)
+      ;
+    float *x = NULL, *y = NULL;
+    spc_buffer *bi = NULL, *bo = NULL;
+    spc_tensor ti, to;
+    bad = wrapped(&k, &bi, &x, &ti, 1, s, 1, 1) < 0 ||
+          wrapped(&k, &bo, &y, &to, 1, s, 1, 0) < 0;
+    rc = bad ? 0 : spc_all_reduce(k.g, &ti, &to, SPC_SUM);
+    if (!bad && strstr(spc_last_error(k.c), "failed on every rank") == NULL) {
+      fprintf(stderr, "rank 0: %d '%s', want its staging's refusal\n", rc,
+              spc_last_error(k.c));
+      bad = 1;
+    }
+    spc_buffer_free(bi);
+    spc_buffer_free(bo);
+    free(x);
+    free(y);
+  }
+  if (!bad && rc >= 0) {
+    fprintf(stderr, "rank %d: the op succeeded without rank 0's staging\n",
+            rank);
+    bad = 1;
+  }
+  spc_buffer_free(b);
+  bad = bad || reduce_once(&k, SMALL, 0, 9);
+  spc_disconnect(k.c);
+  return bad;
+}
+
+START_TEST(staging_refused_fails_every_rank) {
+  snprintf(sh->group, sizeof(sh->group), "tight");
+  ck_assert_int_eq(spt_run_ranks(2, tight_rank, NULL, 60), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("fast_wrap");
   TCase *tc = tcase_create("wrap");
@@ -472,6 +538,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, not_readable_stages);
   tcase_add_test(tc, not_the_segment_not_read);
   suite_add_tcase(s, tc);
+  TCase *tight = tcase_create("tight");
+  tcase_add_checked_fixture(tight, setup_tight, teardown);
+  tcase_set_timeout(tight, 120);
+  tcase_add_test(tight, staging_refused_fails_every_rank);
+  suite_add_tcase(s, tight);
   return s;
 }
 
