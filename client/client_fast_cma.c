@@ -1,10 +1,11 @@
 /* Fast-path steps that read another rank's caller memory (spc_buffer_wrap;
  * client_fast_map.c names it in f->remote): the kernel's cross-memory
  * attach, process_vm_readv, as Open MPI's single-copy CMA transport does.
- * A plain copy reads straight into this rank's output: one copy, as a
- * mapped buffer gives. A step that scales, walks strides or reduces reads
- * its remote sources into f->scratch in pieces small enough to stay in
- * the cache, then runs from there with the plan's own executor.
+ * A plain copy reads straight into this rank's output, its runs (the
+ * rows of a strided step) paired as iovecs: one copy, as a mapped buffer
+ * gives. A step that scales or reduces reads its remote sources into
+ * f->scratch in pieces small enough to stay in the cache, then runs from
+ * there with the plan's own executor.
  *
  * The owner cannot give its memory back to its caller before every rank
  * is done reading (client_fast.c, read_done), so an address it named
@@ -12,6 +13,7 @@
  * does not have, or died) fails the op on every rank, as an unmappable
  * buffer does, and the group stops reading in place. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -99,6 +101,55 @@ static uint8_t *based_at(uint8_t *p, uint64_t lo) {
   return (uint8_t *)((uintptr_t)p - (uintptr_t)lo);
 }
 
+/* The runs of a plain copy, read in batches of paired iovecs. */
+#define RUNS_MAX (IOV_MAX < 256 ? IOV_MAX : 256)
+typedef struct {
+  spc_group *g;
+  int r;
+  struct iovec local[RUNS_MAX], remote[RUNS_MAX];
+  int n;
+  uint64_t bytes;
+} runs;
+
+static int runs_flush(runs *x) {
+  if (x->n == 0)
+    return SPC_OK;
+  ssize_t k;
+  do
+    k = process_vm_readv(x->g->fast->pid[x->r], x->local, (unsigned long)x->n,
+                         x->remote, (unsigned long)x->n, 0);
+  while (k < 0 && errno == EINTR);
+  int rc = SPC_OK;
+  if (k < 0 || (uint64_t)k != x->bytes)
+    rc = spc__fail(x->g->client, SPC_ESYSTEM, "process_vm_readv of %d runs "
+                   "(%llu bytes, the first at 0x%llx) in rank %d (pid %d) "
+                   "read %lld: %s", x->n, (unsigned long long)x->bytes,
+                   (unsigned long long)(uintptr_t)x->remote[0].iov_base,
+                   x->r, (int)x->g->fast->pid[x->r], (long long)k,
+                   k < 0 ? strerror(errno) : "a short read");
+  x->n = 0;
+  x->bytes = 0;
+  return rc;
+}
+
+/* Dim d of m from src / dst on: its runs added to x. */
+static int runs_add(runs *x, const spk_move *m, int d, uint64_t src,
+                    uint8_t *dst) {
+  if (d == m->nd - 1) {
+    if (x->n == RUNS_MAX && runs_flush(x) < 0)
+      return SPC_ESYSTEM;
+    x->local[x->n] = (struct iovec){dst, m->len[d]};
+    x->remote[x->n++] = (struct iovec){(void *)(uintptr_t)src, m->len[d]};
+    x->bytes += m->len[d];
+    return SPC_OK;
+  }
+  for (uint64_t i = 0; i < m->len[d]; i++)
+    if (runs_add(x, m, d + 1, src + i * m->src_stride[d],
+                 dst + i * m->dst_stride[d]) < 0)
+      return SPC_ESYSTEM;
+  return SPC_OK;
+}
+
 int spc__fast_cma_move(spc_group *g, const spk_move *m,
                        uint8_t *const *bases) {
   spc_fast *f = g->fast;
@@ -108,6 +159,18 @@ int spc__fast_cma_move(spc_group *g, const spk_move *m,
   if (m->nd == 1 && f->plan.scale == SPK_SCALE_NONE)
     return cma_read(g, (int)m->src_rank, dst + m->dst_off, src + m->src_off,
                     m->len[0]);
+  if (f->plan.scale == SPK_SCALE_NONE) {
+    runs *x = malloc(sizeof(*x));
+    if (x == NULL)
+      return spc__fail(g->client, SPC_ENOMEM, "malloc of %zu bytes of "
+                       "iovecs failed", sizeof(*x));
+    x->g = g, x->r = (int)m->src_rank, x->n = 0, x->bytes = 0;
+    int rc = runs_add(x, m, 0, src + m->src_off, dst + m->dst_off);
+    if (rc == SPC_OK)
+      rc = runs_flush(x);
+    free(x);
+    return rc;
+  }
   uint8_t *b[2 * SPK_FSEG_MAXWORLD];
   memcpy(b, bases, sizeof(b));
   uint64_t units = spk_move_units(m), step = piece_units(m);

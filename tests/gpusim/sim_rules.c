@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -568,6 +569,80 @@ START_TEST(free_waits_for_queued_work) {
 }
 END_TEST
 
+/* ---- default streams ------------------------------------------------------
+ * A host function A on stream `first` holds it until the test lets go;
+ * B on stream `second`, queued after A, notes whether A had finished.
+ * B ran while A held its stream: `second` does not wait for `first`. */
+
+typedef struct {
+  int go, a_done, b_ran, b_saw;
+} order_t;
+
+static void CUDART_CB hold_a(void *arg) {
+  order_t *o = arg;
+  while (!__atomic_load_n(&o->go, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  __atomic_store_n(&o->a_done, 1, __ATOMIC_RELEASE);
+}
+
+static void CUDART_CB note_b(void *arg) {
+  order_t *o = arg;
+  o->b_saw = __atomic_load_n(&o->a_done, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&o->b_ran, 1, __ATOMIC_RELEASE);
+}
+
+/* Whether B ran within ms while A held its stream. */
+static int ran_within(order_t *o, int ms) {
+  for (int i = 0; i < ms; i++) {
+    if (__atomic_load_n(&o->b_ran, __ATOMIC_ACQUIRE))
+      return 1;
+    usleep(1000);
+  }
+  return __atomic_load_n(&o->b_ran, __ATOMIC_ACQUIRE);
+}
+
+/* 1: B waited for A (it did not run while A held, and saw A done). */
+static int waits(cudaStream_t first, cudaStream_t second) {
+  static order_t o;
+  memset(&o, 0, sizeof(o));
+  OK(cudaLaunchHostFunc(first, hold_a, &o));
+  OK(cudaLaunchHostFunc(second, note_b, &o));
+  int early = ran_within(&o, 200);
+  __atomic_store_n(&o.go, 1, __ATOMIC_RELEASE);
+  OK(cudaDeviceSynchronize());
+  return !early && o.b_ran && o.b_saw;
+}
+
+START_TEST(legacy_stream_waits_for_blocking_streams) {
+  cudaStream_t s;
+  OK(cudaStreamCreate(&s));
+  ck_assert_msg(waits(s, 0), "the NULL stream did not wait for a stream");
+  ck_assert_msg(waits(s, cudaStreamLegacy),
+                "cudaStreamLegacy did not wait for a stream");
+  ck_assert_msg(waits(0, s), "a stream did not wait for the NULL stream");
+  ck_assert_msg(waits(cudaStreamPerThread, 0),
+                "the NULL stream did not wait for cudaStreamPerThread");
+  OK(cudaStreamDestroy(s));
+}
+END_TEST
+
+START_TEST(non_blocking_streams_do_not_wait) {
+  cudaStream_t n;
+  OK(cudaStreamCreateWithFlags(&n, cudaStreamNonBlocking));
+  static order_t o;
+  memset(&o, 0, sizeof(o));
+  OK(cudaLaunchHostFunc(n, hold_a, &o));
+  OK(cudaLaunchHostFunc(0, note_b, &o));
+  /* B must run while A holds n: a wait for it would never end. */
+  int ran = ran_within(&o, 5000);
+  __atomic_store_n(&o.go, 1, __ATOMIC_RELEASE);
+  OK(cudaDeviceSynchronize());
+  ck_assert_msg(ran && !o.b_saw, "the NULL stream waited for a "
+                "cudaStreamNonBlocking stream");
+  OK(cudaStreamDestroy(n));
+}
+END_TEST
+
 int main(void) {
   if (dlsym(RTLD_DEFAULT, "sim_cfg") == NULL) {
     printf("skipped: not running on spcsim (tests/gpusim/simrun.sh)\n");
@@ -596,6 +671,8 @@ int main(void) {
   tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);
   tcase_add_test(tc, device_memory_exhaustion);
   tcase_add_test(tc, free_waits_for_queued_work);
+  tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
+  tcase_add_test(tc, non_blocking_streams_do_not_wait);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

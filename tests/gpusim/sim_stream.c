@@ -4,7 +4,16 @@
  * hidden by a synchronous simulation. Events live in a shared page (a
  * memfd for interprocess ones): record bumps a target, its stream marks
  * it complete, waiters (other streams, other processes) wait on a futex
- * for the target they saw. */
+ * for the target they saw.
+ *
+ * Default streams as CUDA defines them: the legacy default stream (NULL,
+ * cudaStreamLegacy) of a device waits for the work already queued on
+ * every blocking stream of that device (all but cudaStreamNonBlocking
+ * ones), and work queued on a blocking stream waits for the work already
+ * queued on the legacy stream. cudaStreamPerThread is a blocking stream
+ * of its own per thread and device. Each stream counts the ops it queued
+ * and finished (its progress); an implicit wait is an op that waits for
+ * another stream's count. */
 #include "sim.h"
 
 #include <errno.h>
@@ -25,13 +34,27 @@ typedef struct sim_op {
   sim_op_fn fn;
   void *arg;
   int free_arg;
+  uint64_t ticket; /* its place in its stream's progress */
 } sim_op;
+
+/* Ops a stream queued and finished. Never freed (kept reachable in a
+ * list): an implicit wait of another stream may outlive the stream. */
+typedef struct sim_progress {
+  struct sim_progress *next;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t queued, done;
+} sim_progress;
+
+#define SIM_STREAM_NON_BLOCKING 0x1u /* cudaStreamNonBlocking */
 
 struct sim_stream {
   struct sim_stream *next_all;
   int dev;
   unsigned flags;
   int legacy;
+  int per_thread; /* cudaStreamPerThread's: never destroyed by the user */
+  sim_progress *prog;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   sim_op *head, *tail;
@@ -45,6 +68,28 @@ int sim_events_alive(void);
 static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
 static sim_stream *all_streams;
 static sim_stream *legacy[SIM_MAX_DEV];
+static sim_progress *all_progress;
+static __thread sim_stream *per_thread[SIM_MAX_DEV];
+
+static sim_progress *progress_new(void) {
+  sim_progress *p = calloc(1, sizeof(*p));
+  if (p == NULL)
+    return NULL;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  pthread_mutex_lock(&all_mu);
+  p->next = all_progress;
+  all_progress = p;
+  pthread_mutex_unlock(&all_mu);
+  return p;
+}
+
+static void progress_done(sim_progress *p, uint64_t ticket) {
+  pthread_mutex_lock(&p->mu);
+  p->done = ticket;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
 
 static void *worker_main(void *arg) {
   sim_stream *s = arg;
@@ -67,6 +112,7 @@ static void *worker_main(void *arg) {
     if (sim_cfg()->op_delay_us > 0)
       usleep((useconds_t)sim_cfg()->op_delay_us);
     op->fn(op->arg, &st);
+    progress_done(s->prog, op->ticket);
     if (op->free_arg)
       free(op->arg);
     free(op);
@@ -83,8 +129,10 @@ static void *worker_main(void *arg) {
 static int stream_new(int dev, unsigned flags, int is_legacy,
                       sim_stream **s_p) {
   sim_stream *s = calloc(1, sizeof(*s));
-  if (s == NULL)
+  if (s == NULL || (s->prog = progress_new()) == NULL) {
+    free(s);
     return SIM_ENOMEM;
+  }
   s->dev = dev;
   s->flags = flags;
   s->legacy = is_legacy;
@@ -113,11 +161,21 @@ int sim_stream_create(int dev, unsigned flags, sim_stream **s_p) {
   return stream_new(dev, flags, 0, s_p);
 }
 
+/* This thread's cudaStreamPerThread on the current device. */
+static sim_stream *per_thread_stream(void) {
+  int dev = sim_cur_dev();
+  if (per_thread[dev] == NULL && stream_new(dev, 0, 0, &per_thread[dev]) ==
+                                     SIM_OK)
+    per_thread[dev]->per_thread = 1;
+  return per_thread[dev];
+}
+
 sim_stream *sim_stream_resolve(sim_stream *s) {
-  /* cudaStreamLegacy (1) and cudaStreamPerThread (2) behave here as the
-   * legacy default stream. */
+  /* NULL and cudaStreamLegacy (1): the legacy default stream. */
   if (s != NULL && (uintptr_t)s > 2)
     return s;
+  if ((uintptr_t)s == 2)
+    return per_thread_stream();
   int dev = sim_cur_dev();
   pthread_mutex_lock(&all_mu);
   sim_stream *l = legacy[dev];
@@ -168,7 +226,7 @@ int sim_stream_query(sim_stream *s) {
 }
 
 int sim_stream_destroy(sim_stream *s) {
-  if (s == NULL || (uintptr_t)s <= 2 || s->legacy)
+  if (s == NULL || (uintptr_t)s <= 2 || s->legacy || s->per_thread)
     return SIM_EHANDLE;
   pthread_mutex_lock(&all_mu);
   sim_stream **p = &all_streams;
@@ -193,17 +251,17 @@ int sim_stream_destroy(sim_stream *s) {
   return SIM_OK;
 }
 
-int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
-  s = sim_stream_resolve(s);
+static int push(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
   sim_op *op = calloc(1, sizeof(*op));
-  if (s == NULL || op == NULL) {
-    free(op);
+  if (op == NULL)
     return SIM_ENOMEM;
-  }
   op->fn = fn;
   op->arg = arg;
   op->free_arg = free_arg;
   pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->prog->mu);
+  op->ticket = ++s->prog->queued;
+  pthread_mutex_unlock(&s->prog->mu);
   if (s->tail)
     s->tail->next = op;
   else
@@ -212,6 +270,64 @@ int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   return SIM_OK;
+}
+
+typedef struct {
+  sim_progress *p;
+  uint64_t ticket;
+} progress_wait;
+
+static void run_progress_wait(void *a, int *status) {
+  progress_wait *w = a;
+  (void)status;
+  pthread_mutex_lock(&w->p->mu);
+  while (w->p->done < w->ticket)
+    pthread_cond_wait(&w->p->cv, &w->p->mu);
+  pthread_mutex_unlock(&w->p->mu);
+}
+
+/* Queue on s a wait for what `on` has queued so far, if it is not done. */
+static int wait_for(sim_stream *s, sim_progress *on) {
+  pthread_mutex_lock(&on->mu);
+  uint64_t t = on->queued;
+  int pending = on->done < t;
+  pthread_mutex_unlock(&on->mu);
+  if (!pending)
+    return SIM_OK;
+  progress_wait *w = malloc(sizeof(*w));
+  if (w == NULL)
+    return SIM_ENOMEM;
+  w->p = on;
+  w->ticket = t;
+  return push(s, run_progress_wait, w, 1);
+}
+
+static int blocking(const sim_stream *s) {
+  return !s->legacy && !(s->flags & SIM_STREAM_NON_BLOCKING);
+}
+
+/* The implicit waits of an op queued on s (see the top of the file). */
+static int order_default(sim_stream *s) {
+  int rc = SIM_OK;
+  pthread_mutex_lock(&all_mu);
+  if (s->legacy) {
+    for (sim_stream *x = all_streams; x != NULL && rc == SIM_OK;
+         x = x->next_all)
+      if (x->dev == s->dev && blocking(x))
+        rc = wait_for(s, x->prog);
+  } else if (blocking(s) && legacy[s->dev] != NULL) {
+    rc = wait_for(s, legacy[s->dev]->prog);
+  }
+  pthread_mutex_unlock(&all_mu);
+  return rc;
+}
+
+int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
+  s = sim_stream_resolve(s);
+  if (s == NULL)
+    return SIM_ENOMEM;
+  int rc = order_default(s);
+  return rc != SIM_OK ? rc : push(s, fn, arg, free_arg);
 }
 
 int sim_device_sync(int dev) {
@@ -268,7 +384,9 @@ int sim_stream_callback(sim_stream *s, void (*cb)(void *, int, void *),
 void sim_stream_leaks(void) {
   pthread_mutex_lock(&all_mu);
   for (sim_stream *s = all_streams; s != NULL; s = s->next_all)
-    sim_leak_note("stream %p of GPU %d never destroyed", (void *)s, s->dev);
+    if (!s->per_thread)
+      sim_leak_note("stream %p of GPU %d never destroyed", (void *)s,
+                    s->dev);
   pthread_mutex_unlock(&all_mu);
   int n = sim_events_alive();
   if (n > 0)
