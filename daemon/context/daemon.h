@@ -55,7 +55,10 @@ typedef struct {
   X(buffers_registered, spcoll_buffers_registered_total,                     \
     "Buffers registered since start.")                                       \
   X(peer_streams_sent, spcoll_peer_streams_sent_total,                       \
-    "Op data streams (UCX messages) sent to other nodes.")
+    "Op data streams (UCX messages) sent to other nodes.")                   \
+  X(peer_refused, spcoll_peer_refused_total,                                 \
+    "Peer messages refused: a number out of range or not the sender's, "     \
+    "an op past its window, a quota spent.")
 
 typedef struct {
 #define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;
@@ -123,6 +126,7 @@ typedef struct spd_ctx {
   int ndoomed;
   uint64_t refused_log_ns;          /* last "connection refused" log line */
   spd_log_limit control_refused_log; /* lines of refused operator commands */
+  spd_log_limit peer_refused_log;   /* lines of refused peer messages */
   uint64_t drain_started_ns;        /* for the drain deadline */
   uint64_t drain_quiet_ns;          /* since when nothing is under way */
 } spd_ctx;

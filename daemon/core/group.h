@@ -141,6 +141,14 @@ void spd_group_peer_op_failed(spd_group *g, struct spd_op *op, int status,
 /* The nodes other than this one holding a rank of g, into nodes[] (room
  * for SPD_MAX_NODES); returns their count. */
 int spd_group_other_nodes(const spd_group *g, int *nodes);
+/* A message of node refused (fmt: what and why; text of the peer's in it
+ * escaped with spd_log_str): counted in peer_refused and logged, at most
+ * a few lines a minute, the rest told in one line once the minute is over
+ * (spd_group_peer_refused_tick, from the watchdog), so that a peer cannot
+ * flood the log. */
+void spd_group_peer_refused(spd_ctx *ctx, int node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void spd_group_peer_refused_tick(spd_ctx *ctx, uint64_t now);
 /* The record whose id on node is rec (NULL: none). */
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec);
 

@@ -3,6 +3,7 @@
  * ready once every rank joined on some node. Records are matched by name
  * only at Join; after that each side names a group by the other's record
  * id, so a name reused for a new group never mixes with the old one. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,8 +79,48 @@ int spd_group_other_nodes(const spd_group *g, int *nodes) {
   return n;
 }
 
+/* Refused peer messages are logged at most REFUSED_BURST times a window:
+ * a peer may send them as fast as it likes. */
+#define REFUSED_BURST 10
+#define REFUSED_WINDOW_S 60
+#define REFUSED_WINDOW_NS ((uint64_t)REFUSED_WINDOW_S * 1000000000u)
+
+static void refused_summary(spd_ctx *ctx, uint64_t n) {
+  if (n > 0)
+    SPD_WARN(&ctx->log, "%llu more refused peer messages not logged in %d s "
+             "(peer_refused counts every one)", (unsigned long long)n,
+             REFUSED_WINDOW_S);
+}
+
+void spd_group_peer_refused(spd_ctx *ctx, int node, const char *fmt, ...) {
+  uint64_t ended;
+  ctx->stats.peer_refused++;
+  int log = spd_log_limit_take(&ctx->peer_refused_log, spd_now_ns(),
+                               REFUSED_BURST, REFUSED_WINDOW_NS, &ended);
+  refused_summary(ctx, ended);
+  if (!log || SPD_LOG_WARN > ctx->log.level)
+    return;
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    snprintf(what, sizeof(what), "(vsnprintf of the reason failed)");
+  SPD_WARN(&ctx->log, "message of node %d refused: %s", node, what);
+}
+
+void spd_group_peer_refused_tick(spd_ctx *ctx, uint64_t now) {
+  refused_summary(ctx, spd_log_limit_end(&ctx->peer_refused_log, now,
+                                         REFUSED_WINDOW_NS));
+}
+
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec) {
   spd_group *g;
+  /* 0 is no record: peer_rec[node] is 0 in every group node has not
+   * joined, so it names none of them. */
+  if (rec == 0)
+    return NULL;
   TAILQ_FOREACH(g, &ctx->groups, link)
     if (g->peer_rec[node] == rec)
       return g;

@@ -158,6 +158,22 @@ static void op_uncharge(spd_ctx *ctx, uid_t uid, long long bytes) {
   spd_quota_give(&ctx->quotas, uid, SPD_Q_REQUEST_BYTES, bytes);
 }
 
+spd_op *spd_op_get_charged(spd_group *g, uint64_t seq, int rank, uid_t uid,
+                           long long lists, char *msg, size_t len) {
+  long long charge = op_request_bytes(g, lists, op_find(g, seq) == NULL);
+  if (op_charge(g->ctx, uid, charge, msg, len) < 0)
+    return NULL;
+  spd_op *op = spd_op_get(g, seq);
+  if (op == NULL) {
+    op_uncharge(g->ctx, uid, charge);
+    snprintf(msg, len, "out of memory for an op");
+    return NULL;
+  }
+  spd_op_rank *r = &op->ranks[rank];
+  r->charged = 1, r->uid = uid, r->charge = charge;
+  return op;
+}
+
 /* Take rank's request as its arrival at the group's next op: refused
  * (an Error to req, NULL) when the group is broken, the client has too
  * many ops pending, the daemon drains or a quota is spent; else the op,
@@ -184,15 +200,10 @@ static spd_op *op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
     return NULL;
   }
   char msg[200];
-  long long charge = op_request_bytes(g, lists, fresh);
-  if (op_charge(g->ctx, s->uid, charge, msg, sizeof(msg)) < 0) {
-    spd_session_send_error(s, req, SPK_ENO_MEMORY, msg);
-    return NULL;
-  }
-  spd_op *op = spd_op_get(g, slot->next_seq);
+  spd_op *op = spd_op_get_charged(g, slot->next_seq, rank, s->uid, lists, msg,
+                                  sizeof(msg));
   if (op == NULL) {
-    op_uncharge(g->ctx, s->uid, charge);
-    spd_session_send_error(s, req, SPK_ENO_MEMORY, "out of memory for an op");
+    spd_session_send_error(s, req, SPK_ENO_MEMORY, msg);
     return NULL;
   }
   slot->next_seq++;
@@ -201,7 +212,6 @@ static spd_op *op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
   r->req = req;
   r->arrived_ns = spd_now_ns();
   r->session = s;
-  r->charged = 1, r->uid = s->uid, r->charge = charge;
   s->pending++;
   return op;
 }

@@ -120,6 +120,13 @@ void spd_group_split_release(spd_op_rank *r);
 /* The op of g with sequence number seq, made when new (NULL: no memory). */
 spd_op *spd_op_get(spd_group *g, uint64_t seq);
 
+/* The op of g at seq with rank's slot charged to uid, as every arrival
+ * is (quota.h): one pending op, and `lists` bytes of size lists plus the
+ * op record itself when the op is new. NULL with msg naming the spent
+ * limit (or memory); nothing is held then. */
+spd_op *spd_op_get_charged(spd_group *g, uint64_t seq, int rank, uid_t uid,
+                           long long lists, char *msg, size_t len);
+
 /* An owned copy of a size list (at most 65536 entries). */
 int spd_op_copy_list(const int64_t *src, size_t n, int64_t **dst_p,
                      const char *what, spk_err *err);

@@ -206,16 +206,86 @@ static void on_post(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
   spd_p2p_pair_start(g, h, o);
 }
 
-/* The receiver's node answered our send: run our end, or fail it. */
-static void on_match(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
+/* A pair's stream number, as the receiver's node gives it: the top bit of
+ * the tag's op field set, nothing above the field (a stream number
+ * outside it would share the tag of a collective's stream, or be cut to
+ * another pair's). */
+static int p2p_seq_valid(uint64_t seq) {
+  return (seq & ~(uint64_t)0xffffffffu) == 0 && (seq & P2P_SEQ_BIT) != 0;
+}
+
+/* A status a peer names: SPK_OK or one of kernels/status.h's. */
+static int status_known(int status) {
+  switch (status) {
+  case SPK_OK:
+#define SPD_STATUS_CASE(name, pub, wire, val, msg) case SPK_E##name:
+    SPK_STATUS_MAP(SPD_STATUS_CASE)
+#undef SPD_STATUS_CASE
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* Is stream number seq taken by a pair whose send is this node's and
+ * whose receive is node's (running or ending)? Its tag would be that
+ * pair's too, and that node's DONE or ABORT for one would end the other. */
+static int send_seq_taken(spd_group *g, int node, uint64_t seq) {
+  spd_p2p_half *x;
+  TAILQ_FOREACH(x, &g->p2p_run, link)
+    if (x->run->remote == node && x == x->run->h[0] && x->run->seq == seq)
+      return 1;
+  return 0;
+}
+
+/* Our send h posted to node, if MATCH m may answer it: SPK_OK, or
+ * SPK_EPROTOCOL with why. A go names the pair as h does and a stream
+ * number of a pair (p2p_seq_valid) that no other pair of this node's send
+ * with node holds; an error is a status of ours. */
+static int match_check(spd_group *g, int node, const spd_p2p_half *h,
+                       const Spcoll__Peer__P2p *m, char *why, size_t len) {
+  if (m->src != h->rank || m->dst != h->peer || m->tag != h->tag) {
+    snprintf(why, len, "it names ranks %d to %d tag %d, not %d to %d tag %d",
+             m->src, m->dst, m->tag, h->rank, h->peer, h->tag);
+    return SPK_EPROTOCOL;
+  }
+  if (!status_known(m->status)) {
+    snprintf(why, len, "status %d is none of this daemon's", m->status);
+    return SPK_EPROTOCOL;
+  }
+  if (m->status < 0)
+    return SPK_OK;
+  if (!p2p_seq_valid(m->seq)) {
+    snprintf(why, len, "stream number %#llx is not a point-to-point one",
+             (unsigned long long)m->seq);
+    return SPK_EPROTOCOL;
+  }
+  if (send_seq_taken(g, node, m->seq)) {
+    snprintf(why, len, "stream number %#llx is another pair's",
+             (unsigned long long)m->seq);
+    return SPK_EPROTOCOL;
+  }
+  return SPK_OK;
+}
+
+/* Our send posted to node with id (h->posted): still waiting there. */
+static spd_p2p_half *posted_find(spd_group *g, int node, uint64_t id) {
   spd_p2p_half *h;
   TAILQ_FOREACH(h, &g->p2p_sends, link)
-    if (h->posted && h->id == m->id)
-      break;
+    if (h->posted && h->id == id && g->ranks[h->peer].remote &&
+        g->ranks[h->peer].node == node)
+      return h;
+  return NULL;
+}
+
+/* The receiver's node answered our send: run our end, or fail it. */
+static void on_match(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
+  spd_p2p_half *h = posted_find(g, node, m->id);
   if (h == NULL) {
     /* It failed here meanwhile (its DROP crossed this MATCH): the
      * receive posted there must not wait for our stream. */
-    if (m->status >= 0)
+    if (m->status >= 0 && p2p_seq_valid(m->seq) &&
+        !send_seq_taken(g, node, m->seq))
       send_abort(g, node, m->seq, 1,
                  g->broken ? g->broken_status : SPK_EPEER_LOST,
                  g->broken ? g->broken_reason
@@ -224,9 +294,24 @@ static void on_match(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
   }
   TAILQ_REMOVE(&g->p2p_sends, h, link);
   spk_err err;
-  int rc = m->status < 0 ? spk_err_set(&err, m->status, "%s",
-                                       m->error ? m->error : "")
-                         : SPK_OK;
+  char why[200];
+  int rc = match_check(g, node, h, m, why, sizeof(why));
+  if (rc < 0) {
+    /* Our send fails; node hears of it only under a stream number that
+     * names no other pair, or its receive would end in that pair's
+     * place (a receive left waiting there ends by its timeout). */
+    spd_group_peer_refused(g->ctx, node, "match of send %llu of group '%s' "
+                           "(rank %d to %d tag %d): %s",
+                           (unsigned long long)h->id, g->name, h->rank,
+                           h->peer, h->tag, why);
+    spk_err_set(&err, rc, "node %d answered the send with a bad match: %s",
+                node, why);
+    if (m->status >= 0 && p2p_seq_valid(m->seq) &&
+        !send_seq_taken(g, node, m->seq))
+      send_abort(g, node, m->seq, 1, rc, err.msg);
+  } else if (m->status < 0) {
+    rc = spk_err_set(&err, m->status, "%s", m->error ? m->error : "");
+  }
   spd_p2p_run *run = NULL;
   if (rc == SPK_OK && (run = calloc(1, sizeof(*run))) == NULL)
     rc = spk_err_set(&err, SPK_ENO_MEMORY, "calloc of a point-to-point run "

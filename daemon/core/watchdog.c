@@ -110,6 +110,7 @@ static void on_tick(uv_timer_t *t) {
   }
   spd_session_deadlines(ctx, now);
   spd_control_tick(ctx, now);
+  spd_group_peer_refused_tick(ctx, now);
   spd_drain_check(ctx); /* an expired group may have been the last */
 }
 
