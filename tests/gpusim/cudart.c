@@ -34,6 +34,8 @@ API const char *cudaGetErrorString(cudaError_t e) {
     return "mapping of buffer object failed";
   case SIM_EPEERON:
     return "peer access is already enabled";
+  case SIM_ENOPEER:
+    return "peer access is not supported between these two devices";
   case SIM_ELAUNCH:
     return "unspecified launch failure";
   case SIM_ENOKERNEL:
@@ -116,7 +118,7 @@ API cudaError_t cudaDeviceSynchronize(void) {
 API cudaError_t cudaDeviceCanAccessPeer(int *ok, int d, int peer) {
   if (!dev_ok(d) || !dev_ok(peer))
     return R(SIM_EDEVICE);
-  *ok = d != peer;
+  *ok = d != peer && sim_peer_possible(d, peer);
   return cudaSuccess;
 }
 

@@ -28,6 +28,7 @@ enum {
   SIM_ENOTREADY = 600, /* cudaErrorNotReady */
   SIM_EMAPFAIL = 205,  /* cudaErrorMapBufferObjectFailed */
   SIM_EPEERON = 704,   /* cudaErrorPeerAccessAlreadyEnabled */
+  SIM_ENOPEER = 217,   /* cudaErrorPeerAccessUnsupported */
   SIM_ELAUNCH = 719,   /* cudaErrorLaunchFailure */
   SIM_ENOKERNEL = 98,  /* cudaErrorInvalidDeviceFunction */
   SIM_ECONFIG = 9      /* cudaErrorInvalidConfiguration */
@@ -40,6 +41,9 @@ typedef struct {
   uint64_t mem_limit; /* bytes per device */
   int sms;
   uint64_t op_delay_us; /* SPCSIM_SLOW_STREAMS: before each stream op */
+  /* SPCSIM_NO_PEER: bit t of nopeer[f]: GPU f cannot reach GPU t's
+   * memory directly (symmetric pairs, "0-1,2-3"). */
+  uint32_t nopeer[SIM_MAX_DEV];
 } sim_config;
 
 const sim_config *sim_cfg(void);
@@ -57,6 +61,9 @@ uint64_t sim_dev_used(int dev);
 /* A device attribute the simulator does not model: 0, said on stderr once
  * per process and attribute (torch asks for many at start). */
 void sim_attr_unmodelled(const char *call, int attr);
+/* Whether GPU from may reach GPU to's memory directly at all (the
+ * topology: SPCSIM_NO_PEER). */
+int sim_peer_possible(int from, int to);
 /* Devices dev has enabled peer access to (cudaDeviceEnablePeerAccess). */
 int sim_peer_enabled(int from, int to);
 int sim_peer_enable(int from, int to);

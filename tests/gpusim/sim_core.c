@@ -48,6 +48,26 @@ static uint64_t slow_streams(void) {
   return strtoull(colon + 1, NULL, 10);
 }
 
+/* SPCSIM_NO_PEER=a-b,c-d: the pairs of GPUs without peer access, as on
+ * a machine whose GPUs sit under different root complexes. */
+static void no_peer(void) {
+  const char *v = getenv("SPCSIM_NO_PEER");
+  while (v != NULL && *v != '\0') {
+    char *end;
+    unsigned long a = strtoul(v, &end, 10);
+    unsigned long b = *end == '-' ? strtoul(end + 1, &end, 10) : SIM_MAX_DEV;
+    if (a >= SIM_MAX_DEV || b >= SIM_MAX_DEV || (*end != ',' && *end)) {
+      fprintf(stderr, "spcsim: SPCSIM_NO_PEER=%s: want pairs a-b of GPU "
+              "numbers below %d, comma separated\n", getenv("SPCSIM_NO_PEER"),
+              SIM_MAX_DEV);
+      abort();
+    }
+    cfg.nopeer[a] |= 1u << b;
+    cfg.nopeer[b] |= 1u << a;
+    v = *end == ',' ? end + 1 : end;
+  }
+}
+
 static void cfg_init(void) {
   cfg.ndev = (int)env_u64("SPCSIM_GPUS", 1);
   if (cfg.ndev > SIM_MAX_DEV)
@@ -55,6 +75,7 @@ static void cfg_init(void) {
   cfg.mem_limit = env_u64("SPCSIM_GPU_MEM", (uint64_t)1 << 30);
   cfg.sms = (int)env_u64("SPCSIM_SMS", 4);
   cfg.op_delay_us = slow_streams();
+  no_peer();
   const char *st = getenv("SPCSIM_STATE");
   if (st != NULL && *st != '\0') {
     int fd = open(st, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -193,6 +214,10 @@ int sim_launch_should_fail(void) {
   return n == atoi(colon + 1);
 }
 
+int sim_peer_possible(int from, int to) {
+  return from == to || !((sim_cfg()->nopeer[from] >> to) & 1u);
+}
+
 int sim_peer_enabled(int from, int to) {
   pthread_mutex_lock(&core_mu);
   int on = from == to || (peers[from] >> to) & 1u;
@@ -201,6 +226,8 @@ int sim_peer_enabled(int from, int to) {
 }
 
 int sim_peer_enable(int from, int to) {
+  if (!sim_peer_possible(from, to))
+    return SIM_ENOPEER;
   pthread_mutex_lock(&core_mu);
   int was = (peers[from] >> to) & 1u;
   peers[from] |= 1u << to;

@@ -275,7 +275,9 @@ int sim_accessible(const sim_map *m, int dev) {
            (__atomic_load_n(&pool_access[m->dev], __ATOMIC_ACQUIRE) >> dev &
             1u);
   case SIM_M_IMPORT:
-    return m->dev == dev || m->peer_lazy || sim_peer_enabled(dev, m->dev);
+    return m->dev == dev ||
+           (m->peer_lazy && sim_peer_possible(dev, m->dev)) ||
+           sim_peer_enabled(dev, m->dev);
   default:
     return sim_peer_enabled(dev, m->dev);
   }
@@ -307,6 +309,9 @@ void sim_check_access(const void *p, uint64_t len, int dev, const char *call) {
 int sim_pool_set_access(int pool_dev, int dev, int on) {
   if (pool_dev < 0 || pool_dev >= sim_cfg()->ndev || dev < 0 ||
       dev >= sim_cfg()->ndev)
+    return SIM_EINVAL;
+  /* cudaMemPoolSetAccess documents cudaErrorInvalidValue only. */
+  if (on && !sim_peer_possible(dev, pool_dev))
     return SIM_EINVAL;
   if (on)
     __atomic_or_fetch(&pool_access[pool_dev], 1u << dev, __ATOMIC_ACQ_REL);

@@ -643,11 +643,76 @@ START_TEST(non_blocking_streams_do_not_wait) {
 }
 END_TEST
 
+/* ---- topology ---------------------------------------------------------------
+ * GPUs 0 and 1 without peer access (SPCSIM_NO_PEER=0-1), 0 and 2 with:
+ * what CUDA answers there. The simulator reads its topology when it is
+ * loaded, so these run in a process of their own (SIM_RULES_NOPEER). */
+
+static int expect(const char *what, int got, int want) {
+  if (got == want)
+    return 0;
+  fprintf(stderr, "%s: got %d, want %d\n", what, got, want);
+  return 1;
+}
+
+static int no_peer_checks(void) {
+  int ok01 = -1, ok10 = -1, ok02 = -1;
+  cudaMemPool_t p1, p2;
+  struct cudaMemAccessDesc d = {{cudaMemLocationTypeDevice, 0},
+                                cudaMemAccessFlagsProtReadWrite};
+  int bad = expect("cudaDeviceCanAccessPeer(0, 1) rc",
+                   cudaDeviceCanAccessPeer(&ok01, 0, 1), cudaSuccess) +
+            expect("cudaDeviceCanAccessPeer(0, 1)", ok01, 0) +
+            expect("cudaDeviceCanAccessPeer(1, 0) rc",
+                   cudaDeviceCanAccessPeer(&ok10, 1, 0), cudaSuccess) +
+            expect("cudaDeviceCanAccessPeer(1, 0)", ok10, 0) +
+            expect("cudaDeviceCanAccessPeer(0, 2) rc",
+                   cudaDeviceCanAccessPeer(&ok02, 0, 2), cudaSuccess) +
+            expect("cudaDeviceCanAccessPeer(0, 2)", ok02, 1) +
+            expect("cudaSetDevice(0)", cudaSetDevice(0), cudaSuccess) +
+            expect("cudaDeviceEnablePeerAccess(1)",
+                   cudaDeviceEnablePeerAccess(1, 0),
+                   cudaErrorPeerAccessUnsupported) +
+            expect("cudaGetLastError", cudaGetLastError(),
+                   cudaErrorPeerAccessUnsupported) +
+            expect("cudaDeviceEnablePeerAccess(2)",
+                   cudaDeviceEnablePeerAccess(2, 0), cudaSuccess) +
+            expect("cudaDeviceGetDefaultMemPool(1)",
+                   cudaDeviceGetDefaultMemPool(&p1, 1), cudaSuccess) +
+            expect("cudaMemPoolSetAccess(GPU 1's pool for GPU 0)",
+                   cudaMemPoolSetAccess(p1, &d, 1), cudaErrorInvalidValue) +
+            expect("cudaDeviceGetDefaultMemPool(2)",
+                   cudaDeviceGetDefaultMemPool(&p2, 2), cudaSuccess) +
+            expect("cudaMemPoolSetAccess(GPU 2's pool for GPU 0)",
+                   cudaMemPoolSetAccess(p2, &d, 1), cudaSuccess);
+  return bad ? 1 : 0;
+}
+
+START_TEST(gpus_without_peer_access) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setenv("SPCSIM_NO_PEER", "0-1", 1);
+    setenv("SIM_RULES_NOPEER", "1", 1);
+    execl("/proc/self/exe", "sim_rules", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "the checks of GPUs without peer access failed (status 0x%x)",
+                st);
+}
+END_TEST
+
 int main(void) {
   if (dlsym(RTLD_DEFAULT, "sim_cfg") == NULL) {
     printf("skipped: not running on spcsim (tests/gpusim/simrun.sh)\n");
     return 77;
   }
+  if (getenv("SIM_RULES_NOPEER") != NULL)
+    return no_peer_checks();
   Suite *s = suite_create("spcsim_rules");
   TCase *tc = tcase_create("rules");
   tcase_set_timeout(tc, 60);
@@ -673,6 +738,7 @@ int main(void) {
   tcase_add_test(tc, free_waits_for_queued_work);
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
   tcase_add_test(tc, non_blocking_streams_do_not_wait);
+  tcase_add_test(tc, gpus_without_peer_access);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
