@@ -211,6 +211,16 @@ WorkPtr Backend::allgather_into_tensor_coalesced(
 
 // all_to_all_v of bytes: this rank sends in_b[j] bytes to rank j and
 // receives out_b[j] from it.
+// The list of one tensor per rank that gather's root passes as outputs
+// and scatter's as inputs (`what`); refused on every rank when it is not.
+static void one_per_rank(Backend& b, const char* name,
+                         const std::vector<std::vector<at::Tensor>>& lists,
+                         const char* what) {
+  if (lists.size() != 1 || (int)lists[0].size() != b.size())
+    b.refuse(name, "needs a list of " + std::to_string(b.size()) + " " +
+                       what + " tensors on the root");
+}
+
 static Backend::Op a2av_op(const char* name, c10d::OpType type, Span x,
                            Span y, std::unique_ptr<Pending> p,
                            const std::vector<int64_t>& in_b,
@@ -228,9 +238,8 @@ WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outs,
   TORCH_CHECK_VALUE(ins.size() == 1, "spcoll: gather takes one input");
   int root = (int)o.rootRank;
   bool is_root = rank_ == root;
-  if (is_root && (outs.size() != 1 || (int)outs[0].size() != size_))
-    refuse("gather", "needs a list of " + std::to_string(size_) +
-                         " output tensors on the root");
+  if (is_root)
+    one_per_rank(*this, "gather", outs, "output");
   auto p = std::make_unique<Pending>();
   int64_t n = (int64_t)ins[0].nbytes();
   std::vector<int64_t> in_b(size_, 0), out_b(size_, 0);
@@ -259,9 +268,8 @@ WorkPtr Backend::scatter(std::vector<at::Tensor>& outs,
   TORCH_CHECK_VALUE(outs.size() == 1, "spcoll: scatter takes one output");
   int root = (int)o.rootRank;
   bool is_root = rank_ == root;
-  if (is_root && (ins.size() != 1 || (int)ins[0].size() != size_))
-    refuse("scatter", "needs a list of " + std::to_string(size_) +
-                          " input tensors on the root");
+  if (is_root)
+    one_per_rank(*this, "scatter", ins, "input");
   auto p = std::make_unique<Pending>();
   std::vector<int64_t> in_b(size_, 0), out_b(size_, 0);
   out_b[root] = (int64_t)outs[0].nbytes();

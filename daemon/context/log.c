@@ -77,6 +77,13 @@ uint64_t spd_log_limit_end(spd_log_limit *l, uint64_t now,
   return n;
 }
 
+void spd_log_limit_told(const spd_logger *lg, uint64_t n, const char *what,
+                        const char *counter) {
+  if (n > 0)
+    SPD_WARN(lg, "%llu more %s not logged in %d s (%s counts every one)",
+             (unsigned long long)n, what, SPD_REFUSED_WINDOW_S, counter);
+}
+
 /* One line per call, written with a single fprintf so lines from the mover
  * threads do not interleave mid-line. Control bytes are escaped whatever
  * the message holds: text from a client or a peer that reached it

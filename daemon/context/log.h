@@ -57,6 +57,17 @@ int spd_log_limit_take(spd_log_limit *l, uint64_t now, unsigned burst,
 uint64_t spd_log_limit_end(spd_log_limit *l, uint64_t now,
                            uint64_t window_ns);
 
+/* The daemon's limit for lines a client or a peer may cause at will (a
+ * refused command, a refused peer message): SPD_REFUSED_BURST lines a
+ * window of SPD_REFUSED_WINDOW_S. */
+#define SPD_REFUSED_BURST 10
+#define SPD_REFUSED_WINDOW_S 60
+#define SPD_REFUSED_WINDOW_NS ((uint64_t)SPD_REFUSED_WINDOW_S * 1000000000u)
+/* The one line that says n lines of `what` went unlogged in a window,
+ * all of them counted in the stats' `counter`; nothing when n is 0. */
+void spd_log_limit_told(const spd_logger *lg, uint64_t n, const char *what,
+                        const char *counter);
+
 #define SPD_LOG(lg, lvl, ...)                                         \
   do {                                                                \
     if ((lvl) <= (lg)->level)                                         \

@@ -57,17 +57,11 @@ int spd_abort_group(spd_ctx *ctx, const char *full, uid_t uid, spk_err *err) {
 }
 
 /* Any client of the stats socket may send refused commands as fast as it
- * likes: at most REFUSED_BURST are logged a window, the others counted
- * and told in one line when the window is over. */
-#define REFUSED_BURST 10
-#define REFUSED_WINDOW_S 60
-#define REFUSED_WINDOW_NS ((uint64_t)REFUSED_WINDOW_S * 1000000000u)
-
+ * likes: at most SPD_REFUSED_BURST are logged a window, the others
+ * counted and told in one line when the window is over. */
 static void refused_summary(spd_ctx *ctx, uint64_t n) {
-  if (n > 0)
-    SPD_WARN(&ctx->log, "%llu more refused operator commands not logged "
-             "in %d s (control_refused counts every one)",
-             (unsigned long long)n, REFUSED_WINDOW_S);
+  spd_log_limit_told(&ctx->log, n, "refused operator commands",
+                     "control_refused");
 }
 
 void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
@@ -75,7 +69,8 @@ void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
   uint64_t ended;
   ctx->stats.control_refused++;
   int log = spd_log_limit_take(&ctx->control_refused_log, spd_now_ns(),
-                               REFUSED_BURST, REFUSED_WINDOW_NS, &ended);
+                               SPD_REFUSED_BURST, SPD_REFUSED_WINDOW_NS,
+                               &ended);
   refused_summary(ctx, ended);
   if (!log)
     return;
@@ -88,7 +83,7 @@ void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
 
 void spd_control_tick(spd_ctx *ctx, uint64_t now) {
   refused_summary(ctx, spd_log_limit_end(&ctx->control_refused_log, now,
-                                         REFUSED_WINDOW_NS));
+                                         SPD_REFUSED_WINDOW_NS));
 }
 
 #define DRAIN_QUIET_NS 100000000u /* 100 ms: the watchdog ticks every 250 */

@@ -79,24 +79,18 @@ int spd_group_other_nodes(const spd_group *g, int *nodes) {
   return n;
 }
 
-/* Refused peer messages are logged at most REFUSED_BURST times a window:
- * a peer may send them as fast as it likes. */
-#define REFUSED_BURST 10
-#define REFUSED_WINDOW_S 60
-#define REFUSED_WINDOW_NS ((uint64_t)REFUSED_WINDOW_S * 1000000000u)
-
+/* Refused peer messages are logged at most SPD_REFUSED_BURST times a
+ * window: a peer may send them as fast as it likes. */
 static void refused_summary(spd_ctx *ctx, uint64_t n) {
-  if (n > 0)
-    SPD_WARN(&ctx->log, "%llu more refused peer messages not logged in %d s "
-             "(peer_refused counts every one)", (unsigned long long)n,
-             REFUSED_WINDOW_S);
+  spd_log_limit_told(&ctx->log, n, "refused peer messages", "peer_refused");
 }
 
 void spd_group_peer_refused(spd_ctx *ctx, int node, const char *fmt, ...) {
   uint64_t ended;
   ctx->stats.peer_refused++;
   int log = spd_log_limit_take(&ctx->peer_refused_log, spd_now_ns(),
-                               REFUSED_BURST, REFUSED_WINDOW_NS, &ended);
+                               SPD_REFUSED_BURST, SPD_REFUSED_WINDOW_NS,
+                               &ended);
   refused_summary(ctx, ended);
   if (!log || SPD_LOG_WARN > ctx->log.level)
     return;
@@ -112,7 +106,7 @@ void spd_group_peer_refused(spd_ctx *ctx, int node, const char *fmt, ...) {
 
 void spd_group_peer_refused_tick(spd_ctx *ctx, uint64_t now) {
   refused_summary(ctx, spd_log_limit_end(&ctx->peer_refused_log, now,
-                                         REFUSED_WINDOW_NS));
+                                         SPD_REFUSED_WINDOW_NS));
 }
 
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec) {

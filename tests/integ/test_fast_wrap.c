@@ -88,34 +88,89 @@ static int report(rk *k, const char *what, int step, int rc) {
   return rc < 0;
 }
 
+/* An op's input (filled with this rank's values of step) and output
+ * (filled with -1), each caller memory of its own. */
+typedef struct {
+  spc_buffer *b[2];
+  float *x[2];
+  spc_tensor t[2];
+} io;
+
+static int io_make(rk *k, io *p, int nd, const int64_t *si,
+                   const int64_t *so, int step) {
+  memset(p, 0, sizeof(*p));
+  return wrapped(k, &p->b[0], &p->x[0], &p->t[0], nd, si, step, 1) < 0 ||
+                 wrapped(k, &p->b[1], &p->x[1], &p->t[1], nd, so, step, 0) < 0
+             ? -1
+             : 0;
+}
+
+static void io_free(io *p) {
+  for (int i = 0; i < 2; i++) {
+    spc_buffer_free(p->b[i]);
+    free(p->x[i]);
+  }
+}
+
+/* Where a 2-D op's expected values come from: the input's columns, the
+ * pieces' rows and columns, the op's dim, the step. */
+typedef struct {
+  int64_t in_cols, rows, cols;
+  int dim, step;
+} geo;
+typedef float (*want_fn)(const rk *k, const geo *g, int64_t i, int64_t j);
+
+/* Every element of y ([out_rows, out_cols]) against want; 0 when right. */
+static int check_2d(rk *k, const char *what, const float *y, int64_t out_rows,
+                    int64_t out_cols, want_fn want, const geo *g) {
+  for (int64_t i = 0; i < out_rows; i++)
+    for (int64_t j = 0; j < out_cols; j++) {
+      float w = want(k, g, i, j);
+      if (y[i * out_cols + j] != w) {
+        fprintf(stderr, "rank %d step %d: %s dim %d [%lld,%lld] = %g, want "
+                "%g\n", k->rank, g->step, what, g->dim, (long long)i,
+                (long long)j, y[i * out_cols + j], w);
+        return 1;
+      }
+    }
+  return 0;
+}
+
+/* The rank-order sum of element e of every rank's input (exact). */
+static float sum_of(const rk *k, size_t e, int step) {
+  float ref = 0;
+  for (int r = 0; r < k->world; r++)
+    ref += val(r, e, step);
+  return ref;
+}
+
+static float want_sum(const rk *k, const geo *g, int64_t i, int64_t j) {
+  (void)i;
+  return sum_of(k, (size_t)j, g->step);
+}
+
 /* all_reduce of n floats, out of place or in place, checked exactly. */
 static int reduce_once(rk *k, size_t n, int in_place, int step) {
   int64_t s[1] = {(int64_t)n};
-  spc_buffer *bi = NULL, *bo = NULL;
-  float *xi = NULL, *xo = NULL;
-  spc_tensor ti, to;
-  int bad = wrapped(k, &bi, &xi, &ti, 1, s, step, 1) < 0;
-  if (!bad && !in_place)
-    bad = wrapped(k, &bo, &xo, &to, 1, s, step, 0) < 0;
-  if (!bad)
-    bad = report(k, "all_reduce", step,
-                 spc_all_reduce(k->g, &ti, in_place ? &ti : &to, SPC_SUM));
-  const float *y = in_place ? xi : xo;
-  for (size_t i = 0; i < n && !bad; i++) {
-    float ref = 0;
-    for (int r = 0; r < k->world; r++)
-      ref += val(r, i, step);
-    if (y[i] != ref) {
-      fprintf(stderr, "rank %d step %d: all_reduce [%zu] = %g, want %g\n",
-              k->rank, step, i, y[i], ref);
-      bad = 1;
-    }
-  }
-  spc_buffer_free(bi);
-  spc_buffer_free(bo);
-  free(xi);
-  free(xo);
+  io p;
+  int bad = io_make(k, &p, 1, s, s, step) < 0 ||
+            report(k, "all_reduce", step,
+                   spc_all_reduce(k->g, &p.t[0], &p.t[in_place ? 0 : 1],
+                                  SPC_SUM));
+  geo g = {0, 1, (int64_t)n, 0, step};
+  bad = bad || check_2d(k, "all_reduce", p.x[in_place ? 0 : 1], 1,
+                        (int64_t)n, want_sum, &g);
+  io_free(&p);
   return bad;
+}
+
+/* Output [i, j] of an all_gather along dim: rank r's [li, lj]. */
+static float want_gather(const rk *k, const geo *g, int64_t i, int64_t j) {
+  (void)k;
+  int r = (int)(g->dim == 0 ? i / g->rows : j / g->cols);
+  int64_t li = g->dim == 0 ? i % g->rows : i;
+  int64_t lj = g->dim == 1 ? j % g->cols : j;
+  return val(r, (size_t)(li * g->cols + lj), g->step);
 }
 
 /* all_gather along dim of [rows, cols] per rank, checked. */
@@ -123,30 +178,22 @@ static int gather_once(rk *k, int64_t rows, int64_t cols, int dim, int step) {
   int64_t si[2] = {rows, cols};
   int64_t so[2] = {dim == 0 ? rows * k->world : rows,
                    dim == 1 ? cols * k->world : cols};
-  spc_buffer *bi = NULL, *bo = NULL;
-  float *xi = NULL, *xo = NULL;
-  spc_tensor ti, to;
-  int bad = wrapped(k, &bi, &xi, &ti, 2, si, step, 1) < 0 ||
-            wrapped(k, &bo, &xo, &to, 2, so, step, 0) < 0 ||
+  geo g = {cols, rows, cols, dim, step};
+  io p;
+  int bad = io_make(k, &p, 2, si, so, step) < 0 ||
             report(k, "all_gather", step,
-                   spc_all_gather(k->g, &ti, &to, dim, NULL));
-  for (int64_t i = 0; i < so[0] && !bad; i++)
-    for (int64_t j = 0; j < so[1] && !bad; j++) {
-      int r = (int)(dim == 0 ? i / rows : j / cols);
-      int64_t li = dim == 0 ? i % rows : i, lj = dim == 1 ? j % cols : j;
-      float want = val(r, (size_t)(li * cols + lj), step);
-      if (xo[i * so[1] + j] != want) {
-        fprintf(stderr, "rank %d step %d: all_gather dim %d [%lld,%lld] = "
-                "%g, want %g\n", k->rank, step, dim, (long long)i,
-                (long long)j, xo[i * so[1] + j], want);
-        bad = 1;
-      }
-    }
-  spc_buffer_free(bi);
-  spc_buffer_free(bo);
-  free(xi);
-  free(xo);
+                   spc_all_gather(k->g, &p.t[0], &p.t[1], dim, NULL)) ||
+            check_2d(k, "all_gather", p.x[1], so[0], so[1], want_gather, &g);
+  io_free(&p);
   return bad;
+}
+
+/* Output [i, j] of a reduce_scatter along dim: the sum of this rank's
+ * piece of every input. */
+static float want_scatter(const rk *k, const geo *g, int64_t i, int64_t j) {
+  int64_t gi = g->dim == 0 ? i + k->rank * g->rows : i;
+  int64_t gj = g->dim == 1 ? j + k->rank * g->cols : j;
+  return sum_of(k, (size_t)(gi * g->in_cols + gj), g->step);
 }
 
 /* reduce_scatter along dim of [rows * world, cols] (dim 0) or [rows,
@@ -156,32 +203,25 @@ static int scatter_once(rk *k, int64_t rows, int64_t cols, int dim,
   int w = k->world;
   int64_t si[2] = {dim == 0 ? rows * w : rows, dim == 1 ? cols * w : cols};
   int64_t so[2] = {rows, cols};
-  spc_buffer *bi = NULL, *bo = NULL;
-  float *xi = NULL, *xo = NULL;
-  spc_tensor ti, to;
-  int bad = wrapped(k, &bi, &xi, &ti, 2, si, step, 1) < 0 ||
-            wrapped(k, &bo, &xo, &to, 2, so, step, 0) < 0 ||
+  geo g = {si[1], rows, cols, dim, step};
+  io p;
+  int bad = io_make(k, &p, 2, si, so, step) < 0 ||
             report(k, "reduce_scatter", step,
-                   spc_reduce_scatter(k->g, &ti, &to, dim, NULL));
-  for (int64_t i = 0; i < rows && !bad; i++)
-    for (int64_t j = 0; j < cols && !bad; j++) {
-      int64_t gi = dim == 0 ? i + k->rank * rows : i;
-      int64_t gj = dim == 1 ? j + k->rank * cols : j;
-      float want = 0;
-      for (int r = 0; r < w; r++)
-        want += val(r, (size_t)(gi * si[1] + gj), step);
-      if (xo[i * cols + j] != want) {
-        fprintf(stderr, "rank %d step %d: reduce_scatter dim %d [%lld,%lld]"
-                " = %g, want %g\n", k->rank, step, dim, (long long)i,
-                (long long)j, xo[i * cols + j], want);
-        bad = 1;
-      }
-    }
-  spc_buffer_free(bi);
-  spc_buffer_free(bo);
-  free(xi);
-  free(xo);
+                   spc_reduce_scatter(k->g, &p.t[0], &p.t[1], dim, NULL)) ||
+            check_2d(k, "reduce_scatter", p.x[1], rows, cols, want_scatter,
+                     &g);
+  io_free(&p);
   return bad;
+}
+
+/* Output row block r of an all_to_all comes from rank r: its piece
+ * `rank` of the scattered dim. */
+static float want_a2a(const rk *k, const geo *g, int64_t i, int64_t j) {
+  int r = (int)(i / g->rows);
+  int64_t li = i % g->rows;
+  int64_t gi = g->dim == 0 ? li + k->rank * g->rows : li;
+  int64_t gj = g->dim == 1 ? j + k->rank * g->cols : j;
+  return val(r, (size_t)(gi * g->in_cols + gj), g->step);
 }
 
 /* all_to_all_v of [world * rows, cols] along dim 0 (plain copies), or
@@ -189,37 +229,19 @@ static int scatter_once(rk *k, int64_t rows, int64_t cols, int dim,
 static int a2a_once(rk *k, int64_t rows, int64_t cols, int sdim, int step) {
   int w = k->world;
   int64_t si[2] = {sdim == 0 ? rows * w : rows, sdim == 1 ? cols * w : cols};
-  int64_t so[2] = {sdim == 0 ? rows * w : rows * w, cols};
-  spc_buffer *bi = NULL, *bo = NULL;
-  float *xi = NULL, *xo = NULL;
-  spc_tensor ti, to;
+  int64_t so[2] = {rows * w, cols};
   int64_t splits[SPT_RK_MAXW];
   for (int j = 0; j < w; j++)
     splits[j] = rows;
   spc_op op = sdim == 0 ? spc_op_all_to_all_v(splits, splits)
                         : spc_op_all_to_all(sdim, 0, so[0]);
-  int bad = wrapped(k, &bi, &xi, &ti, 2, si, step, 1) < 0 ||
-            wrapped(k, &bo, &xo, &to, 2, so, step, 0) < 0 ||
-            report(k, "all_to_all", step, spc_run(k->g, &op, &ti, &to));
-  /* Out row block r comes from rank r: its piece `rank` of dim sdim. */
-  for (int64_t i = 0; i < so[0] && !bad; i++)
-    for (int64_t j = 0; j < cols && !bad; j++) {
-      int r = (int)(i / rows);
-      int64_t li = i % rows;
-      int64_t gi = sdim == 0 ? li + k->rank * rows : li;
-      int64_t gj = sdim == 1 ? j + k->rank * cols : j;
-      float want = val(r, (size_t)(gi * si[1] + gj), step);
-      if (xo[i * cols + j] != want) {
-        fprintf(stderr, "rank %d step %d: all_to_all sdim %d [%lld,%lld] = "
-                "%g, want %g\n", k->rank, step, sdim, (long long)i,
-                (long long)j, xo[i * cols + j], want);
-        bad = 1;
-      }
-    }
-  spc_buffer_free(bi);
-  spc_buffer_free(bo);
-  free(xi);
-  free(xo);
+  geo g = {si[1], rows, cols, sdim, step};
+  io p;
+  int bad = io_make(k, &p, 2, si, so, step) < 0 ||
+            report(k, "all_to_all", step,
+                   spc_run(k->g, &op, &p.t[0], &p.t[1])) ||
+            check_2d(k, "all_to_all", p.x[1], so[0], cols, want_a2a, &g);
+  io_free(&p);
   return bad;
 }
 

@@ -11,7 +11,8 @@ import spcoll  # noqa: F401
 from spcoll import c10d
 
 
-def _staged(before, after):
+def staged_bytes(before, after):
+    """Bytes the C++ backend staged in and out between two counts()."""
     return (after["staged_in_bytes"] - before["staged_in_bytes"] +
             after["staged_out_bytes"] - before["staged_out_bytes"])
 
@@ -57,11 +58,11 @@ def run(rank, world, socket, store):
     for k in mine:
         if not torch.allclose(mine[k], ref[k], rtol=1e-5, atol=1e-5):
             out["bad"].append("%s differs from gloo" % k)
-    out["staged_new"] = _staged(before, after)
+    out["staged_new"] = staged_bytes(before, after)
     out["direct_new"] = after["direct_bytes"] - before["direct_bytes"]
     before = c10d.counts()
     dist.all_reduce(old)
-    out["staged_old"] = _staged(before, c10d.counts())
+    out["staged_old"] = staged_bytes(before, c10d.counts())
     if not torch.equal(old, torch.full((1000,), float(sum(range(world))))):
         out["bad"].append("all_reduce of a tensor made before: %s" % old[:4])
     dist.destroy_process_group()

@@ -12,10 +12,7 @@ import torch.distributed as dist
 import spcoll  # noqa: F401
 from spcoll import c10d
 
-
-def _staged(before, after):
-    return (after["staged_in_bytes"] - before["staged_in_bytes"] +
-            after["staged_out_bytes"] - before["staged_out_bytes"])
+from allocator_ranks import staged_bytes
 
 
 def _delta(before, after, key):
@@ -77,7 +74,7 @@ def run(rank, world, socket, store):
         for k in mine:
             if not torch.allclose(mine[k], ref[k], rtol=1e-5, atol=1e-5):
                 out["bad"].append("%s (n %d) differs from gloo" % (k, n))
-        out.setdefault("staged", []).append(_staged(before, after))
+        out.setdefault("staged", []).append(staged_bytes(before, after))
         out.setdefault("wrapped", []).append(
             _delta(before, after, "wrapped_bytes"))
     # the same tensor as input and output of all_to_all_single: staged,
@@ -96,7 +93,7 @@ def run(rank, world, socket, store):
     w.wait()
     small = torch.ones(16)
     dist.all_reduce(small)
-    out["async_staged"] = _staged(before, c10d.counts())
+    out["async_staged"] = staged_bytes(before, c10d.counts())
     out["async_wrapped"] = _delta(before, c10d.counts(), "wrapped_bytes")
     if not torch.equal(small, torch.full((16,), float(world))):
         out["bad"].append("small all_reduce: %s" % small[:4])
