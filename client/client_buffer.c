@@ -237,6 +237,15 @@ int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
   return SPC_OK;
 }
 
+uint64_t spc__tensor_bytes(const spc_tensor *t) {
+  uint64_t n = spc_dtype_size(t->dtype);
+  for (int i = 0; i < t->ndim && i < SPC_MAX_DIMS; i++)
+    if (t->shape[i] < 0 ||
+        __builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
+      return UINT64_MAX;
+  return n;
+}
+
 void *spc_tensor_data(const spc_tensor *t) {
   return t && t->buf ? (uint8_t *)t->buf->data + t->offset : NULL;
 }

@@ -226,7 +226,7 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
   }
   if (rc == SPC_OK && !direct)
     memcpy(spc_tensor_data(out), spc__fast_stage(f, g->rank, SPK_T_OUT, s),
-           spc__fast_tensor_bytes(out));
+           spc__tensor_bytes(out));
   if (!mine) { /* mine: the staging was not used */
     if (f->small[g->rank])
       f->last_use[s & 1] = s;
@@ -269,7 +269,7 @@ static int stage_in(spc_group *g, const spc_tensor *in) {
       return rc;
   }
   f->claim_put = s;
-  f->claim_bytes = spc__fast_tensor_bytes(in);
+  f->claim_bytes = spc__tensor_bytes(in);
   if (f->lines[g->rank] || f->tiny[g->rank])
     spc__fast_lines_put(f, s, spc_tensor_data(in), f->claim_bytes);
   else

@@ -6,16 +6,6 @@
 
 #include "client_fast_internal.h"
 
-/* UINT64_MAX for a shape whose bytes do not fit (never fits anything). */
-uint64_t spc__fast_tensor_bytes(const spc_tensor *t) {
-  uint64_t n = spc_dtype_size(t->dtype);
-  for (int i = 0; i < t->ndim && i < SPC_MAX_DIMS; i++)
-    if (t->shape[i] < 0 ||
-        __builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
-      return UINT64_MAX;
-  return n;
-}
-
 /* b is one of c's own buffers (spc_buffer_alloc), not a record made by
  * hand for memory the daemon may know under another client. */
 static int buffer_own(const spc_client *c, const spc_buffer *b) {
@@ -40,7 +30,7 @@ int spc__fast_fits(const spc_fast *f, const spc_group *g, int kind,
   for (int i = 0; i < 2; i++) {
     const spc_tensor *t = ts[i];
     size_t es = spc_dtype_size(t->dtype);
-    n[i] = spc__fast_tensor_bytes(t);
+    n[i] = spc__tensor_bytes(t);
     if (!buffer_own(g->client, t->buf) || t->buf->gpu != NULL || es == 0 ||
         t->offset % es != 0 || t->ndim < 1 || t->ndim > SPC_MAX_DIMS ||
         t->offset > t->buf->size || n[i] > t->buf->size - t->offset)

@@ -206,7 +206,6 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v);
 
 /* ---- client_fast_desc.c ---- */
 
-uint64_t spc__fast_tensor_bytes(const spc_tensor *t);
 /* Whether in and out may run op `kind` here (anything else is the
  * daemon's to judge). */
 int spc__fast_fits(const spc_fast *f, const spc_group *g, int kind,

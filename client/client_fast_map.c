@@ -246,7 +246,7 @@ static int reads_safely(const spc_group *g, int kind, const spc_tensor *in,
 
 int spc__fast_map_want(const spc_group *g, int kind, const spc_tensor *in,
                        const spc_tensor *out) {
-  uint64_t n[2] = {spc__fast_tensor_bytes(in), spc__fast_tensor_bytes(out)};
+  uint64_t n[2] = {spc__tensor_bytes(in), spc__tensor_bytes(out)};
   /* Caller memory staged would go through the daemon past op_bytes: one
    * copy read in place beats three at any size; map_bytes 0 still says
    * never. */

@@ -99,9 +99,9 @@ static void stage_out_fill(spc_group *g, uint64_t s, const spc_tensor *out) {
   for (size_t i = 0; i < p->nmoves; i++)
     if (p->moves[i].dst_rank == me)
       covered += spk_move_bytes(&p->moves[i]);
-  if (covered < spc__fast_tensor_bytes(out))
+  if (covered < spc__tensor_bytes(out))
     memcpy(spc__fast_stage(g->fast, g->rank, SPK_T_OUT, s),
-           spc_tensor_data(out), spc__fast_tensor_bytes(out));
+           spc_tensor_data(out), spc__tensor_bytes(out));
 }
 
 static int run_reduce(spc_group *g, const spk_reduce *r, uint8_t **bases) {

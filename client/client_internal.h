@@ -85,6 +85,10 @@ int spc__tensor_check(spc_client *c, const char *what, const spc_buffer *buf,
                       uint64_t offset, spc_dtype dtype, int ndim,
                       const int64_t *shape);
 
+/* t's bytes; UINT64_MAX for a shape whose bytes do not fit (it then fits
+ * no buffer). */
+uint64_t spc__tensor_bytes(const spc_tensor *t);
+
 /* This thread's buffer for spc_connect failures (512 bytes). */
 char *spc__connect_error(void);
 

@@ -17,13 +17,6 @@
 
 #include "client_internal.h"
 
-static uint64_t tensor_bytes(const spc_tensor *t) {
-  uint64_t n = spc_dtype_size(t->dtype);
-  for (int i = 0; i < t->ndim; i++)
-    n *= (uint64_t)t->shape[i];
-  return n;
-}
-
 int spc__wrapped(const spc_tensor *in, const spc_tensor *out) {
   return (in != NULL && in->buf != NULL && in->buf->wrapped) ||
          (out != NULL && out->buf != NULL && out->buf->wrapped);
@@ -76,7 +69,7 @@ int spc__wrap_begin(spc_client *c, spc__wrap *w, const spc_tensor **in_p,
     rc = record_fits(c, out, "output");
   if (rc < 0)
     return wrap_fail(w, c, rc);
-  uint64_t n[2] = {tensor_bytes(in), tensor_bytes(out)};
+  uint64_t n[2] = {spc__tensor_bytes(in), spc__tensor_bytes(out)};
   /* The very same bytes (an all_reduce in place) are staged once; any
    * other pair apart, so the op reads its input as it was (the layouts
    * the daemon takes in place, an all_gather's input in its slot of the
@@ -110,7 +103,7 @@ int spc__wrap_end(spc_client *c, spc__wrap *w, int rc) {
                      w->why);
   if (w->active && rc == SPC_OK && w->user_out != NULL)
     memcpy(spc_tensor_data(w->user_out), spc_tensor_data(&w->out),
-           tensor_bytes(w->user_out));
+           spc__tensor_bytes(w->user_out));
   w->active = 0;
   return rc;
 }
