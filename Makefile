@@ -17,6 +17,7 @@ PBC_CFLAGS  := $(shell $(PKG_CONFIG) --cflags libprotobuf-c 2>/dev/null)
 PBC_LIBS    := $(shell $(PKG_CONFIG) --libs libprotobuf-c 2>/dev/null)
 SD_LIBS     := $(shell $(PKG_CONFIG) --libs libsystemd 2>/dev/null)
 UCX_LIBS    := $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null || echo -lucp -lucs)
+CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null || echo -lcrypto)
 CHECK_CFLAGS:= $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS  := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
@@ -104,7 +105,7 @@ $(BUILD)/%.o: %.c $(PB_H)
 
 $(SPCOLLD): $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(CRYPTO_LIBS) $(GPU_LIBS)
 
 # GPU code compiles whenever CUDA is found; nothing else sees its headers.
 $(BUILD)/daemon/gpu/gpu_probe.o: daemon/gpu/gpu_probe.c $(PB_H)
@@ -149,7 +150,7 @@ $(BUILD)/demo/%.o: demo/%.c $(PB_H)
 DAEMON_LIB_OBJ := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJ))
 $(BUILD)/tests/unit_daemon_%: $(BUILD)/tests/unit/unit_daemon_%.o $(DAEMON_LIB_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(GPU_LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(CRYPTO_LIBS) $(GPU_LIBS) -lm
 
 # Unit suites of the client library link it whole.
 $(BUILD)/tests/unit_client_%: $(BUILD)/tests/unit/unit_client_%.o $(LIBA)
@@ -188,6 +189,15 @@ $(FAST_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
   $(BUILD)/tests/integ/harness_nodes.o $(BUILD)/tests/integ/ops_ref.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
+
+# The peer-port suite speaks the daemons' bootstrap (peer_auth.c) and UCX
+# itself.
+$(BUILD)/tests/test_peer_ucx: $(BUILD)/tests/integ/test_peer_ucx.o \
+  $(BUILD)/tests/integ/harness.o $(BUILD)/tests/integ/harness_nodes.o \
+  $(BUILD)/tests/integ/ops_ref.o $(BUILD)/daemon/peer/peer_auth.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) $(UCX_LIBS) \
+	  $(CRYPTO_LIBS) -lm
 
 # Tests: unit suites, then integration suites against a real daemon.
 # `check` runs them plain, then under ASan+UBSan (build-asan/), then the

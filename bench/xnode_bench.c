@@ -5,7 +5,10 @@
  * scripts/bench_ucx.sh wrote in the same run (make bench-multinode), with
  * what node 0 sent per op as its stats count it (UCX messages and bytes):
  * what scripts/scale_model.py predicts at the same scale (docs/scale.md).
- * Prints numbers; asserts nothing. */
+ * With --spcolld-noauth (spcolld built without the control messages'
+ * MACs and the tags' salt, mk/multinode.mk), every point runs again on a
+ * second set of daemons of that build, alternating: what authentication
+ * costs, in the same run. Prints numbers; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +28,8 @@ typedef struct {
   double secs[XB_MAXW];       /* each rank's timed loop */
 } xb_point;
 
-static spt_nodes xb_nodes;
+static spt_nodes xb_nodes, xb_plain; /* authenticated; without the MACs */
+static spt_nodes *xb_cur = &xb_nodes;
 
 static double now_s(void) {
   struct timespec ts;
@@ -42,7 +46,7 @@ static int xb_op(spc_group *g, const xb_point *p, const spc_tensor *in,
 /* One rank: a warm-up op, then the timed loop. */
 static int xb_rank(int rank, int world, void *arg) {
   xb_point *p = arg;
-  spc_client *c = spt_connect(xb_nodes.d[rank % xb_nnodes].socket);
+  spc_client *c = spt_connect(xb_cur->d[rank % xb_nnodes].socket);
   spc_group *g;
   spc_buffer *b;
   char name[64];
@@ -95,16 +99,41 @@ static double ucx_bw(const char *csv, size_t bytes) {
   return bw;
 }
 
+/* The point on the node set N: its time per op in seconds (the slowest
+ * rank's), 0 when it failed. */
+static double xb_time(xb_point *p, spt_nodes *N) {
+  xb_cur = N;
+  memset(p->secs, 0, sizeof(p->secs));
+  if (spt_run_ranks(xb_world, xb_rank, p, 600) != 0)
+    return 0;
+  double t = 0;
+  for (int r = 0; r < xb_world; r++)
+    t = p->secs[r] > t ? p->secs[r] : t;
+  return t / p->iters;
+}
+
+static int xb_start(spt_nodes *N, const char *spcolld) {
+  if (spcolld != NULL)
+    setenv("SPCOLLD", spcolld, 1);
+  if (spt_nodes_start(N, xb_nnodes, NULL) == 0)
+    return 0;
+  fprintf(stderr, "xnode-bench: the daemons (%s) did not start\n",
+          getenv("SPCOLLD") ? getenv("SPCOLLD") : "build/bin/spcolld");
+  return -1;
+}
+
 int main(int argc, char **argv) {
   size_t max = 16u << 20;
-  const char *csv = NULL;
+  const char *csv = NULL, *spcolld = NULL, *noauth = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--max-bytes") == 0)
       max = strtoull(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--ucx-csv") == 0)
       csv = argv[i + 1];
     else if (strcmp(argv[i], "--spcolld") == 0)
-      setenv("SPCOLLD", argv[i + 1], 1);
+      spcolld = argv[i + 1];
+    else if (strcmp(argv[i], "--spcolld-noauth") == 0)
+      noauth = argv[i + 1];
     else if (strcmp(argv[i], "--nodes") == 0)
       xb_nnodes = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--ranks-per-node") == 0)
@@ -117,10 +146,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   xb_world *= xb_nnodes; /* from here on: the world */
-  if (spt_nodes_start(&xb_nodes, xb_nnodes, NULL) < 0) {
-    fprintf(stderr, "xnode-bench: the daemons did not start\n");
+  if (xb_start(&xb_nodes, spcolld) < 0 ||
+      (noauth != NULL && xb_start(&xb_plain, noauth) < 0))
     return 1;
-  }
   xb_point *p = mmap(NULL, sizeof(*p), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
@@ -130,9 +158,12 @@ int main(int argc, char **argv) {
   printf("# cross-node: %d nodes (UCX_TLS=%s), %d ranks (rank r on node r %% "
          "%d); node GB/s = bytes each node sends to others / time\n",
          xb_nnodes, getenv("UCX_TLS"), xb_world, xb_nnodes);
-  printf("%-10s %12s %10s %9s %9s %10s %12s %7s %8s %12s\n", "op",
+  if (noauth != NULL)
+    printf("# noauth_us: the same op on daemons without the MACs and the "
+           "tag salt (%s); auth_cost = time_us / noauth_us - 1\n", noauth);
+  printf("%-10s %12s %10s %9s %9s %10s %12s %7s %8s %12s %10s %9s\n", "op",
          "bytes/rank", "time_us", "algbw", "busbw", "node_GB/s", "ucx_tag_bw",
-         "ratio", "msgs/op", "bytes/op");
+         "ratio", "msgs/op", "bytes/op", "noauth_us", "auth_cost");
   double w = xb_world, share = 1.0 - 1.0 / xb_nnodes; /* remote fraction */
   for (int op = 0; op < 2; op++)
     /* bench_ucx.sh's ladder (8 B x4, then max), from 2 KiB */
@@ -142,15 +173,15 @@ int main(int argc, char **argv) {
       long long m0 = spt_daemon_stat(&xb_nodes.d[0], "peer_streams_sent");
       long long b0 = spt_daemon_stat(&xb_nodes.d[0], "mover_ucx_bytes");
       p->iters = bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 10 : 3;
-      if (spt_run_ranks(xb_world, xb_rank, p, 600) != 0) {
+      double t = xb_time(p, &xb_nodes);
+      long long m1 = spt_daemon_stat(&xb_nodes.d[0], "peer_streams_sent");
+      long long b1 = spt_daemon_stat(&xb_nodes.d[0], "mover_ucx_bytes");
+      double tp = noauth != NULL && t > 0 ? xb_time(p, &xb_plain) : 0;
+      if (t == 0 || (noauth != NULL && tp == 0)) {
         fprintf(stderr, "xnode-bench: %s %zu failed\n",
                 op ? "all_gather" : "all_to_all", bytes);
         break;
       }
-      double t = 0;
-      for (int r = 0; r < xb_world; r++)
-        t = p->secs[r] > t ? p->secs[r] : t;
-      t /= p->iters;
       /* nccl-tests: algbw of all_to_all counts the input, all_gather the
        * output; busbw = algbw (n-1)/n for both. */
       double alg = (op ? bytes * w : bytes) / t / 1e9;
@@ -161,16 +192,20 @@ int main(int argc, char **argv) {
       double ubw = ucx_bw(csv, bytes);
       /* What node 0 sent per op (the warm-up op included). */
       double ops = p->iters + 1;
-      long long m1 = spt_daemon_stat(&xb_nodes.d[0], "peer_streams_sent");
-      long long b1 = spt_daemon_stat(&xb_nodes.d[0], "mover_ucx_bytes");
       printf("%-10s %12zu %10.1f %9.3f %9.3f %10.3f %12.3f %7.2f %8.1f "
-             "%12.0f\n", op ? "all_gather" : "all_to_all", bytes, t * 1e6,
+             "%12.0f", op ? "all_gather" : "all_to_all", bytes, t * 1e6,
              alg, alg * (w - 1) / w, node_out / t / 1e9, ubw,
              ubw > 0 ? node_out / t / 1e9 / ubw : 0.0,
              (double)(m1 - m0) / ops, (double)(b1 - b0) / ops);
+      if (tp > 0)
+        printf(" %10.1f %+8.1f%%", tp * 1e6, (t / tp - 1) * 100);
+      putchar('\n');
       fflush(stdout);
       if (bytes >= max)
         break;
     }
-  return spt_nodes_stop(&xb_nodes) == 0 ? 0 : 1;
+  int bad = spt_nodes_stop(&xb_nodes);
+  if (noauth != NULL)
+    bad |= spt_nodes_stop(&xb_plain);
+  return bad == 0 ? 0 : 1;
 }

@@ -17,14 +17,27 @@ $(PLAN_BENCH): $(BUILD)/bench/plan_bench.o $(LIBA)
 
 all: $(XNODE_BENCH) $(PLAN_BENCH)
 
+# The baseline for what peer authentication costs: spcolld with every
+# control message's MAC and the data tags' salt compiled out
+# (SPD_PEER_NO_AUTH in daemon/peer/peer_auth.c; the handshake still runs).
+# Built for bench-multinode only; never installed, never the daemon.
+SPCOLLD_NOAUTH := $(BUILD)/bin/spcolld-noauth
+$(BUILD)/noauth/peer_auth.o: daemon/peer/peer_auth.c $(PB_H)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) -DSPD_PEER_NO_AUTH -c $< -o $@
+$(SPCOLLD_NOAUTH): $(filter-out $(BUILD)/daemon/peer/peer_auth.o,$(DAEMON_OBJ)) \
+  $(BUILD)/noauth/peer_auth.o $(COMMON_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(CRYPTO_LIBS) $(GPU_LIBS)
+
 .PHONY: bench-multinode
 bench-multinode: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all $(SPCOLLD_NOAUTH)
 	$(Q)mkdir -p $(BUILD)/bench
 	$(Q)UCX_TLS=$${UCX_TLS:-tcp} sh scripts/bench_ucx.sh -o $(BUILD)/bench/ucx_xnode.csv \
 	  -m $(XNODE_MAX_BYTES) > /dev/null
 	$(Q)UCX_TLS=$${UCX_TLS:-tcp} $(XNODE_BENCH) --spcolld $(SPCOLLD) \
-	  --ucx-csv $(BUILD)/bench/ucx_xnode.csv --max-bytes $(XNODE_MAX_BYTES) \
+	  --spcolld-noauth $(SPCOLLD_NOAUTH) --ucx-csv $(BUILD)/bench/ucx_xnode.csv --max-bytes $(XNODE_MAX_BYTES) \
 	  | tee $(BUILD)/bench/xnode.txt
 	$(Q)$(PLAN_BENCH) | tee $(BUILD)/bench/plan.txt
 

@@ -5,7 +5,7 @@
 # when everything is there; needs root (or sudo) when something is not.
 set -eu
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler \
-check libsystemd-dev libucx-dev ucx-utils valgrind python3 systemd prometheus clang libclang-rt-14-dev \
+check libsystemd-dev libucx-dev libssl-dev ucx-utils valgrind python3 systemd prometheus clang libclang-rt-14-dev \
 python3-venv python3-dev python3-torch python3-pytest openmpi-bin libopenmpi-dev gnuplot-nox iproute2"
 missing=""
 for p in $PKGS; do

@@ -11,6 +11,9 @@ pass=0 fail=0 skip=0
 failed=""
 export SPCOLLD="$BUILD/bin/spcolld"
 export SPC_TEST_DATA="$(dirname "$0")/data"
+# The peer fuzzer (unit_daemon_peer_fuzz) runs a minute under the
+# sanitizers, a few seconds plain.
+[ "${SPC_SANITIZED:-0}" = 1 ] && export SPT_FUZZ_SECONDS=${SPT_FUZZ_SECONDS:-60}
 run() {
   name=${2:-$(basename "$1")}
   log="$BUILD/tests/$name.log"

@@ -120,7 +120,10 @@ typedef struct {
   spd_hostport peers[SPD_MAX_NODES]; /* every node's daemon, by node index */
   int npeers;              /* 0: this daemon serves one node alone */
   int node_index;          /* this node's entry in peers */
-  spd_hostport ucx_listen; /* where to listen; port 0: peers[node_index] */
+  spd_hostport ucx_listen; /* where the peers' bootstrap listens (TCP);
+                            * port 0: peers[node_index] */
+  char peer_key_file[4096]; /* the node key (peer_auth.h); "": the systemd
+                             * credential peer-key, if any */
   int peer_timeout;        /* seconds of silence before a peer is lost */
   unsigned operator_uid[SPD_MAX_OPERATORS];
   int noperator_uid;

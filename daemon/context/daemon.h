@@ -58,7 +58,11 @@ typedef struct {
     "Op data streams (UCX messages) sent to other nodes.")                   \
   X(peer_refused, spcoll_peer_refused_total,                                 \
     "Peer messages refused: a number out of range or not the sender's, "     \
-    "an op past its window, a quota spent.")
+    "an op past its window, a quota spent.")                                 \
+  X(peer_unauthenticated, spcoll_peer_unauthenticated_total,                 \
+    "Peer bootstrap connections and control messages refused before "        \
+    "authentication: no or a wrong proof of the node key, a wrong MAC, a "   \
+    "replay, garbage.")
 
 typedef struct {
 #define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;
@@ -127,6 +131,7 @@ typedef struct spd_ctx {
   uint64_t refused_log_ns;          /* last "connection refused" log line */
   spd_log_limit control_refused_log; /* lines of refused operator commands */
   spd_log_limit peer_refused_log;   /* lines of refused peer messages */
+  spd_log_limit peer_auth_log;      /* lines of unauthenticated ones */
   uint64_t drain_started_ns;        /* for the drain deadline */
   uint64_t drain_quiet_ns;          /* since when nothing is under way */
 } spd_ctx;

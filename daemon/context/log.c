@@ -84,6 +84,22 @@ void spd_log_limit_told(const spd_logger *lg, uint64_t n, const char *what,
              (unsigned long long)n, what, SPD_REFUSED_WINDOW_S, counter);
 }
 
+void spd_log_refusal(const spd_logger *lg, spd_log_limit *l, uint64_t now,
+                     uint64_t *count, const char *what, const char *counter,
+                     const char *prefix, const char *fmt, va_list ap) {
+  uint64_t ended;
+  (*count)++;
+  int log = spd_log_limit_take(l, now, SPD_REFUSED_BURST,
+                               SPD_REFUSED_WINDOW_NS, &ended);
+  spd_log_limit_told(lg, ended, what, counter);
+  if (!log || SPD_LOG_WARN > lg->level)
+    return;
+  char text[512];
+  if (vsnprintf(text, sizeof(text), fmt, ap) < 0)
+    snprintf(text, sizeof(text), "(vsnprintf of the reason failed)");
+  SPD_WARN(lg, "%s: %s", prefix, text);
+}
+
 /* One line per call, written with a single fprintf so lines from the mover
  * threads do not interleave mid-line. Control bytes are escaped whatever
  * the message holds: text from a client or a peer that reached it

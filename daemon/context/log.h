@@ -3,6 +3,7 @@
 #ifndef SPD_LOG_H
 #define SPD_LOG_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,13 @@ uint64_t spd_log_limit_end(spd_log_limit *l, uint64_t now,
  * all of them counted in the stats' `counter`; nothing when n is 0. */
 void spd_log_limit_told(const spd_logger *lg, uint64_t n, const char *what,
                         const char *counter);
+/* One refusal a client or a peer may cause at will, at now: counted in
+ * *count and logged at warn as "<prefix>: <fmt's text>" within l's limit;
+ * a window that ended with unlogged lines is told first (as `what`,
+ * counted in the stats' `counter`). */
+void spd_log_refusal(const spd_logger *lg, spd_log_limit *l, uint64_t now,
+                     uint64_t *count, const char *what, const char *counter,
+                     const char *prefix, const char *fmt, va_list ap);
 
 #define SPD_LOG(lg, lvl, ...)                                         \
   do {                                                                \

@@ -127,8 +127,12 @@ static void usage(FILE *out) {
           "  --peers H:P,...    every node's daemon (UCX), by node index;\n"
           "                     unset: this node alone\n"
           "  --node-index I     this node's entry in --peers (0)\n"
-          "  --ucx-listen A:P   UCX listen address (default: its --peers "
-          "entry)\n"
+          "  --ucx-listen A:P   where the peers' bootstrap (TCP) listens\n"
+          "                     (default: this node's --peers entry)\n"
+          "  --peer-key-file F  the node key every node shares: a file of\n"
+          "                     32+ random bytes, mode 600 (default: the\n"
+          "                     systemd credential peer-key); needed with "
+          "--peers\n"
           "  --peer-timeout N   a peer silent for N s is lost (30)\n"
           "  --version, --help\n");
   fprintf(out, "  --mover M          the engine an op goes to when it can run "
@@ -169,6 +173,7 @@ static const struct option opts[] = {
     {"node-index", required_argument, NULL, 'n'},
     {"ucx-listen", required_argument, NULL, 'x'},
     {"peer-timeout", required_argument, NULL, 't'},
+    {"peer-key-file", required_argument, NULL, 'K'},
     {"operator-uid", required_argument, NULL, 'O'},
     {"operator-gid", required_argument, NULL, 'Q'},
     {"version", no_argument, NULL, 'V'},
@@ -284,6 +289,13 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
     break;
   case 'x':
     rc = spd_parse_hostport("--ucx-listen", arg, &cfg->ucx_listen, err);
+    break;
+  case 'K':
+    if (strlen(arg) >= sizeof(cfg->peer_key_file) || arg[0] == '\0')
+      return spk_err_set(err, SPK_EINVAL, "--peer-key-file: path of %zu "
+                         "bytes is empty or longer than %zu", strlen(arg),
+                         sizeof(cfg->peer_key_file) - 1);
+    snprintf(cfg->peer_key_file, sizeof(cfg->peer_key_file), "%s", arg);
     break;
   case 't':
     rc = parse_int("--peer-timeout", arg, 1, 86400, 10, &v, err);
@@ -416,8 +428,31 @@ int spd_config_parse_args(spd_config *cfg, int argc, char **argv,
   return spd_config_finish(cfg, err);
 }
 
-/* The stats socket lives beside the control socket unless set; the UCX
- * listen address defaults to this node's --peers entry. */
+/* A daemon that peers must authenticate its peers: without
+ * --peer-key-file, the systemd credential "peer-key" (LoadCredential=)
+ * is the key; with neither, it does not start. */
+static int peer_key_default(spd_config *cfg, spk_err *err) {
+  if (cfg->npeers == 0 || cfg->peer_key_file[0] != '\0')
+    return SPK_OK;
+  const char *dir = getenv("CREDENTIALS_DIRECTORY");
+  if (dir != NULL && dir[0] != '\0') {
+    int n = snprintf(cfg->peer_key_file, sizeof(cfg->peer_key_file),
+                     "%s/peer-key", dir);
+    if (n > 0 && (size_t)n < sizeof(cfg->peer_key_file) &&
+        access(cfg->peer_key_file, F_OK) == 0)
+      return SPK_OK;
+    cfg->peer_key_file[0] = '\0';
+  }
+  return spk_err_set(err, SPK_EINVAL, "--peers needs --peer-key-file (or the "
+                     "systemd credential peer-key): the key every node "
+                     "shares, which authenticates peer daemons. Make one "
+                     "and copy it to every node: head -c 32 /dev/urandom > "
+                     "/etc/spcoll/peer.key && chmod 600 "
+                     "/etc/spcoll/peer.key");
+}
+
+/* The stats socket lives beside the control socket unless set; the
+ * peers' bootstrap listens at this node's --peers entry unless set. */
 int spd_config_finish(spd_config *cfg, spk_err *err) {
   if (cfg->npeers > 0 && cfg->node_index >= cfg->npeers)
     return spk_err_set(err, SPK_EINVAL, "--node-index %d is not an entry of "
@@ -425,6 +460,9 @@ int spd_config_finish(spd_config *cfg, spk_err *err) {
                        cfg->npeers);
   if (cfg->npeers > 0 && cfg->ucx_listen.port == 0)
     cfg->ucx_listen = cfg->peers[cfg->node_index];
+  int rc = peer_key_default(cfg, err);
+  if (rc < 0)
+    return rc;
   if (cfg->stats_socket_path[0] != '\0')
     return SPK_OK;
   const char *slash = strrchr(cfg->socket_path, '/');
@@ -469,6 +507,8 @@ void spd_config_dump(const spd_config *cfg, FILE *out) {
     fprintf(out, "ucx_listen %s:%d\n", cfg->ucx_listen.host,
             cfg->ucx_listen.port);
   fprintf(out, "peer_timeout %d\n", cfg->peer_timeout);
+  if (cfg->peer_key_file[0] != '\0')
+    fprintf(out, "peer_key_file %s\n", cfg->peer_key_file);
   for (int i = 0; i < cfg->noperator_uid; i++)
     fprintf(out, "operator_uid %u\n", cfg->operator_uid[i]);
   for (int i = 0; i < cfg->noperator_gid; i++)

@@ -86,22 +86,14 @@ static void refused_summary(spd_ctx *ctx, uint64_t n) {
 }
 
 void spd_group_peer_refused(spd_ctx *ctx, int node, const char *fmt, ...) {
-  uint64_t ended;
-  ctx->stats.peer_refused++;
-  int log = spd_log_limit_take(&ctx->peer_refused_log, spd_now_ns(),
-                               SPD_REFUSED_BURST, SPD_REFUSED_WINDOW_NS,
-                               &ended);
-  refused_summary(ctx, ended);
-  if (!log || SPD_LOG_WARN > ctx->log.level)
-    return;
-  char what[512];
+  char prefix[48];
+  snprintf(prefix, sizeof(prefix), "message of node %d refused", node);
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(what, sizeof(what), fmt, ap);
+  spd_log_refusal(&ctx->log, &ctx->peer_refused_log, spd_now_ns(),
+                  &ctx->stats.peer_refused, "refused peer messages",
+                  "peer_refused", prefix, fmt, ap);
   va_end(ap);
-  if (n < 0)
-    snprintf(what, sizeof(what), "(vsnprintf of the reason failed)");
-  SPD_WARN(&ctx->log, "message of node %d refused: %s", node, what);
 }
 
 void spd_group_peer_refused_tick(spd_ctx *ctx, uint64_t now) {

@@ -1,9 +1,13 @@
-/* The peer transport: UCX endpoints to and from the other nodes, control
- * messages as active messages, endpoint errors, the worker driven from
- * the loop. What the messages and errors mean for a node (Hello, up,
- * lost) is node membership's (peer_member.c), reached through
- * P->member. Set-up and stop: peer_life.c; op data: peer_xfer.c. */
+/* The peer transport: a UCX endpoint to each other node, made from the
+ * worker address its bootstrap handed over (peer_boot.c); control
+ * messages as active messages under the session's MAC; endpoint errors;
+ * the worker driven from the loop. What the messages and errors mean for
+ * a node (Hello, up, lost) is node membership's (peer_member.c), reached
+ * through P->member. Set-up and stop: peer_life.c; op data:
+ * peer_xfer.c. */
 #include <netdb.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,32 +49,7 @@ static void on_out_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   spd_peer_event_push(p->peers, ev);
 }
 
-/* The argument is the peer state, not the spd_in_ep, which may be gone
- * by the time UCX reports: the event finds it by ep. */
-static void on_in_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
-  spd_peers *P = arg;
-  spd_peer_event *ev = event_new(EV_EP_ERROR, -1);
-  if (ev == NULL)
-    return;
-  ev->ep = ep;
-  snprintf(ev->why, sizeof(ev->why), "endpoint from it failed: %s",
-           ucs_status_string(status));
-  spd_peer_event_push(P, ev);
-}
-
 /* ---- loss and connection ------------------------------------------------ */
-
-void spd_peer_in_eps_close(spd_peers *P, int node) {
-  spd_in_ep *in = TAILQ_FIRST(&P->in_eps), *next;
-  for (; in != NULL; in = next) {
-    next = TAILQ_NEXT(in, link);
-    if (node >= 0 && in->node != node)
-      continue;
-    TAILQ_REMOVE(&P->in_eps, in, link);
-    spd_peer_ep_close(P, in->ep);
-    free(in);
-  }
-}
 
 int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
                      socklen_t *len, char *why, size_t wlen) {
@@ -89,48 +68,61 @@ int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
   return 0;
 }
 
-int spd_peer_ep_open(spd_peers *P, int node) {
+/* Our endpoint to node, from the worker address its bootstrap gave; the
+ * session of that bootstrap keys what we send it. */
+void spd_peer_ep_made(spd_peers *P, int node, const void *addr, size_t len,
+                      const spd_auth_exchange *x) {
   spd_peer *p = &P->peer[node];
-  const spd_hostport *hp = &P->ctx->cfg.peers[node];
-  struct sockaddr_storage ss;
-  socklen_t slen;
-  char why[160];
-  if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0) {
-    SPD_WARN(&P->ctx->log, "node %d: %s", node, why);
-    return -1;
-  }
+  (void)len; /* the address carries its own length; it was MACed whole */
+  if (p->ep != NULL)
+    return; /* one came meanwhile (a second dial): keep it */
   ucp_ep_params_t ep = {
-      .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+      .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER,
-      .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = slen},
+      .address = addr,
       .err_mode = UCP_ERR_HANDLING_MODE_PEER,
       .err_handler = {.cb = on_out_ep_error, .arg = p}};
   ucs_status_t st = ucp_ep_create(P->worker, &ep, &p->ep);
   if (st != UCS_OK) {
-    SPD_DEBUG(&P->ctx->log, "ucp_ep_create to node %d (%s:%d): %s", node,
-              hp->host, hp->port, ucs_status_string(st));
+    SPD_WARN(&P->ctx->log, "ucp_ep_create to node %d from its worker "
+             "address: %s", node, ucs_status_string(st));
     p->ep = NULL;
-    return -1;
+    return;
   }
-  return 0;
+  p->out.keyed = 1;
+  memcpy(p->out.key, x->session, sizeof(p->out.key));
+  p->out.seq = 0;
+  if (spd_auth_tag_salt(x->session, &p->out.salt) < 0)
+    p->out.salt = 0; /* HMAC failed: the receiver's salt differs, and
+                      * the node's streams fail at their timeout */
+  P->member.on_connected(P, node);
 }
 
-/* The endpoint node's Hello came on is the node's; older ones of it are
- * leftovers of earlier attempts, whose errors must not count. */
-void spd_peer_in_ep_claim(spd_peers *P, int node, ucp_ep_h reply_ep) {
-  spd_in_ep *in = TAILQ_FIRST(&P->in_eps), *next;
-  for (; in != NULL; in = next) {
-    next = TAILQ_NEXT(in, link);
-    if (in->ep == reply_ep) {
-      in->node = node;
-    } else if (in->node == node) {
-      TAILQ_REMOVE(&P->in_eps, in, link);
-      spd_peer_ep_close(P, in->ep);
-      free(in);
-    }
-  }
+/* node proved itself and dialed us: what it sends from now on is checked
+ * against this session. A node that was up and dials again lost us
+ * (its endpoint failed, or it restarted): its streams and ops with us
+ * are over, so it is lost here too before the new session counts. */
+void spd_peer_session_in(spd_peers *P, int node, const spd_auth_exchange *x) {
+  spd_peer *p = &P->peer[node];
+  if (p->up)
+    P->member.on_lost(P, node, "it connected again (a new session)");
+  p->in.keyed = 1;
+  memcpy(p->in.key, x->session, sizeof(p->in.key));
+  p->in.seq = 0;
+  if (spd_auth_tag_salt(x->session, &p->in.salt) < 0)
+    p->in.salt = 0;
+}
+
+void spd_peer_unauthenticated(spd_peers *P, const char *fmt, ...) {
+  spd_ctx *ctx = P->ctx;
+  va_list ap;
+  va_start(ap, fmt);
+  spd_log_refusal(&ctx->log, &ctx->peer_auth_log, spd_now_ns(),
+                  &ctx->stats.peer_unauthenticated,
+                  "unauthenticated peer connections and messages",
+                  "peer_unauthenticated", "peer refused", fmt, ap);
+  va_end(ap);
 }
 
 /* ---- control messages --------------------------------------------------- */
@@ -144,9 +136,10 @@ static void on_am_sent(void *req, ucs_status_t status, void *user_data) {
 /* Header and packed message live in one allocation until UCX says they
  * went (UCX 1.13 may read the header after the call), so a slow peer
  * never blocks the loop. */
-void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
-                      int reply) {
+void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m) {
   spd_peer *p = &P->peer[node];
+  if (p->ep == NULL || !p->out.keyed)
+    return;
   size_t len = spcoll__peer__msg__get_packed_size(m);
   uint8_t *buf = malloc(sizeof(spd_am_header) + len);
   if (buf == NULL) {
@@ -154,13 +147,22 @@ void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m,
     return;
   }
   spd_am_header *hdr = (spd_am_header *)buf;
+  memset(hdr, 0, sizeof(*hdr));
   hdr->node = (uint32_t)P->ctx->cfg.node_index;
   hdr->incarnation = P->incarnation;
+  hdr->seq = ++p->out.seq;
   spcoll__peer__msg__pack(m, buf + sizeof(*hdr));
+  if (spd_auth_msg_mac(p->out.key, hdr, offsetof(spd_am_header, mac),
+                       buf + sizeof(*hdr), len, hdr->mac) < 0) {
+    SPD_ERROR(&P->ctx->log, "MAC of a %zu-byte message to node %d failed "
+              "(out of memory): not sent", len, node);
+    free(buf);
+    return;
+  }
   ucp_request_param_t prm = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                       UCP_OP_ATTR_FIELD_USER_DATA,
-      .flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0),
+      .flags = UCP_AM_SEND_FLAG_EAGER,
       .cb = {.send = on_am_sent}, .user_data = buf};
   void *req = ucp_am_send_nbx(p->ep, SPD_PEER_AM_ID, hdr, sizeof(*hdr),
                               buf + sizeof(*hdr), len, &prm);
@@ -176,7 +178,48 @@ void spd_peer_send(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
   if (P == NULL || node == ctx->cfg.node_index || !P->peer[node].up ||
       P->peer[node].ep == NULL)
     return;
-  spd_peer_am_send(P, node, m, 0);
+  spd_peer_am_send(P, node, m);
+}
+
+/* Whether a control message is its sender's: the header names a node
+ * with an inbound session, the MAC under that session is right, and the
+ * number is past the last one taken (no replay). Nothing else of the
+ * message is read before. */
+static int am_authentic(spd_peers *P, const spd_am_header *hdr,
+                        const void *data, size_t len) {
+  if (len > SPD_PEER_MSG_MAX) {
+    spd_peer_unauthenticated(P, "a control message of %zu bytes (more "
+                             "than %zu)", len, SPD_PEER_MSG_MAX);
+    return 0;
+  }
+  /* The node indexes the peer table: compared unsigned, so that 2^31 and
+   * more (a negative int) cannot pass as a small index. */
+  if (hdr->node >= (uint32_t)P->ctx->cfg.npeers ||
+      hdr->node == (uint32_t)P->ctx->cfg.node_index) {
+    spd_peer_unauthenticated(P, "a control message naming node %u: not "
+                             "another node of the %d in --peers", hdr->node,
+                             P->ctx->cfg.npeers);
+    return 0;
+  }
+  spd_peer_session *in = &P->peer[hdr->node].in;
+  if (!in->keyed ||
+      !spd_auth_msg_ok(in->key, hdr, offsetof(spd_am_header, mac), data, len,
+                       hdr->mac)) {
+    spd_peer_unauthenticated(P, "a %zu-byte control message naming node "
+                             "%u %s", len, hdr->node,
+                             in->keyed ? "with a wrong MAC"
+                                       : "before that node's bootstrap");
+    return 0;
+  }
+  if (hdr->seq <= in->seq) {
+    spd_peer_unauthenticated(P, "control message %llu of node %u again "
+                             "(a replay: %llu came already)",
+                             (unsigned long long)hdr->seq, hdr->node,
+                             (unsigned long long)in->seq);
+    return 0;
+  }
+  in->seq = hdr->seq;
+  return 1;
 }
 
 ucs_status_t spd_peer_on_am(void *arg, const void *header, size_t hlen,
@@ -184,25 +227,22 @@ ucs_status_t spd_peer_on_am(void *arg, const void *header, size_t hlen,
                             const ucp_am_recv_param_t *param) {
   spd_peers *P = arg;
   spd_am_header hdr;
-  if (hlen != sizeof(hdr) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+  if (hlen != sizeof(hdr) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    spd_peer_unauthenticated(P, "an active message with a %zu-byte header%s",
+                             hlen, (param->recv_attr &
+                                    UCP_AM_RECV_ATTR_FLAG_RNDV)
+                                       ? " sent by rendezvous"
+                                       : "");
     return UCS_OK; /* not ours: we send eager with this header only */
-  memcpy(&hdr, header, sizeof(hdr));
-  /* The node indexes the peer table from here on: compared unsigned, so
-   * that 2^31 and more (a negative int) cannot pass as a small index. */
-  if (hdr.node >= (uint32_t)P->ctx->cfg.npeers ||
-      hdr.node == (uint32_t)P->ctx->cfg.node_index) {
-    SPD_DEBUG(&P->ctx->log, "message naming node %u dropped: not another "
-              "node of the %d in the peer list", hdr.node,
-              P->ctx->cfg.npeers);
-    return UCS_OK;
   }
+  memcpy(&hdr, header, sizeof(hdr));
+  if (!am_authentic(P, &hdr, data, len))
+    return UCS_OK;
   spd_peer_event *ev = event_new(EV_MSG, (int)hdr.node);
   if (ev == NULL)
     return UCS_OK;
   ev->incarnation = hdr.incarnation;
   ev->msg = spcoll__peer__msg__unpack(NULL, len, data);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-    ev->reply_ep = param->reply_ep;
   if (ev->msg == NULL) {
     SPD_WARN(&P->ctx->log, "undecodable %zu-byte message from node %u", len,
              hdr.node);
@@ -213,56 +253,13 @@ ucs_status_t spd_peer_on_am(void *arg, const void *header, size_t hlen,
   return UCS_OK;
 }
 
-void spd_peer_on_conn_request(ucp_conn_request_h conn, void *arg) {
-  spd_peers *P = arg;
-  spd_in_ep *in = P->stopping ? NULL : calloc(1, sizeof(*in));
-  if (in == NULL) {
-    ucp_listener_reject(P->listener, conn);
-    return;
-  }
-  in->node = -1;
-  ucp_ep_params_t ep = {
-      .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
-      .conn_request = conn,
-      .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-      .err_handler = {.cb = on_in_ep_error, .arg = P}};
-  ucs_status_t st = ucp_ep_create(P->worker, &ep, &in->ep);
-  if (st != UCS_OK) {
-    SPD_WARN(&P->ctx->log, "accepting a peer connection: ucp_ep_create: %s",
-             ucs_status_string(st));
-    free(in);
-    return;
-  }
-  TAILQ_INSERT_TAIL(&P->in_eps, in, link);
-}
-
 /* ---- events and progress ------------------------------------------------ */
 
 /* Errors of endpoints already closed (a node lost, then reconnected) are
  * stale: only the current endpoints count. */
 static void ep_error(spd_peers *P, spd_peer_event *ev) {
-  if (ev->node >= 0) {
-    if (P->peer[ev->node].ep == ev->ep)
-      P->member.on_lost(P, ev->node, ev->why);
-    return;
-  }
-  spd_in_ep *in;
-  TAILQ_FOREACH(in, &P->in_eps, link)
-    if (in->ep == ev->ep)
-      break;
-  if (in == NULL)
-    return;
-  if (in->node >= 0) {
-    char why[200];
-    snprintf(why, sizeof(why), "node %d: %s", in->node, ev->why);
-    P->member.on_lost(P, in->node, why);
-    return;
-  }
-  TAILQ_REMOVE(&P->in_eps, in, link);
-  spd_peer_ep_close(P, in->ep);
-  free(in);
+  if (P->peer[ev->node].ep == ev->ep)
+    P->member.on_lost(P, ev->node, ev->why);
 }
 
 static void event_handle(spd_peers *P, spd_peer_event *ev) {

@@ -34,6 +34,9 @@ void spd_peers_stop(spd_ctx *ctx);
 
 int spd_peers_enabled(const spd_ctx *ctx);
 int spd_peer_is_up(const spd_ctx *ctx, int node);
+/* How many other nodes are up (authenticated, Hello heard, endpoint
+ * made): stats show it. */
+int spd_peer_nodes_up(const spd_ctx *ctx);
 int spd_peer_self(const spd_ctx *ctx);
 int spd_peer_count(const spd_ctx *ctx);
 /* Whether this node's UCX moves CUDA memory (ucp_context_query). */

@@ -2,6 +2,7 @@
  * of the daemon asks about the peers. */
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/crypto.h>
 #include <sys/random.h>
 
 #include "peer_internal.h"
@@ -28,9 +29,14 @@ int spd_peer_is_up(const spd_ctx *ctx, int node) {
   return node == ctx->cfg.node_index || ctx->peers->peer[node].up;
 }
 
+int spd_peer_nodes_up(const spd_ctx *ctx) {
+  int n = 0;
+  for (int i = 0; ctx->peers != NULL && i < ctx->cfg.npeers; i++)
+    n += i != ctx->cfg.node_index && ctx->peers->peer[i].up;
+  return n;
+}
+
 static int ucx_init(spd_peers *P, spk_err *err) {
-  /* A restarted daemon binds its port again at once. */
-  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
   ucp_config_t *config;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
   if (st != UCS_OK)
@@ -59,6 +65,14 @@ static int ucx_init(spd_peers *P, spk_err *err) {
   if (st != UCS_OK)
     return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_set_am_recv_handler: %s",
                        ucs_status_string(st));
+  st = ucp_worker_get_address(P->worker, &P->addr, &P->addr_len);
+  if (st != UCS_OK)
+    return spk_err_set(err, SPK_ESYSTEM, "ucp_worker_get_address: %s",
+                       ucs_status_string(st));
+  if (P->addr_len > SPD_AUTH_ADDR_MAX)
+    return spk_err_set(err, SPK_ESYSTEM, "the UCX worker address has %zu "
+                       "bytes, more than the bootstrap carries (%u)",
+                       P->addr_len, SPD_AUTH_ADDR_MAX);
   return SPK_OK;
 }
 
@@ -72,30 +86,12 @@ static int ucx_has_cuda(spd_peers *P) {
   return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
-static int listen_start(spd_peers *P, spk_err *err) {
-  const spd_hostport *hp = &P->ctx->cfg.ucx_listen;
-  struct sockaddr_storage ss;
-  socklen_t slen;
-  char why[160];
-  if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0)
-    return spk_err_set(err, SPK_EINVAL, "ucx_listen: %s", why);
-  ucp_listener_params_t lp = {
-      .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
-                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
-      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = slen},
-      .conn_handler = {.cb = spd_peer_on_conn_request, .arg = P}};
-  ucs_status_t st = ucp_listener_create(P->worker, &lp, &P->listener);
-  if (st != UCS_OK)
-    return spk_err_set(err, SPK_ESYSTEM, "ucp_listener_create on %s:%d: %s",
-                       hp->host, hp->port, ucs_status_string(st));
-  return SPK_OK;
-}
-
 /* Handles are set up in this order and closed in it: the first
  * P->handles of them exist. */
 static uv_handle_t *loop_handle(spd_peers *P, int i) {
-  return i == 0 ? (uv_handle_t *)&P->poll
-                : i == 1 ? (uv_handle_t *)&P->tick : (uv_handle_t *)&P->kick;
+  uv_handle_t *h[] = {(uv_handle_t *)&P->poll, (uv_handle_t *)&P->tick,
+                      (uv_handle_t *)&P->kick, (uv_handle_t *)&P->boot};
+  return h[i];
 }
 
 static int loop_attach(spd_peers *P, spk_err *err) {
@@ -109,9 +105,11 @@ static int loop_attach(spd_peers *P, spk_err *err) {
     P->handles++, rc = uv_timer_init(P->ctx->loop, &P->tick);
   if (rc == 0)
     P->handles++, rc = uv_timer_init(P->ctx->loop, &P->kick);
+  if (rc == 0)
+    P->handles++, rc = uv_tcp_init(P->ctx->loop, &P->boot);
   if (rc == 0) {
     P->handles++;
-    P->poll.data = P->tick.data = P->kick.data = P;
+    P->poll.data = P->tick.data = P->kick.data = P->boot.data = P;
     rc = uv_poll_start(&P->poll, UV_READABLE, spd_peer_on_poll);
   }
   if (rc == 0)
@@ -131,7 +129,7 @@ int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
   P->ctx = ctx;
   P->hooks = *hooks;
   P->member = spd_peer_member;
-  TAILQ_INIT(&P->in_eps);
+  TAILQ_INIT(&P->boots);
   TAILQ_INIT(&P->xfers);
   TAILQ_INIT(&P->events);
   TAILQ_INIT(&P->held);
@@ -140,17 +138,20 @@ int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
   if (getrandom(&P->incarnation, sizeof(P->incarnation), 0) < 0)
     P->incarnation = spd_now_ns();
   ctx->peers = P;
-  int rc = ucx_init(P, err);
+  int rc = spd_auth_key_load(ctx->cfg.peer_key_file, &P->key, err);
   if (rc == SPK_OK)
-    rc = listen_start(P, err);
+    rc = ucx_init(P, err);
   if (rc == SPK_OK)
     rc = loop_attach(P, err);
   if (rc == SPK_OK)
+    rc = spd_peer_boot_listen(P, err);
+  if (rc == SPK_OK)
     P->cuda = ucx_has_cuda(P);
   if (rc == SPK_OK)
-    SPD_INFO(&ctx->log, "node %d of %d: UCX listening on %s:%d; %s",
+    SPD_INFO(&ctx->log, "node %d of %d: peers' bootstrap on %s:%d, "
+             "authenticated with the key of %s; %s",
              ctx->cfg.node_index, ctx->cfg.npeers, ctx->cfg.ucx_listen.host,
-             ctx->cfg.ucx_listen.port,
+             ctx->cfg.ucx_listen.port, ctx->cfg.peer_key_file,
              P->cuda ? "this UCX moves CUDA memory: device tensors go "
                        "directly"
                      : "this UCX has no CUDA support: device tensors are "
@@ -159,6 +160,9 @@ int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
 }
 
 static void peers_free(spd_peers *P) {
+  if (P->addr != NULL)
+    ucp_worker_release_address(P->worker, P->addr);
+  OPENSSL_cleanse(P->key.key, sizeof(P->key.key));
   if (P->worker != NULL)
     ucp_worker_destroy(P->worker);
   if (P->ucp != NULL)
@@ -173,8 +177,8 @@ static void on_handle_closed(uv_handle_t *h) {
 }
 
 /* First thing at a stop: tell every peer, so that none calls back while
- * we go (UCX 1.13 can crash on a connection request that reaches a
- * listener being destroyed), and make no new connections ourselves. */
+ * we go, and make no new connections ourselves; bootstraps under way
+ * end. */
 void spd_peers_quiesce(spd_ctx *ctx) {
   spd_peers *P = ctx->peers;
   if (P == NULL || P->stopping)
@@ -186,7 +190,8 @@ void spd_peers_quiesce(spd_ctx *ctx) {
   m.bye = &bye;
   for (int n = 0; n < ctx->cfg.npeers; n++)
     if (P->peer[n].up)
-      spd_peer_am_send(P, n, &m, 0);
+      spd_peer_am_send(P, n, &m);
+  spd_peer_boot_sweep(P, 1);
 }
 
 /* Close our endpoints after what they carry (the Byes) went out, waiting
@@ -231,13 +236,10 @@ void spd_peers_stop(spd_ctx *ctx) {
   ctx->peers = NULL;
   if (P->worker != NULL)
     out_eps_close(P);
-  spd_peer_in_eps_close(P, -1);
   if (P->worker != NULL)
     while (ucp_worker_progress(P->worker) != 0)
       ;
-  spd_peer_in_eps_close(P, -1);
-  if (P->listener != NULL)
-    ucp_listener_destroy(P->listener);
+  spd_peer_boot_sweep(P, 1);
   spd_peer_event *ev;
   while ((ev = TAILQ_FIRST(&P->events)) != NULL) {
     TAILQ_REMOVE(&P->events, ev, link);

@@ -18,7 +18,7 @@ static void peer_lost(spd_peers *P, int node, const char *why) {
   p->ep = NULL;
   p->up = 0;
   p->heard = 0;
-  spd_peer_in_eps_close(P, node);
+  p->out.keyed = 0;
   spd_peer_xfers_cancel(P, node);
   if (!was_up) {
     SPD_DEBUG(&P->ctx->log, "node %d not reached yet: %s", node, why);
@@ -49,19 +49,17 @@ static void send_hello(spd_peers *P, int node, int answer) {
   h.answer = answer;
   m.body_case = SPCOLL__PEER__MSG__BODY_HELLO;
   m.hello = &h;
-  spd_peer_am_send(P, node, &m, 1);
+  spd_peer_am_send(P, node, &m);
 }
 
-static void peer_connect(spd_peers *P, int node) {
-  if (spd_peer_ep_open(P, node) < 0)
-    return;
+/* Our endpoint to node is made (our bootstrap to it succeeded). */
+static void member_connected(spd_peers *P, int node) {
   P->peer[node].connect_ns = spd_now_ns();
   send_hello(P, node, 0);
   peer_check_up(P, node);
 }
 
-static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
-                       ucp_ep_h reply_ep) {
+static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h) {
   spd_peer *p = &P->peer[node];
   if (h->protocol_version != SPD_PEER_PROTOCOL ||
       (int)h->nnodes != P->ctx->cfg.npeers) {
@@ -72,13 +70,12 @@ static void peer_hello(spd_peers *P, int node, const Spcoll__Peer__Hello *h,
   }
   if (p->up && p->incarnation != h->incarnation)
     peer_lost(P, node, "its daemon restarted");
-  spd_peer_in_ep_claim(P, node, reply_ep);
   p->incarnation = h->incarnation;
   p->heard_ns = spd_now_ns();
   p->departed = 0;
   p->heard = 1;
   if (p->ep == NULL)
-    peer_connect(P, node); /* says Hello itself */
+    spd_peer_boot_dial(P, node); /* says Hello once connected */
   else if (!h->answer)
     send_hello(P, node, 1); /* it may not have heard ours (a new try) */
   peer_check_up(P, node);
@@ -122,7 +119,7 @@ static void held_replay(spd_peers *P, int node) {
  * that node's Hello), 0 when the transport may free it. */
 static int member_msg(spd_peers *P, spd_peer_event *ev) {
   if (ev->msg->body_case == SPCOLL__PEER__MSG__BODY_HELLO) {
-    peer_hello(P, ev->node, ev->msg->hello, ev->reply_ep);
+    peer_hello(P, ev->node, ev->msg->hello);
     held_replay(P, ev->node);
   } else if (!P->peer[ev->node].heard && P->nheld < 65536) {
     TAILQ_INSERT_TAIL(&P->held, ev, link);
@@ -137,6 +134,7 @@ static int member_msg(spd_peers *P, spd_peer_event *ev) {
 const spd_peer_member_hooks spd_peer_member = {
     .on_msg = member_msg,
     .on_lost = peer_lost,
+    .on_connected = member_connected,
 };
 
 void spd_peer_on_tick(uv_timer_t *t) {
@@ -157,13 +155,19 @@ void spd_peer_on_tick(uv_timer_t *t) {
                P->ctx->cfg.peer_timeout);
       peer_lost(P, n, why);
     } else if (p->up) {
-      spd_peer_am_send(P, n, &m, 0);
+      spd_peer_am_send(P, n, &m);
     } else if (p->ep != NULL && now - p->connect_ns > limit) {
       peer_lost(P, n, "no Hello in time");
     } else if (p->ep == NULL && !p->departed && !P->stopping) {
-      peer_connect(P, n);
+      spd_peer_boot_dial(P, n);
     }
   }
+  spd_peer_boot_sweep(P, 0);
+  spd_log_limit_told(&P->ctx->log,
+                     spd_log_limit_end(&P->ctx->peer_auth_log, now,
+                                       SPD_REFUSED_WINDOW_NS),
+                     "unauthenticated peer connections and messages",
+                     "peer_unauthenticated");
   spd_peers_progress(P);
 }
 

@@ -102,11 +102,12 @@ int spd_peer_stream(spd_ctx *ctx, int node, int recv, uint64_t tag,
   void *req;
   if (recv) {
     prm.cb.recv = on_received;
-    req = ucp_tag_recv_nbx(P->worker, x->iov, niov, tag, (ucp_tag_t)-1,
-                           &prm);
+    req = ucp_tag_recv_nbx(P->worker, x->iov, niov,
+                           tag ^ P->peer[node].in.salt, (ucp_tag_t)-1, &prm);
   } else {
     prm.cb.send = on_sent;
-    req = ucp_tag_send_nbx(P->peer[node].ep, x->iov, niov, tag, &prm);
+    req = ucp_tag_send_nbx(P->peer[node].ep, x->iov, niov,
+                           tag ^ P->peer[node].out.salt, &prm);
     if (!UCS_PTR_IS_ERR(req))
       P->ctx->stats.peer_streams_sent++;
   }

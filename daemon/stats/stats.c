@@ -7,6 +7,7 @@
 #include "group_seg.h"
 #include "op.h"
 #include "op_engine.h"
+#include "peer.h"
 #include "session.h"
 
 int spd_stats_sees_group(const spd_ctx *ctx, const spd_group *g) {
@@ -154,7 +155,8 @@ void spd_stats_text(spd_ctx *ctx, FILE *out) {
             spd_engine_name(k), (unsigned long long)ctx->engine_stats[k].ops,
             spd_engine_name(k),
             (unsigned long long)ctx->engine_stats[k].bytes);
-  fprintf(out, "running_ops %d\n# clients\n", ctx->running_ops);
+  fprintf(out, "running_ops %d\npeer_nodes_up %d\n# clients\n",
+          ctx->running_ops, spd_peer_nodes_up(ctx));
   spd_session *s;
   TAILQ_FOREACH(s, &ctx->sessions, link) {
     int groups, buffers;

@@ -5,6 +5,7 @@
 #include "group.h"
 #include "group_seg.h"
 #include "op.h"
+#include "peer.h"
 #include "session.h"
 #include "stats.h"
 
@@ -134,7 +135,8 @@ void spd_stats_json(spd_ctx *ctx, FILE *out) {
             spd_engine_name(k), (unsigned long long)ctx->engine_stats[k].ops,
             spd_engine_name(k),
             (unsigned long long)ctx->engine_stats[k].bytes);
-  fprintf(out, ",\"running_ops\":%d},", ctx->running_ops);
+  fprintf(out, ",\"running_ops\":%d,\"peer_nodes_up\":%d},",
+          ctx->running_ops, spd_peer_nodes_up(ctx));
   json_clients(ctx, out);
   fputc(',', out);
   json_groups(ctx, out, now);

@@ -3,6 +3,7 @@
  * (seconds, bytes); counters end in _total. */
 #include "group.h"
 #include "op.h"
+#include "peer.h"
 #include "session.h"
 #include "stats.h"
 
@@ -86,6 +87,9 @@ static void gauges(spd_ctx *ctx, FILE *out) {
   fprintf(out, "spcoll_pending_ops %d\n", pending);
   family(out, "spcoll_running_ops", "gauge", "Ops in a mover.");
   fprintf(out, "spcoll_running_ops %d\n", ctx->running_ops);
+  family(out, "spcoll_peer_nodes_up", "gauge",
+         "Other nodes up: authenticated, their Hello heard.");
+  fprintf(out, "spcoll_peer_nodes_up %d\n", spd_peer_nodes_up(ctx));
 }
 
 void spd_stats_prometheus(spd_ctx *ctx, FILE *out) {

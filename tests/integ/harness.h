@@ -40,12 +40,14 @@ int spt_ctl(const spt_daemon *d, const char *args);
 void spt_daemon_dump_log(const spt_daemon *d);
 
 /* Daemons peering over UCX on loopback tcp (UCX_TLS=tcp unless already
- * set), one per node, each on its own socket and a free port. */
+ * set), one per node, each on its own socket and a free port, sharing a
+ * node key made for them (removed by spt_nodes_stop). */
 #define SPT_MAX_NODES 16
 typedef struct {
   int n;
   spt_daemon d[SPT_MAX_NODES];
   char peers[512];                /* the --peers list they share */
+  char key[64];                   /* the --peer-key-file they share */
   const char *extra[16];          /* more flags for every node */
 } spt_nodes;
 int spt_nodes_start(spt_nodes *N, int n, const char *const *extra);

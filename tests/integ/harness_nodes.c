@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,11 +37,27 @@ static int free_port(void) {
   return -1;
 }
 
+/* A node key of 32 random bytes in a file only we may read. */
+static int key_make(spt_nodes *N) {
+  snprintf(N->key, sizeof(N->key), "/tmp/spt-peer-key.XXXXXX");
+  int fd = mkstemp(N->key); /* mode 0600 */
+  uint8_t key[32];
+  if (fd < 0 || getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key) ||
+      write(fd, key, sizeof(key)) != (ssize_t)sizeof(key)) {
+    perror("node key");
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  return close(fd);
+}
+
 int spt_node_start(spt_nodes *N, int i) {
   char index[16];
   snprintf(index, sizeof(index), "%d", i);
-  const char *argv[24] = {"--peers", N->peers, "--node-index", index};
-  int n = 4;
+  const char *argv[24] = {"--peers", N->peers, "--node-index", index,
+                          "--peer-key-file", N->key};
+  int n = 6;
   for (int k = 0; N->extra[k] != NULL && n < 23; k++)
     argv[n++] = N->extra[k];
   argv[n] = NULL;
@@ -89,6 +106,8 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
     N->extra[k] = extra[k];
   /* Loopback tcp unless the caller's environment says otherwise. */
   setenv("UCX_TLS", "tcp", 0);
+  if (key_make(N) < 0)
+    return -1;
   /* A port found free may be taken by another process before its daemon
    * binds it (parallel suites pick from the same range): start again on
    * new ports, a few times. */
@@ -107,6 +126,8 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
     if (getenv("SPT_NODE_HOSTS") != NULL)
       break; /* fixed ports: a retry would meet the same */
   }
+  unlink(N->key); /* best effort: the start failed already */
+  N->key[0] = '\0';
   return -1;
 }
 
@@ -117,5 +138,8 @@ int spt_nodes_stop(spt_nodes *N) {
       fprintf(stderr, "node %d did not stop cleanly\n", i);
       bad = -1;
     }
+  if (N->key[0] != '\0' && unlink(N->key) < 0)
+    perror("unlink of the node key");
+  N->key[0] = '\0';
   return bad;
 }

@@ -32,6 +32,10 @@ def _free_port():
 def two_nodes(workdir):
     peers = ",".join("127.0.0.1:%d" % _free_port() for _ in range(2))
     env = dict(os.environ, UCX_TLS=os.environ.get("UCX_TLS", "tcp"))
+    key = os.path.join(workdir, "peer.key")    # the node key both share
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, os.urandom(32))
+    os.close(fd)
     procs, socks, logs = [], [], []
     for i in range(2):
         d = os.path.join(workdir, "node%d" % i)   # its own stats socket
@@ -40,7 +44,7 @@ def two_nodes(workdir):
         log = open(os.path.join(d, "spcolld.log"), "wb")
         procs.append(subprocess.Popen(
             [SPCOLLD, "--socket", sock, "--workers", "2", "--peers", peers,
-             "--node-index", str(i)], stdout=log, stderr=log, env=env))
+             "--node-index", str(i), "--peer-key-file", key], stdout=log, stderr=log, env=env))
         socks.append(sock)
         logs.append(log)
     for sock, p in zip(socks, procs):

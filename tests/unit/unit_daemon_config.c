@@ -173,8 +173,10 @@ START_TEST(peer_flags) {
   spd_config cfg;
   spk_err err;
   char *ok[] = {"spcolld", "--peers", "a:1,10.0.0.2:7410,[::1]:9",
-                "--node-index", "1", "--peer-timeout", "5", NULL};
-  ck_assert_int_eq(parse(&cfg, &err, 7, ok), SPK_OK);
+                "--node-index", "1", "--peer-timeout", "5",
+                "--peer-key-file", "/etc/spcoll/peer.key", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 9, ok), SPK_OK);
+  ck_assert_str_eq(cfg.peer_key_file, "/etc/spcoll/peer.key");
   ck_assert_int_eq(cfg.npeers, 3);
   ck_assert_str_eq(cfg.peers[0].host, "a");
   ck_assert_int_eq(cfg.peers[2].port, 9);
@@ -182,9 +184,13 @@ START_TEST(peer_flags) {
   ck_assert_int_eq(cfg.ucx_listen.port, 7410);
   ck_assert_int_eq(cfg.peer_timeout, 5);
   char *listen[] = {"spcolld", "--peers", "a:1,b:2", "--ucx-listen",
-                    "0.0.0.0:3", NULL};
-  ck_assert_int_eq(parse(&cfg, &err, 5, listen), SPK_OK);
+                    "0.0.0.0:3", "--peer-key-file", "k", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 7, listen), SPK_OK);
   ck_assert_str_eq(cfg.ucx_listen.host, "0.0.0.0");
+  unsetenv("CREDENTIALS_DIRECTORY");
+  char *nokey[] = {"spcolld", "--peers", "a:1,b:2", NULL};
+  expect_bad(3, nokey, "--peers needs --peer-key-file (or the systemd "
+                       "credential peer-key)");
   char *b1[] = {"spcolld", "--peers", "a:1,b", NULL};
   expect_bad(3, b1, "--peers: 'b' is not host:port");
   char *b2[] = {"spcolld", "--peers", "a:0", NULL};
@@ -220,7 +226,7 @@ START_TEST(shipped_example_is_valid) {
       keys++;
     }
   fclose(in);
-  ck_assert_int_eq(keys, 41);
+  ck_assert_int_eq(keys, 42);
   spd_config cfg;
   spk_err err;
   spd_config_defaults(&cfg);
