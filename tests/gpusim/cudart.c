@@ -1,7 +1,9 @@
 /* libcudart.so.13 of the simulator: the runtime entry points spcoll uses,
  * compiled against the real cuda_runtime_api.h so every signature is the
  * real one. Each failing call sets the calling thread's last error, which
- * cudaGetLastError returns and clears (CUDA's rule). */
+ * cudaGetLastError returns and clears (CUDA's rule); after a device fault
+ * every call that needs the context returns the sticky error instead,
+ * which nothing clears (R, sim_poison). */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +14,16 @@
 
 #define API __attribute__((visibility("default")))
 
-static cudaError_t R(int e) { return (cudaError_t)sim_set_last(e); }
+static cudaError_t R(int e) {
+  return (cudaError_t)sim_set_last(sim_sticky(e));
+}
+
+/* A launch's own result: the fault of the kernel it queued shows on later
+ * calls, not on this one, however soon the worker runs it. */
+static cudaError_t launched(int sticky_before, int rc) {
+  return (cudaError_t)sim_set_last(sticky_before != SIM_OK ? sticky_before
+                                                           : rc);
+}
 
 static int dev_ok(int d) { return d >= 0 && d < sim_cfg()->ndev; }
 
@@ -42,6 +53,8 @@ API const char *cudaGetErrorString(cudaError_t e) {
     return "invalid device function";
   case SIM_ECONFIG:
     return "invalid configuration argument";
+  case SIM_EILLEGAL:
+    return "an illegal memory access was encountered";
   case 100:
     return "no CUDA-capable device is detected";
   default:
@@ -100,7 +113,7 @@ API cudaError_t cudaSetDevice(int d) {
     return R(SIM_EDEVICE);
   sim_ctx_touch(d); /* CUDA 12+ makes the primary context here */
   sim_set_cur_dev(d);
-  return cudaSuccess;
+  return R(SIM_OK);
 }
 
 API cudaError_t cudaGetDevice(int *d) {
@@ -425,7 +438,8 @@ API cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fun) {
 
 API cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block,
                                    void **args, size_t shmem, cudaStream_t s) {
-  return R(sim_launch(k, 1, (sim_dim3){grid.x, grid.y, grid.z},
+  int before = sim_sticky(SIM_OK);
+  return launched(before, sim_launch(k, 1, (sim_dim3){grid.x, grid.y, grid.z},
                       (sim_dim3){block.x, block.y, block.z}, args, shmem,
                       (sim_stream *)s));
 }
@@ -440,7 +454,8 @@ API cudaError_t cudaLaunchKernel(const void *f, dim3 grid, dim3 block,
                                  void **args, size_t shmem, cudaStream_t s) {
   if (sim_launch_should_fail())
     return R(SIM_ECONFIG);
-  return R(sim_launch(f, 0, (sim_dim3){grid.x, grid.y, grid.z},
+  int before = sim_sticky(SIM_OK);
+  return launched(before, sim_launch(f, 0, (sim_dim3){grid.x, grid.y, grid.z},
                       (sim_dim3){block.x, block.y, block.z}, args, shmem,
                       (sim_stream *)s));
 }

@@ -11,8 +11,10 @@
 
 #define API __attribute__((visibility("default")))
 
+/* The driver's code for a core result; after a device fault, the sticky
+ * error whatever the call did (sim_poison). */
 static CUresult C(int e) {
-  switch (e) {
+  switch (sim_sticky(e)) {
   case SIM_OK:
     return CUDA_SUCCESS;
   case SIM_ENOMEM:
@@ -25,6 +27,8 @@ static CUresult C(int e) {
     return CUDA_ERROR_NOT_READY;
   case SIM_EMAPFAIL:
     return CUDA_ERROR_MAP_FAILED;
+  case SIM_EILLEGAL:
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
   default:
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -81,6 +85,9 @@ API CUresult cuGetErrorString(CUresult r, const char **s) {
     break;
   case CUDA_ERROR_MAP_FAILED:
     *s = "mapping of buffer object failed";
+    break;
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+    *s = "an illegal memory access was encountered";
     break;
   default:
     *s = "unknown error";
@@ -204,6 +211,8 @@ API CUresult cuCtxSynchronize(void) {
 API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
                                    CUdeviceptr p) {
   sim_map m;
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return C(SIM_OK);
   if (!sim_lookup((const void *)(uintptr_t)p, 1, &m))
     return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
@@ -237,7 +246,7 @@ API CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
   int r = spcsim_cu_mem_get_address_range(&b, size, p);
   if (base)
     *base = b;
-  return r == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return C(r == 0 ? SIM_OK : SIM_EINVAL);
 }
 
 API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {

@@ -588,6 +588,9 @@ static ncclResult_t add(int type, const void *s, void *r, size_t count,
                         ncclComm_t comm, cudaStream_t stream) {
   if (comm == NULL)
     return fail(ncclInvalidArgument, "%s: NULL communicator", op_name(type));
+  if (sim_sticky(SIM_OK) != SIM_OK) /* the process's CUDA context is lost */
+    return fail(ncclUnhandledCudaError, "%s: cudaErrorIllegalAddress",
+                op_name(type));
   if (__atomic_load_n(&comm->cl->aborted, __ATOMIC_ACQUIRE))
     return fail(ncclInvalidUsage, "%s: communicator aborted", op_name(type));
   comm_take(comm, op_name(type));

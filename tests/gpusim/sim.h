@@ -31,7 +31,8 @@ enum {
   SIM_ENOPEER = 217,   /* cudaErrorPeerAccessUnsupported */
   SIM_ELAUNCH = 719,   /* cudaErrorLaunchFailure */
   SIM_ENOKERNEL = 98,  /* cudaErrorInvalidDeviceFunction */
-  SIM_ECONFIG = 9      /* cudaErrorInvalidConfiguration */
+  SIM_ECONFIG = 9,     /* cudaErrorInvalidConfiguration */
+  SIM_EILLEGAL = 700   /* cudaErrorIllegalAddress: sticky, see sim_poison */
 };
 
 /* ---- core: config, devices, rules ---------------------------------- */
@@ -50,6 +51,18 @@ const sim_config *sim_cfg(void);
 /* Report a broken rule; aborts unless SPCSIM_ON_VIOLATION=continue. */
 void sim_violation(const char *rule, const char *call, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Rules this thread has broken so far (they matter under
+ * SPCSIM_ON_VIOLATION=continue, where the call goes on). */
+int sim_violations_here(void);
+/* A device fault (an illegal address) ends this process's use of CUDA,
+ * as on a GPU: from now on every call that needs the context fails with
+ * SIM_EILLEGAL, in every thread, and cudaGetLastError does not clear it;
+ * queued work is dropped. Only a new process starts clean (a forked child
+ * of a poisoned process is clean too: it is another process). The reason
+ * is said on stderr once. */
+void sim_poison(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* SIM_EILLEGAL when this process is poisoned, else e. */
+int sim_sticky(int e);
 /* Per-thread current device (cudaSetDevice, context push/pop). */
 int sim_cur_dev(void);
 void sim_set_cur_dev(int dev);
@@ -81,6 +94,10 @@ int sim_applies_here(const char *var);
  * (cudaErrorInvalidConfiguration, as a bad launch does), to test how a
  * failure in the middle of queueing an op is handled. */
 int sim_launch_should_fail(void);
+/* SPCSIM_FAULT_LAUNCH=PROGRAM:N: the Nth kernel launch of PROGRAM is
+ * queued normally and faults when it runs (an illegal address), which
+ * poisons the process (sim_poison). */
+int sim_launch_should_fault(void);
 
 /* ---- memory ----------------------------------------------------------- */
 
@@ -201,6 +218,7 @@ int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem, void **s);
 /* ---- last error (the runtime's, per thread) ------------------------------ */
 
 int sim_set_last(int e); /* returns e */
+/* The sticky error of a poisoned process (sim_poison), whatever clear. */
 int sim_get_last(int clear);
 
 #endif

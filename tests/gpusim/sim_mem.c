@@ -66,6 +66,8 @@ static void unlink_map(sim_map *m) {
 }
 
 int sim_malloc(int dev, uint64_t size, void **p_out) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   if (size == 0) {
     *p_out = NULL;
@@ -169,6 +171,8 @@ int sim_free(void *p, const char *call) {
 int sim_malloc_pool(int dev, uint64_t size, void **p_out) {
   if (dev < 0 || dev >= sim_cfg()->ndev)
     return SIM_EDEVICE;
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   if (size == 0)
     size = 1;
@@ -218,6 +222,8 @@ void sim_free_pool_now(void *p) {
 }
 
 int sim_host_alloc(uint64_t size, void **p_out) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(sim_cur_dev()); /* pinned memory is the context's */
   uint64_t map_size = (size + 4095) & ~(uint64_t)4095;
   uint8_t *map = raw_mmap(map_size ? map_size : 4096, -1);
@@ -350,6 +356,8 @@ int sim_ipc_get(const void *p, sim_handle64 *hout, const char *call) {
 
 int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
                  const char *call) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(sim_cur_dev());
   ipc_mem_handle h;
   memcpy(&h, hin, sizeof(h));

@@ -5,6 +5,7 @@
  * error, memory exhaustion) are checked as values. Runs only on the
  * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77). */
 #include <check.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -64,6 +65,49 @@ static void die(const char *what) {
     if ((call) != 0)                                                           \
       die(#call);                                                              \
   } while (0)
+
+/* 0 when got is want, else 1, said on stderr. */
+static int expect(const char *what, int got, int want) {
+  if (got == want)
+    return 0;
+  fprintf(stderr, "%s: got %d, want %d\n", what, got, want);
+  return 1;
+}
+
+/* The driver entry points the tests call, looked up in libcuda.so.1 the
+ * way libspclient does (the suite links only the runtime). */
+typedef struct {
+  CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+  CUresult (*ctx_sync)(void);
+  CUresult (*stream_query)(CUstream);
+  CUresult (*event_create)(CUevent *, unsigned);
+} drv_api;
+
+static drv_api drv(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL)
+    die(dlerror());
+  drv_api d;
+  *(void **)&d.mem_alloc = dlsym(h, "cuMemAlloc_v2");
+  *(void **)&d.ctx_sync = dlsym(h, "cuCtxSynchronize");
+  *(void **)&d.stream_query = dlsym(h, "cuStreamQuery");
+  *(void **)&d.event_create = dlsym(h, "cuEventCreate");
+  if (!d.mem_alloc || !d.ctx_sync || !d.stream_query || !d.event_create)
+    die("a driver entry point is missing");
+  return d;
+}
+
+/* Run checks in a child process; its exit status (0: all held). */
+static int in_child(int (*checks)(void)) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0)
+    _exit(checks());
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
 
 /* A helper process that owns what `make` makes and passes its handle up
  * a pipe, then lives until the scenario process is gone (EOF on hold). */
@@ -231,23 +275,10 @@ START_TEST(pool_memory_from_another_device) {
 }
 END_TEST
 
-/* The plan kernel (nvcc's own object, run by the simulator's host build
- * of the same source) copying 64 bytes on GPU 0, its descriptor in the
- * memory pool of GPU desc_dev; got: what arrived. */
-static int plan_copy(int desc_dev, unsigned char *got) {
-  cudaStream_t sd, s0;
-  void *descs, *src, *dst;
-  unsigned char pattern[64];
-  for (int i = 0; i < 64; i++)
-    pattern[i] = (unsigned char)(i * 7 + 1);
-  S(cudaSetDevice(desc_dev));
-  S(cudaStreamCreateWithFlags(&sd, cudaStreamNonBlocking));
-  S(cudaMallocAsync(&descs, sizeof(spk_cdesc), sd));
-  S(cudaSetDevice(0));
-  S(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-  S(cudaMalloc(&src, 64));
-  S(cudaMalloc(&dst, 64));
-  S(cudaMemcpy(src, pattern, 64, cudaMemcpyHostToDevice));
+/* Queue on s the plan kernel (nvcc's own object, run by the simulator's
+ * host build of the same source) copying 64 bytes src -> dst, its
+ * descriptor uploaded to descs first. */
+static void queue_copy(void *descs, void *src, void *dst, cudaStream_t s) {
   spk_cdesc d;
   memset(&d, 0, sizeof(d));
   d.src = (uint64_t)(uintptr_t)src;
@@ -256,7 +287,6 @@ static int plan_copy(int desc_dev, unsigned char *got) {
   d.rows = d.rows_per_chunk = d.nchunks = 1;
   d.kind = SPK_CU_COPY;
   d.vec = d.esize = 1;
-  S(cudaStreamSynchronize(sd));
   S(cudaMemcpy(descs, &d, sizeof(d), cudaMemcpyHostToDevice));
   spk_claunch L;
   memset(&L, 0, sizeof(L));
@@ -265,8 +295,37 @@ static int plan_copy(int desc_dev, unsigned char *got) {
   L.dtype = SPK_U8;
   L.world = 1;
   char msg[256];
-  if (spk_cuda_launch(&L, 1, s0, msg, sizeof(msg)) < 0)
+  if (spk_cuda_launch(&L, 1, s, msg, sizeof(msg)) < 0)
     die(msg);
+}
+
+/* The plan kernel copying 64 bytes on GPU 0 (s0_p: its stream), its
+ * descriptor in the memory pool of GPU desc_dev (descs_p, on stream
+ * sd_p); src holds pattern. */
+static void copy_setup(int desc_dev, const unsigned char *pattern,
+                       cudaStream_t *sd_p, cudaStream_t *s0_p, void **descs_p,
+                       void **src_p, void **dst_p) {
+  S(cudaSetDevice(desc_dev));
+  S(cudaStreamCreateWithFlags(sd_p, cudaStreamNonBlocking));
+  S(cudaMallocAsync(descs_p, sizeof(spk_cdesc), *sd_p));
+  S(cudaSetDevice(0));
+  S(cudaStreamCreateWithFlags(s0_p, cudaStreamNonBlocking));
+  S(cudaMalloc(src_p, 64));
+  S(cudaMalloc(dst_p, 64));
+  S(cudaMemcpy(*src_p, pattern, 64, cudaMemcpyHostToDevice));
+  S(cudaStreamSynchronize(*sd_p));
+}
+
+/* The plan kernel's 64-byte copy, descriptor in GPU desc_dev's pool;
+ * got: what arrived. */
+static int plan_copy(int desc_dev, unsigned char *got) {
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  unsigned char pattern[64];
+  for (int i = 0; i < 64; i++)
+    pattern[i] = (unsigned char)(i * 7 + 1);
+  copy_setup(desc_dev, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0);
   S(cudaStreamSynchronize(s0));
   S(cudaMemcpy(got, dst, 64, cudaMemcpyDeviceToHost));
   S(cudaFreeAsync(descs, sd));
@@ -291,6 +350,91 @@ static void kernel_reads_other_pool(void) {
 
 START_TEST(kernel_reading_another_devices_pool) {
   ck_assert(rejected(kernel_reads_other_pool, "access-from-device"));
+}
+END_TEST
+
+/* ---- sticky errors ----------------------------------------------------------
+ * A device fault (an illegal address) ends the process's CUDA context:
+ * the launch itself succeeded, the fault shows on the next calls, every
+ * one of them, runtime and driver, in every thread, and reading the
+ * error does not clear it. */
+
+static void *read_last_error(void *arg) {
+  *(int *)arg = (int)cudaGetLastError();
+  return NULL;
+}
+
+/* The calls after the fault (the stream s ran the faulting kernel). */
+static int sticky_checks(cudaStream_t s, void *src) {
+  const int ill = cudaErrorIllegalAddress;
+  drv_api cu = drv();
+  void *p;
+  unsigned char host[64];
+  cudaStream_t s2;
+  cudaEvent_t e;
+  CUdeviceptr dp;
+  CUevent ce;
+  int other = 0;
+  pthread_t t;
+  int bad = expect("cudaStreamSynchronize", cudaStreamSynchronize(s), ill) +
+            expect("cudaGetLastError", cudaGetLastError(), ill) +
+            expect("cudaGetLastError again", cudaGetLastError(), ill) +
+            expect("cudaPeekAtLastError", cudaPeekAtLastError(), ill) +
+            expect("cudaMalloc", cudaMalloc(&p, 64), ill) +
+            expect("cudaMemcpy", cudaMemcpy(host, src, 64,
+                                            cudaMemcpyDeviceToHost), ill) +
+            expect("cudaStreamCreate", cudaStreamCreate(&s2), ill) +
+            expect("cudaEventCreate", cudaEventCreate(&e), ill) +
+            expect("cudaDeviceSynchronize", cudaDeviceSynchronize(), ill) +
+            expect("cudaStreamQuery", cudaStreamQuery(s), ill) +
+            expect("cuMemAlloc", cu.mem_alloc(&dp, 64),
+                   CUDA_ERROR_ILLEGAL_ADDRESS) +
+            expect("cuCtxSynchronize", cu.ctx_sync(),
+                   CUDA_ERROR_ILLEGAL_ADDRESS) +
+            expect("cuStreamQuery", cu.stream_query((CUstream)s),
+                   CUDA_ERROR_ILLEGAL_ADDRESS) +
+            expect("cuEventCreate", cu.event_create(&ce, 0),
+                   CUDA_ERROR_ILLEGAL_ADDRESS);
+  if (pthread_create(&t, NULL, read_last_error, &other) != 0)
+    die("pthread_create");
+  pthread_join(t, NULL);
+  bad += expect("cudaGetLastError in another thread", other, ill);
+  bad += expect("cudaGetLastError at the end", cudaGetLastError(), ill);
+  return bad ? 1 : 0;
+}
+
+/* A fault injected into the first launch (SPCSIM_FAULT_LAUNCH); the
+ * launch call itself succeeds, as an asynchronous fault does. */
+static int injected_fault(void) {
+  unsigned char pattern[64] = {1};
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
+  copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0);
+  return sticky_checks(s0, src);
+}
+
+/* An access the simulator refuses, let through (SPCSIM_ON_VIOLATION=
+ * continue): the kernel faults instead of running, as on a GPU. */
+static int refused_access_faults(void) {
+  unsigned char pattern[64] = {1};
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  setenv("SPCSIM_ON_VIOLATION", "continue", 1);
+  copy_setup(1, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0); /* descriptor in GPU 1's pool */
+  return sticky_checks(s0, src);
+}
+
+START_TEST(device_fault_is_sticky) {
+  ck_assert_msg(in_child(injected_fault) == 0,
+                "an injected fault was not sticky (stderr says which call)");
+  ck_assert_msg(in_child(refused_access_faults) == 0,
+                "a refused access did not fault the context");
+  /* Another process is untouched: the same copy runs. */
+  unsigned char got[64];
+  ck_assert_int_eq(plan_copy(0, got), 0);
 }
 END_TEST
 
@@ -648,13 +792,6 @@ END_TEST
  * what CUDA answers there. The simulator reads its topology when it is
  * loaded, so these run in a process of their own (SIM_RULES_NOPEER). */
 
-static int expect(const char *what, int got, int want) {
-  if (got == want)
-    return 0;
-  fprintf(stderr, "%s: got %d, want %d\n", what, got, want);
-  return 1;
-}
-
 static int no_peer_checks(void) {
   int ok01 = -1, ok10 = -1, ok02 = -1;
   cudaMemPool_t p1, p2;
@@ -724,6 +861,7 @@ int main(void) {
   tcase_add_test(tc, pool_memory_from_another_device);
   tcase_add_test(tc, plan_kernel_runs_from_its_own_source);
   tcase_add_test(tc, kernel_reading_another_devices_pool);
+  tcase_add_test(tc, device_fault_is_sticky);
   tcase_add_test(tc, ipc_event_without_disable_timing);
   tcase_add_test(tc, ipc_event_destroyed_while_imported);
   tcase_add_test(tc, ipc_event_orders_across_processes);

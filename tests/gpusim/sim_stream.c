@@ -13,7 +13,11 @@
  * queued on the legacy stream. cudaStreamPerThread is a blocking stream
  * of its own per thread and device. Each stream counts the ops it queued
  * and finished (its progress); an implicit wait is an op that waits for
- * another stream's count. */
+ * another stream's count.
+ *
+ * After a device fault (sim_poison) the device runs nothing more: every op
+ * still queued sees the sticky status and moves no data, records complete
+ * no event, host syncs return the error at once. */
 #include "sim.h"
 
 #include <errno.h>
@@ -104,7 +108,7 @@ static void *worker_main(void *arg) {
     if (s->head == NULL)
       s->tail = NULL;
     s->busy = 1;
-    int st = s->status;
+    int st = sim_sticky(s->status);
     pthread_mutex_unlock(&s->mu);
     sim_set_cur_dev(s->dev);
     /* Slow streams (SPCSIM_SLOW_STREAMS): a consumer that does not wait
@@ -157,6 +161,8 @@ static int stream_new(int dev, unsigned flags, int is_legacy,
 int sim_stream_create(int dev, unsigned flags, sim_stream **s_p) {
   if (dev < 0 || dev >= sim_cfg()->ndev)
     return SIM_EDEVICE;
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   return stream_new(dev, flags, 0, s_p);
 }
@@ -206,6 +212,8 @@ sim_stream *sim_stream_resolve(sim_stream *s) {
 int sim_stream_dev(sim_stream *s) { return sim_stream_resolve(s)->dev; }
 
 int sim_stream_sync(sim_stream *s) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   s = sim_stream_resolve(s);
   if (s == NULL)
     return SIM_ENOMEM;
@@ -323,6 +331,8 @@ static int order_default(sim_stream *s) {
 }
 
 int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
+  if (sim_sticky(SIM_OK) != SIM_OK) /* the device takes no more work */
+    return SIM_EILLEGAL;
   s = sim_stream_resolve(s);
   if (s == NULL)
     return SIM_ENOMEM;
@@ -331,6 +341,8 @@ int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
 }
 
 int sim_device_sync(int dev) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   pthread_mutex_lock(&all_mu);
   int n = 0;
   for (sim_stream *s = all_streams; s != NULL; s = s->next_all)
@@ -442,6 +454,8 @@ static void ev_unref(sim_event *e) {
 
 int sim_event_create(int dev, unsigned flags, sim_event **e_p,
                      const char *call) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   if ((flags & SIM_EV_IPC) && !(flags & SIM_EV_NOTIMING)) {
     sim_violation("ipc-event-timing", call,
@@ -520,7 +534,10 @@ static void futex_wake(uint32_t *w) {
 
 static void run_record(void *a, int *status) {
   ev_op *o = a;
-  (void)status;
+  if (*status == SIM_EILLEGAL) { /* a dead device completes nothing */
+    ev_unref(o->e);
+    return;
+  }
   ev_shared *sh = o->e->sh;
   clock_gettime(CLOCK_MONOTONIC, &o->e->t_done);
   uint64_t c = __atomic_load_n(&sh->completed, __ATOMIC_ACQUIRE);
@@ -548,10 +565,13 @@ int sim_event_record(sim_event *e, sim_stream *s) {
   return rc;
 }
 
+/* Until the event reaches target, or this process's device faulted (its
+ * work is dropped: nothing is waited for any more). */
 static void wait_target(ev_shared *sh, uint64_t target) {
   for (;;) {
     uint32_t g = __atomic_load_n(&sh->gen, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&sh->completed, __ATOMIC_ACQUIRE) >= target)
+    if (__atomic_load_n(&sh->completed, __ATOMIC_ACQUIRE) >= target ||
+        sim_sticky(SIM_OK) != SIM_OK)
       return;
     /* Bounded waits: the other side may be a process that died. */
     struct timespec ts = {0, 50 * 1000 * 1000};
@@ -586,7 +606,7 @@ int sim_stream_wait(sim_stream *s, sim_event *e) {
 
 int sim_event_sync(sim_event *e) {
   wait_target(e->sh, __atomic_load_n(&e->sh->recorded, __ATOMIC_ACQUIRE));
-  return SIM_OK;
+  return sim_sticky(SIM_OK);
 }
 
 int sim_event_query(sim_event *e) {
