@@ -14,9 +14,7 @@
 
 #define API __attribute__((visibility("default")))
 
-static cudaError_t R(int e) {
-  return (cudaError_t)sim_set_last(sim_sticky(e));
-}
+static cudaError_t R(int e) { return (cudaError_t)sim_set_last(sim_sticky(e)); }
 
 /* A launch's own result: the fault of the kernel it queued shows on later
  * calls, not on this one, however soon the worker runs it. */
@@ -55,6 +53,12 @@ API const char *cudaGetErrorString(cudaError_t e) {
     return "invalid configuration argument";
   case SIM_EILLEGAL:
     return "an illegal memory access was encountered";
+  case SIM_EREGISTERED:
+    return "part or all of the requested memory range is already mapped";
+  case SIM_ENOTREGISTERED:
+    return "pointer does not correspond to a registered memory region";
+  case SIM_ENOTSUP:
+    return "operation not supported";
   case 100:
     return "no CUDA-capable device is detected";
   default:
@@ -105,6 +109,7 @@ API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
   p->sharedMemPerBlock = 48 * 1024;
   p->pciDeviceID = d;
   p->unifiedAddressing = 1;
+  p->canMapHostMemory = 1;
   return cudaSuccess;
 }
 
@@ -159,6 +164,29 @@ API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
 }
 
 API cudaError_t cudaFreeHost(void *p) { return R(sim_host_free(p)); }
+
+/* With unified addressing registered memory is mapped for every GPU
+ * whatever the flags (cudaHostRegisterDefault included), at the same
+ * address. I/O and read-only registrations are not simulated. */
+API cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+  if (flags & ~(unsigned)(cudaHostRegisterPortable | cudaHostRegisterMapped |
+                          cudaHostRegisterIoMemory | cudaHostRegisterReadOnly))
+    return R(SIM_EINVAL);
+  if (flags & (cudaHostRegisterIoMemory | cudaHostRegisterReadOnly))
+    return R(SIM_ENOTSUP);
+  return R(sim_host_register(p, n));
+}
+
+API cudaError_t cudaHostUnregister(void *p) {
+  return R(sim_host_unregister(p));
+}
+
+API cudaError_t cudaHostGetDevicePointer(void **dev, void *host,
+                                         unsigned flags) {
+  if (flags != 0)
+    return R(SIM_EINVAL);
+  return R(sim_host_device_ptr(host, dev));
+}
 
 API cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
   return R(sim_malloc_pool(sim_stream_dev((sim_stream *)s), n, p));

@@ -69,7 +69,7 @@ int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async) {
   sim_map m;
   if (n == 0)
     return SIM_OK;
-  if (!sim_lookup(dst, n, &m) || m.kind == SIM_M_PINNED)
+  if (!sim_lookup(dst, n, &m) || sim_is_host(m.kind))
     return SIM_EINVAL;
   copy_op *c = malloc(sizeof(*c));
   if (c == NULL)

@@ -50,6 +50,21 @@ static uint64_t slow_streams(void) {
   return strtoull(colon + 1, NULL, 10);
 }
 
+/* SPCSIM_NO_STREAM_MEM_OPS=1: GPUs without stream memory operations
+ * (cuStreamWriteValue32 and the rest); =v1: without their deprecated v1
+ * API only (sim.h, SIM_MEMOPS_*). */
+static int no_memops(void) {
+  const char *v = getenv("SPCSIM_NO_STREAM_MEM_OPS");
+  if (v == NULL || *v == '\0' || strcmp(v, "0") == 0)
+    return SIM_MEMOPS_ALL;
+  if (strcmp(v, "1") == 0)
+    return SIM_MEMOPS_NONE;
+  if (strcmp(v, "v1") == 0)
+    return SIM_MEMOPS_NO_V1;
+  fprintf(stderr, "spcsim: SPCSIM_NO_STREAM_MEM_OPS=%s: want 1 or v1\n", v);
+  abort();
+}
+
 /* SPCSIM_NO_PEER=a-b,c-d: the pairs of GPUs without peer access, as on
  * a machine whose GPUs sit under different root complexes. */
 static void no_peer(void) {
@@ -78,6 +93,7 @@ static void cfg_init(void) {
   cfg.sms = (int)env_u64("SPCSIM_SMS", 4);
   cfg.op_delay_us = slow_streams();
   no_peer();
+  cfg.no_memops = no_memops();
   const char *st = getenv("SPCSIM_STATE");
   if (st != NULL && *st != '\0') {
     int fd = open(st, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -306,14 +322,17 @@ void sim_leak_note(const char *fmt, ...) {
 
 void sim_mem_leaks(void);
 void sim_stream_leaks(void);
+void sim_memop_leaks(void);
 
-/* At exit: what the process still holds of the simulated GPUs. With
+/* At exit: what the process still holds of the simulated GPUs, and the
+ * stream memory waits still unsatisfied (a stream left stuck). With
  * SPCSIM_LEAKS_FATAL=1 (or =the program's name: only that program) a
  * non-empty report turns the exit status into 98, so a test that ends
  * leaking fails. */
 static void leak_report(void) {
   sim_mem_leaks();
   sim_stream_leaks();
+  sim_memop_leaks();
   if (leaks > 0 && sim_applies_here("SPCSIM_LEAKS_FATAL")) {
     fprintf(stderr, "spcsim: %d leak(s) at exit (pid %d)\n", leaks,
             (int)getpid());

@@ -3,9 +3,10 @@
  * stderr ("spcsim: RULE <id>: <call>: ..."); a child that survives its
  * misuse fails the test. Rules about return codes (the per-thread last
  * error, memory exhaustion) are checked as values. Runs only on the
- * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77). */
+ * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77).
+ * Stream memory operations and host registration are in
+ * sim_rules_memops.c; the helpers both use are declared in sim_rules.h. */
 #include <check.h>
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -21,12 +22,11 @@
 
 #include "check_run.h"
 #include "plan_cuda.h"
-
-#define OK(call) ck_assert_int_eq((int)(call), 0)
+#include "sim_rules.h"
 
 /* Run scenario in a child with stderr in a file; 1 when it died of
  * SIGABRT after a line naming `rule`. */
-static int rejected(void (*scenario)(void), const char *rule) {
+int rejected(void (*scenario)(void), const char *rule) {
   char path[] = "/tmp/spcsim-rule-XXXXXX";
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
@@ -55,55 +55,59 @@ static int rejected(void (*scenario)(void), const char *rule) {
   return ok;
 }
 
-static void die(const char *what) {
+void die(const char *what) {
   fprintf(stderr, "scenario setup failed: %s\n", what);
   _exit(3);
 }
 
-#define S(call)                                                                \
-  do {                                                                         \
-    if ((call) != 0)                                                           \
-      die(#call);                                                              \
-  } while (0)
-
-/* 0 when got is want, else 1, said on stderr. */
-static int expect(const char *what, int got, int want) {
+int expect(const char *what, int got, int want) {
   if (got == want)
     return 0;
   fprintf(stderr, "%s: got %d, want %d\n", what, got, want);
   return 1;
 }
 
-/* The driver entry points the tests call, looked up in libcuda.so.1 the
- * way libspclient does (the suite links only the runtime). */
-typedef struct {
-  CUresult (*mem_alloc)(CUdeviceptr *, size_t);
-  CUresult (*ctx_sync)(void);
-  CUresult (*stream_query)(CUstream);
-  CUresult (*event_create)(CUevent *, unsigned);
-} drv_api;
-
-static drv_api drv(void) {
+drv_api drv(void) {
+  static const char *const names[] = {
+      "cuMemAlloc_v2",          "cuCtxSynchronize",
+      "cuStreamQuery",          "cuEventCreate",
+      "cuDeviceGetAttribute",   "cuStreamWriteValue32_v2",
+      "cuStreamWriteValue64_v2", "cuStreamWaitValue32_v2",
+      "cuStreamWaitValue64_v2", "cuStreamBatchMemOp_v2"};
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (h == NULL)
     die(dlerror());
+  void *f[sizeof(names) / sizeof(names[0])];
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if ((f[i] = dlsym(h, names[i])) == NULL)
+      die(names[i]);
   drv_api d;
-  *(void **)&d.mem_alloc = dlsym(h, "cuMemAlloc_v2");
-  *(void **)&d.ctx_sync = dlsym(h, "cuCtxSynchronize");
-  *(void **)&d.stream_query = dlsym(h, "cuStreamQuery");
-  *(void **)&d.event_create = dlsym(h, "cuEventCreate");
-  if (!d.mem_alloc || !d.ctx_sync || !d.stream_query || !d.event_create)
-    die("a driver entry point is missing");
+  _Static_assert(sizeof(d) == sizeof(f), "one pointer per name");
+  memcpy(&d, f, sizeof(d));
   return d;
 }
 
-/* Run checks in a child process; its exit status (0: all held). */
-static int in_child(int (*checks)(void)) {
+int in_child(int (*checks)(void)) {
   fflush(NULL);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0)
     _exit(checks());
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int run_anew(const char *var, const char *value, const char *checks) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setenv(var, value, 1);
+    setenv("SIM_RULES_CHECKS", checks, 1);
+    execl("/proc/self/exe", "sim_rules", (char *)NULL);
+    _exit(127);
+  }
   int st = 0;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -718,25 +722,20 @@ END_TEST
  * B on stream `second`, queued after A, notes whether A had finished.
  * B ran while A held its stream: `second` does not wait for `first`. */
 
-typedef struct {
-  int go, a_done, b_ran, b_saw;
-} order_t;
-
-static void CUDART_CB hold_a(void *arg) {
+void CUDART_CB hold_a(void *arg) {
   order_t *o = arg;
   while (!__atomic_load_n(&o->go, __ATOMIC_ACQUIRE))
     usleep(1000);
   __atomic_store_n(&o->a_done, 1, __ATOMIC_RELEASE);
 }
 
-static void CUDART_CB note_b(void *arg) {
+void CUDART_CB note_b(void *arg) {
   order_t *o = arg;
   o->b_saw = __atomic_load_n(&o->a_done, __ATOMIC_ACQUIRE);
   __atomic_store_n(&o->b_ran, 1, __ATOMIC_RELEASE);
 }
 
-/* Whether B ran within ms while A held its stream. */
-static int ran_within(order_t *o, int ms) {
+int ran_within(order_t *o, int ms) {
   for (int i = 0; i < ms; i++) {
     if (__atomic_load_n(&o->b_ran, __ATOMIC_ACQUIRE))
       return 1;
@@ -790,7 +789,7 @@ END_TEST
 /* ---- topology ---------------------------------------------------------------
  * GPUs 0 and 1 without peer access (SPCSIM_NO_PEER=0-1), 0 and 2 with:
  * what CUDA answers there. The simulator reads its topology when it is
- * loaded, so these run in a process of their own (SIM_RULES_NOPEER). */
+ * loaded, so these run in a process of their own (run_anew). */
 
 static int no_peer_checks(void) {
   int ok01 = -1, ok10 = -1, ok02 = -1;
@@ -826,20 +825,8 @@ static int no_peer_checks(void) {
 }
 
 START_TEST(gpus_without_peer_access) {
-  fflush(NULL);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    setenv("SPCSIM_NO_PEER", "0-1", 1);
-    setenv("SIM_RULES_NOPEER", "1", 1);
-    execl("/proc/self/exe", "sim_rules", (char *)NULL);
-    _exit(127);
-  }
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the checks of GPUs without peer access failed (status 0x%x)",
-                st);
+  ck_assert_msg(run_anew("SPCSIM_NO_PEER", "0-1", "nopeer") == 0,
+                "the checks of GPUs without peer access failed");
 }
 END_TEST
 
@@ -848,8 +835,12 @@ int main(void) {
     printf("skipped: not running on spcsim (tests/gpusim/simrun.sh)\n");
     return 77;
   }
-  if (getenv("SIM_RULES_NOPEER") != NULL)
-    return no_peer_checks();
+  const char *checks = getenv("SIM_RULES_CHECKS");
+  if (checks != NULL)
+    return strcmp(checks, "nopeer") == 0       ? no_peer_checks()
+           : strcmp(checks, "nomemops") == 0   ? no_memops_checks()
+           : strcmp(checks, "nomemopsv1") == 0 ? no_v1_memops_checks()
+                                               : 2;
   Suite *s = suite_create("spcsim_rules");
   TCase *tc = tcase_create("rules");
   tcase_set_timeout(tc, 60);
@@ -876,6 +867,7 @@ int main(void) {
   tcase_add_test(tc, free_waits_for_queued_work);
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
   tcase_add_test(tc, non_blocking_streams_do_not_wait);
+  sim_rules_memops(tc);
   tcase_add_test(tc, gpus_without_peer_access);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);

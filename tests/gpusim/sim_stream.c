@@ -15,6 +15,13 @@
  * and finished (its progress); an implicit wait is an op that waits for
  * another stream's count.
  *
+ * A stream blocked on something that may never come (a stream memory
+ * wait on a word no one writes) is not waited for by cudaStreamDestroy,
+ * which returns at once as CUDA's does: the stream stays listed
+ * (destroyed, so neither destroyed again nor reported as a leak) for
+ * device syncs and the legacy stream, its worker ends when it drains, and
+ * a wait still unsatisfied at exit is in the leak report (sim_memop.c).
+ *
  * After a device fault (sim_poison) the device runs nothing more: every op
  * still queued sees the sticky status and moves no data, records complete
  * no event, host syncs return the error at once. */
@@ -63,7 +70,9 @@ struct sim_stream {
   pthread_cond_t cv;
   sim_op *head, *tail;
   int busy, stop;
-  int status; /* first failure of an op: sticky */
+  int blocked;   /* its op waits outside the stream (sim_stream_blocked) */
+  int destroyed; /* destroyed while blocked: kept, never freed */
+  int status;    /* first failure of an op: sticky */
   pthread_t worker;
 };
 
@@ -74,6 +83,7 @@ static sim_stream *all_streams;
 static sim_stream *legacy[SIM_MAX_DEV];
 static sim_progress *all_progress;
 static __thread sim_stream *per_thread[SIM_MAX_DEV];
+static __thread sim_stream *running; /* a worker's own stream */
 
 static sim_progress *progress_new(void) {
   sim_progress *p = calloc(1, sizeof(*p));
@@ -97,6 +107,7 @@ static void progress_done(sim_progress *p, uint64_t ticket) {
 
 static void *worker_main(void *arg) {
   sim_stream *s = arg;
+  running = s;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (s->head == NULL && !s->stop)
@@ -233,6 +244,16 @@ int sim_stream_query(sim_stream *s) {
   return idle ? SIM_OK : SIM_ENOTREADY;
 }
 
+void sim_stream_blocked(int on) {
+  sim_stream *s = running;
+  if (s == NULL)
+    return;
+  pthread_mutex_lock(&s->mu);
+  s->blocked = on;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 int sim_stream_destroy(sim_stream *s) {
   if (s == NULL || (uintptr_t)s <= 2 || s->legacy || s->per_thread)
     return SIM_EHANDLE;
@@ -240,18 +261,32 @@ int sim_stream_destroy(sim_stream *s) {
   sim_stream **p = &all_streams;
   while (*p != NULL && *p != s)
     p = &(*p)->next_all;
-  if (*p == NULL) {
+  if (*p == NULL || s->destroyed) {
     pthread_mutex_unlock(&all_mu);
     return SIM_EHANDLE;
   }
   *p = s->next_all;
   pthread_mutex_unlock(&all_mu);
   /* CUDA lets queued work finish after cudaStreamDestroy returns; the
-   * worker drains it before it stops. */
+   * worker drains it before it stops. A stream blocked outside itself
+   * may never drain: it is listed again and left to its worker (see the
+   * top). */
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_broadcast(&s->cv);
+  while ((s->head != NULL || s->busy) && !s->blocked)
+    pthread_cond_wait(&s->cv, &s->mu);
+  int stuck = s->head != NULL || s->busy;
   pthread_mutex_unlock(&s->mu);
+  if (stuck) {
+    pthread_mutex_lock(&all_mu);
+    s->destroyed = 1;
+    s->next_all = all_streams;
+    all_streams = s;
+    pthread_mutex_unlock(&all_mu);
+    pthread_detach(s->worker);
+    return SIM_OK;
+  }
   pthread_join(s->worker, NULL);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
@@ -396,7 +431,7 @@ int sim_stream_callback(sim_stream *s, void (*cb)(void *, int, void *),
 void sim_stream_leaks(void) {
   pthread_mutex_lock(&all_mu);
   for (sim_stream *s = all_streams; s != NULL; s = s->next_all)
-    if (!s->per_thread)
+    if (!s->per_thread && !s->destroyed)
       sim_leak_note("stream %p of GPU %d never destroyed", (void *)s,
                     s->dev);
   pthread_mutex_unlock(&all_mu);
