@@ -373,7 +373,7 @@ static int execute(batch *b) {
         free(r), free(order), free(src);
         return -1;
       }
-    if (o != r[o->comm->rank]) /* run once, by rank 0's entry */
+    if (o != r[0]) /* run once, by rank 0's entry: in place, twice is wrong */
       goto next;
     size_t es = dt_size(o->dt), cnt = o->count;
     for (int k = 0; k < n; k++) {

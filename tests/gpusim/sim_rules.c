@@ -648,6 +648,38 @@ START_TEST(nccl_collective_of_one_rank_outside_group) {
 }
 END_TEST
 
+/* A collective runs once, whatever the number of ranks: in place, an
+ * all-reduce of two ranks' ones is 2 everywhere (run once per rank, 4). */
+START_TEST(nccl_in_place_collective_runs_once) {
+  ncclComm_t c[2];
+  cudaStream_t s[2];
+  float *buf[2], ones[16], got[16];
+  for (int i = 0; i < 16; i++)
+    ones[i] = 1;
+  OK(ncclCommInitAll(c, 2, NULL));
+  for (int r = 0; r < 2; r++) {
+    OK(cudaSetDevice(r));
+    OK(cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking));
+    OK(cudaMalloc((void **)&buf[r], sizeof(ones)));
+    OK(cudaMemcpy(buf[r], ones, sizeof(ones), cudaMemcpyHostToDevice));
+  }
+  OK(ncclGroupStart());
+  for (int r = 0; r < 2; r++)
+    OK(ncclAllReduce(buf[r], buf[r], 16, ncclFloat32, ncclSum, c[r], s[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < 2; r++) {
+    OK(cudaStreamSynchronize(s[r]));
+    OK(cudaMemcpy(got, buf[r], sizeof(got), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 16; i++)
+      ck_assert_msg(got[i] == 2.0f, "rank %d element %d: %g", r, i,
+                    (double)got[i]);
+    OK(cudaFree(buf[r]));
+    OK(cudaStreamDestroy(s[r]));
+    OK(ncclCommDestroy(c[r]));
+  }
+}
+END_TEST
+
 /* ---- memory ---- */
 
 /* Device memory is one budget across processes (SPCSIM_STATE): what a
@@ -863,6 +895,7 @@ int main(void) {
   tcase_add_test(tc, nccl_two_ranks_on_one_device);
   tcase_add_test(tc, nccl_comm_from_two_threads);
   tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);
+  tcase_add_test(tc, nccl_in_place_collective_runs_once);
   tcase_add_test(tc, device_memory_exhaustion);
   tcase_add_test(tc, free_waits_for_queued_work);
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
