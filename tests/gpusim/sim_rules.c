@@ -680,6 +680,72 @@ START_TEST(nccl_in_place_collective_runs_once) {
 }
 END_TEST
 
+/* Two cliques over GPUs 0 and 1 (two ncclCommInitAll calls), an
+ * all-reduce each; GPU 1's streams are held (hold_a), so each clique's
+ * GPU 0 part waits there for its peer. shared_streams: both cliques on
+ * the same two streams (ordered: B's part starts when A's is done);
+ * otherwise each on its own (B's GPU 0 part in flight with A's). */
+static void two_cliques(int shared_streams, order_t *o, float *sum) {
+  ncclComm_t a[2], b[2];
+  cudaStream_t s[4];
+  float *buf[4], ones[16];
+  for (int i = 0; i < 16; i++)
+    ones[i] = 1;
+  S(ncclCommInitAll(a, 2, NULL));
+  S(ncclCommInitAll(b, 2, NULL));
+  for (int i = 0; i < 4; i++) { /* s[0], s[2] on GPU 0; s[1], s[3] on 1 */
+    S(cudaSetDevice(i % 2));
+    S(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    S(cudaMalloc((void **)&buf[i], sizeof(ones)));
+    S(cudaMemcpy(buf[i], ones, sizeof(ones), cudaMemcpyHostToDevice));
+  }
+  S(cudaLaunchHostFunc(s[1], hold_a, o));
+  S(cudaLaunchHostFunc(s[3], hold_a, o));
+  for (int c = 0; c < 2; c++) {
+    ncclComm_t *comm = c == 0 ? a : b;
+    S(ncclGroupStart());
+    for (int r = 0; r < 2; r++)
+      S(ncclAllReduce(buf[2 * c + r], buf[2 * c + r], 16, ncclFloat32, ncclSum,
+                      comm[r], s[shared_streams ? r : 2 * c + r]));
+    S(ncclGroupEnd());
+  }
+  usleep(100 * 1000); /* both GPU 0 parts have reached their streams */
+  __atomic_store_n(&o->go, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 4; i++)
+    S(cudaStreamSynchronize(s[i]));
+  S(cudaMemcpy(sum, buf[2], sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 4; i++) {
+    S(cudaFree(buf[i]));
+    S(cudaStreamDestroy(s[i]));
+  }
+  for (int r = 0; r < 2; r++) {
+    S(ncclCommDestroy(a[r]));
+    S(ncclCommDestroy(b[r]));
+  }
+}
+
+static void concurrent_cliques(void) {
+  static order_t o;
+  float sum;
+  setenv("SPCSIM_FORBID_CONCURRENT_COMMS", "1", 1);
+  two_cliques(0, &o, &sum);
+}
+
+START_TEST(nccl_communicators_in_flight_on_one_device) {
+  ck_assert(rejected(concurrent_cliques, "nccl-concurrent-comms"));
+}
+END_TEST
+
+/* Ordered on one stream per GPU, two cliques are safe: no violation. */
+START_TEST(nccl_communicators_ordered_on_one_stream) {
+  static order_t o;
+  float sum = 0;
+  setenv("SPCSIM_FORBID_CONCURRENT_COMMS", "1", 1);
+  two_cliques(1, &o, &sum);
+  ck_assert_msg(sum == 2.0f, "sum %g", (double)sum);
+}
+END_TEST
+
 /* ---- memory ---- */
 
 /* Device memory is one budget across processes (SPCSIM_STATE): what a
@@ -896,6 +962,8 @@ int main(void) {
   tcase_add_test(tc, nccl_comm_from_two_threads);
   tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);
   tcase_add_test(tc, nccl_in_place_collective_runs_once);
+  tcase_add_test(tc, nccl_communicators_in_flight_on_one_device);
+  tcase_add_test(tc, nccl_communicators_ordered_on_one_stream);
   tcase_add_test(tc, device_memory_exhaustion);
   tcase_add_test(tc, free_waits_for_queued_work);
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
