@@ -12,7 +12,7 @@ GPUSIM_LIBS := $(GPUSIM_DIR)/libcudart.so.13 $(GPUSIM_DIR)/libcuda.so.1 \
 GPUSIM_CFLAGS := -std=gnu11 -g -O2 -fPIC -D_GNU_SOURCE -pthread \
   -Wall -Wextra -Werror -Itests/gpusim -Ikernels
 GPUSIM_CORE_OBJ := $(patsubst %,$(GPUSIM_DIR)/%.o,sim_core sim_mem \
-  sim_stream sim_copy sim_kernel half kernels_host)
+  sim_stream sim_memop sim_copy sim_kernel half kernels_host)
 
 ifeq ($(HAVE_CUDA)$(HAVE_NCCL),11)
 all: $(GPUSIM_LIBS) $(GPUSIM_DIR)/sim_rules
@@ -74,7 +74,9 @@ $(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/absent_nccl.o \
 
 # The rules suite: the misuse of each rule, rejected (tests/run.sh runs it
 # through tests/gpusim/simrun.sh).
-$(GPUSIM_DIR)/sim_rules: tests/gpusim/sim_rules.c tests/check_run.h $(CU_OBJ)
+GPUSIM_RULES_SRC := tests/gpusim/sim_rules.c tests/gpusim/sim_rules_memops.c
+$(GPUSIM_DIR)/sim_rules: $(GPUSIM_RULES_SRC) tests/gpusim/sim_rules.h \
+  tests/check_run.h $(CU_OBJ)
 	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -isystem $(CUDA_HOME)/include \
-	  -Itests -o $@ $< $(CU_OBJ) $(LDFLAGS_ALL) $(CHECK_LIBS) \
+	  -Itests -o $@ $(GPUSIM_RULES_SRC) $(CU_OBJ) $(LDFLAGS_ALL) $(CHECK_LIBS) \
 	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lnccl -ldl

@@ -66,8 +66,6 @@ ABSENT(cudaGraphNodeGetDependencies,
         cudaGraphEdgeData *edgeData, size_t *pNumDependencies))
 ABSENT(cudaGraphRetainUserObject, (cudaGraph_t graph, cudaUserObject_t object,
                                    unsigned int count, unsigned int flags))
-ABSENT(cudaHostRegister, (void *ptr, size_t size, unsigned int flags))
-ABSENT(cudaHostUnregister, (void *ptr))
 ABSENT(cudaKernelSetAttributeForDevice,
        (cudaKernel_t kernel, enum cudaFuncAttribute attr, int value,
         int device))
@@ -140,8 +138,6 @@ ABSENT(cudaUserObjectRelease, (cudaUserObject_t object, unsigned int count))
     said(#name);                                                               \
     return CUDA_ERROR_NOT_SUPPORTED;                                           \
   }
-/* torch looks the plain name up with dlsym; cuda.h maps it to _v2. */
-#undef cuStreamWriteValue32
 ABSENT(cuCtxFromGreenCtx, (CUcontext * pContext, CUgreenCtx hCtx))
 ABSENT(cuDevResourceGenerateDesc,
        (CUdevResourceDesc * phDesc, CUdevResource *resources,
@@ -197,8 +193,6 @@ ABSENT(cuMulticastCreate, (CUmemGenericAllocationHandle * mcHandle,
                            const CUmulticastObjectProp *prop))
 ABSENT(cuMulticastUnbind, (CUmemGenericAllocationHandle mcHandle, CUdevice dev,
                            size_t mcOffset, size_t size))
-ABSENT(cuStreamWriteValue32, (CUstream stream, CUdeviceptr addr,
-                              cuuint32_t value, unsigned int flags))
 ABSENT(cuFuncGetAttribute,
        (int *pi, CUfunction_attribute attrib, CUfunction hfunc))
 ABSENT(cuFuncSetAttribute,
@@ -240,10 +234,18 @@ ABSENT(cuTensorMapEncodeTiled,
         CUtensorMapFloatOOBfill oobFill))
 
 /* torch looks the plain names up with dlsym; cuda.h maps them to _v2,
- * which cudrv.c defines. */
+ * which cudrv.c defines. The plain stream memory operations are the
+ * deprecated v1 API: the same operations on the simulated GPUs, unless
+ * the v1 API is said to be missing (SPCSIM_NO_STREAM_MEM_OPS=v1, as on a
+ * driver loaded without NVreg_EnableStreamMemOPs=1). */
 #undef cuMemGetAddressRange
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
+#undef cuStreamBatchMemOp
 API CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
                                   CUdeviceptr p) {
   return cuMemGetAddressRange_v2(base, size, p);
@@ -252,6 +254,33 @@ API CUresult cuCtxPushCurrent(CUcontext ctx) {
   return cuCtxPushCurrent_v2(ctx);
 }
 API CUresult cuCtxPopCurrent(CUcontext *ctx) { return cuCtxPopCurrent_v2(ctx); }
+static int no_v1(void) { return sim_cfg()->no_memops != SIM_MEMOPS_ALL; }
+API CUresult cuStreamWriteValue32(CUstream s, CUdeviceptr addr,
+                                  cuuint32_t value, unsigned int flags) {
+  return no_v1() ? CUDA_ERROR_NOT_SUPPORTED
+                 : cuStreamWriteValue32_v2(s, addr, value, flags);
+}
+API CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr,
+                                  cuuint64_t value, unsigned int flags) {
+  return no_v1() ? CUDA_ERROR_NOT_SUPPORTED
+                 : cuStreamWriteValue64_v2(s, addr, value, flags);
+}
+API CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                 unsigned int flags) {
+  return no_v1() ? CUDA_ERROR_NOT_SUPPORTED
+                 : cuStreamWaitValue32_v2(s, addr, value, flags);
+}
+API CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                 unsigned int flags) {
+  return no_v1() ? CUDA_ERROR_NOT_SUPPORTED
+                 : cuStreamWaitValue64_v2(s, addr, value, flags);
+}
+API CUresult cuStreamBatchMemOp(CUstream s, unsigned int count,
+                                CUstreamBatchMemOpParams *params,
+                                unsigned int flags) {
+  return no_v1() ? CUDA_ERROR_NOT_SUPPORTED
+                 : cuStreamBatchMemOp_v2(s, count, params, flags);
+}
 
 #elif defined(SIM_ABSENT_NCCL)
 #include <nccl.h>

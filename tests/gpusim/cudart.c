@@ -1,7 +1,9 @@
 /* libcudart.so.13 of the simulator: the runtime entry points spcoll uses,
  * compiled against the real cuda_runtime_api.h so every signature is the
  * real one. Each failing call sets the calling thread's last error, which
- * cudaGetLastError returns and clears (CUDA's rule). */
+ * cudaGetLastError returns and clears (CUDA's rule); after a device fault
+ * every call that needs the context returns the sticky error instead,
+ * which nothing clears (R, sim_poison). */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +14,14 @@
 
 #define API __attribute__((visibility("default")))
 
-static cudaError_t R(int e) { return (cudaError_t)sim_set_last(e); }
+static cudaError_t R(int e) { return (cudaError_t)sim_set_last(sim_sticky(e)); }
+
+/* A launch's own result: the fault of the kernel it queued shows on later
+ * calls, not on this one, however soon the worker runs it. */
+static cudaError_t launched(int sticky_before, int rc) {
+  return (cudaError_t)sim_set_last(sticky_before != SIM_OK ? sticky_before
+                                                           : rc);
+}
 
 static int dev_ok(int d) { return d >= 0 && d < sim_cfg()->ndev; }
 
@@ -42,6 +51,14 @@ API const char *cudaGetErrorString(cudaError_t e) {
     return "invalid device function";
   case SIM_ECONFIG:
     return "invalid configuration argument";
+  case SIM_EILLEGAL:
+    return "an illegal memory access was encountered";
+  case SIM_EREGISTERED:
+    return "part or all of the requested memory range is already mapped";
+  case SIM_ENOTREGISTERED:
+    return "pointer does not correspond to a registered memory region";
+  case SIM_ENOTSUP:
+    return "operation not supported";
   case 100:
     return "no CUDA-capable device is detected";
   default:
@@ -92,6 +109,7 @@ API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
   p->sharedMemPerBlock = 48 * 1024;
   p->pciDeviceID = d;
   p->unifiedAddressing = 1;
+  p->canMapHostMemory = 1;
   return cudaSuccess;
 }
 
@@ -100,7 +118,7 @@ API cudaError_t cudaSetDevice(int d) {
     return R(SIM_EDEVICE);
   sim_ctx_touch(d); /* CUDA 12+ makes the primary context here */
   sim_set_cur_dev(d);
-  return cudaSuccess;
+  return R(SIM_OK);
 }
 
 API cudaError_t cudaGetDevice(int *d) {
@@ -146,6 +164,29 @@ API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
 }
 
 API cudaError_t cudaFreeHost(void *p) { return R(sim_host_free(p)); }
+
+/* With unified addressing registered memory is mapped for every GPU
+ * whatever the flags (cudaHostRegisterDefault included), at the same
+ * address. I/O and read-only registrations are not simulated. */
+API cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
+  if (flags & ~(unsigned)(cudaHostRegisterPortable | cudaHostRegisterMapped |
+                          cudaHostRegisterIoMemory | cudaHostRegisterReadOnly))
+    return R(SIM_EINVAL);
+  if (flags & (cudaHostRegisterIoMemory | cudaHostRegisterReadOnly))
+    return R(SIM_ENOTSUP);
+  return R(sim_host_register(p, n));
+}
+
+API cudaError_t cudaHostUnregister(void *p) {
+  return R(sim_host_unregister(p));
+}
+
+API cudaError_t cudaHostGetDevicePointer(void **dev, void *host,
+                                         unsigned flags) {
+  if (flags != 0)
+    return R(SIM_EINVAL);
+  return R(sim_host_device_ptr(host, dev));
+}
 
 API cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
   return R(sim_malloc_pool(sim_stream_dev((sim_stream *)s), n, p));
@@ -425,7 +466,8 @@ API cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fun) {
 
 API cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block,
                                    void **args, size_t shmem, cudaStream_t s) {
-  return R(sim_launch(k, 1, (sim_dim3){grid.x, grid.y, grid.z},
+  int before = sim_sticky(SIM_OK);
+  return launched(before, sim_launch(k, 1, (sim_dim3){grid.x, grid.y, grid.z},
                       (sim_dim3){block.x, block.y, block.z}, args, shmem,
                       (sim_stream *)s));
 }
@@ -440,7 +482,8 @@ API cudaError_t cudaLaunchKernel(const void *f, dim3 grid, dim3 block,
                                  void **args, size_t shmem, cudaStream_t s) {
   if (sim_launch_should_fail())
     return R(SIM_ECONFIG);
-  return R(sim_launch(f, 0, (sim_dim3){grid.x, grid.y, grid.z},
+  int before = sim_sticky(SIM_OK);
+  return launched(before, sim_launch(f, 0, (sim_dim3){grid.x, grid.y, grid.z},
                       (sim_dim3){block.x, block.y, block.z}, args, shmem,
                       (sim_stream *)s));
 }

@@ -15,7 +15,7 @@
 
 #define API __attribute__((visibility("default")))
 
-static cudaError_t R(int e) { return (cudaError_t)sim_set_last(e); }
+static cudaError_t R(int e) { return (cudaError_t)sim_set_last(sim_sticky(e)); }
 
 static int dev_ok(int d) { return d >= 0 && d < sim_cfg()->ndev; }
 
@@ -84,7 +84,7 @@ API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
   uint64_t used = sim_dev_used(sim_cur_dev());
   *total = sim_cfg()->mem_limit;
   *free_b = used < *total ? *total - used : 0;
-  return cudaSuccess;
+  return R(SIM_OK);
 }
 
 API cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
@@ -107,6 +107,9 @@ API cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
     *v = 48 * 1024;
     break;
   case cudaDevAttrUnifiedAddressing:
+  case cudaDevAttrCanMapHostMemory:
+  case cudaDevAttrCanUseHostPointerForRegisteredMem:
+  case cudaDevAttrHostRegisterSupported:
     *v = 1;
     break;
   default:
@@ -132,12 +135,13 @@ API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
     a->type = cudaMemoryTypeUnregistered; /* pageable host memory */
     return cudaSuccess;
   }
-  a->type = m.kind == SIM_M_PINNED ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
-  a->device = m.kind == SIM_M_PINNED ? sim_cur_dev() : m.dev;
+  int host = sim_is_host(m.kind);
+  a->type = host ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+  a->device = host ? sim_cur_dev() : m.dev;
   a->devicePointer = (void *)p;
-  if (m.kind == SIM_M_PINNED)
+  if (host)
     a->hostPointer = (void *)p;
-  return cudaSuccess;
+  return R(SIM_OK);
 }
 
 /* Device variables of torch's fatbins: their kernels never run here. */

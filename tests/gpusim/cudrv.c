@@ -11,8 +11,10 @@
 
 #define API __attribute__((visibility("default")))
 
+/* The driver's code for a core result; after a device fault, the sticky
+ * error whatever the call did (sim_poison). */
 static CUresult C(int e) {
-  switch (e) {
+  switch (sim_sticky(e)) {
   case SIM_OK:
     return CUDA_SUCCESS;
   case SIM_ENOMEM:
@@ -25,6 +27,14 @@ static CUresult C(int e) {
     return CUDA_ERROR_NOT_READY;
   case SIM_EMAPFAIL:
     return CUDA_ERROR_MAP_FAILED;
+  case SIM_EILLEGAL:
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  case SIM_EREGISTERED:
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  case SIM_ENOTREGISTERED:
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  case SIM_ENOTSUP:
+    return CUDA_ERROR_NOT_SUPPORTED;
   default:
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -81,6 +91,18 @@ API CUresult cuGetErrorString(CUresult r, const char **s) {
     break;
   case CUDA_ERROR_MAP_FAILED:
     *s = "mapping of buffer object failed";
+    break;
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+    *s = "an illegal memory access was encountered";
+    break;
+  case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+    *s = "part or all of the requested memory range is already mapped";
+    break;
+  case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+    *s = "pointer does not correspond to a registered memory region";
+    break;
+  case CUDA_ERROR_NOT_SUPPORTED:
+    *s = "operation not supported";
     break;
   default:
     *s = "unknown error";
@@ -188,7 +210,22 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     *v = sim_cfg()->sms;
     break;
   case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+  case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+  case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
     *v = 1;
+    break;
+  /* Stream memory operations, 64-bit ones and NOR waits: the deprecated
+   * v1 API's attributes and the current ones, unless the GPUs are said to
+   * lack them (SPCSIM_NO_STREAM_MEM_OPS, SIM_MEMOPS_*). */
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
+    *v = sim_cfg()->no_memops == SIM_MEMOPS_ALL;
+    break;
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+  case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+    *v = sim_cfg()->no_memops != SIM_MEMOPS_NONE;
     break;
   default:
     *v = 0; /* features the simulator does not have (VMM, multicast) */
@@ -204,6 +241,8 @@ API CUresult cuCtxSynchronize(void) {
 API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
                                    CUdeviceptr p) {
   sim_map m;
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return C(SIM_OK);
   if (!sim_lookup((const void *)(uintptr_t)p, 1, &m))
     return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
@@ -237,7 +276,7 @@ API CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
   int r = spcsim_cu_mem_get_address_range(&b, size, p);
   if (base)
     *base = b;
-  return r == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return C(r == 0 ? SIM_OK : SIM_EINVAL);
 }
 
 API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
@@ -294,4 +333,133 @@ API CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) {
 API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   (void)flags;
   return C(sim_stream_wait((sim_stream *)s, (sim_event *)e));
+}
+
+/* ---- host memory the GPUs reach --------------------------------------- */
+
+/* Flags beyond PORTABLE and DEVICEMAP (I/O memory, read-only) are not
+ * simulated; with unified addressing every registration is mapped. */
+API CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) {
+  if (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE |
+                          CU_MEMHOSTREGISTER_DEVICEMAP |
+                          CU_MEMHOSTREGISTER_IOMEMORY |
+                          CU_MEMHOSTREGISTER_READ_ONLY))
+    return C(SIM_EINVAL);
+  if (flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
+    return C(SIM_ENOTSUP);
+  return C(sim_host_register(p, n));
+}
+
+API CUresult cuMemHostUnregister(void *p) {
+  return C(sim_host_unregister(p));
+}
+
+API CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p,
+                                       unsigned flags) {
+  void *v = NULL;
+  int rc = flags != 0 ? SIM_EINVAL : sim_host_device_ptr(p, &v);
+  if (rc == SIM_OK)
+    *d = (CUdeviceptr)(uintptr_t)v;
+  return C(rc);
+}
+
+API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+  if (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                          CU_MEMHOSTALLOC_WRITECOMBINED))
+    return C(SIM_EINVAL);
+  return C(sim_host_alloc(n, p));
+}
+
+API CUresult cuMemAllocHost(void **p, size_t n) {
+  return C(sim_host_alloc(n, p));
+}
+
+API CUresult cuMemFreeHost(void *p) { return C(sim_host_free(p)); }
+
+/* ---- stream memory operations (sim_memop.c) ------------------------------
+ * The names are cuda.h's, which maps them to the _v2 entry points; the
+ * plain (v1) names torch looks up are in absent.c. */
+
+static CUresult memop1(CUstream s, int kind, int size, CUdeviceptr addr,
+                       uint64_t value, unsigned flags, const char *call) {
+  sim_memop o = {kind, size, (uint64_t)addr, value, flags};
+  return C(sim_memops((sim_stream *)s, &o, 1, call));
+}
+
+API CUresult cuStreamWriteValue32(CUstream s, CUdeviceptr addr,
+                                  cuuint32_t value, unsigned flags) {
+  return memop1(s, SIM_MEMOP_WRITE, 4, addr, value, flags,
+                "cuStreamWriteValue32");
+}
+
+API CUresult cuStreamWriteValue64(CUstream s, CUdeviceptr addr,
+                                  cuuint64_t value, unsigned flags) {
+  return memop1(s, SIM_MEMOP_WRITE, 8, addr, value, flags,
+                "cuStreamWriteValue64");
+}
+
+API CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr,
+                                 cuuint32_t value, unsigned flags) {
+  return memop1(s, SIM_MEMOP_WAIT, 4, addr, value, flags,
+                "cuStreamWaitValue32");
+}
+
+API CUresult cuStreamWaitValue64(CUstream s, CUdeviceptr addr,
+                                 cuuint64_t value, unsigned flags) {
+  return memop1(s, SIM_MEMOP_WAIT, 8, addr, value, flags,
+                "cuStreamWaitValue64");
+}
+
+/* One batch entry as a core op; 0 for a barrier (the stream's ops run one
+ * after another, fenced: nothing to add), -1 (with *rc_p) for what the
+ * simulated GPU refuses or lacks. */
+static int batch_op(const CUstreamBatchMemOpParams *p, sim_memop *o,
+                    int *rc_p) {
+  switch (p->operation) {
+  case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+  case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+    int is64 = p->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    *o = (sim_memop){SIM_MEMOP_WAIT, is64 ? 8 : 4, p->waitValue.address,
+                     is64 ? p->waitValue.value64 : p->waitValue.value,
+                     p->waitValue.flags};
+    return 1;
+  }
+  case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+  case CU_STREAM_MEM_OP_WRITE_VALUE_64: {
+    int is64 = p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    *o = (sim_memop){SIM_MEMOP_WRITE, is64 ? 8 : 4, p->writeValue.address,
+                     is64 ? p->writeValue.value64 : p->writeValue.value,
+                     p->writeValue.flags};
+    return 1;
+  }
+  case CU_STREAM_MEM_OP_BARRIER:
+    if (p->memoryBarrier.flags == CU_STREAM_MEMORY_BARRIER_TYPE_SYS ||
+        p->memoryBarrier.flags == CU_STREAM_MEMORY_BARRIER_TYPE_GPU)
+      return 0;
+    *rc_p = SIM_EINVAL;
+    return -1;
+  case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES: /* CAN_FLUSH_REMOTE_WRITES 0 */
+    *rc_p = SIM_ENOTSUP;
+    return -1;
+  default:
+    *rc_p = SIM_EINVAL;
+    return -1;
+  }
+}
+
+/* The operations in order, all checked before any is queued. */
+API CUresult cuStreamBatchMemOp(CUstream s, unsigned count,
+                                CUstreamBatchMemOpParams *params,
+                                unsigned flags) {
+  sim_memop ops[256];
+  int n = 0, rc = SIM_OK;
+  if (count >= 256 || flags != 0 || (count > 0 && params == NULL))
+    return C(SIM_EINVAL);
+  for (unsigned i = 0; i < count; i++) {
+    int k = batch_op(&params[i], &ops[n], &rc);
+    if (k < 0)
+      return C(rc);
+    n += k;
+  }
+  return C(sim_memops((sim_stream *)s, ops, n, "cuStreamBatchMemOp"));
 }

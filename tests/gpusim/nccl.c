@@ -6,7 +6,10 @@
  * the last to arrive moves the data for all. Reductions follow NCCL's
  * semantics by default: sums in ring order (not rank order), max/min that
  * ignore NaN (fmaxf); SPCSIM_NCCL_SUM_ORDER=rank and SPCSIM_NCCL_NAN=
- * propagate give the other semantics so tests can tell them apart. */
+ * propagate give the other semantics so tests can tell them apart.
+ * Communicators of two cliques with operations in flight at once on one
+ * GPU, which NCCL documents as unsafe (they can deadlock), are a
+ * violation under SPCSIM_FORBID_CONCURRENT_COMMS (see in_flight_enter). */
 #include <math.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -333,7 +336,56 @@ typedef struct {
 typedef struct {
   batch *b;
   ncclComm_t comm;
+  int dev; /* the communicator's, kept: an abort may free it */
 } part;
+
+/* ---- cliques in flight on a GPU -------------------------------------------
+ * A part is in flight from when its stream reaches it until its batch is
+ * done: what a real NCCL kernel does, holding the GPU while it waits for
+ * its peers. NCCL documents that operations of different communicators
+ * must not be in flight at once on one device (one may hold what the
+ * other's peers need: a deadlock); they must be ordered, e.g. on one
+ * stream or through events. Each waiting part is listed here, on its
+ * worker's stack. */
+
+typedef struct in_flight {
+  struct in_flight *next;
+  const clique *cl;
+  int dev;
+} in_flight;
+
+static pthread_mutex_t in_flight_mu = PTHREAD_MUTEX_INITIALIZER;
+static in_flight *in_flight_parts;
+
+/* List f; with SPCSIM_FORBID_CONCURRENT_COMMS (1, or the program's name)
+ * a part of another clique in flight on the same GPU is a violation. */
+static void in_flight_enter(in_flight *f, const char *call) {
+  pthread_mutex_lock(&in_flight_mu);
+  int others = 0;
+  for (const in_flight *x = in_flight_parts; x != NULL; x = x->next)
+    others += x->dev == f->dev && x->cl != f->cl;
+  f->next = in_flight_parts;
+  in_flight_parts = f;
+  pthread_mutex_unlock(&in_flight_mu);
+  if (others > 0 && sim_applies_here("SPCSIM_FORBID_CONCURRENT_COMMS"))
+    sim_violation("nccl-concurrent-comms", call,
+                  "communicators of %d other ncclCommInitAll call(s) have "
+                  "operations in flight on GPU %d at the same time as this "
+                  "one: NCCL documents concurrent communicators on one "
+                  "device as unsafe (they can deadlock); order them (one "
+                  "stream, or events)",
+                  others, f->dev);
+}
+
+static void in_flight_leave(in_flight *f) {
+  pthread_mutex_lock(&in_flight_mu);
+  for (in_flight **p = &in_flight_parts; *p != NULL; p = &(*p)->next)
+    if (*p == f) {
+      *p = f->next;
+      break;
+    }
+  pthread_mutex_unlock(&in_flight_mu);
+}
 
 static void check_reach(const void *p, size_t bytes, int dev,
                         const char *call) {
@@ -373,7 +425,7 @@ static int execute(batch *b) {
         free(r), free(order), free(src);
         return -1;
       }
-    if (o != r[o->comm->rank]) /* run once, by rank 0's entry */
+    if (o != r[0]) /* run once, by rank 0's entry: in place, twice is wrong */
       goto next;
     size_t es = dt_size(o->dt), cnt = o->count;
     for (int k = 0; k < n; k++) {
@@ -475,6 +527,8 @@ static void batch_unref(batch *b) {
 static void run_part(void *a, int *status) {
   part *p = a;
   batch *b = p->b;
+  in_flight f = {.cl = b->cl, .dev = p->dev};
+  in_flight_enter(&f, op_name(b->ops[0].type));
   pthread_mutex_lock(&b->mu);
   if (++b->arrived == b->nparts) {
     pthread_mutex_unlock(&b->mu);
@@ -501,6 +555,7 @@ static void run_part(void *a, int *status) {
   int failed = b->failed || !b->done;
   int aborted = !b->done;
   pthread_mutex_unlock(&b->mu);
+  in_flight_leave(&f);
   if (failed) {
     *status = SIM_ELAUNCH;
     /* Aborted: the communicator may be gone, only the clique is held. */
@@ -550,6 +605,7 @@ static ncclResult_t flush(void) {
       seen = parts[k].comm == ops[i].comm && ps[k] == ops[i].s;
     if (!seen) {
       parts[b->nparts].comm = ops[i].comm;
+      parts[b->nparts].dev = ops[i].comm->dev;
       parts[b->nparts].b = b;
       ps[b->nparts++] = ops[i].s;
     }
@@ -588,6 +644,9 @@ static ncclResult_t add(int type, const void *s, void *r, size_t count,
                         ncclComm_t comm, cudaStream_t stream) {
   if (comm == NULL)
     return fail(ncclInvalidArgument, "%s: NULL communicator", op_name(type));
+  if (sim_sticky(SIM_OK) != SIM_OK) /* the process's CUDA context is lost */
+    return fail(ncclUnhandledCudaError, "%s: cudaErrorIllegalAddress",
+                op_name(type));
   if (__atomic_load_n(&comm->cl->aborted, __ATOMIC_ACQUIRE))
     return fail(ncclInvalidUsage, "%s: communicator aborted", op_name(type));
   comm_take(comm, op_name(type));

@@ -21,17 +21,21 @@
  * (equal to cudaError_t values where one exists). */
 enum {
   SIM_OK = 0,
-  SIM_EINVAL = 1,      /* cudaErrorInvalidValue */
-  SIM_ENOMEM = 2,      /* cudaErrorMemoryAllocation */
-  SIM_EDEVICE = 101,   /* cudaErrorInvalidDevice */
-  SIM_EHANDLE = 400,   /* cudaErrorInvalidResourceHandle */
-  SIM_ENOTREADY = 600, /* cudaErrorNotReady */
-  SIM_EMAPFAIL = 205,  /* cudaErrorMapBufferObjectFailed */
-  SIM_EPEERON = 704,   /* cudaErrorPeerAccessAlreadyEnabled */
-  SIM_ENOPEER = 217,   /* cudaErrorPeerAccessUnsupported */
-  SIM_ELAUNCH = 719,   /* cudaErrorLaunchFailure */
-  SIM_ENOKERNEL = 98,  /* cudaErrorInvalidDeviceFunction */
-  SIM_ECONFIG = 9      /* cudaErrorInvalidConfiguration */
+  SIM_EINVAL = 1,        /* cudaErrorInvalidValue */
+  SIM_ENOMEM = 2,        /* cudaErrorMemoryAllocation */
+  SIM_EDEVICE = 101,     /* cudaErrorInvalidDevice */
+  SIM_EHANDLE = 400,     /* cudaErrorInvalidResourceHandle */
+  SIM_ENOTREADY = 600,   /* cudaErrorNotReady */
+  SIM_EMAPFAIL = 205,    /* cudaErrorMapBufferObjectFailed */
+  SIM_EPEERON = 704,     /* cudaErrorPeerAccessAlreadyEnabled */
+  SIM_ENOPEER = 217,     /* cudaErrorPeerAccessUnsupported */
+  SIM_ELAUNCH = 719,     /* cudaErrorLaunchFailure */
+  SIM_ENOKERNEL = 98,    /* cudaErrorInvalidDeviceFunction */
+  SIM_ECONFIG = 9,       /* cudaErrorInvalidConfiguration */
+  SIM_EILLEGAL = 700,    /* cudaErrorIllegalAddress: sticky, see sim_poison */
+  SIM_EREGISTERED = 712, /* cudaErrorHostMemoryAlreadyRegistered */
+  SIM_ENOTREGISTERED = 713, /* cudaErrorHostMemoryNotRegistered */
+  SIM_ENOTSUP = 801         /* cudaErrorNotSupported */
 };
 
 /* ---- core: config, devices, rules ---------------------------------- */
@@ -44,12 +48,31 @@ typedef struct {
   /* SPCSIM_NO_PEER: bit t of nopeer[f]: GPU f cannot reach GPU t's
    * memory directly (symmetric pairs, "0-1,2-3"). */
   uint32_t nopeer[SIM_MAX_DEV];
+  int no_memops; /* SIM_MEMOPS_*, from SPCSIM_NO_STREAM_MEM_OPS */
 } sim_config;
+
+/* Stream memory operations the GPUs have: all (the default); none
+ * (SPCSIM_NO_STREAM_MEM_OPS=1: attributes 0, calls not supported); all
+ * but the deprecated v1 API (=v1: its plain entry points and *_V1
+ * attributes, as a driver loaded without NVreg_EnableStreamMemOPs=1). */
+enum { SIM_MEMOPS_ALL, SIM_MEMOPS_NONE, SIM_MEMOPS_NO_V1 };
 
 const sim_config *sim_cfg(void);
 /* Report a broken rule; aborts unless SPCSIM_ON_VIOLATION=continue. */
 void sim_violation(const char *rule, const char *call, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Rules this thread has broken so far (they matter under
+ * SPCSIM_ON_VIOLATION=continue, where the call goes on). */
+int sim_violations_here(void);
+/* A device fault (an illegal address) ends this process's use of CUDA,
+ * as on a GPU: from now on every call that needs the context fails with
+ * SIM_EILLEGAL, in every thread, and cudaGetLastError does not clear it;
+ * queued work is dropped. Only a new process starts clean (a forked child
+ * of a poisoned process is clean too: it is another process). The reason
+ * is said on stderr once. */
+void sim_poison(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* SIM_EILLEGAL when this process is poisoned, else e. */
+int sim_sticky(int e);
 /* Per-thread current device (cudaSetDevice, context push/pop). */
 int sim_cur_dev(void);
 void sim_set_cur_dev(int dev);
@@ -81,10 +104,22 @@ int sim_applies_here(const char *var);
  * (cudaErrorInvalidConfiguration, as a bad launch does), to test how a
  * failure in the middle of queueing an op is handled. */
 int sim_launch_should_fail(void);
+/* SPCSIM_FAULT_LAUNCH=PROGRAM:N: the Nth kernel launch of PROGRAM is
+ * queued normally and faults when it runs (an illegal address), which
+ * poisons the process (sim_poison). */
+int sim_launch_should_fault(void);
 
 /* ---- memory ----------------------------------------------------------- */
 
-enum { SIM_M_DEVICE, SIM_M_IMPORT, SIM_M_POOL, SIM_M_PINNED };
+/* PINNED: cudaMallocHost/cudaHostAlloc memory the simulator mapped;
+ * HOSTREG: the caller's memory registered with cudaHostRegister (never
+ * unmapped by the simulator). Both are host memory the GPUs reach at the
+ * same address (unified addressing). */
+enum { SIM_M_DEVICE, SIM_M_IMPORT, SIM_M_POOL, SIM_M_PINNED, SIM_M_HOSTREG };
+
+static inline int sim_is_host(int kind) {
+  return kind == SIM_M_PINNED || kind == SIM_M_HOSTREG;
+}
 
 /* The shared header of a cudaMalloc allocation (first page of its memfd). */
 typedef struct {
@@ -122,6 +157,15 @@ int sim_malloc_pool(int dev, uint64_t size, void **p_out);
 void sim_free_pool_now(void *p);
 int sim_host_alloc(uint64_t size, void **p_out);
 int sim_host_free(void *p);
+/* cudaHostRegister: [p, p+size) must be mapped in this process and
+ * overlap no other registration or allocation (SIM_EREGISTERED). */
+int sim_host_register(void *p, uint64_t size);
+/* cudaHostUnregister: p must be the base of a registration
+ * (SIM_ENOTREGISTERED). */
+int sim_host_unregister(void *p);
+/* cudaHostGetDevicePointer: host memory the GPUs reach has the same
+ * address there; anything else is SIM_EINVAL. */
+int sim_host_device_ptr(void *p, void **dev_p);
 /* The mapping holding [p, p+len), or NULL; *m_p is a snapshot copy. */
 int sim_lookup(const void *p, uint64_t len, sim_map *m_out);
 /* Whether device `dev` may dereference mapping m (a snapshot). */
@@ -161,6 +205,29 @@ int sim_device_sync(int dev);
 /* Host callback with the stream's status. */
 int sim_stream_callback(sim_stream *s, void (*cb)(void *, int, void *),
                         void *arg);
+/* Called by an op while it runs on its stream's worker: on (1) while it
+ * waits for something outside the stream that may never come (a stream
+ * memory wait), off (0) after. cudaStreamDestroy of a stream so blocked
+ * returns at once, as CUDA's does, instead of waiting for it. */
+void sim_stream_blocked(int on);
+
+/* ---- stream memory operations (sim_memop.c) ------------------------------
+ * cuStreamWriteValue32/64, cuStreamWaitValue32/64, cuStreamBatchMemOp on
+ * device memory (own, imported, pool) or host memory the GPUs reach,
+ * also across processes. Sizes 4 or 8; flags are the driver's
+ * (CU_STREAM_WAIT_VALUE_*, CU_STREAM_WRITE_VALUE_*). */
+enum { SIM_MEMOP_WAIT, SIM_MEMOP_WRITE };
+typedef struct {
+  int kind; /* SIM_MEMOP_* */
+  int size; /* 4 or 8 */
+  uint64_t addr, value;
+  unsigned flags;
+} sim_memop;
+/* Check ops[0..n) (each address mapped, aligned, reachable from the
+ * stream's GPU; flags known), then queue them all on s in order; nothing
+ * is queued when one is wrong. SIM_ENOTSUP without stream memory
+ * operations (SPCSIM_NO_STREAM_MEM_OPS). */
+int sim_memops(sim_stream *s, const sim_memop *ops, int n, const char *call);
 
 enum { SIM_EV_NOTIMING = 2, SIM_EV_IPC = 4 };
 int sim_event_create(int dev, unsigned flags, sim_event **e_p,
@@ -201,6 +268,7 @@ int sim_pop_config(sim_dim3 *grid, sim_dim3 *block, size_t *shmem, void **s);
 /* ---- last error (the runtime's, per thread) ------------------------------ */
 
 int sim_set_last(int e); /* returns e */
+/* The sticky error of a poisoned process (sim_poison), whatever clear. */
 int sim_get_last(int clear);
 
 #endif

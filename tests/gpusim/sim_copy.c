@@ -2,7 +2,8 @@
  * async copy touching pageable host memory is synchronous, as CUDA makes
  * it (the stream drains first), which is how a loop thread ends up
  * waiting on clients' streams: SPCSIM_FORBID_PAGEABLE_ASYNC=1 makes it a
- * violation for processes that must never block. */
+ * violation for processes that must never block. A faulted device
+ * (sim_poison) copies nothing. */
 #include "sim.h"
 
 #include <errno.h>
@@ -18,7 +19,8 @@ typedef struct {
 
 static void run_copy(void *a, int *status) {
   copy_op *c = a;
-  (void)status;
+  if (*status == SIM_EILLEGAL)
+    return;
   if (c->set)
     memset(c->dst, c->v, c->n);
   else
@@ -33,6 +35,8 @@ static int pageable(const void *p, uint64_t n) {
 
 int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
                const char *call) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   if (n == 0)
     return SIM_OK;
   int pg = pageable(dst, n) || pageable(src, n);
@@ -65,7 +69,7 @@ int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async) {
   sim_map m;
   if (n == 0)
     return SIM_OK;
-  if (!sim_lookup(dst, n, &m) || m.kind == SIM_M_PINNED)
+  if (!sim_lookup(dst, n, &m) || sim_is_host(m.kind))
     return SIM_EINVAL;
   copy_op *c = malloc(sizeof(*c));
   if (c == NULL)

@@ -1,7 +1,7 @@
 /* spcsim core: configuration from the environment, the rule report, the
- * per-thread current device and last error, device memory accounting
- * (shared between processes through SPCSIM_STATE), peer access, and the
- * leak report at exit. */
+ * per-thread current device and last error, the sticky error of a device
+ * fault, device memory accounting (shared between processes through
+ * SPCSIM_STATE), peer access, and the leak report at exit. */
 #include "sim.h"
 
 #include <errno.h>
@@ -17,6 +17,8 @@ static sim_config cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static __thread int cur_dev;
 static __thread int last_err;
+static __thread int violations; /* rules this thread broke */
+static int poisoned_pid; /* the process whose context a fault ended */
 static uint64_t local_used[SIM_MAX_DEV];
 static uint64_t *shared_used; /* SPCSIM_STATE: a file of SIM_MAX_DEV u64 */
 static uint32_t peers[SIM_MAX_DEV]; /* bit t of peers[f]: f reaches t */
@@ -48,6 +50,21 @@ static uint64_t slow_streams(void) {
   return strtoull(colon + 1, NULL, 10);
 }
 
+/* SPCSIM_NO_STREAM_MEM_OPS=1: GPUs without stream memory operations
+ * (cuStreamWriteValue32 and the rest); =v1: without their deprecated v1
+ * API only (sim.h, SIM_MEMOPS_*). */
+static int no_memops(void) {
+  const char *v = getenv("SPCSIM_NO_STREAM_MEM_OPS");
+  if (v == NULL || *v == '\0' || strcmp(v, "0") == 0)
+    return SIM_MEMOPS_ALL;
+  if (strcmp(v, "1") == 0)
+    return SIM_MEMOPS_NONE;
+  if (strcmp(v, "v1") == 0)
+    return SIM_MEMOPS_NO_V1;
+  fprintf(stderr, "spcsim: SPCSIM_NO_STREAM_MEM_OPS=%s: want 1 or v1\n", v);
+  abort();
+}
+
 /* SPCSIM_NO_PEER=a-b,c-d: the pairs of GPUs without peer access, as on
  * a machine whose GPUs sit under different root complexes. */
 static void no_peer(void) {
@@ -76,6 +93,7 @@ static void cfg_init(void) {
   cfg.sms = (int)env_u64("SPCSIM_SMS", 4);
   cfg.op_delay_us = slow_streams();
   no_peer();
+  cfg.no_memops = no_memops();
   const char *st = getenv("SPCSIM_STATE");
   if (st != NULL && *st != '\0') {
     int fd = open(st, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -116,10 +134,38 @@ void sim_violation(const char *rule, const char *call, const char *fmt, ...) {
   if (write(2, line,
             n > 0 && (size_t)n < sizeof(line) ? (size_t)n : strlen(line)) < 0)
     (void)0; /* stderr gone: the abort below still says it */
+  violations++;
   const char *on = getenv("SPCSIM_ON_VIOLATION");
   if (on != NULL && strcmp(on, "continue") == 0)
     return;
   abort();
+}
+
+int sim_violations_here(void) { return violations; }
+
+void sim_poison(const char *fmt, ...) {
+  int me = (int)getpid();
+  int old = __atomic_load_n(&poisoned_pid, __ATOMIC_ACQUIRE);
+  /* The first fault is the one said; a pid left by the parent of a fork
+   * is another process's fault and is replaced. */
+  if (old == me || !__atomic_compare_exchange_n(&poisoned_pid, &old, me, 0,
+                                                __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE))
+    return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr,
+          "spcsim: GPU fault: %s: an illegal memory access; this process's "
+          "CUDA context is lost, every later call fails with it (pid %d)\n",
+          msg, me);
+}
+
+int sim_sticky(int e) {
+  int p = __atomic_load_n(&poisoned_pid, __ATOMIC_ACQUIRE);
+  return p != 0 && p == (int)getpid() ? SIM_EILLEGAL : e;
 }
 
 int sim_cur_dev(void) { return cur_dev; }
@@ -200,18 +246,29 @@ int sim_applies_here(const char *var) {
          (strcmp(f, "1") == 0 || strcmp(f, program_invocation_short_name) == 0);
 }
 
-int sim_launch_should_fail(void) {
-  static int launches;
-  const char *f = getenv("SPCSIM_FAIL_LAUNCH");
+/* Whether this is the Nth call counted by *count, for var=PROGRAM:N
+ * naming this program (counted only then). */
+static int nth_call(const char *var, int *count) {
+  const char *f = getenv(var);
   const char *colon = f ? strrchr(f, ':') : NULL;
   if (colon == NULL ||
       strncmp(f, program_invocation_short_name, (size_t)(colon - f)) != 0 ||
       program_invocation_short_name[colon - f] != '\0')
     return 0;
   pthread_mutex_lock(&core_mu);
-  int n = ++launches;
+  int n = ++*count;
   pthread_mutex_unlock(&core_mu);
   return n == atoi(colon + 1);
+}
+
+int sim_launch_should_fail(void) {
+  static int launches;
+  return nth_call("SPCSIM_FAIL_LAUNCH", &launches);
+}
+
+int sim_launch_should_fault(void) {
+  static int launches;
+  return nth_call("SPCSIM_FAULT_LAUNCH", &launches);
 }
 
 int sim_peer_possible(int from, int to) {
@@ -245,7 +302,7 @@ int sim_get_last(int clear) {
   int e = last_err;
   if (clear)
     last_err = SIM_OK;
-  return e;
+  return sim_sticky(e);
 }
 
 /* ---- leak report ----------------------------------------------------------
@@ -265,14 +322,17 @@ void sim_leak_note(const char *fmt, ...) {
 
 void sim_mem_leaks(void);
 void sim_stream_leaks(void);
+void sim_memop_leaks(void);
 
-/* At exit: what the process still holds of the simulated GPUs. With
+/* At exit: what the process still holds of the simulated GPUs, and the
+ * stream memory waits still unsatisfied (a stream left stuck). With
  * SPCSIM_LEAKS_FATAL=1 (or =the program's name: only that program) a
  * non-empty report turns the exit status into 98, so a test that ends
  * leaking fails. */
 static void leak_report(void) {
   sim_mem_leaks();
   sim_stream_leaks();
+  sim_memop_leaks();
   if (leaks > 0 && sim_applies_here("SPCSIM_LEAKS_FATAL")) {
     fprintf(stderr, "spcsim: %d leak(s) at exit (pid %d)\n", leaks,
             (int)getpid());

@@ -209,21 +209,38 @@ typedef struct {
   kfun *f;
   sim_dim3 grid, block;
   int dev;
+  int fault; /* SPCSIM_FAULT_LAUNCH chose this launch */
   void **argv;
   uint8_t *argbuf;
 } launch_op;
 
+/* Whether launch L faults on the device instead of running: the fault
+ * SPCSIM_FAULT_LAUNCH injects, or an access the simulator refused (under
+ * SPCSIM_ON_VIOLATION=continue; a GPU stops such a kernel with an
+ * illegal address). Either poisons the process (sim_poison). */
+static int launch_faults(launch_op *L) {
+  /* What it will touch is checked first: a kernel cannot be stopped at
+   * its first bad access, its arguments say where it goes. */
+  int seen = sim_violations_here();
+  if (L->f->entry->access != NULL)
+    L->f->entry->access(L->argv, L->dev);
+  if (!L->fault && sim_violations_here() == seen)
+    return 0;
+  sim_poison("kernel %s on GPU %d: %s", L->f->name, L->dev,
+             L->fault ? "the fault SPCSIM_FAULT_LAUNCH injects"
+                      : "an access refused above");
+  return 1;
+}
+
 static void run_launch(void *a, int *status) {
   launch_op *L = a;
+  if (*status == SIM_OK && launch_faults(L))
+    *status = SIM_EILLEGAL;
   if (*status != SIM_OK) { /* the stream already failed: CUDA skips it */
     free(L->argbuf);
     free(L->argv);
     return;
   }
-  /* What it will touch is checked first: a kernel cannot be stopped at
-   * its first bad access, its arguments say where it goes. */
-  if (L->f->entry->access != NULL)
-    L->f->entry->access(L->argv, L->dev);
   unsigned nt = L->block.x * L->block.y * L->block.z;
   fiber *fs = calloc(nt, sizeof(*fs));
   uint8_t *stacks = mmap(NULL, (size_t)nt * STACK, PROT_READ | PROT_WRITE,
@@ -331,6 +348,7 @@ int sim_launch(const void *p, int is_kernel, sim_dim3 grid, sim_dim3 block,
     at += (sizes[i] + 15) & ~(size_t)15;
   }
   L->f = f;
+  L->fault = sim_launch_should_fault();
   L->grid = grid;
   L->block = block;
   L->dev = sim_stream_dev(s);

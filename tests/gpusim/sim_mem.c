@@ -3,8 +3,10 @@
  * CUDA IPC handles open in other processes (through /proc/<pid>/fd, the
  * way pidfd_getfd would) and misuse across processes is seen. Pool
  * (cudaMallocAsync) memory and pinned host memory are plain mappings the
- * process records. munmap is interposed: device memory is unmapped only
- * by cudaFree or cudaIpcCloseMemHandle. */
+ * process records; host memory registered with cudaHostRegister is the
+ * caller's, recorded as it is. munmap is interposed: device memory is
+ * unmapped only by cudaFree or cudaIpcCloseMemHandle, registered memory
+ * only after cudaHostUnregister. */
 #include "sim.h"
 
 #include <errno.h>
@@ -57,6 +59,14 @@ static sim_map *find_locked(const void *p, uint64_t len) {
   return NULL;
 }
 
+/* The mapping overlapping [a, a+len) (headers included), or NULL. */
+static sim_map *overlap_locked(const uint8_t *a, uint64_t len) {
+  for (sim_map *m = maps; m != NULL; m = m->next)
+    if (a < m->map + m->map_size && a + len > m->map)
+      return m;
+  return NULL;
+}
+
 static void unlink_map(sim_map *m) {
   for (sim_map **p = &maps; *p != NULL; p = &(*p)->next)
     if (*p == m) {
@@ -66,6 +76,8 @@ static void unlink_map(sim_map *m) {
 }
 
 int sim_malloc(int dev, uint64_t size, void **p_out) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   if (size == 0) {
     *p_out = NULL;
@@ -169,6 +181,8 @@ int sim_free(void *p, const char *call) {
 int sim_malloc_pool(int dev, uint64_t size, void **p_out) {
   if (dev < 0 || dev >= sim_cfg()->ndev)
     return SIM_EDEVICE;
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   if (size == 0)
     size = 1;
@@ -218,6 +232,8 @@ void sim_free_pool_now(void *p) {
 }
 
 int sim_host_alloc(uint64_t size, void **p_out) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(sim_cur_dev()); /* pinned memory is the context's */
   uint64_t map_size = (size + 4095) & ~(uint64_t)4095;
   uint8_t *map = raw_mmap(map_size ? map_size : 4096, -1);
@@ -257,6 +273,57 @@ int sim_host_free(void *p) {
   return SIM_OK;
 }
 
+int sim_host_register(void *p, uint64_t size) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+  uintptr_t end = (uintptr_t)p + size;
+  if (p == NULL || size == 0 || end < (uintptr_t)p)
+    return SIM_EINVAL;
+  /* Pinning needs every page mapped: msync says ENOMEM at a hole. */
+  if (msync((void *)a, end - a, MS_ASYNC) != 0)
+    return SIM_EINVAL;
+  sim_ctx_touch(sim_cur_dev()); /* registrations are the context's */
+  sim_map *m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return SIM_ENOMEM;
+  m->kind = SIM_M_HOSTREG;
+  m->dev = -1;
+  m->map = m->ptr = p;
+  m->map_size = m->size = size;
+  m->fd = -1;
+  pthread_mutex_lock(&mu);
+  if (overlap_locked(p, size) != NULL) {
+    pthread_mutex_unlock(&mu);
+    free(m);
+    return SIM_EREGISTERED;
+  }
+  link_map(m);
+  pthread_mutex_unlock(&mu);
+  return SIM_OK;
+}
+
+int sim_host_unregister(void *p) {
+  pthread_mutex_lock(&mu);
+  sim_map *m = find_locked(p, 1);
+  if (m == NULL || m->ptr != p || m->kind != SIM_M_HOSTREG) {
+    pthread_mutex_unlock(&mu);
+    return SIM_ENOTREGISTERED;
+  }
+  unlink_map(m);
+  pthread_mutex_unlock(&mu);
+  free(m);
+  return SIM_OK;
+}
+
+int sim_host_device_ptr(void *p, void **dev_p) {
+  sim_map m;
+  if (!sim_lookup(p, 1, &m) || !sim_is_host(m.kind))
+    return SIM_EINVAL;
+  *dev_p = p; /* unified addressing: the same address on every GPU */
+  return SIM_OK;
+}
+
 int sim_lookup(const void *p, uint64_t len, sim_map *m_out) {
   pthread_mutex_lock(&mu);
   sim_map *m = find_locked(p, len ? len : 1);
@@ -269,6 +336,7 @@ int sim_lookup(const void *p, uint64_t len, sim_map *m_out) {
 int sim_accessible(const sim_map *m, int dev) {
   switch (m->kind) {
   case SIM_M_PINNED:
+  case SIM_M_HOSTREG:
     return 1;
   case SIM_M_POOL:
     return m->dev == dev ||
@@ -334,7 +402,8 @@ int sim_ipc_get(const void *p, sim_handle64 *hout, const char *call) {
                   m.kind == SIM_M_POOL     ? "stream-ordered pool memory"
                   : m.kind == SIM_M_IMPORT ? "an imported mapping"
                   : m.kind == SIM_M_PINNED ? "pinned host memory"
-                                           : "inside an allocation");
+                  : m.kind == SIM_M_HOSTREG ? "registered host memory"
+                                            : "inside an allocation");
     return SIM_EINVAL;
   }
   ipc_mem_handle h = {.magic = HMAGIC,
@@ -350,6 +419,8 @@ int sim_ipc_get(const void *p, sim_handle64 *hout, const char *call) {
 
 int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
                  const char *call) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(sim_cur_dev());
   ipc_mem_handle h;
   memcpy(&h, hin, sizeof(h));
@@ -449,7 +520,7 @@ int sim_ipc_close(void *p, const char *call) {
 
 int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p) {
   sim_map m;
-  if (!sim_lookup(p, 1, &m) || m.kind == SIM_M_PINNED)
+  if (!sim_lookup(p, 1, &m) || sim_is_host(m.kind))
     return SIM_EINVAL;
   *base_p = m.ptr;
   *size_p = m.size;
@@ -463,16 +534,17 @@ int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p) {
 int sim_munmap(void *addr, size_t len) {
   if (getenv("SPCSIM_TRACE_MUNMAP"))
     fprintf(stderr, "spcsim: munmap(%p, %zu)\n", addr, len);
-  uint8_t *a = addr;
   pthread_mutex_lock(&mu);
-  sim_map *hit = NULL;
-  for (sim_map *m = maps; m != NULL && hit == NULL; m = m->next)
-    if (a < m->map + m->map_size && a + len > m->map)
-      hit = m;
+  sim_map *hit = overlap_locked(addr, len);
   int kind = hit ? hit->kind : -1;
   void *ptr = hit ? hit->ptr : NULL;
   pthread_mutex_unlock(&mu);
-  if (hit != NULL)
+  if (kind == SIM_M_HOSTREG)
+    sim_violation("unmap-registered-memory", "munmap",
+                  "%zu bytes at %p overlap memory registered with "
+                  "cudaHostRegister at %p: cudaHostUnregister it first",
+                  len, addr, ptr);
+  else if (hit != NULL)
     sim_violation(
         kind == SIM_M_IMPORT ? "ipc-unmap-not-close" : "unmap-device-memory",
         "munmap",
@@ -489,7 +561,8 @@ void sim_mem_leaks(void) {
   for (sim_map *m = maps; m != NULL; m = m->next) {
     static const char *const what[] = {
         "cudaMalloc allocation", "cudaIpcOpenMemHandle mapping",
-        "cudaMallocAsync allocation", "cudaMallocHost memory"};
+        "cudaMallocAsync allocation", "cudaMallocHost memory",
+        "cudaHostRegister registration"};
     sim_leak_note("%s of %llu bytes at %p (GPU %d) never released",
                   what[m->kind], (unsigned long long)m->size, (void *)m->ptr,
                   m->dev);

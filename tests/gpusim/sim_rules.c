@@ -3,7 +3,9 @@
  * stderr ("spcsim: RULE <id>: <call>: ..."); a child that survives its
  * misuse fails the test. Rules about return codes (the per-thread last
  * error, memory exhaustion) are checked as values. Runs only on the
- * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77). */
+ * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77).
+ * Stream memory operations and host registration are in
+ * sim_rules_memops.c; the helpers both use are declared in sim_rules.h. */
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -20,12 +22,11 @@
 
 #include "check_run.h"
 #include "plan_cuda.h"
-
-#define OK(call) ck_assert_int_eq((int)(call), 0)
+#include "sim_rules.h"
 
 /* Run scenario in a child with stderr in a file; 1 when it died of
  * SIGABRT after a line naming `rule`. */
-static int rejected(void (*scenario)(void), const char *rule) {
+int rejected(void (*scenario)(void), const char *rule) {
   char path[] = "/tmp/spcsim-rule-XXXXXX";
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
@@ -54,16 +55,63 @@ static int rejected(void (*scenario)(void), const char *rule) {
   return ok;
 }
 
-static void die(const char *what) {
+void die(const char *what) {
   fprintf(stderr, "scenario setup failed: %s\n", what);
   _exit(3);
 }
 
-#define S(call)                                                                \
-  do {                                                                         \
-    if ((call) != 0)                                                           \
-      die(#call);                                                              \
-  } while (0)
+int expect(const char *what, int got, int want) {
+  if (got == want)
+    return 0;
+  fprintf(stderr, "%s: got %d, want %d\n", what, got, want);
+  return 1;
+}
+
+drv_api drv(void) {
+  static const char *const names[] = {
+      "cuMemAlloc_v2",          "cuCtxSynchronize",
+      "cuStreamQuery",          "cuEventCreate",
+      "cuDeviceGetAttribute",   "cuStreamWriteValue32_v2",
+      "cuStreamWriteValue64_v2", "cuStreamWaitValue32_v2",
+      "cuStreamWaitValue64_v2", "cuStreamBatchMemOp_v2"};
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL)
+    die(dlerror());
+  void *f[sizeof(names) / sizeof(names[0])];
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if ((f[i] = dlsym(h, names[i])) == NULL)
+      die(names[i]);
+  drv_api d;
+  _Static_assert(sizeof(d) == sizeof(f), "one pointer per name");
+  memcpy(&d, f, sizeof(d));
+  return d;
+}
+
+int in_child(int (*checks)(void)) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0)
+    _exit(checks());
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int run_anew(const char *var, const char *value, const char *checks) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setenv(var, value, 1);
+    setenv("SIM_RULES_CHECKS", checks, 1);
+    execl("/proc/self/exe", "sim_rules", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
 
 /* A helper process that owns what `make` makes and passes its handle up
  * a pipe, then lives until the scenario process is gone (EOF on hold). */
@@ -231,23 +279,10 @@ START_TEST(pool_memory_from_another_device) {
 }
 END_TEST
 
-/* The plan kernel (nvcc's own object, run by the simulator's host build
- * of the same source) copying 64 bytes on GPU 0, its descriptor in the
- * memory pool of GPU desc_dev; got: what arrived. */
-static int plan_copy(int desc_dev, unsigned char *got) {
-  cudaStream_t sd, s0;
-  void *descs, *src, *dst;
-  unsigned char pattern[64];
-  for (int i = 0; i < 64; i++)
-    pattern[i] = (unsigned char)(i * 7 + 1);
-  S(cudaSetDevice(desc_dev));
-  S(cudaStreamCreateWithFlags(&sd, cudaStreamNonBlocking));
-  S(cudaMallocAsync(&descs, sizeof(spk_cdesc), sd));
-  S(cudaSetDevice(0));
-  S(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-  S(cudaMalloc(&src, 64));
-  S(cudaMalloc(&dst, 64));
-  S(cudaMemcpy(src, pattern, 64, cudaMemcpyHostToDevice));
+/* Queue on s the plan kernel (nvcc's own object, run by the simulator's
+ * host build of the same source) copying 64 bytes src -> dst, its
+ * descriptor uploaded to descs first. */
+static void queue_copy(void *descs, void *src, void *dst, cudaStream_t s) {
   spk_cdesc d;
   memset(&d, 0, sizeof(d));
   d.src = (uint64_t)(uintptr_t)src;
@@ -256,7 +291,6 @@ static int plan_copy(int desc_dev, unsigned char *got) {
   d.rows = d.rows_per_chunk = d.nchunks = 1;
   d.kind = SPK_CU_COPY;
   d.vec = d.esize = 1;
-  S(cudaStreamSynchronize(sd));
   S(cudaMemcpy(descs, &d, sizeof(d), cudaMemcpyHostToDevice));
   spk_claunch L;
   memset(&L, 0, sizeof(L));
@@ -265,8 +299,37 @@ static int plan_copy(int desc_dev, unsigned char *got) {
   L.dtype = SPK_U8;
   L.world = 1;
   char msg[256];
-  if (spk_cuda_launch(&L, 1, s0, msg, sizeof(msg)) < 0)
+  if (spk_cuda_launch(&L, 1, s, msg, sizeof(msg)) < 0)
     die(msg);
+}
+
+/* The plan kernel copying 64 bytes on GPU 0 (s0_p: its stream), its
+ * descriptor in the memory pool of GPU desc_dev (descs_p, on stream
+ * sd_p); src holds pattern. */
+static void copy_setup(int desc_dev, const unsigned char *pattern,
+                       cudaStream_t *sd_p, cudaStream_t *s0_p, void **descs_p,
+                       void **src_p, void **dst_p) {
+  S(cudaSetDevice(desc_dev));
+  S(cudaStreamCreateWithFlags(sd_p, cudaStreamNonBlocking));
+  S(cudaMallocAsync(descs_p, sizeof(spk_cdesc), *sd_p));
+  S(cudaSetDevice(0));
+  S(cudaStreamCreateWithFlags(s0_p, cudaStreamNonBlocking));
+  S(cudaMalloc(src_p, 64));
+  S(cudaMalloc(dst_p, 64));
+  S(cudaMemcpy(*src_p, pattern, 64, cudaMemcpyHostToDevice));
+  S(cudaStreamSynchronize(*sd_p));
+}
+
+/* The plan kernel's 64-byte copy, descriptor in GPU desc_dev's pool;
+ * got: what arrived. */
+static int plan_copy(int desc_dev, unsigned char *got) {
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  unsigned char pattern[64];
+  for (int i = 0; i < 64; i++)
+    pattern[i] = (unsigned char)(i * 7 + 1);
+  copy_setup(desc_dev, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0);
   S(cudaStreamSynchronize(s0));
   S(cudaMemcpy(got, dst, 64, cudaMemcpyDeviceToHost));
   S(cudaFreeAsync(descs, sd));
@@ -291,6 +354,91 @@ static void kernel_reads_other_pool(void) {
 
 START_TEST(kernel_reading_another_devices_pool) {
   ck_assert(rejected(kernel_reads_other_pool, "access-from-device"));
+}
+END_TEST
+
+/* ---- sticky errors ----------------------------------------------------------
+ * A device fault (an illegal address) ends the process's CUDA context:
+ * the launch itself succeeded, the fault shows on the next calls, every
+ * one of them, runtime and driver, in every thread, and reading the
+ * error does not clear it. */
+
+static void *read_last_error(void *arg) {
+  *(int *)arg = (int)cudaGetLastError();
+  return NULL;
+}
+
+/* The calls after the fault (the stream s ran the faulting kernel). */
+static int sticky_checks(cudaStream_t s, void *src) {
+  const int ill = cudaErrorIllegalAddress;
+  drv_api cu = drv();
+  void *p;
+  unsigned char host[64];
+  cudaStream_t s2;
+  cudaEvent_t e;
+  CUdeviceptr dp;
+  CUevent ce;
+  int other = 0;
+  pthread_t t;
+  int bad = expect("cudaStreamSynchronize", cudaStreamSynchronize(s), ill) +
+            expect("cudaGetLastError", cudaGetLastError(), ill) +
+            expect("cudaGetLastError again", cudaGetLastError(), ill) +
+            expect("cudaPeekAtLastError", cudaPeekAtLastError(), ill) +
+            expect("cudaMalloc", cudaMalloc(&p, 64), ill) +
+            expect("cudaMemcpy", cudaMemcpy(host, src, 64,
+                                            cudaMemcpyDeviceToHost), ill) +
+            expect("cudaStreamCreate", cudaStreamCreate(&s2), ill) +
+            expect("cudaEventCreate", cudaEventCreate(&e), ill) +
+            expect("cudaDeviceSynchronize", cudaDeviceSynchronize(), ill) +
+            expect("cudaStreamQuery", cudaStreamQuery(s), ill) +
+            expect("cuMemAlloc", cu.mem_alloc(&dp, 64),
+                   CUDA_ERROR_ILLEGAL_ADDRESS) +
+            expect("cuCtxSynchronize", cu.ctx_sync(),
+                   CUDA_ERROR_ILLEGAL_ADDRESS) +
+            expect("cuStreamQuery", cu.stream_query((CUstream)s),
+                   CUDA_ERROR_ILLEGAL_ADDRESS) +
+            expect("cuEventCreate", cu.event_create(&ce, 0),
+                   CUDA_ERROR_ILLEGAL_ADDRESS);
+  if (pthread_create(&t, NULL, read_last_error, &other) != 0)
+    die("pthread_create");
+  pthread_join(t, NULL);
+  bad += expect("cudaGetLastError in another thread", other, ill);
+  bad += expect("cudaGetLastError at the end", cudaGetLastError(), ill);
+  return bad ? 1 : 0;
+}
+
+/* A fault injected into the first launch (SPCSIM_FAULT_LAUNCH); the
+ * launch call itself succeeds, as an asynchronous fault does. */
+static int injected_fault(void) {
+  unsigned char pattern[64] = {1};
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
+  copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0);
+  return sticky_checks(s0, src);
+}
+
+/* An access the simulator refuses, let through (SPCSIM_ON_VIOLATION=
+ * continue): the kernel faults instead of running, as on a GPU. */
+static int refused_access_faults(void) {
+  unsigned char pattern[64] = {1};
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  setenv("SPCSIM_ON_VIOLATION", "continue", 1);
+  copy_setup(1, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0); /* descriptor in GPU 1's pool */
+  return sticky_checks(s0, src);
+}
+
+START_TEST(device_fault_is_sticky) {
+  ck_assert_msg(in_child(injected_fault) == 0,
+                "an injected fault was not sticky (stderr says which call)");
+  ck_assert_msg(in_child(refused_access_faults) == 0,
+                "a refused access did not fault the context");
+  /* Another process is untouched: the same copy runs. */
+  unsigned char got[64];
+  ck_assert_int_eq(plan_copy(0, got), 0);
 }
 END_TEST
 
@@ -500,6 +648,104 @@ START_TEST(nccl_collective_of_one_rank_outside_group) {
 }
 END_TEST
 
+/* A collective runs once, whatever the number of ranks: in place, an
+ * all-reduce of two ranks' ones is 2 everywhere (run once per rank, 4). */
+START_TEST(nccl_in_place_collective_runs_once) {
+  ncclComm_t c[2];
+  cudaStream_t s[2];
+  float *buf[2], ones[16], got[16];
+  for (int i = 0; i < 16; i++)
+    ones[i] = 1;
+  OK(ncclCommInitAll(c, 2, NULL));
+  for (int r = 0; r < 2; r++) {
+    OK(cudaSetDevice(r));
+    OK(cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking));
+    OK(cudaMalloc((void **)&buf[r], sizeof(ones)));
+    OK(cudaMemcpy(buf[r], ones, sizeof(ones), cudaMemcpyHostToDevice));
+  }
+  OK(ncclGroupStart());
+  for (int r = 0; r < 2; r++)
+    OK(ncclAllReduce(buf[r], buf[r], 16, ncclFloat32, ncclSum, c[r], s[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < 2; r++) {
+    OK(cudaStreamSynchronize(s[r]));
+    OK(cudaMemcpy(got, buf[r], sizeof(got), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 16; i++)
+      ck_assert_msg(got[i] == 2.0f, "rank %d element %d: %g", r, i,
+                    (double)got[i]);
+    OK(cudaFree(buf[r]));
+    OK(cudaStreamDestroy(s[r]));
+    OK(ncclCommDestroy(c[r]));
+  }
+}
+END_TEST
+
+/* Two cliques over GPUs 0 and 1 (two ncclCommInitAll calls), an
+ * all-reduce each; GPU 1's streams are held (hold_a), so each clique's
+ * GPU 0 part waits there for its peer. shared_streams: both cliques on
+ * the same two streams (ordered: B's part starts when A's is done);
+ * otherwise each on its own (B's GPU 0 part in flight with A's). */
+static void two_cliques(int shared_streams, order_t *o, float *sum) {
+  ncclComm_t a[2], b[2];
+  cudaStream_t s[4];
+  float *buf[4], ones[16];
+  for (int i = 0; i < 16; i++)
+    ones[i] = 1;
+  S(ncclCommInitAll(a, 2, NULL));
+  S(ncclCommInitAll(b, 2, NULL));
+  for (int i = 0; i < 4; i++) { /* s[0], s[2] on GPU 0; s[1], s[3] on 1 */
+    S(cudaSetDevice(i % 2));
+    S(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    S(cudaMalloc((void **)&buf[i], sizeof(ones)));
+    S(cudaMemcpy(buf[i], ones, sizeof(ones), cudaMemcpyHostToDevice));
+  }
+  S(cudaLaunchHostFunc(s[1], hold_a, o));
+  S(cudaLaunchHostFunc(s[3], hold_a, o));
+  for (int c = 0; c < 2; c++) {
+    ncclComm_t *comm = c == 0 ? a : b;
+    S(ncclGroupStart());
+    for (int r = 0; r < 2; r++)
+      S(ncclAllReduce(buf[2 * c + r], buf[2 * c + r], 16, ncclFloat32, ncclSum,
+                      comm[r], s[shared_streams ? r : 2 * c + r]));
+    S(ncclGroupEnd());
+  }
+  usleep(100 * 1000); /* both GPU 0 parts have reached their streams */
+  __atomic_store_n(&o->go, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 4; i++)
+    S(cudaStreamSynchronize(s[i]));
+  S(cudaMemcpy(sum, buf[2], sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 4; i++) {
+    S(cudaFree(buf[i]));
+    S(cudaStreamDestroy(s[i]));
+  }
+  for (int r = 0; r < 2; r++) {
+    S(ncclCommDestroy(a[r]));
+    S(ncclCommDestroy(b[r]));
+  }
+}
+
+static void concurrent_cliques(void) {
+  static order_t o;
+  float sum;
+  setenv("SPCSIM_FORBID_CONCURRENT_COMMS", "1", 1);
+  two_cliques(0, &o, &sum);
+}
+
+START_TEST(nccl_communicators_in_flight_on_one_device) {
+  ck_assert(rejected(concurrent_cliques, "nccl-concurrent-comms"));
+}
+END_TEST
+
+/* Ordered on one stream per GPU, two cliques are safe: no violation. */
+START_TEST(nccl_communicators_ordered_on_one_stream) {
+  static order_t o;
+  float sum = 0;
+  setenv("SPCSIM_FORBID_CONCURRENT_COMMS", "1", 1);
+  two_cliques(1, &o, &sum);
+  ck_assert_msg(sum == 2.0f, "sum %g", (double)sum);
+}
+END_TEST
+
 /* ---- memory ---- */
 
 /* Device memory is one budget across processes (SPCSIM_STATE): what a
@@ -574,25 +820,20 @@ END_TEST
  * B on stream `second`, queued after A, notes whether A had finished.
  * B ran while A held its stream: `second` does not wait for `first`. */
 
-typedef struct {
-  int go, a_done, b_ran, b_saw;
-} order_t;
-
-static void CUDART_CB hold_a(void *arg) {
+void CUDART_CB hold_a(void *arg) {
   order_t *o = arg;
   while (!__atomic_load_n(&o->go, __ATOMIC_ACQUIRE))
     usleep(1000);
   __atomic_store_n(&o->a_done, 1, __ATOMIC_RELEASE);
 }
 
-static void CUDART_CB note_b(void *arg) {
+void CUDART_CB note_b(void *arg) {
   order_t *o = arg;
   o->b_saw = __atomic_load_n(&o->a_done, __ATOMIC_ACQUIRE);
   __atomic_store_n(&o->b_ran, 1, __ATOMIC_RELEASE);
 }
 
-/* Whether B ran within ms while A held its stream. */
-static int ran_within(order_t *o, int ms) {
+int ran_within(order_t *o, int ms) {
   for (int i = 0; i < ms; i++) {
     if (__atomic_load_n(&o->b_ran, __ATOMIC_ACQUIRE))
       return 1;
@@ -646,14 +887,7 @@ END_TEST
 /* ---- topology ---------------------------------------------------------------
  * GPUs 0 and 1 without peer access (SPCSIM_NO_PEER=0-1), 0 and 2 with:
  * what CUDA answers there. The simulator reads its topology when it is
- * loaded, so these run in a process of their own (SIM_RULES_NOPEER). */
-
-static int expect(const char *what, int got, int want) {
-  if (got == want)
-    return 0;
-  fprintf(stderr, "%s: got %d, want %d\n", what, got, want);
-  return 1;
-}
+ * loaded, so these run in a process of their own (run_anew). */
 
 static int no_peer_checks(void) {
   int ok01 = -1, ok10 = -1, ok02 = -1;
@@ -689,20 +923,8 @@ static int no_peer_checks(void) {
 }
 
 START_TEST(gpus_without_peer_access) {
-  fflush(NULL);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    setenv("SPCSIM_NO_PEER", "0-1", 1);
-    setenv("SIM_RULES_NOPEER", "1", 1);
-    execl("/proc/self/exe", "sim_rules", (char *)NULL);
-    _exit(127);
-  }
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the checks of GPUs without peer access failed (status 0x%x)",
-                st);
+  ck_assert_msg(run_anew("SPCSIM_NO_PEER", "0-1", "nopeer") == 0,
+                "the checks of GPUs without peer access failed");
 }
 END_TEST
 
@@ -711,8 +933,12 @@ int main(void) {
     printf("skipped: not running on spcsim (tests/gpusim/simrun.sh)\n");
     return 77;
   }
-  if (getenv("SIM_RULES_NOPEER") != NULL)
-    return no_peer_checks();
+  const char *checks = getenv("SIM_RULES_CHECKS");
+  if (checks != NULL)
+    return strcmp(checks, "nopeer") == 0       ? no_peer_checks()
+           : strcmp(checks, "nomemops") == 0   ? no_memops_checks()
+           : strcmp(checks, "nomemopsv1") == 0 ? no_v1_memops_checks()
+                                               : 2;
   Suite *s = suite_create("spcsim_rules");
   TCase *tc = tcase_create("rules");
   tcase_set_timeout(tc, 60);
@@ -724,6 +950,7 @@ int main(void) {
   tcase_add_test(tc, pool_memory_from_another_device);
   tcase_add_test(tc, plan_kernel_runs_from_its_own_source);
   tcase_add_test(tc, kernel_reading_another_devices_pool);
+  tcase_add_test(tc, device_fault_is_sticky);
   tcase_add_test(tc, ipc_event_without_disable_timing);
   tcase_add_test(tc, ipc_event_destroyed_while_imported);
   tcase_add_test(tc, ipc_event_orders_across_processes);
@@ -734,10 +961,14 @@ int main(void) {
   tcase_add_test(tc, nccl_two_ranks_on_one_device);
   tcase_add_test(tc, nccl_comm_from_two_threads);
   tcase_add_test(tc, nccl_collective_of_one_rank_outside_group);
+  tcase_add_test(tc, nccl_in_place_collective_runs_once);
+  tcase_add_test(tc, nccl_communicators_in_flight_on_one_device);
+  tcase_add_test(tc, nccl_communicators_ordered_on_one_stream);
   tcase_add_test(tc, device_memory_exhaustion);
   tcase_add_test(tc, free_waits_for_queued_work);
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
   tcase_add_test(tc, non_blocking_streams_do_not_wait);
+  sim_rules_memops(tc);
   tcase_add_test(tc, gpus_without_peer_access);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);

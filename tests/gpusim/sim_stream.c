@@ -13,7 +13,18 @@
  * queued on the legacy stream. cudaStreamPerThread is a blocking stream
  * of its own per thread and device. Each stream counts the ops it queued
  * and finished (its progress); an implicit wait is an op that waits for
- * another stream's count. */
+ * another stream's count.
+ *
+ * A stream blocked on something that may never come (a stream memory
+ * wait on a word no one writes) is not waited for by cudaStreamDestroy,
+ * which returns at once as CUDA's does: the stream stays listed
+ * (destroyed, so neither destroyed again nor reported as a leak) for
+ * device syncs and the legacy stream, its worker ends when it drains, and
+ * a wait still unsatisfied at exit is in the leak report (sim_memop.c).
+ *
+ * After a device fault (sim_poison) the device runs nothing more: every op
+ * still queued sees the sticky status and moves no data, records complete
+ * no event, host syncs return the error at once. */
 #include "sim.h"
 
 #include <errno.h>
@@ -59,7 +70,9 @@ struct sim_stream {
   pthread_cond_t cv;
   sim_op *head, *tail;
   int busy, stop;
-  int status; /* first failure of an op: sticky */
+  int blocked;   /* its op waits outside the stream (sim_stream_blocked) */
+  int destroyed; /* destroyed while blocked: kept, never freed */
+  int status;    /* first failure of an op: sticky */
   pthread_t worker;
 };
 
@@ -70,6 +83,7 @@ static sim_stream *all_streams;
 static sim_stream *legacy[SIM_MAX_DEV];
 static sim_progress *all_progress;
 static __thread sim_stream *per_thread[SIM_MAX_DEV];
+static __thread sim_stream *running; /* a worker's own stream */
 
 static sim_progress *progress_new(void) {
   sim_progress *p = calloc(1, sizeof(*p));
@@ -93,6 +107,7 @@ static void progress_done(sim_progress *p, uint64_t ticket) {
 
 static void *worker_main(void *arg) {
   sim_stream *s = arg;
+  running = s;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (s->head == NULL && !s->stop)
@@ -104,7 +119,7 @@ static void *worker_main(void *arg) {
     if (s->head == NULL)
       s->tail = NULL;
     s->busy = 1;
-    int st = s->status;
+    int st = sim_sticky(s->status);
     pthread_mutex_unlock(&s->mu);
     sim_set_cur_dev(s->dev);
     /* Slow streams (SPCSIM_SLOW_STREAMS): a consumer that does not wait
@@ -157,6 +172,8 @@ static int stream_new(int dev, unsigned flags, int is_legacy,
 int sim_stream_create(int dev, unsigned flags, sim_stream **s_p) {
   if (dev < 0 || dev >= sim_cfg()->ndev)
     return SIM_EDEVICE;
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   return stream_new(dev, flags, 0, s_p);
 }
@@ -206,6 +223,8 @@ sim_stream *sim_stream_resolve(sim_stream *s) {
 int sim_stream_dev(sim_stream *s) { return sim_stream_resolve(s)->dev; }
 
 int sim_stream_sync(sim_stream *s) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   s = sim_stream_resolve(s);
   if (s == NULL)
     return SIM_ENOMEM;
@@ -225,6 +244,16 @@ int sim_stream_query(sim_stream *s) {
   return idle ? SIM_OK : SIM_ENOTREADY;
 }
 
+void sim_stream_blocked(int on) {
+  sim_stream *s = running;
+  if (s == NULL)
+    return;
+  pthread_mutex_lock(&s->mu);
+  s->blocked = on;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
 int sim_stream_destroy(sim_stream *s) {
   if (s == NULL || (uintptr_t)s <= 2 || s->legacy || s->per_thread)
     return SIM_EHANDLE;
@@ -232,18 +261,32 @@ int sim_stream_destroy(sim_stream *s) {
   sim_stream **p = &all_streams;
   while (*p != NULL && *p != s)
     p = &(*p)->next_all;
-  if (*p == NULL) {
+  if (*p == NULL || s->destroyed) {
     pthread_mutex_unlock(&all_mu);
     return SIM_EHANDLE;
   }
   *p = s->next_all;
   pthread_mutex_unlock(&all_mu);
   /* CUDA lets queued work finish after cudaStreamDestroy returns; the
-   * worker drains it before it stops. */
+   * worker drains it before it stops. A stream blocked outside itself
+   * may never drain: it is listed again and left to its worker (see the
+   * top). */
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_broadcast(&s->cv);
+  while ((s->head != NULL || s->busy) && !s->blocked)
+    pthread_cond_wait(&s->cv, &s->mu);
+  int stuck = s->head != NULL || s->busy;
   pthread_mutex_unlock(&s->mu);
+  if (stuck) {
+    pthread_mutex_lock(&all_mu);
+    s->destroyed = 1;
+    s->next_all = all_streams;
+    all_streams = s;
+    pthread_mutex_unlock(&all_mu);
+    pthread_detach(s->worker);
+    return SIM_OK;
+  }
   pthread_join(s->worker, NULL);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
@@ -323,6 +366,8 @@ static int order_default(sim_stream *s) {
 }
 
 int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
+  if (sim_sticky(SIM_OK) != SIM_OK) /* the device takes no more work */
+    return SIM_EILLEGAL;
   s = sim_stream_resolve(s);
   if (s == NULL)
     return SIM_ENOMEM;
@@ -331,6 +376,8 @@ int sim_enqueue(sim_stream *s, sim_op_fn fn, void *arg, int free_arg) {
 }
 
 int sim_device_sync(int dev) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   pthread_mutex_lock(&all_mu);
   int n = 0;
   for (sim_stream *s = all_streams; s != NULL; s = s->next_all)
@@ -384,7 +431,7 @@ int sim_stream_callback(sim_stream *s, void (*cb)(void *, int, void *),
 void sim_stream_leaks(void) {
   pthread_mutex_lock(&all_mu);
   for (sim_stream *s = all_streams; s != NULL; s = s->next_all)
-    if (!s->per_thread)
+    if (!s->per_thread && !s->destroyed)
       sim_leak_note("stream %p of GPU %d never destroyed", (void *)s,
                     s->dev);
   pthread_mutex_unlock(&all_mu);
@@ -442,6 +489,8 @@ static void ev_unref(sim_event *e) {
 
 int sim_event_create(int dev, unsigned flags, sim_event **e_p,
                      const char *call) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
   sim_ctx_touch(dev);
   if ((flags & SIM_EV_IPC) && !(flags & SIM_EV_NOTIMING)) {
     sim_violation("ipc-event-timing", call,
@@ -520,7 +569,10 @@ static void futex_wake(uint32_t *w) {
 
 static void run_record(void *a, int *status) {
   ev_op *o = a;
-  (void)status;
+  if (*status == SIM_EILLEGAL) { /* a dead device completes nothing */
+    ev_unref(o->e);
+    return;
+  }
   ev_shared *sh = o->e->sh;
   clock_gettime(CLOCK_MONOTONIC, &o->e->t_done);
   uint64_t c = __atomic_load_n(&sh->completed, __ATOMIC_ACQUIRE);
@@ -548,10 +600,13 @@ int sim_event_record(sim_event *e, sim_stream *s) {
   return rc;
 }
 
+/* Until the event reaches target, or this process's device faulted (its
+ * work is dropped: nothing is waited for any more). */
 static void wait_target(ev_shared *sh, uint64_t target) {
   for (;;) {
     uint32_t g = __atomic_load_n(&sh->gen, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&sh->completed, __ATOMIC_ACQUIRE) >= target)
+    if (__atomic_load_n(&sh->completed, __ATOMIC_ACQUIRE) >= target ||
+        sim_sticky(SIM_OK) != SIM_OK)
       return;
     /* Bounded waits: the other side may be a process that died. */
     struct timespec ts = {0, 50 * 1000 * 1000};
@@ -586,7 +641,7 @@ int sim_stream_wait(sim_stream *s, sim_event *e) {
 
 int sim_event_sync(sim_event *e) {
   wait_target(e->sh, __atomic_load_n(&e->sh->recorded, __ATOMIC_ACQUIRE));
-  return SIM_OK;
+  return sim_sticky(SIM_OK);
 }
 
 int sim_event_query(sim_event *e) {

@@ -1,0 +1,69 @@
+/* The rules suite's helpers (sim_rules.c), shared with its parts in
+ * other files (sim_rules_memops.c). */
+#ifndef SIM_RULES_H
+#define SIM_RULES_H
+
+#include <check.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#define OK(call) ck_assert_int_eq((int)(call), 0)
+
+/* Run scenario in a child with stderr in a file; 1 when it died of
+ * SIGABRT after a line naming `rule`. */
+int rejected(void (*scenario)(void), const char *rule);
+/* A scenario's setup failed: exit 3, saying what. */
+void die(const char *what) __attribute__((noreturn));
+#define S(call)                                                                \
+  do {                                                                         \
+    if ((call) != 0)                                                           \
+      die(#call);                                                              \
+  } while (0)
+/* 0 when got is want, else 1, said on stderr. */
+int expect(const char *what, int got, int want);
+/* Run checks in a child process; its exit status (0: all held). */
+int in_child(int (*checks)(void));
+/* The exit status of this program run anew with var=value, running only
+ * the checks named `checks` (main's SIM_RULES_CHECKS). */
+int run_anew(const char *var, const char *value, const char *checks);
+
+/* The driver entry points the tests call, looked up in libcuda.so.1 the
+ * way libspclient does (the suite links only the runtime); a missing one
+ * is a failed setup (die). */
+typedef struct {
+  CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+  CUresult (*ctx_sync)(void);
+  CUresult (*stream_query)(CUstream);
+  CUresult (*event_create)(CUevent *, unsigned);
+  CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+  CUresult (*write64)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
+  CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+  CUresult (*wait64)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
+  CUresult (*batch)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+} drv_api;
+drv_api drv(void);
+
+/* The address of a pointer as the driver takes it. */
+static inline CUdeviceptr dptr(const void *p) {
+  return (CUdeviceptr)(uintptr_t)p;
+}
+
+/* Stream order: a host function A (hold_a) holds its stream until go;
+ * B (note_b), queued on another stream after A, notes whether A had
+ * finished. ran_within: whether B ran within ms while A held. */
+typedef struct {
+  int go, a_done, b_ran, b_saw;
+} order_t;
+void CUDART_CB hold_a(void *arg);
+void CUDART_CB note_b(void *arg);
+int ran_within(order_t *o, int ms);
+
+/* sim_rules_memops.c: its tests, and its checks run anew without stream
+ * memory operations. */
+void sim_rules_memops(TCase *tc);
+int no_memops_checks(void);
+int no_v1_memops_checks(void);
+
+#endif
