@@ -90,12 +90,13 @@ void spd_peer_ep_made(spd_peers *P, int node, const void *addr, size_t len,
     p->ep = NULL;
     return;
   }
-  p->out.keyed = 1;
-  memcpy(p->out.key, x->session, sizeof(p->out.key));
-  p->out.seq = 0;
-  if (spd_auth_tag_salt(x->session, &p->out.salt) < 0)
-    p->out.salt = 0; /* HMAC failed: the receiver's salt differs, and
-                      * the node's streams fail at their timeout */
+  if (spd_peer_session_key(&p->out, x->session) < 0) {
+    SPD_ERROR(&P->ctx->log, "node %d: the session's MAC could not be made "
+              "(out of memory): not connected", node);
+    spd_peer_ep_close(P, p->ep);
+    p->ep = NULL;
+    return;
+  }
   P->member.on_connected(P, node);
 }
 
@@ -107,11 +108,25 @@ void spd_peer_session_in(spd_peers *P, int node, const spd_auth_exchange *x) {
   spd_peer *p = &P->peer[node];
   if (p->up)
     P->member.on_lost(P, node, "it connected again (a new session)");
-  p->in.keyed = 1;
-  memcpy(p->in.key, x->session, sizeof(p->in.key));
-  p->in.seq = 0;
-  if (spd_auth_tag_salt(x->session, &p->in.salt) < 0)
-    p->in.salt = 0;
+  if (spd_peer_session_key(&p->in, x->session) < 0)
+    SPD_ERROR(&P->ctx->log, "node %d: the session's MAC could not be made "
+              "(out of memory): its messages are refused", node);
+}
+
+int spd_peer_session_key(spd_peer_session *s, const uint8_t key[32]) {
+  spd_peer_session_clear(s);
+  if (spd_auth_mac_open(key, &s->mac) < 0 ||
+      spd_auth_tag_salt(key, &s->salt) < 0) {
+    spd_peer_session_clear(s);
+    return -1;
+  }
+  s->keyed = 1;
+  return 0;
+}
+
+void spd_peer_session_clear(spd_peer_session *s) {
+  spd_auth_mac_close(s->mac);
+  *s = (spd_peer_session){0};
 }
 
 void spd_peer_unauthenticated(spd_peers *P, const char *fmt, ...) {
@@ -152,8 +167,8 @@ void spd_peer_am_send(spd_peers *P, int node, const Spcoll__Peer__Msg *m) {
   hdr->incarnation = P->incarnation;
   hdr->seq = ++p->out.seq;
   spcoll__peer__msg__pack(m, buf + sizeof(*hdr));
-  if (spd_auth_msg_mac(p->out.key, hdr, offsetof(spd_am_header, mac),
-                       buf + sizeof(*hdr), len, hdr->mac) < 0) {
+  if (spd_auth_mac_sign(p->out.mac, hdr, offsetof(spd_am_header, mac),
+                        buf + sizeof(*hdr), len, hdr->mac) < 0) {
     SPD_ERROR(&P->ctx->log, "MAC of a %zu-byte message to node %d failed "
               "(out of memory): not sent", len, node);
     free(buf);
@@ -203,8 +218,8 @@ static int am_authentic(spd_peers *P, const spd_am_header *hdr,
   }
   spd_peer_session *in = &P->peer[hdr->node].in;
   if (!in->keyed ||
-      !spd_auth_msg_ok(in->key, hdr, offsetof(spd_am_header, mac), data, len,
-                       hdr->mac)) {
+      !spd_auth_mac_check(in->mac, hdr, offsetof(spd_am_header, mac), data,
+                          len, hdr->mac)) {
     spd_peer_unauthenticated(P, "a %zu-byte control message naming node "
                              "%u %s", len, hdr->node,
                              in->keyed ? "with a wrong MAC"

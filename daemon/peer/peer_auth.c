@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/core_names.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -216,51 +218,95 @@ int spd_auth_finish_read(const uint8_t *in, const spd_auth_key *k,
 
 /* ---- the session ----------------------------------------------------------- */
 
-/* 0 when HMAC() failed (out of memory): then no MAC is given or taken.
+/* A session's message MAC: HMAC-SHA256 keyed once (EVP_MAC), so that a
+ * message costs a re-init with the same key, not HMAC()'s algorithm
+ * lookup and key schedule (docs/performance.md, "What peer
+ * authentication costs").
  * bench-multinode's baseline daemon (spcolld-noauth, mk/multinode.mk) is
  * built with SPD_PEER_NO_AUTH: every MAC is zeros and every tag salt 0,
  * so that the benchmark shows what they cost. Never installed or tested
  * as the daemon. */
-static int msg_mac(const uint8_t session[32], const void *head, size_t hlen,
-                   const void *body, size_t blen, uint8_t full[32]) {
+struct spd_auth_mac {
+  EVP_MAC_CTX *ctx;
+};
+
+int spd_auth_mac_open(const uint8_t session[32], spd_auth_mac **m_p) {
+  spd_auth_mac *m = calloc(1, sizeof(*m));
+  EVP_MAC *alg = m != NULL ? EVP_MAC_fetch(NULL, "HMAC", NULL) : NULL;
+  OSSL_PARAM prm[] = {
+      OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0),
+      OSSL_PARAM_construct_end()};
+  if (alg != NULL)
+    m->ctx = EVP_MAC_CTX_new(alg); /* holds its own reference to alg */
+  EVP_MAC_free(alg);
+  if (m == NULL || m->ctx == NULL || !EVP_MAC_init(m->ctx, session, 32, prm)) {
+    spd_auth_mac_close(m);
+    return SPK_ENO_MEMORY;
+  }
+  *m_p = m;
+  return SPK_OK;
+}
+
+void spd_auth_mac_close(spd_auth_mac *m) {
+  if (m == NULL)
+    return;
+  EVP_MAC_CTX_free(m->ctx);
+  free(m);
+}
+
+/* 0 when it could not be computed: then no MAC is given or taken. */
+static int mac_full(spd_auth_mac *m, const void *head, size_t hlen,
+                    const void *body, size_t blen, uint8_t full[32]) {
 #ifdef SPD_PEER_NO_AUTH
-  (void)session, (void)head, (void)hlen, (void)body, (void)blen;
+  (void)m, (void)head, (void)hlen, (void)body, (void)blen;
   memset(full, 0, 32);
   return 1;
 #endif
-  /* One buffer for HMAC(): the incremental HMAC_CTX calls are deprecated
-   * in OpenSSL 3, and control messages are small. */
-  uint8_t local[2048];
-  uint8_t *msg = hlen + blen <= sizeof(local) ? local : malloc(hlen + blen);
-  unsigned olen = 32;
-  int ok = msg != NULL;
-  if (ok) {
-    memcpy(msg, head, hlen);
-    memcpy(msg + hlen, body, blen);
-    ok = HMAC(EVP_sha256(), session, 32, msg, hlen + blen, full, &olen) !=
-         NULL;
-  }
-  if (msg != local)
-    free(msg);
-  return ok;
+  size_t olen;
+  return EVP_MAC_init(m->ctx, NULL, 0, NULL) &&
+         EVP_MAC_update(m->ctx, head, hlen) &&
+         EVP_MAC_update(m->ctx, body, blen) &&
+         EVP_MAC_final(m->ctx, full, &olen, 32) && olen == 32;
+}
+
+int spd_auth_mac_sign(spd_auth_mac *m, const void *head, size_t hlen,
+                      const void *body, size_t blen,
+                      uint8_t mac[SPD_AUTH_MSG_MAC]) {
+  uint8_t full[32];
+  if (!mac_full(m, head, hlen, body, blen, full))
+    return SPK_ESYSTEM;
+  memcpy(mac, full, SPD_AUTH_MSG_MAC);
+  return SPK_OK;
+}
+
+int spd_auth_mac_check(spd_auth_mac *m, const void *head, size_t hlen,
+                       const void *body, size_t blen,
+                       const uint8_t mac[SPD_AUTH_MSG_MAC]) {
+  uint8_t full[32];
+  return mac_full(m, head, hlen, body, blen, full) &&
+         CRYPTO_memcmp(full, mac, SPD_AUTH_MSG_MAC) == 0;
 }
 
 int spd_auth_msg_mac(const uint8_t session[32], const void *head,
                      size_t hlen, const void *body, size_t blen,
                      uint8_t mac[SPD_AUTH_MSG_MAC]) {
-  uint8_t full[32];
-  if (!msg_mac(session, head, hlen, body, blen, full))
-    return SPK_ENO_MEMORY;
-  memcpy(mac, full, SPD_AUTH_MSG_MAC);
-  return SPK_OK;
+  spd_auth_mac *m = NULL;
+  int rc = spd_auth_mac_open(session, &m);
+  if (rc == SPK_OK)
+    rc = spd_auth_mac_sign(m, head, hlen, body, blen, mac);
+  spd_auth_mac_close(m);
+  return rc;
 }
 
 int spd_auth_msg_ok(const uint8_t session[32], const void *head, size_t hlen,
                     const void *body, size_t blen,
                     const uint8_t mac[SPD_AUTH_MSG_MAC]) {
-  uint8_t full[32];
-  return msg_mac(session, head, hlen, body, blen, full) &&
-         CRYPTO_memcmp(full, mac, SPD_AUTH_MSG_MAC) == 0;
+  spd_auth_mac *m = NULL;
+  if (spd_auth_mac_open(session, &m) < 0)
+    return 0;
+  int ok = spd_auth_mac_check(m, head, hlen, body, blen, mac);
+  spd_auth_mac_close(m);
+  return ok;
 }
 
 int spd_auth_tag_salt(const uint8_t session[32], uint64_t *salt_p) {

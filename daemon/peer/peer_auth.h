@@ -78,13 +78,26 @@ int spd_auth_reply_read(const uint8_t *in, const spd_auth_key *k,
 int spd_auth_finish_read(const uint8_t *in, const spd_auth_key *k,
                          spd_auth_exchange *x, spk_err *err);
 
-/* The MAC under a session key of a message's header bytes and body
- * (SPK_ENO_MEMORY when it could not be computed). */
+/* A session's message MAC, keyed once (what each control message costs:
+ * a re-init, not a key schedule). */
+typedef struct spd_auth_mac spd_auth_mac;
+int spd_auth_mac_open(const uint8_t session[32], spd_auth_mac **m_p);
+void spd_auth_mac_close(spd_auth_mac *m); /* NULL: nothing */
+/* The MAC of a message's header bytes and body (SPK_ESYSTEM when it
+ * could not be computed). */
+int spd_auth_mac_sign(spd_auth_mac *m, const void *head, size_t hlen,
+                      const void *body, size_t blen,
+                      uint8_t mac[SPD_AUTH_MSG_MAC]);
+/* 1 when mac is that MAC (compared in constant time); 0 otherwise, and
+ * when it could not be computed. */
+int spd_auth_mac_check(spd_auth_mac *m, const void *head, size_t hlen,
+                       const void *body, size_t blen,
+                       const uint8_t mac[SPD_AUTH_MSG_MAC]);
+
+/* The same, once, under a session key (the bootstrap's address frame). */
 int spd_auth_msg_mac(const uint8_t session[32], const void *head,
                      size_t hlen, const void *body, size_t blen,
                      uint8_t mac[SPD_AUTH_MSG_MAC]);
-/* 1 when mac is that MAC (compared in constant time); 0 otherwise, and
- * when it could not be computed. */
 int spd_auth_msg_ok(const uint8_t session[32], const void *head, size_t hlen,
                     const void *body, size_t blen,
                     const uint8_t mac[SPD_AUTH_MSG_MAC]);

@@ -32,14 +32,21 @@ typedef struct {
   uint8_t mac[SPD_AUTH_MSG_MAC]; /* of the fields above and the body */
 } spd_am_header;
 
-/* One direction's session with a node: the key its bootstrap settled,
- * the next (out) or last (in) message number, the tag salt. */
+/* One direction's session with a node: the MAC keyed with what its
+ * bootstrap settled, the next (out) or last (in) message number, the
+ * tag salt. */
 typedef struct {
   int keyed;
-  uint8_t key[32];
+  spd_auth_mac *mac;
   uint64_t seq;
   uint64_t salt;
 } spd_peer_session;
+
+/* Key a session with a bootstrap's session key (message numbers start
+ * again); clear one (its MAC freed). -1 when the MAC could not be made:
+ * the session is then not keyed. */
+int spd_peer_session_key(spd_peer_session *s, const uint8_t key[32]);
+void spd_peer_session_clear(spd_peer_session *s);
 
 /* Something a UCX callback saw, handled after progress returns so that
  * no callback sends, closes or frees from inside the worker. */

@@ -160,6 +160,10 @@ int spd_peers_start(spd_ctx *ctx, const spd_peer_hooks *hooks, spk_err *err) {
 }
 
 static void peers_free(spd_peers *P) {
+  for (int n = 0; n < SPD_MAX_NODES; n++) {
+    spd_peer_session_clear(&P->peer[n].in);
+    spd_peer_session_clear(&P->peer[n].out);
+  }
   if (P->addr != NULL)
     ucp_worker_release_address(P->worker, P->addr);
   OPENSSL_cleanse(P->key.key, sizeof(P->key.key));

@@ -18,7 +18,7 @@ static void peer_lost(spd_peers *P, int node, const char *why) {
   p->ep = NULL;
   p->up = 0;
   p->heard = 0;
-  p->out.keyed = 0;
+  spd_peer_session_clear(&p->out);
   spd_peer_xfers_cancel(P, node);
   if (!was_up) {
     SPD_DEBUG(&P->ctx->log, "node %d not reached yet: %s", node, why);

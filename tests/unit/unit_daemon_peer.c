@@ -19,6 +19,7 @@
 
 static spd_ctx ctx;
 static spd_peers P;
+static uint8_t keys[3][32]; /* node n's session key with us */
 
 static void setup(void) {
   memset(&ctx, 0, sizeof(ctx));
@@ -28,12 +29,17 @@ static void setup(void) {
   ctx.cfg.node_index = 0;
   P.ctx = &ctx;
   for (int n = 1; n < 3; n++) {
-    P.peer[n].in.keyed = 1;
-    memset(P.peer[n].in.key, 0x40 + n, sizeof(P.peer[n].in.key));
+    memset(keys[n], 0x40 + n, sizeof(keys[n]));
+    ck_assert_int_eq(spd_peer_session_key(&P.peer[n].in, keys[n]), 0);
   }
   TAILQ_INIT(&P.xfers);
   TAILQ_INIT(&P.events);
   TAILQ_INIT(&P.held);
+}
+
+static void teardown(void) {
+  for (int n = 0; n < 3; n++)
+    spd_peer_session_clear(&P.peer[n].in);
 }
 
 /* Events queued so far, freed. */
@@ -68,7 +74,7 @@ static void deliver_as(uint32_t node, uint64_t seq, const uint8_t *key,
   spd_am_header hdr = {.node = node, .incarnation = 7, .seq = seq};
   uint8_t zero[32] = {0};
   if (key == NULL)
-    key = node < 3 ? P.peer[node].in.key : zero;
+    key = node < 3 ? keys[node] : zero;
   ck_assert_int_eq(spd_auth_msg_mac(key, &hdr, offsetof(spd_am_header, mac),
                                     data, len, hdr.mac),
                    SPK_OK);
@@ -115,7 +121,7 @@ START_TEST(unauthenticated_dropped) {
   ck_assert_int_eq(events_drain(NULL), 0);
   deliver_as(2, 2, NULL, 0x01); /* a body byte changed */
   ck_assert_int_eq(events_drain(NULL), 0);
-  P.peer[1].in.keyed = 0; /* no bootstrap from node 1 yet */
+  spd_peer_session_clear(&P.peer[1].in); /* no bootstrap from node 1 */
   deliver_as(1, 3, NULL, 0);
   ck_assert_int_eq(events_drain(NULL), 0);
   ck_assert_uint_eq(ctx.stats.peer_unauthenticated, 3);
@@ -151,7 +157,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("daemon_peer");
   TCase *tc = tcase_create("peer");
-  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, node_outside_the_list_dropped);
   tcase_add_test(tc, foreign_headers_dropped);
   tcase_add_test(tc, unauthenticated_dropped);

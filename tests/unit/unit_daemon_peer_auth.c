@@ -6,6 +6,8 @@
  * may read, that is too short or a symbolic link is refused by name. */
 #include <check.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +136,30 @@ START_TEST(message_mac) {
   body[99] = 0;
   head[0] = 0;
   ck_assert(!spd_auth_msg_ok(s, head, 8, body, 100, mac));
-  /* A long body takes the heap path. */
+  head[0] = 1;
+  /* It is HMAC-SHA256 of header and body, truncated. */
+  uint8_t both[108], ref[32];
+  unsigned rlen = sizeof(ref);
+  memcpy(both, head, 8);
+  memcpy(both + 8, body, 100);
+  ck_assert_ptr_nonnull(HMAC(EVP_sha256(), s, 32, both, sizeof(both), ref,
+                             &rlen));
+  ck_assert_mem_eq(mac, ref, SPD_AUTH_MSG_MAC);
+  /* The keyed MAC a session keeps gives the same, message after
+   * message. */
+  spd_auth_mac *m = NULL;
+  uint8_t mac2[SPD_AUTH_MSG_MAC];
+  ck_assert_int_eq(spd_auth_mac_open(s, &m), SPK_OK);
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(spd_auth_mac_sign(m, head, 8, body, 100, mac2), SPK_OK);
+    ck_assert_mem_eq(mac, mac2, SPD_AUTH_MSG_MAC);
+    ck_assert(spd_auth_mac_check(m, head, 8, body, 100, mac));
+  }
+  body[0] = 1;
+  ck_assert(!spd_auth_mac_check(m, head, 8, body, 100, mac));
+  body[0] = 0;
+  spd_auth_mac_close(m);
+  /* A long body. */
   uint8_t *big = calloc(1, 1 << 20);
   ck_assert_ptr_nonnull(big);
   ck_assert_int_eq(spd_auth_msg_mac(s, head, 8, big, 1 << 20, mac), SPK_OK);

@@ -39,6 +39,7 @@ static spd_peers P;
 static uv_loop_t loop;
 static uint64_t rng;
 static uint64_t next_seq[WORLD];
+static spd_auth_mac *sender[WORLD]; /* node n's MAC of its session */
 
 static uint64_t rnd(void) { /* xorshift64* */
   rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
@@ -149,9 +150,9 @@ static int deliver(uint32_t node, const wbuf *w, int authentic) {
   spd_am_header hdr = {.node = node,
                        .incarnation = P.peer[node % WORLD].incarnation};
   hdr.seq = node < WORLD ? ++next_seq[node] : 1;
-  const uint8_t *key = node < WORLD ? P.peer[node].in.key : P.peer[1].in.key;
-  ck_assert_int_eq(spd_auth_msg_mac(key, &hdr, offsetof(spd_am_header, mac),
-                                    w->b, w->n, hdr.mac),
+  ck_assert_int_eq(spd_auth_mac_sign(sender[node < WORLD ? node : 1], &hdr,
+                                     offsetof(spd_am_header, mac), w->b,
+                                     w->n, hdr.mac),
                    SPK_OK);
   if (!authentic) {
     switch (rnd() % 3) {
@@ -205,8 +206,10 @@ static void setup(void) {
   for (int n = 1; n < WORLD; n++) { /* up: their messages reach groups */
     P.peer[n].up = P.peer[n].heard = 1;
     P.peer[n].incarnation = 5;
-    P.peer[n].in.keyed = 1;
-    memset(P.peer[n].in.key, 0x10 + n, 32);
+    uint8_t key[32];
+    memset(key, 0x10 + n, 32);
+    ck_assert_int_eq(spd_peer_session_key(&P.peer[n].in, key), 0);
+    ck_assert_int_eq(spd_auth_mac_open(key, &sender[n]), SPK_OK);
   }
   ctx.peers = &P;
   spd_group *g = spd_group_create(&ctx, "job", WORLD, OWNER);
@@ -222,6 +225,11 @@ static void setup(void) {
 }
 
 static void teardown(void) {
+  for (int n = 0; n < WORLD; n++) {
+    spd_peer_session_clear(&P.peer[n].in);
+    spd_auth_mac_close(sender[n]);
+    sender[n] = NULL;
+  }
   spd_peer_boot_sweep(&P, 1);
   uv_run(&loop, UV_RUN_NOWAIT);
   spd_peer_event *ev;
