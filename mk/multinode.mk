@@ -30,15 +30,23 @@ $(SPCOLLD_NOAUTH): $(filter-out $(BUILD)/daemon/peer/peer_auth.o,$(DAEMON_OBJ)) 
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(UV_LIBS) $(PBC_LIBS) $(SD_LIBS) $(UCX_LIBS) $(CRYPTO_LIBS) $(GPU_LIBS)
 
+# What a control message's MAC costs (peer_auth.c alone).
+AUTH_BENCH := $(BUILD)/bin/spcoll-auth-bench
+$(AUTH_BENCH): $(BUILD)/bench/auth_bench.o $(BUILD)/daemon/peer/peer_auth.o \
+  $(KERNEL_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CRYPTO_LIBS)
+
 .PHONY: bench-multinode
 bench-multinode: deps
-	$(Q)$(MAKE) --no-print-directory all $(SPCOLLD_NOAUTH)
+	$(Q)$(MAKE) --no-print-directory all $(SPCOLLD_NOAUTH) $(AUTH_BENCH)
 	$(Q)mkdir -p $(BUILD)/bench
 	$(Q)UCX_TLS=$${UCX_TLS:-tcp} sh scripts/bench_ucx.sh -o $(BUILD)/bench/ucx_xnode.csv \
 	  -m $(XNODE_MAX_BYTES) > /dev/null
 	$(Q)UCX_TLS=$${UCX_TLS:-tcp} $(XNODE_BENCH) --spcolld $(SPCOLLD) \
 	  --spcolld-noauth $(SPCOLLD_NOAUTH) --ucx-csv $(BUILD)/bench/ucx_xnode.csv --max-bytes $(XNODE_MAX_BYTES) \
 	  | tee $(BUILD)/bench/xnode.txt
+	$(Q)$(AUTH_BENCH) | tee $(BUILD)/bench/auth.txt
 	$(Q)$(PLAN_BENCH) | tee $(BUILD)/bench/plan.txt
 
 # The longer scale run (make check runs the short one as multinode_scale):
