@@ -16,6 +16,17 @@ const char *spk_strerror(int status) {
   return "unknown status";
 }
 
+int spk_error_or(int status, int fallback) {
+  switch (status) {
+#define SPK_STATUS_KNOWN(name, pub, wire, val, msg) case -(val):
+    SPK_STATUS_MAP(SPK_STATUS_KNOWN)
+#undef SPK_STATUS_KNOWN
+    return status;
+  default:
+    return fallback;
+  }
+}
+
 /* Record the message of a failure and return its status, so the detecting
  * site can write `return spk_err_set(err, SPK_EINVAL, "...", v);`. */
 int spk_err_set(spk_err *err, int status, const char *fmt, ...) {

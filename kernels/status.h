@@ -44,6 +44,9 @@ typedef struct {
 } spk_err;
 
 const char *spk_strerror(int status);
+/* status when it is one of the errors listed above, else fallback: what
+ * a peer names is used only as a status this code knows. */
+int spk_error_or(int status, int fallback);
 int spk_err_set(spk_err *err, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -230,7 +230,7 @@ static void remote_reject(spd_ctx *ctx, int node,
   snprintf(msg, sizeof(msg), "node %d refused the join: %s", node,
            r->reason ? r->reason : "");
   spd_session_send_error(slot->session, slot->join_req,
-                         r->status < 0 ? r->status : SPK_ECONFLICT, msg);
+                         spk_error_or(r->status, SPK_ECONFLICT), msg);
   spd_member *m = slot->member;
   spd_session *s = slot->session;
   TAILQ_REMOVE(&s->members, m, link);
@@ -250,7 +250,8 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
   char msg[400];
   int status = SPK_EPEER_LOST;
   if (l->broken_status < 0 && l->broken_reason && l->broken_reason[0]) {
-    status = l->broken_status; /* the cause, as that node saw it */
+    /* the cause, as that node saw it */
+    status = spk_error_or(l->broken_status, SPK_EPEER_LOST);
     snprintf(msg, sizeof(msg), "node %d: %s", node, l->broken_reason);
   } else {
     snprintf(msg, sizeof(msg), "%s", l->reason && l->reason[0] ? l->reason

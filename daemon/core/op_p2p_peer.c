@@ -184,7 +184,8 @@ static void on_post(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
   h->arrived_ns = spd_now_ns();
   h->args.dtype = (spk_dtype)m->dtype;
   h->numel = m->numel;
-  h->status = m->status < 0 ? m->status : SPK_OK;
+  h->status = m->status >= 0 ? SPK_OK
+                             : spk_error_or(m->status, SPK_EPROTOCOL);
   if (h->status < 0)
     snprintf(h->err.msg, sizeof(h->err.msg), "%s", m->error ? m->error : "");
   else if (spk_dtype_size(h->args.dtype) == 0 || m->numel < 0)
@@ -382,7 +383,7 @@ static void on_abort(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
     return;
   char msg[320];
   snprintf(msg, sizeof(msg), "node %d: %s", node, m->error ? m->error : "");
-  run_stop(run, m->status < 0 ? m->status : SPK_ENODE_LOST, msg, node);
+  run_stop(run, spk_error_or(m->status, SPK_ENODE_LOST), msg, node);
 }
 
 /* The receiver's node says how its end of our send went. */

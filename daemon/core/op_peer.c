@@ -239,7 +239,7 @@ static int done_here(const spd_group *g, uint64_t seq) {
 void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
   char msg[320];
   snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
-  int status = f->status < 0 ? f->status : SPK_ENODE_LOST;
+  int status = spk_error_or(f->status, SPK_ENODE_LOST);
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->seq == f->seq)

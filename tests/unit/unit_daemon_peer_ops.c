@@ -103,6 +103,24 @@ static long long owner_pending(void) {
   return spd_quota_use(&ctx.quotas, OWNER, SPD_Q_PENDING);
 }
 
+/* An OpFail naming a status this daemon does not know breaks the group
+ * with one it does (the one a lost node gives). */
+START_TEST(op_fail_unknown_status_mapped) {
+  Spcoll__Peer__Msg m = SPCOLL__PEER__MSG__INIT;
+  Spcoll__Peer__OpFail f = SPCOLL__PEER__OP_FAIL__INIT;
+  f.rec = REC_BASE + 1;
+  f.seq = 0;
+  f.status = -12345;
+  f.reason = "made up";
+  m.body_case = SPCOLL__PEER__MSG__BODY_OP_FAIL;
+  m.op_fail = &f;
+  spd_group_peer_hooks.on_msg(&ctx, 1, &m);
+  ck_assert(G->broken);
+  ck_assert_int_eq(G->broken_status, SPK_ENODE_LOST);
+  ck_assert_str_ne(spk_strerror(G->broken_status), "unknown status");
+}
+END_TEST
+
 /* A peer sending every sequence number in turn holds at most
  * client_max_pending ops here, not one per message. */
 START_TEST(args_flood_bounded) {
@@ -260,6 +278,7 @@ int main(void) {
   TCase *tc = tcase_create("peer_ops");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, args_flood_bounded);
+  tcase_add_test(tc, op_fail_unknown_status_mapped);
   tcase_add_test(tc, args_far_or_out_of_order_refused);
   tcase_add_test(tc, args_window_then_refused);
   tcase_add_test(tc, args_of_another_node_refused);
