@@ -24,6 +24,16 @@
 #include "plan_cuda.h"
 #include "sim_rules.h"
 
+int child_reap(pid_t pid, int fd, const char *path, char *buf, size_t len) {
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ssize_t n = pread(fd, buf, len - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+  return st;
+}
+
 /* Run scenario in a child with stderr in a file; 1 when it died of
  * SIGABRT after a line naming `rule`. */
 int rejected(void (*scenario)(void), const char *rule) {
@@ -39,13 +49,8 @@ int rejected(void (*scenario)(void), const char *rule) {
     fprintf(stderr, "the scenario survived its misuse\n");
     _exit(0);
   }
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  char buf[4096] = "";
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  buf[n > 0 ? n : 0] = '\0';
-  close(fd);
-  unlink(path);
+  char buf[4096];
+  int st = child_reap(pid, fd, path, buf, sizeof(buf));
   char want[128];
   snprintf(want, sizeof(want), "spcsim: RULE %s: ", rule);
   int ok = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(buf, want);

@@ -6,13 +6,19 @@
 #include <check.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define OK(call) ck_assert_int_eq((int)(call), 0)
 
 /* Run scenario in a child with stderr in a file; 1 when it died of
  * SIGABRT after a line naming `rule`. */
 int rejected(void (*scenario)(void), const char *rule);
+/* Wait for child pid whose stderr went to fd (the temp file path): its
+ * wait status; what it wrote is in buf (len bytes at most, ended), the
+ * file closed and removed. */
+int child_reap(pid_t pid, int fd, const char *path, char *buf, size_t len);
 /* A scenario's setup failed: exit 3, saying what. */
 void die(const char *what) __attribute__((noreturn));
 #define S(call)                                                                \

@@ -415,13 +415,8 @@ static int stuck_at_exit(int release) {
     S(cudaFree(w));
     exit(0);
   }
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  char buf[4096] = "";
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  buf[n > 0 ? n : 0] = '\0';
-  close(fd);
-  unlink(path);
+  char buf[4096];
+  int st = child_reap(pid, fd, path, buf, sizeof(buf));
   int named = strstr(buf, "still waits for the 32-bit word") != NULL;
   int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   if ((code == 0 && !named) || (code == 98 && named))

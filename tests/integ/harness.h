@@ -54,6 +54,8 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra);
 /* (Re)start node i with the same peers and port. */
 int spt_node_start(spt_nodes *N, int i);
 int spt_nodes_stop(spt_nodes *N);
+/* The peer port of node i, from the --peers list. */
+int spt_node_port(const spt_nodes *N, int i);
 
 typedef int (*spt_rank_fn)(int rank, int world, void *arg);
 /* Fork `world` processes running fn(rank); a rank that does not finish in

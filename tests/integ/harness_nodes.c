@@ -131,6 +131,14 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra) {
   return -1;
 }
 
+int spt_node_port(const spt_nodes *N, int i) {
+  const char *p = N->peers;
+  for (int k = 0; k < i && p != NULL; k++)
+    p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+  const char *colon = p ? strchr(p, ':') : NULL;
+  return colon ? atoi(colon + 1) : -1;
+}
+
 int spt_nodes_stop(spt_nodes *N) {
   int bad = 0;
   for (int i = 0; i < N->n; i++)

@@ -33,14 +33,6 @@
 
 static spt_nodes nodes;
 
-/* The peer port of node i, from the --peers list. */
-static int node_port(int i) {
-  const char *p = nodes.peers;
-  for (int k = 0; k < i; k++)
-    p = strchr(p, ',') + 1;
-  return atoi(strchr(p, ':') + 1);
-}
-
 static int tcp_to(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   ck_assert_int_ge(fd, 0);
@@ -54,7 +46,7 @@ static int tcp_to(int port) {
 /* Send bytes to node i's peer port; 1 when the daemon then closed the
  * connection on its own (within the guard). */
 static int refused(int i, const void *bytes, size_t len) {
-  int fd = tcp_to(node_port(i));
+  int fd = tcp_to(spt_node_port(&nodes, i));
   if (len > 0)
     ck_assert_int_eq(spt_raw_send_bytes(fd, bytes, len), 0);
   int closed = spt_raw_closed(fd, 30);
@@ -203,7 +195,7 @@ static int ucx_ports(int i, struct sockaddr_in *out, int max) {
     unsigned long inode;
     if (sscanf(line, " %*d: %x:%x %*x:%*x %x %*s %*s %*s %*s %*s %lu",
                &addr, &port, &state, &inode) != 4 || state != 0x0a ||
-        (int)port == node_port(i))
+        (int)port == spt_node_port(&nodes, i))
       continue;
     for (int k = 0; k < ni; k++)
       if (inodes[k] == inode) {
@@ -260,7 +252,7 @@ START_TEST(wrong_node_index_refused) {
   /* A right hello without the key gets a reply, then fails its proof. */
   hello(h, "SPCB", 1, 0);
   uint8_t proof[32] = {0};
-  int fd = tcp_to(node_port(0));
+  int fd = tcp_to(spt_node_port(&nodes, 0));
   ck_assert_int_eq(spt_raw_send_bytes(fd, h, sizeof(h)), 0);
   uint8_t reply[80];
   size_t got = 0;

@@ -26,13 +26,6 @@
 
 static spt_nodes nodes;
 
-static int node_port(int i) {
-  const char *p = nodes.peers;
-  for (int k = 0; k < i; k++)
-    p = strchr(p, ',') + 1;
-  return atoi(strchr(p, ':') + 1);
-}
-
 static void read_all(int fd, uint8_t *b, size_t n) {
   size_t got = 0;
   while (got < n) {
@@ -51,7 +44,7 @@ static uint8_t *bootstrap(spd_auth_exchange *x, size_t *len_p) {
                 err.msg);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)node_port(0)),
+                          .sin_port = htons((uint16_t)spt_node_port(&nodes, 0)),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
   memset(x, 0, sizeof(*x));
