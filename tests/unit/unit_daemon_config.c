@@ -211,6 +211,29 @@ START_TEST(peer_flags) {
 }
 END_TEST
 
+/* Without --peer-key-file, the key is the systemd credential peer-key
+ * (LoadCredential=) when $CREDENTIALS_DIRECTORY holds one; a directory
+ * without it is no key. */
+START_TEST(peer_key_from_credential) {
+  char dir[] = "/tmp/spt-cred.XXXXXX", key[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(key, sizeof(key), "%s/peer-key", dir);
+  setenv("CREDENTIALS_DIRECTORY", dir, 1);
+  spd_config cfg;
+  spk_err err;
+  char *argv[] = {"spcolld", "--peers", "a:1,b:2", NULL};
+  expect_bad(3, argv, "--peers needs --peer-key-file");
+  FILE *f = fopen(key, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(parse(&cfg, &err, 3, argv), SPK_OK);
+  ck_assert_str_eq(cfg.peer_key_file, key);
+  unlink(key);
+  rmdir(dir);
+  unsetenv("CREDENTIALS_DIRECTORY");
+}
+END_TEST
+
 /* The shipped example documents every key with its default: with every
  * "# key = value" line uncommented it must load, and keys it sets must be
  * every key the daemon knows. */
@@ -256,6 +279,7 @@ int main(void) {
   tcase_add_test(tc, config_file_then_flags);
   tcase_add_test(tc, config_file_errors_name_the_key);
   tcase_add_test(tc, shipped_example_is_valid);
+  tcase_add_test(tc, peer_key_from_credential);
   tcase_add_test(tc, peer_flags);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
