@@ -70,10 +70,9 @@ int spd_peer_resolve(const spd_hostport *hp, struct sockaddr_storage *ss,
 
 /* Our endpoint to node, from the worker address its bootstrap gave; the
  * session of that bootstrap keys what we send it. */
-void spd_peer_ep_made(spd_peers *P, int node, const void *addr, size_t len,
+void spd_peer_ep_made(spd_peers *P, int node, const void *addr,
                       const spd_auth_exchange *x) {
   spd_peer *p = &P->peer[node];
-  (void)len; /* the address carries its own length; it was MACed whole */
   if (p->ep != NULL)
     return; /* one came meanwhile (a second dial): keep it */
   ucp_ep_params_t ep = {

@@ -82,16 +82,6 @@ int spd_auth_nonce(uint8_t nonce[SPD_AUTH_NONCE], spk_err *err) {
 
 /* ---- proofs ---------------------------------------------------------------- */
 
-static void put32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16);
-  p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
-}
-
 /* HMAC(key, label || initiator || responder || nonce_i || nonce_r). The
  * labels differ per use, so that no value stands in for another. */
 static int bound_mac(const uint8_t *key, size_t klen, const char *label,
@@ -99,8 +89,8 @@ static int bound_mac(const uint8_t *key, size_t klen, const char *label,
   uint8_t msg[32 + 8 + 2 * SPD_AUTH_NONCE];
   size_t ll = strlen(label);
   memcpy(msg, label, ll);
-  put32(msg + ll, x->initiator);
-  put32(msg + ll + 4, x->responder);
+  spd_auth_put32(msg + ll, x->initiator);
+  spd_auth_put32(msg + ll + 4, x->responder);
   memcpy(msg + ll + 8, x->nonce_i, SPD_AUTH_NONCE);
   memcpy(msg + ll + 8 + SPD_AUTH_NONCE, x->nonce_r, SPD_AUTH_NONCE);
   unsigned olen = 32;
@@ -126,18 +116,18 @@ static int session_derive(const spd_auth_key *k, spd_auth_exchange *x,
 
 static void head_write(uint8_t *out, uint32_t from, uint32_t to) {
   memcpy(out, MAGIC, 4);
-  put32(out + 4, SPD_AUTH_VERSION);
-  put32(out + 8, from);
-  put32(out + 12, to);
+  spd_auth_put32(out + 4, SPD_AUTH_VERSION);
+  spd_auth_put32(out + 8, from);
+  spd_auth_put32(out + 12, to);
 }
 
 static int head_read(const uint8_t *in, const char *what, spk_err *err) {
   if (memcmp(in, MAGIC, 4) != 0)
     return spk_err_set(err, SPK_EPROTOCOL, "%s: not a spcolld bootstrap "
-                       "(bad magic 0x%08x)", what, get32(in));
-  if (get32(in + 4) != SPD_AUTH_VERSION)
+                       "(bad magic 0x%08x)", what, spd_auth_get32(in));
+  if (spd_auth_get32(in + 4) != SPD_AUTH_VERSION)
     return spk_err_set(err, SPK_EVERSION, "%s: bootstrap version %u, we "
-                       "speak %d", what, get32(in + 4), SPD_AUTH_VERSION);
+                       "speak %d", what, spd_auth_get32(in + 4), SPD_AUTH_VERSION);
   return SPK_OK;
 }
 
@@ -167,7 +157,7 @@ int spd_auth_hello_read(const uint8_t *in, uint32_t self, uint32_t nnodes,
   int rc = head_read(in, "hello", err);
   if (rc < 0)
     return rc;
-  uint32_t from = get32(in + 8), to = get32(in + 12);
+  uint32_t from = spd_auth_get32(in + 8), to = spd_auth_get32(in + 12);
   if (to != self)
     return spk_err_set(err, SPK_EPROTOCOL, "hello for node %u, but this is "
                        "node %u", to, self);
@@ -199,7 +189,7 @@ int spd_auth_reply_read(const uint8_t *in, const spd_auth_key *k,
   int rc = head_read(in, "reply", err);
   if (rc < 0)
     return rc;
-  uint32_t from = get32(in + 8), to = get32(in + 12);
+  uint32_t from = spd_auth_get32(in + 8), to = spd_auth_get32(in + 12);
   if (from != x->responder || to != x->initiator)
     return spk_err_set(err, SPK_EPROTOCOL, "reply from node %u to node %u, "
                        "but node %u dialed node %u", from, to, x->initiator,

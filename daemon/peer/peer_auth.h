@@ -49,6 +49,17 @@ typedef struct {
   uint8_t session[32];
 } spd_auth_exchange;
 
+/* Big-endian 32-bit words, as every frame of the bootstrap writes them. */
+static inline void spd_auth_put32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+static inline uint32_t spd_auth_get32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+         p[3];
+}
+
 /* Read the node key from path: a regular file (not a link) of
  * SPD_AUTH_KEY_MIN..MAX bytes, owned by root or the daemon's user,
  * readable by its owner alone. */

@@ -121,11 +121,6 @@ static int conn_send(spd_boot_conn *c, const void *a, size_t alen,
   return 0;
 }
 
-static void put32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16);
-  p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
 /* ---- the responder's steps ------------------------------------------------- */
 
 static void got_hello(spd_boot_conn *c) {
@@ -156,7 +151,7 @@ static void got_finish(spd_boot_conn *c) {
    * step of ours. */
   uv_read_stop((uv_stream_t *)&c->tcp);
   uint8_t head[4], mac[SPD_AUTH_MSG_MAC];
-  put32(head, (uint32_t)P->addr_len);
+  spd_auth_put32(head, (uint32_t)P->addr_len);
   if (spd_auth_msg_mac(c->x.session, head, sizeof(head), P->addr,
                        P->addr_len, mac) < 0 ||
       conn_send(c, head, sizeof(head), P->addr, P->addr_len, 0) < 0 ||
@@ -185,8 +180,7 @@ static void got_reply(spd_boot_conn *c) {
 }
 
 static void got_alen(spd_boot_conn *c) {
-  uint32_t len = (uint32_t)c->buf[0] << 24 | (uint32_t)c->buf[1] << 16 |
-                 (uint32_t)c->buf[2] << 8 | c->buf[3];
+  uint32_t len = spd_auth_get32(c->buf);
   if (len == 0 || len > SPD_AUTH_ADDR_MAX) {
     char why[96];
     snprintf(why, sizeof(why), "a worker address of %u bytes (1..%u)", len,
@@ -195,7 +189,7 @@ static void got_alen(spd_boot_conn *c) {
   }
   if (conn_expect(c, READ_ADDR, 4 + len + SPD_AUTH_MSG_MAC) < 0)
     return conn_refuse(c, "out of memory");
-  put32(c->buf, len);
+  spd_auth_put32(c->buf, len);
   c->have = 4;
 }
 
@@ -207,7 +201,7 @@ static void got_addr(spd_boot_conn *c) {
     return conn_refuse(c, "the worker address's MAC is wrong");
   SPD_DEBUG(&P->ctx->log, "node %d authenticated (our bootstrap to %s)",
             c->node, c->from);
-  spd_peer_ep_made(P, c->node, c->buf + 4, len, &c->x);
+  spd_peer_ep_made(P, c->node, c->buf + 4, &c->x);
   conn_close(c);
 }
 

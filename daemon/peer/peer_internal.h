@@ -168,7 +168,8 @@ void spd_peer_unauthenticated(spd_peers *P, const char *fmt, ...)
  * itself and dialed us (x: its session, for what it sends us); or we
  * dialed node and it gave us its worker address. */
 void spd_peer_session_in(spd_peers *P, int node, const spd_auth_exchange *x);
-void spd_peer_ep_made(spd_peers *P, int node, const void *addr, size_t len,
+/* (The address carries its own length; the bootstrap MACed it whole.) */
+void spd_peer_ep_made(spd_peers *P, int node, const void *addr,
                       const spd_auth_exchange *x);
 
 /* Run the worker until idle, handle what it reported, re-arm its fd. */

@@ -59,8 +59,7 @@ static uint8_t *bootstrap(spd_auth_exchange *x, size_t *len_p) {
   ck_assert_int_eq(spd_auth_finish_write(finish, &k, x, &err), SPK_OK);
   ck_assert_int_eq(spt_raw_send_bytes(fd, finish, sizeof(finish)), 0);
   read_all(fd, head, 4);
-  size_t len = (size_t)head[0] << 24 | (size_t)head[1] << 16 |
-               (size_t)head[2] << 8 | head[3];
+  size_t len = spd_auth_get32(head);
   uint8_t *addr = malloc(len + SPD_AUTH_MSG_MAC);
   ck_assert_ptr_nonnull(addr);
   read_all(fd, addr, len + SPD_AUTH_MSG_MAC);
