@@ -5,8 +5,13 @@
  * to 1 GiB) they run all-to-all (contiguous pieces), all-to-all Ulysses
  * ([1, s, h, 128] bf16, scatter h, gather s: 2 KiB runs) and all-gather on
  * device buffers. Rank 0 reports, per op and size:
- *   op_us      client-observed time per op (start to answer)
- *   mover_us   the daemon's time in the mover (Done.move_ns)
+ *   op_us      time per op, ops queued back to back on one stream, to
+ *              the stream's end (with stream flags the calls return
+ *              before the ops run, so ops pipeline)
+ *   lat_us     one op at a time: the call, then the stream synchronized
+ *   queue_us   the host's time in spc_run_on_stream, back to back
+ *   mover_us   the daemon's time in the mover (Done.move_ns), one at a
+ *              time
  *   copy_GBps  bytes the op writes over all ranks / op time: one GPU
  *              copies them all, so this is comparable to
  *   d2d_GBps   cudaMemcpy device-to-device (the op's bytes, at most
@@ -170,17 +175,35 @@ static int bench_point(rk *k, int op, size_t bytes) {
   int n = iters_for(in_b), rc = barrier(k);
   for (int i = 0; rc == 0 && i < 2; i++) /* warm: registrations, pools */
     rc = spc_run_on_stream(k->g, &sop, &tin, &tout, k->s);
-  double t0 = now_s(), mover = 0;
+  /* Back to back: what the ops cost in a loop that queues them (with
+   * stream flags the host returns before each op ran); the host's own
+   * time in the calls; then one op at a time, to the stream's end. */
+  double t0 = now_s(), mover = 0, queue = 0;
   for (int i = 0; rc == 0 && i < n; i++) {
+    double q0 = now_s();
     rc = spc_run_on_stream(k->g, &sop, &tin, &tout, k->s);
+    queue += now_s() - q0;
+  }
+  if (rc == 0)
+    CK(cudaStreamSynchronize(k->s));
+  if (rc == 0)
+    rc = spc_async_error(k->c, 1);
+  double dt_s = (now_s() - t0) / n;
+  queue /= n;
+  int nl = n < 20 ? n : 20;
+  double l0 = now_s();
+  for (int i = 0; rc == 0 && i < nl; i++) {
+    rc = spc_run_on_stream(k->g, &sop, &tin, &tout, k->s);
+    if (rc == 0)
+      CK(cudaStreamSynchronize(k->s));
+    if (rc == 0)
+      rc = spc_async_error(k->c, 1);
     spc_timing t;
     spc_last_timing(k->c, &t);
     mover += (double)t.move_ns * 1e-9;
   }
-  if (rc == 0)
-    CK(cudaStreamSynchronize(k->s));
-  double dt_s = (now_s() - t0) / n;
-  mover /= n;
+  double lat_s = (now_s() - l0) / nl;
+  mover /= nl;
   if (rc < 0) {
     fprintf(stderr, "rank %d: %s: %s\n", k->rank, op_names[op],
             spc_last_error(k->c));
@@ -188,14 +211,16 @@ static int bench_point(rk *k, int op, size_t bytes) {
   }
   if (k->rank == 0) {
     double gbps = (double)total / dt_s / 1e9;
-    printf("%-12s %6d %12zu %12.1f %12.1f %10.1f %10.1f %6.2f%s\n",
-           op_names[op], w, in_b, dt_s * 1e6, mover * 1e6, gbps, d2d_gbps,
-           gbps / d2d_gbps, k->simulated ? "  simulated" : "");
+    printf("%-12s %6d %12zu %10.1f %10.1f %9.1f %10.1f %10.1f %10.1f "
+           "%6.2f%s\n", op_names[op], w, in_b, dt_s * 1e6, lat_s * 1e6,
+           queue * 1e6, mover * 1e6, gbps, d2d_gbps, gbps / d2d_gbps,
+           k->simulated ? "  simulated" : "");
     fflush(stdout);
     if (k->csv)
-      fprintf(k->csv, "%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f,%d\n",
-              op_names[op], w, in_b, total, dt_s * 1e6, mover * 1e6, gbps,
-              d2d_gbps, gbps / d2d_gbps, k->simulated);
+      fprintf(k->csv, "%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%d\n",
+              op_names[op], w, in_b, total, dt_s * 1e6, lat_s * 1e6,
+              queue * 1e6, mover * 1e6, gbps, d2d_gbps, gbps / d2d_gbps,
+              k->simulated);
   }
   spc_buffer_free(bin);
   spc_buffer_free(bout);
@@ -232,11 +257,12 @@ static int rank_main(int rank, int world, void *arg) {
            p.name, p.multiProcessorCount,
            (double)p.totalGlobalMem / (1 << 30), world,
            o.mover ? o.mover : "auto");
-    printf("%-12s %6s %12s %12s %12s %10s %10s %6s\n", "op", "ranks",
-           "bytes/rank", "op_us", "mover_us", "copy_GBps", "d2d_GBps",
-           "ratio");
+    printf("%-12s %6s %12s %10s %10s %9s %10s %10s %10s %6s\n", "op",
+           "ranks", "bytes/rank", "op_us", "lat_us", "queue_us", "mover_us",
+           "copy_GBps", "d2d_GBps", "ratio");
     if (o.csv && (k.csv = fopen(o.csv, "w")) != NULL)
-      fprintf(k.csv, "op,ranks,bytes_per_rank,bytes_total,op_us,mover_us,"
+      fprintf(k.csv, "op,ranks,bytes_per_rank,bytes_total,op_us,lat_us,"
+              "queue_us,mover_us,"
               "copy_GBps,d2d_GBps,ratio,simulated\n");
   }
   int bad = 0;

@@ -79,6 +79,11 @@ static int memfd_make(spc_client *c, size_t size, spc_buffer *b) {
 }
 
 int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
+  return spc__buffer_alloc(c, size, 0, buf_p);
+}
+
+int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
+                      spc_buffer **buf_p) {
   if (c == NULL || buf_p == NULL)
     return SPC_EINVAL;
   if (size == 0)
@@ -94,6 +99,7 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
   Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
   reg.size = size;
+  reg.stream_flags = stream_flags != 0;
   f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
   f.buf_register = &reg;
   Spcoll__Frame *reply = NULL;

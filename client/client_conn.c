@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client_fast.h"
+#include "client_gpu.h"
 
 /* spc_connect has no client to hold its message yet. */
 static __thread char connect_error[512];
@@ -154,6 +155,58 @@ static spc_request *request_find(spc_client *c, uint64_t id) {
   return NULL;
 }
 
+static void request_unlink(spc_client *c, spc_request *req);
+
+/* The answer of a request nobody waits for: taken and freed here; a
+ * failure is kept for the client's next op call (spc__async_take). */
+static void detached_done(spc_client *c, spc_request *req) {
+  request_unlink(c, req);
+  c->ndetached--;
+  spc__gpu_flags_answered(c, req);
+  if (req->status == SPC_OK && req->reply != NULL &&
+      req->reply->body_case == SPCOLL__FRAME__BODY_DONE) {
+    const Spcoll__Done *d = req->reply->done;
+    c->last_timing = (spc_timing){d->daemon_ns, d->wait_ns, d->plan_ns,
+                                  d->move_ns};
+  }
+  if (req->status < 0 && c->async_status == 0) {
+    c->async_status = req->status;
+    snprintf(c->async_msg, sizeof(c->async_msg), "an earlier op on a stream "
+             "(request %llu) failed: %s", (unsigned long long)req->id,
+             req->msg ? req->msg : "");
+  }
+  if (req->reply != NULL)
+    spcoll__frame__free_unpacked(req->reply, NULL);
+  free(req->msg);
+  free(req);
+}
+
+void spc__detach(spc_client *c, spc_request *req) {
+  req->detached = 1;
+  c->ndetached++;
+}
+
+int spc_async_error(spc_client *c, int wait) {
+  if (c == NULL)
+    return SPC_EINVAL;
+  while (wait && c->ndetached > 0 && !c->broken) {
+    int rc = spc__pump_any(c, 1);
+    if (rc < 0)
+      return rc;
+  }
+  return spc__async_take(c);
+}
+
+int spc__async_take(spc_client *c) {
+  if (c->ndetached > 0)
+    (void)spc__pump_any(c, 0); /* answers already here */
+  int status = c->async_status;
+  if (status == 0)
+    return SPC_OK;
+  c->async_status = 0;
+  return spc__fail(c, status, "%s", c->async_msg);
+}
+
 /* Hand a decoded frame to its request; takes ownership of f. */
 static void route(spc_client *c, Spcoll__Frame *f) {
   spc_request *req = request_find(c, f->id);
@@ -176,10 +229,12 @@ static void route(spc_client *c, Spcoll__Frame *f) {
     req->status = -(int)f->error->status;
     req->msg = strdup(f->error->message ? f->error->message : "");
     spcoll__frame__free_unpacked(f, NULL);
-    return;
+  } else {
+    req->status = SPC_OK;
+    req->reply = f;
   }
-  req->status = SPC_OK;
-  req->reply = f;
+  if (req->detached)
+    detached_done(c, req);
 }
 
 static int read_some(spc_client *c, int block) {
@@ -226,6 +281,19 @@ static int drain_frames(spc_client *c) {
   return SPC_OK;
 }
 
+int spc__pump_any(spc_client *c, int block) {
+  if (c->broken)
+    return SPC_ECONNECTION;
+  int rc;
+  while ((rc = read_some(c, block)) > 0) {
+    if ((rc = drain_frames(c)) < 0)
+      return rc;
+    if (block)
+      return SPC_OK;
+  }
+  return rc;
+}
+
 int spc__pump(spc_client *c, spc_request *req, int block) {
   while (!req->done) {
     if (c->broken)
@@ -255,6 +323,7 @@ static int request_complete(spc_client *c, spc_request *req,
                             Spcoll__Frame **reply_p) {
   int status = req->status;
   request_unlink(c, req);
+  spc__gpu_flags_answered(c, req);
   if (status < 0 && req->msg != NULL)
     spc__fail(c, status, "%s", req->msg);
   if (status == SPC_OK && req->reply != NULL &&

@@ -49,6 +49,7 @@ static int hello(spc_client *c, const char *framework) {
 }
 
 static void client_free(spc_client *c) {
+  spc__gpu_flags_free(c); /* takes answers: before the requests go */
   while (c->requests != NULL) {
     spc_request *r = c->requests;
     c->requests = r->next;

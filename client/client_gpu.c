@@ -35,6 +35,10 @@ static void cu_load(void) {
   }
   SPC__CU_FUNCS(SPC__CU_LOAD)
 #undef SPC__CU_LOAD
+#define SPC__CU_LOAD_OPT(name, sym, args)                                    \
+  *(void **)&cu_api.name = dlsym(lib, sym);
+  SPC__CU_OPT_FUNCS(SPC__CU_LOAD_OPT)
+#undef SPC__CU_LOAD_OPT
   spc__CUresult r = cu_api.Init(0);
   if (r != SPC__CUDA_SUCCESS) {
     /* The library stays loaded: its handle is the process's either way. */
@@ -415,6 +419,12 @@ static int owned_free(spc_client *c, int device, uint64_t mem) {
  * only then may memory the library made be freed (freeing exported memory
  * an importer still maps is undefined). */
 static int alloc_release(spc_client *c, spc__gpu_alloc *a) {
+  /* Ops whose answers nobody waits for (stream flags) may still use the
+   * allocation in the daemon, and the caller frees it once this returns:
+   * their answers first (each comes once the daemon's work is done). */
+  while (c->ndetached > 0 && !c->broken)
+    if (spc__pump_any(c, 1) < 0)
+      break;
   Spcoll__BufRelease rel = SPCOLL__BUF_RELEASE__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
   rel.buffer_id = a->daemon_id;

@@ -45,13 +45,31 @@ typedef struct {
   spc__CUevent ready[SPC__GPU_EVENTS], done[SPC__GPU_EVENTS];
   spc__CUipcEventHandle ready_h[SPC__GPU_EVENTS], done_h[SPC__GPU_EVENTS];
   uint64_t req[SPC__GPU_EVENTS]; /* request that last used the pair */
+  int memops;                 /* 64-bit stream memory operations: 0 not
+                               * asked, 1 yes, -1 no */
 } spc__gpu_dev;
+
+/* The client's stream flags (client_gpu_flags.c): one host buffer of
+ * SPC__FLAG_SLOTS slots, shared by its GPUs. */
+#define SPC__FLAG_SLOTS 256
+typedef struct {
+  int state;                  /* 0 not tried, 1 in use, -1 events (why) */
+  char why[256];
+  spc_buffer *buf;            /* registered with the daemon for flags */
+  uint64_t *words;            /* slot k: ready [2k], done [2k + 1] */
+  spc__CUdeviceptr dev;       /* the words as the GPUs address them */
+  uint64_t seq;               /* the last one handed out */
+  unsigned next;              /* where the search for a free slot starts */
+  uint64_t slot_seq[SPC__FLAG_SLOTS];
+  uint64_t slot_req[SPC__FLAG_SLOTS]; /* its op's request until answered */
+} spc__gpu_flags;
 
 /* spc_client->gpu. */
 typedef struct {
   spc__gpu_alloc *allocs;
   spc__gpu_dev *devs;
   int ndevs;
+  spc__gpu_flags flags;
 } spc__gpu_client;
 
 /* The client's state for device `device` (made on first use). */
@@ -79,11 +97,42 @@ void spc__gpu_client_free(spc_client *c);
 typedef struct {
   spc__gpu_dev *dev;
   int slot;
+  uint32_t flag_slot1;        /* stream flags: the slot + 1; 0 events */
+  uint64_t flag_seq;
+  Spcoll__StreamFlags sf;     /* rq->stream_flags points here */
 } spc__gpu_opev;
 int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
                        Spcoll__OpRequest *rq, spc__gpu_opev *ev);
-/* The request the events went with. */
-void spc__gpu_op_sent(const spc__gpu_opev *ev, const spc_request *req);
+/* The request the events or flags went with. */
+void spc__gpu_op_sent(spc_client *c, const spc__gpu_opev *ev,
+                      spc_request *req);
+
+/* Whether every piece of work queued on stream is complete (so the daemon
+ * may touch the tensors at once); never for the NULL and per-thread
+ * default streams. Call with the stream's context current. */
+int spc__gpu_stream_idle(const spc__cu_api *cu, void *stream);
+
+/* ---- stream flags (client_gpu_flags.c) -------------------------------- */
+
+/* Whether ops on d go with stream flags (set up on first use); 0: events,
+ * spc__gpu_flags_why says why. */
+int spc__gpu_flags_usable(spc_client *c, spc__gpu_dev *d);
+const char *spc__gpu_flags_why(spc_client *c);
+/* The op's slot: its ready flag set on stream after the work queued
+ * there, and rq->stream_flags filled (from sf). */
+int spc__gpu_flags_ready(spc_client *c, spc__gpu_dev *d, void *stream,
+                         Spcoll__OpRequest *rq, Spcoll__StreamFlags *sf,
+                         spc__gpu_opev *ev);
+void spc__gpu_flags_sent(spc_client *c, const spc__gpu_opev *ev,
+                         spc_request *req);
+/* Queue on stream the wait for req's done flag. */
+int spc__gpu_flags_wait(spc_client *c, spc_request *req, void *stream);
+/* req's answer came (or the caller took it): its slot is free once both
+ * words show it, and a failure sets the done flag from here. */
+void spc__gpu_flags_answered(spc_client *c, const spc_request *req);
+/* At disconnect, before the buffers go: every answer taken, the client's
+ * streams past their waits, the words unregistered from CUDA. */
+void spc__gpu_flags_free(spc_client *c);
 
 /* spc_start with an explicit stream (client_op.c). */
 int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,

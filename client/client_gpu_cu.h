@@ -27,7 +27,12 @@ enum {
   SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
   SPC__CU_MEMORYTYPE_DEVICE = 2,
   SPC__CU_EVENT_DISABLE_TIMING = 2,
-  SPC__CU_EVENT_INTERPROCESS = 4
+  SPC__CU_EVENT_INTERPROCESS = 4,
+  SPC__CU_MEMHOSTREGISTER_PORTABLE = 1,
+  SPC__CU_MEMHOSTREGISTER_DEVICEMAP = 2,
+  SPC__CU_STREAM_WAIT_VALUE_GEQ = 0,
+  SPC__CU_STREAM_WRITE_VALUE_DEFAULT = 0,
+  SPC__CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122
 };
 
 /* Entry points, loaded with dlsym under the versioned names cuda.h maps
@@ -66,9 +71,27 @@ enum {
   X(StreamWaitEvent, "cuStreamWaitEvent",                                    \
     (spc__CUstream s, spc__CUevent e, unsigned flags))
 
+/* Entry points a driver may lack: NULL then, and the library orders ops
+ * with events instead of stream flags (client_gpu_flags.c). */
+#define SPC__CU_OPT_FUNCS(X)                                                 \
+  X(DeviceGetAttribute, "cuDeviceGetAttribute",                              \
+    (int *v, int attr, spc__CUdevice d))                                     \
+  X(MemHostRegister, "cuMemHostRegister_v2",                                 \
+    (void *p, size_t size, unsigned flags))                                  \
+  X(MemHostUnregister, "cuMemHostUnregister", (void *p))                     \
+  X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                 \
+    (spc__CUdeviceptr * d, void *p, unsigned flags))                         \
+  X(StreamWriteValue64, "cuStreamWriteValue64_v2",                           \
+    (spc__CUstream s, spc__CUdeviceptr a, unsigned long long v,             \
+     unsigned flags))                                                        \
+  X(StreamWaitValue64, "cuStreamWaitValue64_v2",                             \
+    (spc__CUstream s, spc__CUdeviceptr a, unsigned long long v,             \
+     unsigned flags))
+
 typedef struct {
 #define SPC__CU_FIELD(name, sym, args) spc__CUresult (*name) args;
   SPC__CU_FUNCS(SPC__CU_FIELD)
+  SPC__CU_OPT_FUNCS(SPC__CU_FIELD)
 #undef SPC__CU_FIELD
 } spc__cu_api;
 

@@ -52,7 +52,7 @@ static int event_slot(spc_client *c, const spc__cu_api *cu, spc__gpu_dev *d,
  * a GPU shared by processes (no MPS) costs a context switch. Only a
  * stream of the caller's own: the NULL and per-thread default streams
  * also order work of other streams that a query of them does not see. */
-static int stream_idle(const spc__cu_api *cu, void *stream) {
+int spc__gpu_stream_idle(const spc__cu_api *cu, void *stream) {
   uintptr_t s = (uintptr_t)stream;
   if (s <= 2) /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD */
     return 0;
@@ -64,6 +64,7 @@ static int stream_idle(const spc__cu_api *cu, void *stream) {
 int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
                        Spcoll__OpRequest *rq, spc__gpu_opev *ev) {
   ev->dev = NULL;
+  ev->flag_slot1 = 0;
   if (in == NULL || in->buf == NULL || in->buf->gpu == NULL)
     return SPC_OK;
   const spc__cu_api *cu = spc__cu(c);
@@ -72,13 +73,15 @@ int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
   spc__gpu_dev *d;
   int slot = 0;
   int rc = spc__gpu_dev_get(c, spc_buffer_device(in->buf), &d);
+  if (rc == SPC_OK && spc__gpu_flags_usable(c, d))
+    return spc__gpu_flags_ready(c, d, stream, rq, &ev->sf, ev);
   /* The stream's context, so the NULL stream means this GPU's. */
   if (rc == SPC_OK)
     rc = spc__gpu_push(c, cu, d->ctx);
   if (rc < 0)
     return rc;
   rc = event_slot(c, cu, d, &slot);
-  int idle = rc == SPC_OK && stream_idle(cu, stream);
+  int idle = rc == SPC_OK && spc__gpu_stream_idle(cu, stream);
   if (rc == SPC_OK && !idle) {
     spc__CUresult r = cu->EventRecord(d->ready[slot], (spc__CUstream)stream);
     if (r != SPC__CUDA_SUCCESS)
@@ -99,8 +102,11 @@ int spc__gpu_op_events(spc_client *c, const spc_tensor *in, void *stream,
   return SPC_OK;
 }
 
-void spc__gpu_op_sent(const spc__gpu_opev *ev, const spc_request *req) {
-  if (ev->dev != NULL)
+void spc__gpu_op_sent(spc_client *c, const spc__gpu_opev *ev,
+                      spc_request *req) {
+  if (ev->flag_slot1 != 0)
+    spc__gpu_flags_sent(c, ev, req);
+  else if (ev->dev != NULL && req != NULL)
     ev->dev->req[ev->slot] = req->id;
 }
 
@@ -123,11 +129,33 @@ static spc__gpu_dev *request_pair(spc_client *c, uint64_t id, int *slot_p) {
   return NULL;
 }
 
+/* An op ordered through stream flags: the wait for its done flag queued
+ * on stream, and the answer left to come (spc__detach) unless it is here
+ * already. */
+static int flags_wait_on_stream(spc_request *req, void *stream) {
+  spc_client *c = req->client;
+  int rc = spc__pump(c, req, 0);
+  if (rc == SPC_OK && !req->done)
+    rc = spc__gpu_flags_wait(c, req, stream);
+  if (rc == SPC_OK && !req->done) {
+    spc__detach(c, req);
+    return SPC_OK;
+  }
+  /* Answered (its done flag is set, or set now if it failed), or the wait
+   * could not be queued: the caller hears of it now. */
+  int frc = spc__finish(c, req, NULL);
+  return rc < 0 ? rc : frc;
+}
+
 int spc_wait_on_stream(spc_request **reqp, spc_stream stream) {
   if (reqp == NULL || *reqp == NULL)
     return SPC_EINVAL;
   spc_request *req = *reqp;
   spc_client *c = req->client;
+  if (req->flag_slot1 != 0) {
+    *reqp = NULL;
+    return flags_wait_on_stream(req, stream);
+  }
   int slot = 0;
   spc__gpu_dev *d = request_pair(c, req->id, &slot);
   *reqp = NULL;

@@ -17,6 +17,15 @@ struct spc_request {
   Spcoll__Frame *reply;       /* the answer, when it is not an Error */
   char *msg;                  /* the daemon's message, for an Error */
   int *source_p;              /* a receive's: where its source goes */
+  /* An op ordered through stream flags (client_gpu_flags.c): its slot + 1
+   * (0: none), seq and device state. */
+  uint32_t flag_slot1;
+  uint64_t flag_seq;
+  void *gpu_dev;
+  /* Nobody waits for the answer any more (spc_wait_on_stream queued the
+   * wait on the GPU): it is taken when it comes, a failure kept for the
+   * client's next call (async_status). */
+  int detached;
 };
 
 struct spc_group {
@@ -57,6 +66,9 @@ struct spc_client {
   char last_error[512];
   spc_timing last_timing;     /* from the last Done of an op */
   void *gpu;                  /* client_gpu.c's state, made on first use */
+  int ndetached;              /* detached requests outstanding */
+  int async_status;           /* a detached request failed: reported by */
+  char async_msg[512];        /* the next op call (spc__async_take) */
   int64_t op_timeout_ms;      /* asked at join; 0: the daemon's */
   spc_buffer *wrap_stage;     /* client_wrap.c's staging, made on use */
   int fds[8];                 /* received with frames, not yet taken */
@@ -100,6 +112,17 @@ int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p);
  * read without blocking (block = 0). Returns the status of the transport;
  * the request's own status is in req->status once req->done. */
 int spc__pump(spc_client *c, spc_request *req, int block);
+/* Read and route what the daemon sent: block 1 waits for one read, 0
+ * takes what is there. */
+int spc__pump_any(spc_client *c, int block);
+/* Nobody waits for req any more: its answer is taken when it comes. */
+void spc__detach(spc_client *c, spc_request *req);
+/* A detached request's failure, if one came: returned (as the client's
+ * error) once, by the next op call. */
+int spc__async_take(spc_client *c);
+/* spc_buffer_alloc, registered for stream flags when stream_flags is 1. */
+int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
+                      spc_buffer **buf_p);
 
 /* Block for req, then unlink and free it; returns its status. *reply_p (if
  * not NULL) receives the reply frame to free with

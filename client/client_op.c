@@ -60,10 +60,10 @@ static int op_send(spc_group *g, const spc_op *op, const spc_tensor *in,
   f.op = &rq;
   spc__gpu_opev ev;
   int rc = spc__gpu_op_events(c, in, stream, &rq, &ev);
-  if (rc == SPC_OK)
-    rc = spc__send(c, &f, -1, req_p);
-  if (rc == SPC_OK)
-    spc__gpu_op_sent(&ev, *req_p);
+  if (rc < 0)
+    return rc;
+  rc = spc__send(c, &f, -1, req_p);
+  spc__gpu_op_sent(c, &ev, rc == SPC_OK ? *req_p : NULL);
   return rc;
 }
 
@@ -84,6 +84,8 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
   int rc = tensor_valid(c, in, "input");
   if (rc == SPC_OK)
     rc = tensor_valid(c, out, "output");
+  if (rc == SPC_OK)
+    rc = spc__async_take(c); /* an earlier op on a stream failed */
   if (rc < 0)
     return rc;
   /* Before the segment hears of the op: the others must not wait for it. */

@@ -469,11 +469,20 @@ int spc_start_recv(spc_group *group, const spc_tensor *t, int src, int tag,
  * pinned host memory, or straight from device memory where the node's
  * UCX moves CUDA memory (spcolld's xnode_direct).
  *
- * Stream order: spc_start_on_stream records an event on the caller's
- * stream and the daemon's work waits for it, so the caller need not
- * synchronize first. spc_wait_on_stream blocks the host only until the
- * daemon answers, then makes the stream (not the host, not the device)
- * wait for the daemon's work on this rank's tensors. spc_start / spc_run
+ * Stream order, queue and return: where the GPU has 64-bit stream memory
+ * operations (and spcolld too), spc_start_on_stream sets a flag on the
+ * caller's stream that the daemon's work waits for, and
+ * spc_wait_on_stream queues on the stream the wait for the daemon's flag
+ * and returns at once: neither call waits for the GPU or for the daemon,
+ * and the caller's next kernels queue while the op runs. The op's answer
+ * is taken when it comes; a failure is returned by the client's next op
+ * call (the op failed on every rank, so every rank hears it there) or by
+ * spc_async_error. A failed op still releases the stream (its output is
+ * then undefined), as an NCCL op does. Otherwise (no such operations, or
+ * SPCOLL_GPU_ORDER=events) the order goes through interprocess events and
+ * spc_wait_on_stream blocks the host until the daemon answers, returning
+ * the op's status; `spcollctl stats` counts which way ranks were ordered
+ * (gpu_order_flags, gpu_order_events). spc_start / spc_run
  * on device tensors order on the legacy default stream: work issued
  * before them on blocking streams is waited for, work on non-blocking
  * streams (cudaStreamNonBlocking, such as PyTorch's) is not: use the
@@ -515,10 +524,19 @@ int spc_start_on_stream(spc_group *group, const spc_op *op,
                         const spc_tensor *in, const spc_tensor *out,
                         spc_stream stream, spc_request **req_p);
 
-/* Wait for the daemon's answer, free the request and set *req to NULL;
- * then work queued on stream after this call runs after the daemon's
- * accesses to this rank's tensors. Returns the op's status. */
+/* Work queued on stream after this call runs after the daemon's accesses
+ * to this rank's tensors; frees the request and sets *req to NULL. With
+ * stream flags it returns once that wait is queued (SPC_OK, or the op's
+ * status if its answer is already here); with events it waits for the
+ * daemon's answer and returns the op's status (see Stream order). */
 int spc_wait_on_stream(spc_request **req, spc_stream stream);
+
+/* The first failure among ops whose answers spc_wait_on_stream left to
+ * come, returned once (with spc_last_error saying which op and why);
+ * SPC_OK when none failed. wait 0: only answers already received; 1: waits
+ * for every outstanding answer (each comes once the daemon's work on the
+ * op is done). */
+int spc_async_error(spc_client *client, int wait);
 
 /* spc_start_on_stream, then spc_wait_on_stream. */
 int spc_run_on_stream(spc_group *group, const spc_op *op, const spc_tensor *in,

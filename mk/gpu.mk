@@ -25,7 +25,8 @@ GPU_CFLAGS_SYS := $(subst -I$(CUDA_HOME)/include,-isystem $(CUDA_HOME)/include,$
 # The daemon's GPU sources see CUDA and NCCL; the kernels link into spcolld
 # and into the daemon unit suites (which link the daemon's objects).
 GPU_DAEMON_OBJ := $(call obj,daemon/engine/engine_gpu.c daemon/gpu/gpu_ctx.c \
-  daemon/gpu/gpu_ipc.c daemon/gpu/gpu_job.c daemon/engine/mover_cuda.c \
+  daemon/gpu/gpu_ipc.c daemon/gpu/gpu_job.c daemon/gpu/gpu_flags.c \
+  daemon/engine/mover_cuda.c \
   daemon/engine/mover_nccl.c daemon/engine/mover_nccl_watch.c \
   daemon/engine/xnode_stage.c)
 $(GPU_DAEMON_OBJ): CFLAGS += $(GPU_CFLAGS_SYS)
@@ -70,7 +71,19 @@ $(GPU_BENCH): $(BUILD)/bench/gpu_bench.o $(BUILD)/tests/integ/harness.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS) $(GPU_USER_LIBS) -lm
 
-all: $(GPU_TEST_BIN) $(GPU_BENCH)
+# The hand-over benchmark (bench/gpu_handover.cu): what ordering one
+# process's stream after another's costs on one GPU, events against stream
+# memory operations, and whether cuMem file descriptors cross processes and
+# PID namespaces. Driver API through the stub at link time; the machine's
+# libcuda at run time.
+GPU_HANDOVER := $(if $(HAVE_CUDA),$(BUILD)/bin/spcoll-gpu-handover)
+$(BUILD)/bin/spcoll-gpu-handover: bench/gpu_handover.cu
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -Xcompiler -Werror \
+	  $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+	  -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+
+all: $(GPU_TEST_BIN) $(GPU_BENCH) $(GPU_HANDOVER)
 
 .PHONY: gpu-run
 # On a machine with a GPU: the GPU suites and benchmark, logs under OUT.

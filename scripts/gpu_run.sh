@@ -6,10 +6,13 @@
 #       stages the GPU binaries in .gpurun/ and the Debian libraries they
 #       load in .devlibs/ (both git-ignored through .git/info/exclude), and
 #       prints the device command to use.
-#   sh scripts/gpu_run.sh run [tests|python|bench|all]   on the GPU
-#       machine, from the repository root, with .gpurun and .devlibs
+#   sh scripts/gpu_run.sh run [tests|python|bench|handover|all]   on the
+#       GPU machine, from the repository root, with .gpurun and .devlibs
 #       carried there: the GPU suites, the CUDA tensor suites from Python
-#       (the machine's own torch) and the benchmark, every log under $OUT
+#       (the machine's own torch), the benchmark and the hand-over
+#       benchmark (plain and under MPS), every log under $OUT;
+#       `run compare`: the benchmark to 64 MiB (BENCH_MAX) with stream
+#       flags and with events, plain and under MPS
 #       (./gpu-out when unset), a summary at the end.
 #   sh scripts/gpu_run.sh sim [tests|bench|all] [BUILD]   here, on spcsim
 #       (the CUDA/NCCL simulator of tests/gpusim, built by make): the same
@@ -21,9 +24,9 @@
 # be another major version.
 set -u
 
-stage_bins="bin/spcolld bin/spcollctl bin/spcoll-gpu-bench"
+stage_bins="bin/spcolld bin/spcollctl bin/spcoll-gpu-bench bin/spcoll-gpu-handover"
 stage_tests="unit_daemon_cuda_desc unit_client_cuda_abi test_gpu_absent \
-test_gpu_errors test_gpu_ops test_gpu_multinode"
+test_gpu_errors test_gpu_ops test_gpu_order test_gpu_multinode"
 
 exclude() {
   f=.git/info/exclude
@@ -96,6 +99,48 @@ run_python() {
     tee -a "$summary"
 }
 
+# The benchmark to 64 MiB (BENCH_MAX) with stream flags and with events
+# (SPCOLL_GPU_ORDER=events), plain and under MPS where the machine has it:
+# what queue and return changes (GPU machine only).
+run_compare() {
+  base=$OUT
+  for order in flags events; do
+    OUT=$base/$order SPCOLL_GPU_ORDER=$order BENCH_MAX=${BENCH_MAX:-64M} \
+      run bench > /dev/null
+    echo "compare: $order" | tee -a "$base/summary.txt"
+    cat "$base/$order/gpu_bench.txt" | tee -a "$base/summary.txt"
+  done
+  command -v nvidia-cuda-mps-control > /dev/null || return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/spc-mps CUDA_MPS_LOG_DIRECTORY=/tmp/spc-mps
+  mkdir -p /tmp/spc-mps
+  nvidia-cuda-mps-control -d || return 0
+  for order in flags events; do
+    OUT=$base/mps_$order SPCOLL_GPU_ORDER=$order \
+      BENCH_MAX=${BENCH_MAX:-64M} run bench > /dev/null
+    echo "compare under MPS: $order" | tee -a "$base/summary.txt"
+    cat "$base/mps_$order/gpu_bench.txt" | tee -a "$base/summary.txt"
+  done
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
+# The hand-over benchmark (GPU machine only), plain and, where the machine
+# has it, under MPS (every process then an MPS client).
+run_handover() {
+  timeout 120 "$bins/spcoll-gpu-handover" > "$OUT/gpu_handover.txt" 2>&1
+  echo "handover exit $?" | tee -a "$summary"
+  cat "$OUT/gpu_handover.txt"
+  command -v nvidia-cuda-mps-control > /dev/null || return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/spc-mps CUDA_MPS_LOG_DIRECTORY=/tmp/spc-mps
+  mkdir -p /tmp/spc-mps
+  nvidia-cuda-mps-control -d || return 0
+  timeout 120 "$bins/spcoll-gpu-handover" handover > "$OUT/gpu_handover_mps.txt" 2>&1
+  echo "handover under MPS exit $?" | tee -a "$summary"
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  cat "$OUT/gpu_handover_mps.txt"
+}
+
 run() {
   what=${1:-all}
   if [ "${SIM:-0}" = 1 ]; then
@@ -113,7 +158,7 @@ run() {
     OUT=${OUT:-$PWD/gpu-out}
     # GPURUN: another staged build to run (an earlier one, to compare).
     stage=${GPURUN:-.gpurun}
-    bins=$stage/bin tests=$stage/tests label="" max=1G
+    bins=$stage/bin tests=$stage/tests label="" max=${BENCH_MAX:-1G}
     nccl=$(nccl_dir)
     export LD_LIBRARY_PATH="$PWD/.devlibs${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export UCX_MODULE_DIR="$PWD/.devlibs/ucx"
@@ -144,7 +189,7 @@ run() {
   if [ "$what" = all ] || [ "$what" = tests ]; then
     list=$stage_tests
     [ "${SIM:-0}" = 1 ] && list="unit_daemon_cuda_desc unit_client_cuda_abi \
-test_gpu_absent sim:test_gpu_errors sim:test_gpu_ops sim:test_gpu_multinode \
+test_gpu_absent sim:test_gpu_errors sim:test_gpu_ops sim:test_gpu_order sim:test_gpu_multinode \
 sim:sim_rules"
     for t in $list; do
       wrap=""
@@ -177,12 +222,18 @@ sim:sim_rules"
     echo "${label}bench (mover $m) exit $?" | tee -a "$summary"
     cat "$f.txt"
   fi
+  if [ "${SIM:-0}" != 1 ] && { [ "$what" = all ] || [ "$what" = handover ]; }; then
+    run_handover
+  fi
 }
 
 case "${1:-}" in
   prepare) shift; prepare "$@" ;;
-  run) shift; run "$@" ;;
+  run) shift
+    if [ "${1:-}" = compare ]; then
+      OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"; run_compare
+    else run "$@"; fi ;;
   sim) shift; SIM=1 run "$@" ;;
-  *) echo "usage: $0 prepare [BUILD] | run [tests|bench|all] |" \
+  *) echo "usage: $0 prepare [BUILD] | run [tests|python|bench|handover|all] |" \
        "sim [tests|bench|all] [BUILD]" >&2; exit 2 ;;
 esac

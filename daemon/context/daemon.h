@@ -62,7 +62,14 @@ typedef struct {
   X(peer_unauthenticated, spcoll_peer_unauthenticated_total,                 \
     "Peer bootstrap connections and control messages refused before "        \
     "authentication: no or a wrong proof of the node key, a wrong MAC, a "   \
-    "replay, garbage.")
+    "replay, garbage.")                                                      \
+  X(gpu_order_flags, spcoll_gpu_order_flags_total,                           \
+    "Ranks of device ops ordered with their client's stream through stream " \
+    "flags (stream memory operations).")                                     \
+  X(gpu_order_events, spcoll_gpu_order_events_total,                         \
+    "Ranks of device ops ordered with their client's stream through "        \
+    "interprocess events (the client has no stream memory operations or "    \
+    "asked for events).")
 
 typedef struct {
 #define SPD_COUNTER_FIELD(name, metric, help) uint64_t name;

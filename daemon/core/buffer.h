@@ -30,6 +30,8 @@ typedef struct spd_buffer {
   int device;                     /* device buffers: the daemon's CUDA
                                    * ordinal of their GPU */
   void *gpu_mem;                  /* device buffers: the IPC mapping */
+  int stream_flags;               /* host buffers: registered to hold
+                                   * stream flags (an engine opened them) */
   uint64_t file_dev, file_ino;    /* host buffers: the memfd's identity.
                                    * Two registrations of one memfd (the
                                    * same client twice, or two clients it

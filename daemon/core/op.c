@@ -282,7 +282,9 @@ void spd_op_free(spd_op *op) {
     free(r->sizes);
     free(r->sizes2);
     spd_group_split_release(r);
-    spd_engines_rank_close(&r->eng);
+    spd_engines_rank_close(&r->eng); /* may set the done flag: */
+    if (r->flags_buf != NULL)        /* the buffer goes after */
+      spd_buffer_unref(ctx, r->flags_buf);
   }
   spk_plan_free(&op->plan);
   free(op->work_mem);

@@ -25,6 +25,8 @@ typedef struct {
   spd_buffer *buf[SPK_T_COUNT];
   uint64_t off[SPK_T_COUNT];
   spd_rank_state eng;         /* an engine's per-rank state (events) */
+  spd_buffer *flags_buf;      /* its stream flags buffer, held while the
+                               * engine state may write the done flag */
   int remote;                 /* arrived on another node (its Args) */
   int charged;                /* counted in uid's quotas (quota.h) */
   uid_t uid;

@@ -156,6 +156,28 @@ void spd_engine_account(spd_op *op) {
     c->bytes += op->plan.bytes;
 }
 
+/* The request's stream flags slot, checked: a stream flags buffer of this
+ * client, the slot inside it, a seq above 0. The rank holds the buffer. */
+static int flags_resolve(spd_op_rank *r, const Spcoll__StreamFlags *sf,
+                         spd_rank_req *q, spk_err *err) {
+  spd_buffer *b = spd_session_buffer(r->session, sf->buffer_id);
+  if (b == NULL || !b->stream_flags)
+    return spk_err_set(err, SPK_EINVAL, "stream flags in buffer %llu: not a "
+                       "stream flags buffer of this client",
+                       (unsigned long long)sf->buffer_id);
+  uint64_t off = (uint64_t)sf->slot * 16;
+  if (off + 16 > b->size || sf->seq == 0)
+    return spk_err_set(err, SPK_EINVAL, "stream flags slot %u, seq %llu: the "
+                       "buffer has %zu slots and seq starts at 1", sf->slot,
+                       (unsigned long long)sf->seq, b->size / 16);
+  spd_buffer_ref(b);
+  r->flags_buf = b;
+  q->flags_state = b->engine_state;
+  q->flags_off = off;
+  q->flags_seq = sf->seq;
+  return SPK_OK;
+}
+
 int spd_op_rank_engine_open(spd_op_rank *r, const Spcoll__OpRequest *rq,
                             spk_err *err) {
   const spd_buffer *in = r->buf[SPK_T_IN];
@@ -167,5 +189,10 @@ int spd_op_rank_engine_open(spd_op_rank *r, const Spcoll__OpRequest *rq,
                     .nready = rq->ready_event.len,
                     .done = rq->done_event.data,
                     .ndone = rq->done_event.len};
+  if (rq->stream_flags != NULL) {
+    int rc = flags_resolve(r, rq->stream_flags, &q, err);
+    if (rc < 0)
+      return rc;
+  }
   return spd_engines_rank_open(&q, &r->eng, err);
 }

@@ -77,6 +77,24 @@ static void on_join(spd_session *s, const Spcoll__Frame *f) {
   spd_group_join(s->ctx, s, f->id, f->group_join);
 }
 
+/* A host buffer registered for stream flags: an engine makes its words
+ * reachable by its streams. On failure the buffer is dropped. */
+static int flags_open(spd_session *s, spd_buffer *buf, spk_err *err) {
+  if (buf->kind != SPD_BUF_HOST || buf->size % 16 != 0)
+    return spk_err_set(err, SPK_EINVAL, "a stream flags buffer must be host "
+                       "memory of a multiple of 16 bytes, not %zu bytes of "
+                       "%s memory", buf->size,
+                       buf->kind == SPD_BUF_HOST ? "host" : "device");
+  int rc = spd_engines_flags_open(s->ctx, buf->base, buf->size,
+                                  buf->engine_state, err);
+  if (rc < 0) {
+    spd_buffer_unref(s->ctx, buf);
+    return rc;
+  }
+  buf->stream_flags = 1;
+  return SPK_OK;
+}
+
 /* A registration is host memory (a memfd sent with the frame) or, when it
  * carries a CUDA IPC handle, a client's device allocation. */
 static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
@@ -129,6 +147,8 @@ static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
                                 &buf, &err);
   else
     rc = spd_buffer_map(s->ctx, fd, size, &buf, &err);
+  if (rc == SPK_OK && reg->stream_flags)
+    rc = flags_open(s, buf, &err);
   if (rc < 0) {
     spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
     spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BYTES, (long long)charge);

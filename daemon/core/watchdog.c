@@ -66,6 +66,7 @@ static void running_timed_out(spd_group *g, spd_op *op, uint64_t now) {
     spd_op_rank *r = &op->ranks[i];
     if (r->session != NULL)
       spd_session_send_error(r->session, r->req, SPK_ETIMEDOUT, msg);
+    spd_engines_rank_release(&r->eng); /* its stream goes on */
     spd_op_forget_session(op, i);
   }
   spd_engine_abort(op, SPK_ETIMEDOUT, msg, -1);

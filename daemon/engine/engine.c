@@ -105,7 +105,23 @@ void spd_engines_rank_close(spd_rank_state *st) {
   st->p = NULL;
 }
 
+void spd_engines_rank_release(spd_rank_state *st) {
+  if (st->p != NULL && spd_engines[st->kind]->rank_release != NULL)
+    spd_engines[st->kind]->rank_release(st->p);
+}
+
 int spd_engines_rank_recorded(const spd_rank_state *st) {
   return st->p != NULL && spd_engines[st->kind]->rank_recorded != NULL &&
          spd_engines[st->kind]->rank_recorded(st->p);
+}
+
+int spd_engines_flags_open(struct spd_ctx *ctx, uint8_t *base, size_t size,
+                           void **state, spk_err *err) {
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
+    const spd_engine *e = spd_engines[k];
+    if (e->built && e->flags_open != NULL)
+      return e->flags_open(ctx, base, size, &state[k], err);
+  }
+  return spk_err_set(err, SPK_EUNSUPPORTED, "stream flags need a GPU "
+                     "engine: spcolld was built without CUDA");
 }

@@ -80,6 +80,11 @@ typedef struct spd_work {
   int world;
   int device;                 /* 1: some tensor is in device memory */
   int multinode;              /* 1: the group spans nodes */
+  int partial;                /* 1: one step of a larger op (the UCX
+                               * engine's local steps): the ranks' tensors
+                               * are touched again after it, so the GPU
+                               * rows write no done flag (the op's end sets
+                               * it from the host) */
   /* Who the work is, opaque to engines but for messages and matching:
    * the group's name, the op's sequence number, this node's key of the
    * group and each node's key of it ([SPD_MAX_NODES]; the UCX engine tags
@@ -110,6 +115,11 @@ typedef struct spd_rank_req {
   void *in_gpu_mem;           /* the input buffer's IPC mapping (device) */
   const uint8_t *ready, *done;
   size_t nready, ndone;
+  /* Stream flags instead of events (StreamFlags): the flags buffer's
+   * engine states (what flags_open made), the slot's byte offset in it
+   * and the op's seq; flags_state NULL: none. */
+  void *const *flags_state;
+  uint64_t flags_off, flags_seq;
 } spd_rank_req;
 
 /* Per-rank state of one engine row, from spd_engines_rank_open. */
@@ -142,7 +152,16 @@ typedef struct spd_engine {
    * request is refused, err says why. rank_recorded: 1 when the done
    * event the rank's client waits on was recorded. */
   int (*rank_open)(const spd_rank_req *rq, void **state_p, spk_err *err);
+  /* A host buffer registered for stream flags (BufRegister.stream_flags):
+   * make its words reachable by the row's streams, keeping what it made in
+   * *state (forget_buffer drops it). The first row with it takes it. */
+  int (*flags_open)(struct spd_ctx *ctx, uint8_t *base, size_t size,
+                    void **state, spk_err *err);
   void (*rank_close)(void *state);
+  /* The op was given up on while its engine still runs it (a stream stuck
+   * on a dead client): let the rank's client go on now (the GPU rows set
+   * its done flag from the host). */
+  void (*rank_release)(void *state);
   int (*rank_recorded)(const void *state);
   /* What a submitted work is waiting for, one line for stats (NULL: the
    * engine says nothing); snprintf's return. */
@@ -180,6 +199,11 @@ void spd_engines_forget_buffer(struct spd_ctx *ctx, void **state);
 int spd_engines_rank_open(const spd_rank_req *rq, spd_rank_state *st,
                           spk_err *err);
 void spd_engines_rank_close(spd_rank_state *st);
+void spd_engines_rank_release(spd_rank_state *st);
 int spd_engines_rank_recorded(const spd_rank_state *st);
+/* A stream flags buffer (state: its [SPD_ENGINE_COUNT] slots): the first
+ * row with flags_open opens it; SPK_EUNSUPPORTED when no row can. */
+int spd_engines_flags_open(struct spd_ctx *ctx, uint8_t *base, size_t size,
+                           void **state, spk_err *err);
 
 #endif

@@ -1,9 +1,10 @@
 /* The GPU engines' rows: ops on device tensors go to the CUDA mover (a
  * group's tensors on one GPU) or the NCCL mover (across GPUs), unless the
- * config's `mover` names one. Also each rank's stream events (the cuda
- * row's rank_open, shared by both rows): opened when the rank's request
- * arrives, waited on and recorded by the movers, and reported in its
- * Done. */
+ * config's `mover` names one. Also each rank's stream order (the cuda
+ * row's rank_open, shared by both rows): its stream events, opened when
+ * the rank's request arrives, or its slot of a stream flags buffer (which
+ * the cuda row registers: flags_open), waited on and recorded by the
+ * movers, and reported in its Done. */
 #include "engine.h"
 
 #include <stdio.h>
@@ -20,8 +21,20 @@
 
 #ifdef SPC_HAVE_CUDA
 
+/* The done flag set from the host: whatever happened to the op, the
+ * client's stream never waits for an op that will not write it. When the
+ * op ran, the daemon's stream wrote the same value: the order of the two
+ * does not matter. A stream still stuck (rank_release) may write it late;
+ * the client never reuses the slot of a failed op. */
+static void gpu_rank_release(void *state) {
+  spd_gpu_rank *g = state;
+  if (g->seq != 0)
+    __atomic_store_n(g->done_host, g->seq, __ATOMIC_RELEASE);
+}
+
 static void gpu_rank_close(void *state) {
   spd_gpu_rank *g = state;
+  gpu_rank_release(g);
   if (g->ready)
     spd_gpu_event_put(g->ready);
   if (g->done)
@@ -29,24 +42,51 @@ static void gpu_rank_close(void *state) {
   free(g);
 }
 
+/* A rank ordered through stream flags: the slot's words as the GPUs and
+ * the daemon's host address them. */
+static int flags_rank_open(const spd_rank_req *rq, spd_gpu_rank *g,
+                           spk_err *err) {
+  const spd_gpu_flags *f = rq->flags_state[SPD_ENGINE_CUDA];
+  /* The done flag first: a rank refused below still has it set when the
+   * op closes. */
+  g->seq = rq->flags_seq;
+  g->ready_host = (uint64_t *)(void *)(f->host + rq->flags_off);
+  g->done_host = g->ready_host + 1;
+  g->ready_dev = f->dev + rq->flags_off;
+  g->done_dev = g->ready_dev + 8;
+  int rc = spd_gpu_get(rq->ctx, &g->gpu, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_flags_dev_ok(g->gpu, g->dev, err);
+  if (rc == SPK_OK)
+    rq->ctx->stats.gpu_order_flags++;
+  return rc;
+}
+
 static int gpu_rank_open(const spd_rank_req *rq, void **state_p,
                          spk_err *err) {
   size_t nr = rq->nready, nd = rq->ndone;
-  if (nr == 0 && nd == 0)
+  int flags = rq->flags_state != NULL;
+  if (nr == 0 && nd == 0 && !flags)
     return SPK_OK;
+  if (flags && (nr != 0 || nd != 0))
+    return spk_err_set(err, SPK_EINVAL, "an op came with stream events and "
+                       "stream flags: one or the other");
   if ((nr != 0 && nr != SPD_GPU_HANDLE) || (nd != 0 && nd != SPD_GPU_HANDLE))
     return spk_err_set(err, SPK_EINVAL, "stream events of %zu and %zu bytes: "
                        "a CUDA IPC event handle has %d", nr, nd,
                        SPD_GPU_HANDLE);
   if (rq->in_dev < 0)
-    return spk_err_set(err, SPK_EINVAL, "stream events came with an input "
-                       "tensor in host memory");
+    return spk_err_set(err, SPK_EINVAL, "stream %s came with an input tensor "
+                       "in host memory", flags ? "flags" : "events");
   spd_gpu_rank *g = calloc(1, sizeof(*g));
   if (g == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a rank's GPU state "
                        "failed");
   *state_p = g; /* closed with the op, also on failure below */
   g->dev = rq->in_dev;
+  if (flags)
+    return flags_rank_open(rq, g, err);
+  rq->ctx->stats.gpu_order_events++;
   int rc = SPK_OK;
   if (nr)
     rc = spd_gpu_event_open(rq->ctx->gpu, rq->session, rq->ready, g->dev,
@@ -137,6 +177,17 @@ static int cuda_submit(spd_work *w, spk_err *err) {
   return spd_mover_cuda_submit(gpu, w, at, err);
 }
 
+static int gpu_flags_open(spd_ctx *ctx, uint8_t *base, size_t size,
+                          void **state, spk_err *err) {
+  return spd_gpu_flags_open(ctx, base, size, state, err);
+}
+
+/* The cuda row keeps a buffer's state only for stream flags buffers. */
+static void gpu_forget_buffer(spd_ctx *ctx, void **state) {
+  (void)ctx;
+  spd_gpu_flags_close(state);
+}
+
 #ifdef SPC_HAVE_NCCL
 static int nccl_submit(spd_work *w, spk_err *err) {
   int *dev;
@@ -161,14 +212,17 @@ static void nccl_fini(spd_ctx *ctx) {
 static int gpu_rank_open(const spd_rank_req *rq, void **state_p,
                          spk_err *err) {
   (void)state_p;
-  if (rq->nready != 0 || rq->ndone != 0)
-    return spk_err_set(err, SPK_EUNSUPPORTED, "stream events, but spcolld was "
-                       "built without CUDA");
+  if (rq->nready != 0 || rq->ndone != 0 || rq->flags_state != NULL)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "stream events or flags, but "
+                       "spcolld was built without CUDA");
   return SPK_OK;
 }
 
 #define gpu_rank_close NULL
+#define gpu_rank_release NULL
 #define gpu_rank_recorded NULL
+#define gpu_flags_open NULL
+#define gpu_forget_buffer NULL
 
 static int cuda_submit(spd_work *w, spk_err *err) {
   (void)w;
@@ -200,7 +254,10 @@ const spd_engine spd_engine_cuda = {
     .submit = cuda_submit,
     .rank_open = gpu_rank_open,
     .rank_close = gpu_rank_close,
+    .rank_release = gpu_rank_release,
     .rank_recorded = gpu_rank_recorded,
+    .flags_open = gpu_flags_open,
+    .forget_buffer = gpu_forget_buffer,
 };
 
 #if defined(SPC_HAVE_CUDA) && defined(SPC_HAVE_NCCL)

@@ -113,6 +113,7 @@ static int local_submit(spd_xop *x, const spk_plan *l, spk_err *err) {
   x->local.plan = l;
   x->local.bases = x->bases;
   x->local.multinode = 0;
+  x->local.partial = 1;
   x->local.done = on_part_done;
   x->local.arg = x;
   x->local.broken = NULL;

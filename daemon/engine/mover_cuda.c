@@ -93,7 +93,8 @@ static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
                          "%s", g->dev, cudaGetErrorString(e));
     rc = spd_gpu_set_device(g->dev, err);
     if (rc == SPK_OK)
-      rc = spd_gpu_record_done(w->rank_state, world, g->dev, s, err);
+      rc = spd_gpu_record_done(w->rank_state, world, g->dev, w->partial, s,
+                               err);
     if (rc == SPK_OK)
       rc = spd_gpu_job_watch(&cj->job, s, err);
   }
@@ -134,8 +135,8 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
     rc = spk_err_set(err, SPK_EDEVICE, "cudaFreeAsync of descriptors: %s",
                      cudaGetErrorString(e));
   if (rc == SPK_OK)
-    rc = spd_gpu_record_done(w->rank_state, w->world, cj->dev, cj->stream,
-                             err);
+    rc = spd_gpu_record_done(w->rank_state, w->world, cj->dev, w->partial,
+                             cj->stream, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "done events");
   if (rc == SPK_OK)
     rc = spd_gpu_job_watch(&cj->job, cj->stream, err);

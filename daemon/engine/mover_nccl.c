@@ -428,7 +428,7 @@ static int nccl_run(nccl_job *nj, spk_err *err) {
     rc = spd_gpu_set_device(set->devs[i], err);
     if (rc == SPK_OK)
       rc = spd_gpu_record_done(w->rank_state, w->world, set->devs[i],
-                               set->streams[i], err);
+                               w->partial, set->streams[i], err);
     if (rc == SPK_OK)
       rc = spd_gpu_job_watch(&nj->job, set->streams[i], err);
   }

@@ -28,6 +28,8 @@ typedef struct {
   int nstage_free, stage_cap;
   size_t stage_size;           /* bytes of each */
   long long staged;            /* bytes of them reserved now */
+  int memops;                  /* 64-bit stream memory operations: 0 not
+                                * asked yet, 1 yes, -1 no */
 } spd_gpu_dev;
 
 /* An allocation of a client, opened with cudaIpcOpenMemHandle. */
@@ -67,14 +69,32 @@ typedef struct spd_gpu {
   struct spd_nccl_watch *nccl_watch; /* mover_nccl.c's watchdog */
   struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
   int npinned;
+  /* Stream memory operations (gpu_flags.c), looked up on the first stream
+   * flags buffer: the driver's entry points, or why there are none. */
+  int memops_looked;
+  void *write64, *wait64, *attr;
+  char memops_why[160];
 } spd_gpu;
+
+/* A client's stream flags buffer, registered with CUDA (the cuda row's
+ * state of the buffer). */
+typedef struct {
+  uint8_t *host;               /* the daemon's mapping */
+  uint64_t dev;                /* the same words as the GPUs address them */
+  size_t size;
+} spd_gpu_flags;
 
 /* Per rank of an op on device tensors: its stream events (the state the
  * GPU engines keep of a rank's request, spd_work.rank_state). */
 typedef struct {
   spd_gpu_event *ready, *done;
   int dev;                     /* the rank's GPU */
-  int recorded;                /* done was recorded */
+  int recorded;                /* done was recorded (or its flag written) */
+  /* Stream flags instead of events: the slot's words and the op's seq. */
+  spd_gpu *gpu;
+  uint64_t seq;                /* 0: events */
+  uint64_t ready_dev, done_dev;
+  uint64_t *ready_host, *done_host;
 } spd_gpu_rank;
 
 /* ctx->gpu, made on first use. SPK_EUNSUPPORTED naming why when CUDA
@@ -113,6 +133,25 @@ void spd_gpu_event_put(spd_gpu_event *ev);
 /* Close the cached events that came with mapping mem (held ones are only
  * detached from it). */
 void spd_gpu_events_drop_mem(spd_gpu *gpu, void *mem);
+
+/* ---- stream flags (gpu_flags.c) ----------------------------------------- */
+
+/* Register a client's stream flags buffer [base, base + size) with CUDA
+ * (portable and mapped: every GPU's streams reach its words) and look up
+ * the driver's stream memory operations; *state gets the spd_gpu_flags.
+ * SPK_EUNSUPPORTED, saying why, without a GPU or those operations. */
+int spd_gpu_flags_open(spd_ctx *ctx, uint8_t *base, size_t size,
+                       void **state, spk_err *err);
+void spd_gpu_flags_close(void **state);
+/* Whether dev's streams may wait on and write 64-bit words (asked once
+ * per GPU); SPK_EUNSUPPORTED naming the GPU otherwise. */
+int spd_gpu_flags_dev_ok(spd_gpu *gpu, int dev, spk_err *err);
+/* Queue on s: wait until the word at device address `word` >= seq; set
+ * it to seq (after the stream's earlier work). */
+int spd_gpu_flag_wait(spd_gpu *gpu, cudaStream_t s, uint64_t word,
+                      uint64_t seq, int rank, spk_err *err);
+int spd_gpu_flag_write(spd_gpu *gpu, cudaStream_t s, uint64_t word,
+                       uint64_t seq, int rank, spk_err *err);
 
 /* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
 
@@ -175,12 +214,14 @@ void spd_gpu_job_fail_after(spd_gpu_job *job, const cudaStream_t *streams,
  * failed): frees it without calling done. */
 void spd_gpu_job_drop(spd_gpu_job *job);
 
-/* Make each rank's ready event a dependency of s; ranks[r] is rank r's
- * spd_gpu_rank or NULL (world of them). */
+/* Make each rank's ready event (or ready flag) a dependency of s;
+ * ranks[r] is rank r's spd_gpu_rank or NULL (world of them). */
 int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
                        spk_err *err);
-/* Record the done event of every rank on `dev` on stream s. */
-int spd_gpu_record_done(void *const *ranks, int world, int dev,
+/* Record the done event (or write the done flag) of every rank on `dev`
+ * on stream s. partial (spd_work.partial): no done flag, the op goes on
+ * after this (events are recorded again by the later steps). */
+int spd_gpu_record_done(void *const *ranks, int world, int dev, int partial,
                         cudaStream_t s, spk_err *err);
 
 /* Pinned host memory for descriptors on their way up: an async copy

@@ -200,6 +200,18 @@ int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
                        spk_err *err) {
   for (int i = 0; i < world; i++) {
     spd_gpu_rank *g = ranks[i];
+    /* A flag already set (the client's stream was idle, or has got there)
+     * needs no wait on the stream. */
+    if (g != NULL && g->seq != 0 &&
+        (int64_t)(__atomic_load_n(g->ready_host, __ATOMIC_ACQUIRE) -
+                  g->seq) >= 0)
+      continue;
+    if (g != NULL && g->seq != 0) {
+      int rc = spd_gpu_flag_wait(g->gpu, s, g->ready_dev, g->seq, i, err);
+      if (rc < 0)
+        return rc;
+      continue;
+    }
     if (g == NULL || g->ready == NULL)
       continue;
     cudaError_t e = cudaStreamWaitEvent(s, g->ready->ev, 0);
@@ -210,10 +222,19 @@ int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
   return SPK_OK;
 }
 
-int spd_gpu_record_done(void *const *ranks, int world, int dev,
+int spd_gpu_record_done(void *const *ranks, int world, int dev, int partial,
                         cudaStream_t s, spk_err *err) {
   for (int i = 0; i < world; i++) {
     spd_gpu_rank *g = ranks[i];
+    if (g != NULL && g->seq != 0 && (g->dev != dev || partial))
+      continue;
+    if (g != NULL && g->seq != 0) {
+      int rc = spd_gpu_flag_write(g->gpu, s, g->done_dev, g->seq, i, err);
+      if (rc < 0)
+        return rc;
+      g->recorded = 1;
+      continue;
+    }
     if (g == NULL || g->done == NULL || g->dev != dev)
       continue;
     cudaError_t e = cudaEventRecord(g->done->ev, s);

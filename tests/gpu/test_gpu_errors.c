@@ -191,7 +191,11 @@ static int hang_main(int rank, int world, void *arg) {
     if (write(p[1], "x", 1) != 1)
       return 1;
     rc = spc_wait_on_stream(&req, s);
+    /* Queue and return: the failure comes with the answer, which the
+     * stream (released by the failed op) does not wait for. */
     GPT_CUDA(cudaStreamSynchronize(s));
+    if (rc == SPC_OK)
+      rc = spc_async_error(c, 1);
     close(p[0]);
     close(p[1]);
   } else {

@@ -5,6 +5,7 @@
  * every call that needs the context returns the sticky error instead,
  * which nothing clears (R, sim_poison). */
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,19 +266,35 @@ typedef int (*range_fn)(unsigned long long *, size_t *, unsigned long long);
 int spcsim_cu_mem_get_address_range(unsigned long long *base, size_t *size,
                                     unsigned long long p);
 
+/* The driver's entry points as the real runtime gives them: looked up in
+ * the driver library (spcsim's libcuda.so.1), under the versioned name
+ * cuda.h maps the plain one to from CUDA 12 on (cuStreamWaitValue64 ->
+ * cuStreamWaitValue64_v2) where the driver has one; a name it lacks is
+ * not found. (Under SPCSIM_NO_STREAM_MEM_OPS the memory operations exist
+ * and answer "not supported", with their attributes 0, as on such a
+ * GPU.) */
 API cudaError_t cudaGetDriverEntryPointByVersion(
     const char *sym, void **fn, unsigned int version, unsigned long long flags,
     enum cudaDriverEntryPointQueryResult *status) {
-  (void)version, (void)flags;
-  if (strcmp(sym, "cuMemGetAddressRange") == 0) {
-    *fn = (void *)spcsim_cu_mem_get_address_range;
-    if (status)
-      *status = cudaDriverEntryPointSuccess;
-    return cudaSuccess;
-  }
+  (void)flags;
   *fn = NULL;
+  if (strcmp(sym, "cuMemGetAddressRange") == 0)
+    *fn = (void *)spcsim_cu_mem_get_address_range;
+  void *drv = *fn == NULL ? dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
+                          : NULL;
+  if (drv != NULL) {
+    char v2[128];
+    snprintf(v2, sizeof(v2), "%s_v2", sym);
+    if (version >= 12000)
+      *fn = dlsym(drv, v2);
+    if (*fn == NULL)
+      *fn = dlsym(drv, sym);
+    /* Not closed: what it returns must stay valid, as the runtime's own
+     * handle on the driver does. */
+  }
   if (status)
-    *status = cudaDriverEntryPointSymbolNotFound;
+    *status = *fn != NULL ? cudaDriverEntryPointSuccess
+                          : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
 

@@ -436,6 +436,10 @@ def dead_client_rank(rank, world, sock):
             os._exit(3)
         try:
             h.wait()
+            # Queue and return: wait() only ordered the stream; the failed
+            # op releases it, and its status comes with the answer.
+            torch.cuda.current_stream().synchronize()
+            c.async_error(wait=True)
             return {"res": "completed"}
         except Exception as e:      # the daemon's timeout, as RuntimeError
             return {"res": "raised", "msg": str(e)}

@@ -32,7 +32,17 @@ _Static_assert((int)SPC__CUDA_SUCCESS == (int)CUDA_SUCCESS &&
                    (int)SPC__CU_EVENT_DISABLE_TIMING ==
                        (int)CU_EVENT_DISABLE_TIMING &&
                    (int)SPC__CU_EVENT_INTERPROCESS ==
-                       (int)CU_EVENT_INTERPROCESS,
+                       (int)CU_EVENT_INTERPROCESS &&
+                   (int)SPC__CU_MEMHOSTREGISTER_PORTABLE ==
+                       (int)CU_MEMHOSTREGISTER_PORTABLE &&
+                   (int)SPC__CU_MEMHOSTREGISTER_DEVICEMAP ==
+                       (int)CU_MEMHOSTREGISTER_DEVICEMAP &&
+                   (int)SPC__CU_STREAM_WAIT_VALUE_GEQ ==
+                       (int)CU_STREAM_WAIT_VALUE_GEQ &&
+                   (int)SPC__CU_STREAM_WRITE_VALUE_DEFAULT ==
+                       (int)CU_STREAM_WRITE_VALUE_DEFAULT &&
+                   (int)SPC__CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS ==
+                       (int)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
                "client_gpu_cu.h constants differ from cuda.h");
 _Static_assert(sizeof(spc__CUipcMemHandle) == sizeof(CUipcMemHandle) &&
                    sizeof(spc__CUipcEventHandle) == sizeof(CUipcEventHandle) &&
@@ -51,6 +61,7 @@ START_TEST(entry_points_exist) {
 #define CHECK_SYM(name, sym, args)                                           \
   ck_assert_msg(dlsym(lib, sym) != NULL, "%s lacks %s", SPC_CUDA_STUB, sym);
   SPC__CU_FUNCS(CHECK_SYM)
+  SPC__CU_OPT_FUNCS(CHECK_SYM)
 #undef CHECK_SYM
   dlclose(lib);
 #else

@@ -128,6 +128,7 @@ _PROTOS = {
     "spc_buffer_device": (_I, [_P]),
     "spc_start_on_stream": (_I, [_P, _OPP, _TP, _TP, _P, _PP]),
     "spc_wait_on_stream": (_I, [_PP, _P]),
+    "spc_async_error": (_I, [_P, _I]),
     "spc_run_on_stream": (_I, [_P, _OPP, _TP, _TP, _P]),
     "spc_sp_positions": (_I, [_I64, _I, _I, _I64P]),
     "spc_sp_keep_mask": (_I, [_I64, _I64, _I, _I, ctypes.POINTER(ctypes.c_uint8)]),

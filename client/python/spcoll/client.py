@@ -62,6 +62,18 @@ class Client:
         msg = lib.spc_last_error(self._h).decode() if self._h else ""
         raise_status(rc, msg, call)
 
+    def async_error(self, wait=True):
+        """Raise the first failure among ops on CUDA streams whose
+        completion was left to the stream (queue and return: a handle's
+        wait() on such an op only orders the stream), once; None when none
+        failed. wait: first wait for every outstanding answer (each comes
+        once the daemon's work on its op is done). The client's next op
+        raises such a failure too."""
+        with self._lock:
+            rc = lib.spc_async_error(self._handle(), 1 if wait else 0)
+            if rc < 0:
+                self._raise(rc, "an op on a stream")
+
     # -- groups --
     def join(self, name, world_size, rank, timeout=None):
         """Join group `name` as `rank` of `world_size`; blocks until every

@@ -1,0 +1,331 @@
+/* Queue and return: a device op ordered through stream flags returns to
+ * its caller while the GPU has not even reached it, runs once the
+ * caller's earlier work is done, and its result is there for the work the
+ * caller queues after it. Each rank's stream is held at a gate (a wait on
+ * a host word the rank opens itself) before the input is written; the op
+ * is started and waited on behind it, and its output copied out behind
+ * that. With interprocess events (SPCOLL_GPU_ORDER=events, or a GPU
+ * without stream memory operations) the same wait blocks the host until
+ * the gate opens: the negative control. Also: a failed op releases the
+ * stream and reports its status later, the daemon counts the way each
+ * rank was ordered, and the order holds where the simulator's GPUs lack
+ * stream memory operations. Without a GPU: "skipped: no GPU", exit 77. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "gpu_testlib.h"
+
+#ifdef SPC_HAVE_CUDA
+
+#define N 4096 /* floats per rank */
+
+static spt_daemon daemon_;
+
+/* A rank's stream, held at a gate before anything else runs on it: a
+ * host function that waits for the rank to open it. */
+typedef struct {
+  cudaStream_t s;
+  volatile int gate;
+} held;
+
+static void CUDART_CB gate_fn(void *p) {
+  held *h = p;
+  while (!__atomic_load_n(&h->gate, __ATOMIC_ACQUIRE))
+    usleep(1000);
+}
+
+static int hold(held *h) {
+  h->gate = 0;
+  GPT_CUDA(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
+  GPT_CUDA(cudaLaunchHostFunc(h->s, gate_fn, h));
+  return 0;
+}
+
+static void open_gate(held *h) {
+  __atomic_store_n(&h->gate, 1, __ATOMIC_RELEASE);
+}
+
+/* What the ranks share with the test: per rank, whether its wait returned
+ * before its gate opened. */
+typedef struct {
+  int events;                /* the ranks ask for events */
+} order_arg;
+
+typedef struct {
+  spc_request *req;
+  cudaStream_t s;
+  int rc;
+  volatile int returned;
+} waiter;
+
+static void *wait_thread(void *p) {
+  waiter *w = p;
+  w->rc = spc_wait_on_stream(&w->req, w->s);
+  __atomic_store_n(&w->returned, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Rank r's input is N floats of r * N + i; the all-gather's output on
+ * every rank is 0 .. world * N - 1. */
+static int gated_main(int rank, int world, void *argp) {
+  const order_arg *arg = argp;
+  GPT_CUDA(cudaSetDevice(0));
+  held h;
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *d;
+  if (c == NULL || spc_group_join(c, "gpu-order", world, rank, &g) < 0 ||
+      spc_buffer_alloc_device(c, 0, (size_t)(world + 1) * N * 4, &d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  float *in, *out;
+  size_t out_bytes = (size_t)world * N * 4;
+  GPT_CUDA(cudaMallocHost((void **)&in, N * 4));
+  GPT_CUDA(cudaMallocHost((void **)&out, out_bytes));
+  for (int i = 0; i < N; i++)
+    in[i] = (float)(rank * N + i);
+  memset(out, 0, out_bytes);
+  /* The gate last: allocating device memory synchronizes the device. */
+  if (hold(&h))
+    return 1;
+  uint8_t *base = spc_buffer_data(d);
+  /* Behind the gate: the input written, the op, the output copied out. */
+  GPT_CUDA(cudaMemcpyAsync(base, in, N * 4, cudaMemcpyHostToDevice, h.s));
+  int64_t in_s[1] = {N}, out_s[1] = {(int64_t)world * N};
+  spc_tensor dx, dy;
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, N * 4, SPC_FLOAT32, 1, out_s);
+  spc_op op = spc_op_all_gather(0, NULL);
+  waiter w = {.s = h.s};
+  int rc = spc_start_on_stream(g, &op, &dx, &dy, h.s, &w.req);
+  if (rc < 0) {
+    fprintf(stderr, "rank %d start: %s\n", rank, spc_last_error(c));
+    return 1;
+  }
+  pthread_t t;
+  if (pthread_create(&t, NULL, wait_thread, &w) != 0)
+    return 1;
+  /* Queue and return comes back at once; with events the wait needs the
+   * daemon's answer, which needs the op to run, which needs the gate.
+   * 300 ms is no performance bound: it is how long the negative control
+   * gives a wait that must not return at all before the gate opens. */
+  for (int i = 0; i < 300 && !__atomic_load_n(&w.returned, __ATOMIC_ACQUIRE);
+       i++)
+    usleep(1000);
+  int returned = __atomic_load_n(&w.returned, __ATOMIC_ACQUIRE);
+  int bad = 0;
+  if (returned != !arg->events) {
+    fprintf(stderr, "rank %d: spc_wait_on_stream %s before the stream ran "
+            "(%s)\n", rank, returned ? "returned" : "did not return",
+            arg->events ? "events" : "stream flags");
+    bad = 1;
+  }
+  if (returned && w.rc != SPC_OK) {
+    fprintf(stderr, "rank %d: wait: %d %s\n", rank, w.rc, spc_last_error(c));
+    bad = 1;
+  }
+  if (returned) /* nothing behind the gate has run */
+    GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
+                             cudaMemcpyDeviceToHost, h.s));
+  if (returned && cudaStreamQuery(h.s) != cudaErrorNotReady) {
+    fprintf(stderr, "rank %d: the stream ran past its gate\n", rank);
+    bad = 1;
+  }
+  open_gate(&h);
+  pthread_join(t, NULL);
+  if (!returned && w.rc != SPC_OK) {
+    fprintf(stderr, "rank %d: wait: %d %s\n", rank, w.rc, spc_last_error(c));
+    bad = 1;
+  }
+  if (!returned)
+    GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
+                             cudaMemcpyDeviceToHost, h.s));
+  GPT_CUDA(cudaStreamSynchronize(h.s));
+  for (int i = 0; i < world * N && !bad; i++)
+    if (out[i] != (float)i) {
+      fprintf(stderr, "rank %d: out[%d] = %g, want %d\n", rank, i,
+              (double)out[i], i);
+      bad = 1;
+    }
+  rc = spc_async_error(c, 1);
+  if (rc != SPC_OK) {
+    fprintf(stderr, "rank %d: async error %d: %s\n", rank, rc,
+            spc_last_error(c));
+    bad = 1;
+  }
+  if (spc_buffer_free(d) != SPC_OK)
+    bad = 1;
+  spc_disconnect(c);
+  GPT_CUDA(cudaFreeHost(in));
+  GPT_CUDA(cudaFreeHost(out));
+  GPT_CUDA(cudaStreamDestroy(h.s));
+  return bad;
+}
+
+/* A daemon with var=value in its environment and the ranks' (none when
+ * var is NULL); 2 ranks of fn; the stats counters after. */
+static void run_ranks(const char *var, const char *value, spt_rank_fn fn,
+                      void *arg, long long *flags, long long *events) {
+  const char *const extra[] = {"--log-level", "debug", NULL};
+  if (var != NULL)
+    setenv(var, value, 1);
+  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
+  int failed = spt_run_ranks(2, fn, arg, 120);
+  if (var != NULL)
+    unsetenv(var);
+  *flags = gpt_stat(&daemon_, "gpu_order_flags");
+  *events = gpt_stat(&daemon_, "gpu_order_events");
+  gpt_keep_log(&daemon_);
+  if (failed)
+    spt_daemon_dump_log(&daemon_);
+  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+  ck_assert_int_eq(failed, 0);
+}
+
+START_TEST(stream_flags_queue_and_return) {
+  order_arg a = {0};
+  long long flags, events;
+  run_ranks(NULL, NULL, gated_main, &a, &flags, &events);
+  ck_assert_int_eq(flags, 2);
+  ck_assert_int_eq(events, 0);
+}
+END_TEST
+
+/* The negative control: the same test fails its queue-and-return check
+ * with events, whose wait blocks. */
+START_TEST(events_block_until_the_stream_runs) {
+  order_arg a = {1};
+  long long flags, events;
+  run_ranks("SPCOLL_GPU_ORDER", "events", gated_main, &a, &flags, &events);
+  ck_assert_int_eq(flags, 0);
+  ck_assert_int_eq(events, 2);
+}
+END_TEST
+
+/* GPUs without stream memory operations: the client finds out and falls
+ * back to events (and the daemon would refuse flags), same results. The
+ * simulator reads SPCSIM_NO_STREAM_MEM_OPS when a process starts, so this
+ * runs in a fresh one (run_anew). */
+START_TEST(no_memops_events) {
+  order_arg a = {1};
+  long long flags, events;
+  run_ranks(NULL, NULL, gated_main, &a, &flags, &events);
+  ck_assert_int_eq(flags, 0);
+  ck_assert_int_eq(events, 2);
+}
+END_TEST
+
+START_TEST(no_stream_memory_ops_falls_back_to_events) {
+  fflush(stdout);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setenv("SPCSIM_NO_STREAM_MEM_OPS", "1", 1);
+    setenv("CK_RUN_CASE", "no_memops", 1);
+    execl("/proc/self/exe", "test_gpu_order", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "the suite without stream memory operations failed (%d)", st);
+}
+END_TEST
+
+/* Ranks disagree (rank 1 gathers into a wrong size): the op fails on
+ * both; with flags each stream is released all the same, the status comes
+ * through spc_async_error, and the next op runs. */
+static int failing_main(int rank, int world, void *arg) {
+  (void)arg;
+  GPT_CUDA(cudaSetDevice(0));
+  cudaStream_t s;
+  GPT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *d;
+  if (c == NULL || spc_group_join(c, "gpu-order-fail", world, rank, &g) < 0 ||
+      spc_buffer_alloc_device(c, 0, 1 << 16, &d) < 0)
+    return 1;
+  int64_t in_s[1] = {64}, out_s[1] = {64 * 2}, bad_s[1] = {64 * 2 + 1};
+  spc_tensor dx, dy, dz;
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, 4096, SPC_FLOAT32, 1, out_s);
+  spc_tensor_init(&dz, d, 4096, SPC_FLOAT32, 1, bad_s);
+  spc_op op = spc_op_all_gather(0, NULL);
+  int bad = 0;
+  int rc = spc_run_on_stream(g, &op, &dx, rank == 1 ? &dz : &dy, s);
+  GPT_CUDA(cudaStreamSynchronize(s)); /* released: no hang */
+  if (rc == SPC_OK)
+    rc = spc_async_error(c, 1);
+  if (rc != SPC_EINVAL) {
+    fprintf(stderr, "rank %d: failed op: %d (%s), want SPC_EINVAL\n", rank,
+            rc, spc_last_error(c));
+    bad = 1;
+  }
+  if (spc_async_error(c, 1) != SPC_OK) { /* once */
+    fprintf(stderr, "rank %d: the failure came twice\n", rank);
+    bad = 1;
+  }
+  rc = spc_run_on_stream(g, &op, &dx, &dy, s);
+  GPT_CUDA(cudaStreamSynchronize(s));
+  if (rc == SPC_OK)
+    rc = spc_async_error(c, 1);
+  if (rc != SPC_OK) {
+    fprintf(stderr, "rank %d: next op: %d (%s)\n", rank, rc,
+            spc_last_error(c));
+    bad = 1;
+  }
+  if (spc_buffer_free(d) != SPC_OK)
+    bad = 1;
+  spc_disconnect(c);
+  GPT_CUDA(cudaStreamDestroy(s));
+  return bad;
+}
+
+START_TEST(failed_op_releases_the_stream) {
+  long long flags, events;
+  run_ranks(NULL, NULL, failing_main, NULL, &flags, &events);
+  ck_assert_int_eq(events, 0);
+}
+END_TEST
+
+int main(void) {
+  gpt_require_gpu();
+  Suite *s = suite_create("gpu_order");
+  if (getenv("SPCSIM_NO_STREAM_MEM_OPS") != NULL) {
+    /* The fresh process of no_stream_memory_ops_falls_back_to_events. */
+    TCase *tn = tcase_create("no_memops");
+    tcase_set_timeout(tn, 180);
+    tcase_add_test(tn, no_memops_events);
+    suite_add_tcase(s, tn);
+    return spt_run_suite(s);
+  }
+  TCase *tc = tcase_create("gpu_order");
+  tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, stream_flags_queue_and_return);
+  tcase_add_test(tc, events_block_until_the_stream_runs);
+  tcase_add_test(tc, failed_op_releases_the_stream);
+  if (getenv("SPCSIM_STATE") != NULL)
+    tcase_add_test(tc, no_stream_memory_ops_falls_back_to_events);
+  else
+    printf("not run: no_stream_memory_ops_falls_back_to_events needs the "
+           "simulator's GPUs without stream memory operations\n");
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
+
+#else
+
+int main(void) {
+  printf("skipped: no GPU (built without CUDA)\n");
+  return 77;
+}
+
+#endif
