@@ -26,10 +26,12 @@ GPU_CFLAGS_SYS := $(subst -I$(CUDA_HOME)/include,-isystem $(CUDA_HOME)/include,$
 # and into the daemon unit suites (which link the daemon's objects).
 GPU_DAEMON_OBJ := $(call obj,daemon/engine/engine_gpu.c daemon/gpu/gpu_ctx.c \
   daemon/gpu/gpu_ipc.c daemon/gpu/gpu_job.c daemon/gpu/gpu_flags.c \
+  daemon/gpu/gpu_desc_cache.c \
   daemon/engine/mover_cuda.c \
   daemon/engine/mover_nccl.c daemon/engine/mover_nccl_watch.c \
   daemon/engine/xnode_stage.c)
 $(GPU_DAEMON_OBJ): CFLAGS += $(GPU_CFLAGS_SYS)
+$(BUILD)/tests/unit/unit_daemon_desc_cache.o: CFLAGS += $(GPU_CFLAGS_SYS)
 $(SPCOLLD): $(CU_OBJ)
 $(filter $(BUILD)/tests/unit_daemon_%,$(UNIT_BIN)): $(CU_OBJ)
 

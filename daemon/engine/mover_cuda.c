@@ -16,6 +16,8 @@ typedef struct {
   int *helper_dev;            /* streams of other GPUs recording done events */
   cudaStream_t *helper;
   void *host;                 /* the descriptors, until the copy is done */
+  spd_desc_entry *kept;       /* their copy kept on the GPU, held */
+  int reused;                 /* kept from an earlier op: no upload */
 } cuda_job;
 
 static void cuda_finish(spd_gpu_job *j) {
@@ -30,6 +32,8 @@ static void cuda_finish(spd_gpu_job *j) {
   free(cj->helper_dev);
   free(cj->helper);
   spd_gpu_pinned_put(j->gpu, cj->host);
+  spd_gpu_desc_put(cj->kept, j->status == cudaSuccess &&
+                                 j->fail_status == SPK_OK);
 }
 
 /* Peer access from dev to every other GPU the op's tensors are on. */
@@ -101,14 +105,45 @@ static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
   return rc;
 }
 
-/* Descriptors of both phases in one upload; the kernels, the done events
- * and the completion callback, in stream order. */
+/* The op's descriptors on the GPU, both phases in one block: the copy
+ * kept from an earlier op with the same bytes, or uploaded now (and kept
+ * for the next ones where the cache has room). *fresh: d is this op's
+ * own, to free after its launches. */
+static int descs_up(cuda_job *cj, spk_cdesc_list *l, size_t at1,
+                    size_t total, void **d_p, int *fresh, spk_err *err) {
+  spd_gpu *gpu = cj->job.gpu;
+  spk_claunch ignored;
+  spk_cdesc_pack(&l[0], cj->host, 0, &ignored);
+  spk_cdesc_pack(&l[1], (uint8_t *)cj->host + at1, 0, &ignored);
+  uint64_t hash;
+  cj->kept = spd_gpu_desc_find(gpu, cj->dev, cj->host, total, &hash);
+  *fresh = 0;
+  if (cj->kept != NULL) {
+    *d_p = spd_gpu_desc_dev(cj->kept);
+    cj->reused = 1;
+    return SPK_OK;
+  }
+  int rc = spd_gpu_alloc(cj->stream, total, d_p, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_copy_up(cj->stream, *d_p, cj->host, total, err);
+  if (rc < 0)
+    return rc;
+  cj->kept = spd_gpu_desc_keep(gpu, cj->dev, *d_p, cj->host, total, hash,
+                               cj->stream);
+  *fresh = cj->kept == NULL;
+  return SPK_OK;
+}
+
+/* Descriptors of both phases in one upload (or none: kept from an earlier
+ * op); the kernels, the done events and the completion callback, in
+ * stream order. */
 static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   spd_work *w = cj->w;
   spd_gpu *gpu = cj->job.gpu;
   size_t at1 = (spk_cdesc_packed_size(&l[0]) + 255) & ~(size_t)255;
   size_t total = at1 + spk_cdesc_packed_size(&l[1]);
   void *d = NULL;
+  int fresh = 0;
   spk_claunch L[2];
   int rc = spd_gpu_pinned_get(gpu, total, &cj->host, err);
   if (rc < 0)
@@ -117,20 +152,19 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   rc = spd_gpu_wait_ready(w->rank_state, w->world, cj->stream, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "ranks ready");
   if (rc == SPK_OK)
-    rc = spd_gpu_alloc(cj->stream, total, &d, err);
+    rc = descs_up(cj, l, at1, total, &d, &fresh, err);
   if (rc < 0)
     return rc;
   spk_cdesc_pack(&l[0], cj->host, (uint64_t)(uintptr_t)d, &L[0]);
   spk_cdesc_pack(&l[1], (uint8_t *)cj->host + at1,
                  (uint64_t)(uintptr_t)d + at1, &L[1]);
   int sms = gpu->dev[cj->dev].sms;
-  rc = spd_gpu_copy_up(cj->stream, d, cj->host, total, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "descriptors up");
   /* Moves may read what reduce steps wrote: phase 1 after phase 0. */
   for (int ph = 0; rc == SPK_OK && ph < 2; ph++)
     rc = spd_gpu_launch(w->plan, &L[ph], sms, cj->stream, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "kernels");
-  cudaError_t e = cudaFreeAsync(d, cj->stream);
+  cudaError_t e = fresh ? cudaFreeAsync(d, cj->stream) : cudaSuccess;
   if (rc == SPK_OK && e != cudaSuccess)
     rc = spk_err_set(err, SPK_EDEVICE, "cudaFreeAsync of descriptors: %s",
                      cudaGetErrorString(e));
@@ -183,10 +217,11 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err) {
   if (rc == SPK_OK)
     rc = cuda_enqueue(cj, l, err);
   SPD_DEBUG(&gpu->ctx->log, "group '%s' op %llu: cuda mover on GPU %d, %zu "
-            "reduce and %zu copy steps in %llu + %llu chunks of %llu bytes",
-            w->name, (unsigned long long)w->seq, dev, l[0].n, l[1].n,
-            (unsigned long long)l[0].nchunks,
-            (unsigned long long)l[1].nchunks, (unsigned long long)chunk);
+            "reduce and %zu copy steps in %llu + %llu chunks of %llu bytes, "
+            "descriptors %s", w->name, (unsigned long long)w->seq, dev,
+            l[0].n, l[1].n, (unsigned long long)l[0].nchunks,
+            (unsigned long long)l[1].nchunks, (unsigned long long)chunk,
+            cj->reused ? "kept from an earlier op" : "uploaded");
   spk_cdesc_list_free(&l[0]);
   spk_cdesc_list_free(&l[1]);
   if (rc < 0 && queued) {

@@ -56,6 +56,8 @@ typedef struct spd_gpu_event {
 } spd_gpu_event;
 
 struct spd_nccl_set;
+typedef struct spd_desc_cache spd_desc_cache;
+typedef struct spd_desc_entry spd_desc_entry;
 
 typedef struct spd_gpu {
   spd_ctx *ctx;
@@ -74,6 +76,7 @@ typedef struct spd_gpu {
   int memops_looked;
   void *write64, *wait64, *attr;
   char memops_why[160];
+  spd_desc_cache *descs;       /* gpu_desc_cache.c */
 } spd_gpu;
 
 /* A client's stream flags buffer, registered with CUDA (the cuda row's
@@ -152,6 +155,27 @@ int spd_gpu_flag_wait(spd_gpu *gpu, cudaStream_t s, uint64_t word,
                       uint64_t seq, int rank, spk_err *err);
 int spd_gpu_flag_write(spd_gpu *gpu, cudaStream_t s, uint64_t word,
                        uint64_t seq, int rank, spk_err *err);
+
+/* ---- descriptors kept on the GPUs (gpu_desc_cache.c) ------------------ */
+
+/* The kept copy on dev of these `size` descriptor bytes, held for the
+ * caller (put it when its job is done); NULL when none. *hash_p: the
+ * bytes' hash, for spd_gpu_desc_keep. */
+spd_desc_entry *spd_gpu_desc_find(spd_gpu *gpu, int dev, const void *host,
+                                  size_t size, uint64_t *hash_p);
+/* Keep d (dev's stream-ordered allocation, holding these bytes) for the
+ * ops to come, held for the caller; NULL when it is not kept (too large,
+ * the cache full of held entries): the caller frees d itself then. Idle
+ * entries evicted to make room are freed in the order of stream s. */
+spd_desc_entry *spd_gpu_desc_keep(spd_gpu *gpu, int dev, void *d,
+                                  const void *host, size_t size,
+                                  uint64_t hash, cudaStream_t s);
+void *spd_gpu_desc_dev(const spd_desc_entry *e);
+/* The holder's job is done; ok: its streams ran without error (the first
+ * holder's upload is then on the GPU, and the entry serves others). */
+void spd_gpu_desc_put(spd_desc_entry *e, int ok);
+/* At shutdown, no job running. */
+void spd_gpu_desc_cache_free(spd_gpu *gpu);
 
 /* ---- jobs: work on CUDA streams, finished on the loop thread ---------- */
 

@@ -168,6 +168,7 @@ void spd_gpu_free(spd_ctx *ctx) {
              "buffers): closing it", gpu->mems->dev, gpu->mems->refs);
     mem_close(gpu, gpu->mems);
   }
+  spd_gpu_desc_cache_free(gpu);
   spd_gpu_state_free(gpu);
   ctx->gpu = NULL;
 }

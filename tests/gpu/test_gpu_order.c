@@ -8,8 +8,11 @@
  * without stream memory operations) the same wait blocks the host until
  * the gate opens: the negative control. Also: a failed op releases the
  * stream and reports its status later, the daemon counts the way each
- * rank was ordered, and the order holds where the simulator's GPUs lack
- * stream memory operations. Without a GPU: "skipped: no GPU", exit 77. */
+ * rank was ordered, a collective on one stream completes while the
+ * rank's compute stream is still busy, the order holds where the
+ * simulator's GPUs lack
+ * stream memory operations, and the checks see a wait missing on either
+ * side (the negative controls). Without a GPU: "skipped: no GPU", exit 77. */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -289,6 +292,155 @@ static int failing_main(int rank, int world, void *arg) {
   return bad;
 }
 
+/* The negative controls of the ordering itself: with a wait missing on
+ * either side the same checks see a wrong output. ready: the op goes on an
+ * idle stream, not the held one that writes the input, so the daemon
+ * reads the old input at once. done: the output is copied out on a stream
+ * that did not wait for the op, so it is copied before the op ran. */
+static int control_main(int rank, int world, void *argp) {
+  int missing_done = *(const int *)argp;
+  GPT_CUDA(cudaSetDevice(0));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *d;
+  size_t out_bytes = (size_t)world * N * 4;
+  if (c == NULL || spc_group_join(c, "gpu-order-ctl", world, rank, &g) < 0 ||
+      spc_buffer_alloc_device(c, 0, (size_t)(world + 1) * N * 4, &d) < 0)
+    return 1;
+  float *in, *out;
+  GPT_CUDA(cudaMallocHost((void **)&in, N * 4));
+  GPT_CUDA(cudaMallocHost((void **)&out, out_bytes));
+  for (int i = 0; i < N; i++)
+    in[i] = (float)(rank * N + i);
+  uint8_t *base = spc_buffer_data(d);
+  GPT_CUDA(cudaMemset(base, 0, (size_t)(world + 1) * N * 4));
+  cudaStream_t other;
+  GPT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  held h;
+  if (hold(&h))
+    return 1;
+  GPT_CUDA(cudaMemcpyAsync(base, in, N * 4, cudaMemcpyHostToDevice, h.s));
+  int64_t in_s[1] = {N}, out_s[1] = {(int64_t)world * N};
+  spc_tensor dx, dy;
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, N * 4, SPC_FLOAT32, 1, out_s);
+  spc_op op = spc_op_all_gather(0, NULL);
+  cudaStream_t on = missing_done ? h.s : other;
+  int rc = spc_run_on_stream(g, &op, &dx, &dy, on);
+  /* ready missing: read after the op, on its stream; done missing: read
+   * on the other stream, which never waited for the op. */
+  GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
+                           cudaMemcpyDeviceToHost, other));
+  GPT_CUDA(cudaStreamSynchronize(other));
+  int wrong = 0;
+  for (int i = 0; i < world * N; i++)
+    wrong |= out[i] != (float)i;
+  open_gate(&h);
+  GPT_CUDA(cudaStreamSynchronize(h.s));
+  int bad = 0;
+  if (rc == SPC_OK)
+    rc = spc_async_error(c, 1);
+  if (rc != SPC_OK || !wrong) {
+    fprintf(stderr, "rank %d: %s missing: op %d (%s), output %s\n", rank,
+            missing_done ? "done wait" : "ready wait", rc, spc_last_error(c),
+            wrong ? "wrong" : "right: the check cannot see a missing wait");
+    bad = 1;
+  }
+  if (spc_buffer_free(d) != SPC_OK)
+    bad = 1;
+  spc_disconnect(c);
+  GPT_CUDA(cudaFreeHost(in));
+  GPT_CUDA(cudaFreeHost(out));
+  GPT_CUDA(cudaStreamDestroy(h.s));
+  GPT_CUDA(cudaStreamDestroy(other));
+  return bad;
+}
+
+START_TEST(a_missing_ready_wait_is_seen) {
+  int missing_done = 0;
+  long long flags, events;
+  run_ranks(NULL, NULL, control_main, &missing_done, &flags, &events);
+  ck_assert_int_eq(flags, 2);
+}
+END_TEST
+
+START_TEST(a_missing_done_wait_is_seen) {
+  int missing_done = 1;
+  long long flags, events;
+  run_ranks(NULL, NULL, control_main, &missing_done, &flags, &events);
+  ck_assert_int_eq(flags, 2);
+}
+END_TEST
+
+/* Compute and communication overlap: a rank's "compute" stream is held
+ * (its work does not finish) while a collective queued on a second stream
+ * runs to its end, result checked, before the compute is let go. */
+static int overlap_main(int rank, int world, void *arg) {
+  (void)arg;
+  GPT_CUDA(cudaSetDevice(0));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *d;
+  size_t out_bytes = (size_t)world * N * 4;
+  if (c == NULL || spc_group_join(c, "gpu-order-ovl", world, rank, &g) < 0 ||
+      spc_buffer_alloc_device(c, 0, (size_t)(world + 1) * N * 4, &d) < 0)
+    return 1;
+  float *in, *out;
+  GPT_CUDA(cudaMallocHost((void **)&in, N * 4));
+  GPT_CUDA(cudaMallocHost((void **)&out, out_bytes));
+  for (int i = 0; i < N; i++)
+    in[i] = (float)(rank * N + i);
+  uint8_t *base = spc_buffer_data(d);
+  GPT_CUDA(cudaMemcpy(base, in, N * 4, cudaMemcpyHostToDevice));
+  cudaStream_t comm;
+  GPT_CUDA(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
+  held compute;
+  if (hold(&compute))
+    return 1;
+  int64_t in_s[1] = {N}, out_s[1] = {(int64_t)world * N};
+  spc_tensor dx, dy;
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, N * 4, SPC_FLOAT32, 1, out_s);
+  spc_op op = spc_op_all_gather(0, NULL);
+  int bad = 0;
+  int rc = spc_run_on_stream(g, &op, &dx, &dy, comm);
+  GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
+                           cudaMemcpyDeviceToHost, comm));
+  GPT_CUDA(cudaStreamSynchronize(comm)); /* the compute is still held */
+  if (rc == SPC_OK)
+    rc = spc_async_error(c, 1);
+  if (cudaStreamQuery(compute.s) != cudaErrorNotReady) {
+    fprintf(stderr, "rank %d: the compute stream was not busy\n", rank);
+    bad = 1;
+  }
+  for (int i = 0; i < world * N && !bad; i++)
+    if (out[i] != (float)i) {
+      fprintf(stderr, "rank %d: out[%d] = %g\n", rank, i, (double)out[i]);
+      bad = 1;
+    }
+  if (rc != SPC_OK) {
+    fprintf(stderr, "rank %d: op %d: %s\n", rank, rc, spc_last_error(c));
+    bad = 1;
+  }
+  open_gate(&compute);
+  GPT_CUDA(cudaStreamSynchronize(compute.s));
+  if (spc_buffer_free(d) != SPC_OK)
+    bad = 1;
+  spc_disconnect(c);
+  GPT_CUDA(cudaFreeHost(in));
+  GPT_CUDA(cudaFreeHost(out));
+  GPT_CUDA(cudaStreamDestroy(compute.s));
+  GPT_CUDA(cudaStreamDestroy(comm));
+  return bad;
+}
+
+START_TEST(a_collective_overlaps_compute) {
+  long long flags, events;
+  run_ranks(NULL, NULL, overlap_main, NULL, &flags, &events);
+  ck_assert_int_eq(flags, 2);
+}
+END_TEST
+
 START_TEST(failed_op_releases_the_stream) {
   long long flags, events;
   run_ranks(NULL, NULL, failing_main, NULL, &flags, &events);
@@ -312,6 +464,9 @@ int main(void) {
   tcase_add_test(tc, stream_flags_queue_and_return);
   tcase_add_test(tc, events_block_until_the_stream_runs);
   tcase_add_test(tc, failed_op_releases_the_stream);
+  tcase_add_test(tc, a_missing_ready_wait_is_seen);
+  tcase_add_test(tc, a_missing_done_wait_is_seen);
+  tcase_add_test(tc, a_collective_overlaps_compute);
   if (getenv("SPCSIM_STATE") != NULL)
     tcase_add_test(tc, no_stream_memory_ops_falls_back_to_events);
   else
