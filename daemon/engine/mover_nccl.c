@@ -47,10 +47,102 @@ void spd_nccl_set_free(spd_nccl_set *set) {
   free(set);
 }
 
+void spd_nccl_set_dispose(spd_nccl_set *set) {
+  for (int i = 0; i < set->n; i++)
+    if (set->streams[i] != NULL &&
+        cudaStreamDestroy(set->streams[i]) != cudaSuccess)
+      cudaGetLastError(); /* nothing to answer: the set goes */
+  spd_nccl_set_free(set);
+}
+
+static void set_unlink(spd_gpu *gpu, spd_nccl_set *set) {
+  for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
+    if (*p == set) {
+      *p = set->next;
+      break;
+    }
+}
+
+/* Whether a set being taken down shares a GPU with set. */
+static int waits_for_down(spd_gpu *gpu, const spd_nccl_set *set) {
+  for (const spd_nccl_set *s = gpu->nccl_sets; s != NULL; s = s->next) {
+    if (s == set || !s->down)
+      continue;
+    for (int i = 0; i < s->n; i++)
+      for (int j = 0; j < set->n; j++)
+        if (s->devs[i] == set->devs[j])
+          return 1;
+  }
+  return 0;
+}
+
 /* Threadpool: ncclCommInitAll can take seconds, the loop must not wait. */
 static void set_init_work(uv_work_t *w) {
   spd_nccl_set *set = w->data;
   set->init_rc = ncclCommInitAll(set->comms, set->n, set->devs);
+}
+
+static void set_init_after(uv_work_t *w, int status);
+
+/* Threadpool: ncclCommDestroy finalizes first (it waits for the
+ * communicator's operations) and ncclCommAbort stops its work and
+ * threads: either may block, the loop must not wait. */
+static void set_down_work(uv_work_t *w) {
+  spd_nccl_set *set = w->data;
+  for (int i = 0; i < set->n; i++) {
+    ncclResult_t r = set->down_abort ? ncclCommAbort(set->comms[i])
+                                     : ncclCommDestroy(set->comms[i]);
+    set->comms[i] = NULL;
+    if (r != ncclSuccess && set->down_rc == ncclSuccess) {
+      set->down_rc = r;
+      set->down_dev = set->devs[i];
+    }
+  }
+}
+
+static void set_down_after(uv_work_t *w, int status) {
+  spd_nccl_set *set = w->data;
+  const char *call = set->down_abort ? "ncclCommAbort" : "ncclCommDestroy";
+  char devs[128];
+  spd_nccl_set_str(set, devs, sizeof(devs));
+  set->down = 0;
+  if (status < 0)
+    SPD_ERROR(&set->ctx->log, "%s over GPUs %s did not run: %s", call, devs,
+              uv_strerror(status));
+  else if (set->down_rc != ncclSuccess)
+    SPD_WARN(&set->ctx->log, "%s on GPU %d: %s", call, set->down_dev,
+             ncclGetErrorString(set->down_rc));
+  else
+    SPD_DEBUG(&set->ctx->log, "NCCL communicators over GPUs %s gone (%s)",
+              devs, call);
+  spd_gpu *gpu = set->gpu;
+  if (gpu != NULL) {
+    set_unlink(gpu, set);
+    spd_nccl_set *next;
+    for (spd_nccl_set *s = gpu->nccl_sets; s != NULL; s = next) {
+      next = s->next;
+      if (!s->deferred || waits_for_down(gpu, s))
+        continue;
+      s->deferred = 0;
+      int rc = uv_queue_work(set->ctx->loop, &s->work, set_init_work,
+                             set_init_after);
+      if (rc < 0)
+        set_init_after(&s->work, rc); /* fails its ops, frees it */
+    }
+  }
+  if (set->inflight == NULL)
+    spd_nccl_set_dispose(set);
+}
+
+void spd_nccl_set_down(spd_nccl_set *set, int abort) {
+  set->down = 1;
+  set->down_abort = abort;
+  set->down_rc = ncclSuccess;
+  set->work.data = set;
+  int rc = uv_queue_work(set->ctx->loop, &set->work, set_down_work,
+                         set_down_after);
+  if (rc < 0)
+    set_down_after(&set->work, rc); /* left as they are, said */
 }
 
 static int nccl_run(nccl_job *nj, spk_err *err);
@@ -83,6 +175,15 @@ static int pools_share(spd_nccl_set *set, spk_err *err) {
 static void set_init_after(uv_work_t *w, int status) {
   spd_nccl_set *set = w->data;
   spd_gpu *gpu = set->gpu;
+  int made = status >= 0 && set->init_rc == ncclSuccess;
+  if (gpu == NULL) {
+    /* The daemon stopped meanwhile (no op waits for the set then). */
+    if (made)
+      spd_nccl_set_down(set, 0);
+    else
+      spd_nccl_set_free(set);
+    return;
+  }
   spk_err err;
   int rc = SPK_OK;
   char devs[128];
@@ -110,16 +211,11 @@ static void set_init_after(uv_work_t *w, int status) {
     SPD_INFO(&gpu->ctx->log, "NCCL communicators over GPUs %s ready", devs);
     set->state = SET_READY;
   } else {
-    /* Forget the set: the next op on these GPUs tries again. */
+    /* Forget the set: the next op on these GPUs tries again (once the
+     * communicators made are gone, when there are). */
     SPD_ERROR(&gpu->ctx->log, "%s", err.msg);
-    for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
-      if (*p == set) {
-        *p = set->next;
-        break;
-      }
-    if (set->init_rc == ncclSuccess && status >= 0)
-      for (int i = 0; i < set->n; i++)
-        ncclCommDestroy(set->comms[i]);
+    if (!made)
+      set_unlink(gpu, set);
   }
   while (waiting != NULL) {
     nccl_job *nj = waiting;
@@ -129,7 +225,9 @@ static void set_init_after(uv_work_t *w, int status) {
     if (jrc < 0)
       spd_gpu_job_fail(&nj->job, jrc, rc == SPK_OK ? jerr.msg : err.msg);
   }
-  if (rc < 0)
+  if (rc < 0 && made)
+    spd_nccl_set_down(set, 0); /* and the streams made, at its end */
+  else if (rc < 0)
     spd_nccl_set_free(set);
 }
 
@@ -147,7 +245,8 @@ static int set_get(spd_gpu *gpu, const int *dev, int world,
     n++;
   }
   for (spd_nccl_set *s = gpu->nccl_sets; s != NULL; s = s->next)
-    if (s->n == n && memcmp(s->devs, sorted, (size_t)n * sizeof(int)) == 0) {
+    if (!s->down && !s->broken && s->n == n &&
+        memcmp(s->devs, sorted, (size_t)n * sizeof(int)) == 0) {
       *set_p = s;
       return SPK_OK;
     }
@@ -166,11 +265,16 @@ static int set_get(spd_gpu *gpu, const int *dev, int world,
   memcpy(set->devs, sorted, (size_t)n * sizeof(int));
   set->n = n;
   set->gpu = gpu;
+  set->ctx = gpu->ctx;
   set->state = SET_INIT;
   set->wait_tail = &set->waiting;
   set->work.data = set;
-  int rc = uv_queue_work(gpu->ctx->loop, &set->work, set_init_work,
-                         set_init_after);
+  /* Its init starts when the sets being taken down there are gone
+   * (set_down_after). */
+  set->deferred = waits_for_down(gpu, set);
+  int rc = set->deferred ? 0
+                         : uv_queue_work(gpu->ctx->loop, &set->work,
+                                         set_init_work, set_init_after);
   if (rc < 0) {
     spd_nccl_set_free(set);
     return spk_err_set(err, SPK_ESYSTEM, "uv_queue_work for NCCL init: %s",
@@ -485,23 +589,20 @@ int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err) {
   return rc;
 }
 
+/* The communicators go on the pool like any (ncclCommDestroy may block),
+ * after the GPU state; the loop runs until they are gone. */
 void spd_mover_nccl_free(spd_gpu *gpu) {
   spd_nccl_watch_stop(gpu);
   while (gpu->nccl_sets != NULL) {
     spd_nccl_set *set = gpu->nccl_sets;
     gpu->nccl_sets = set->next;
-    if (set->state != SET_READY) {
-      /* Its init still runs in the threadpool and owns the set. */
-      continue;
-    }
-    for (int i = 0; i < set->n; i++) {
-      ncclResult_t r = ncclCommDestroy(set->comms[i]);
-      if (r != ncclSuccess)
-        SPD_WARN(&gpu->ctx->log, "ncclCommDestroy on GPU %d: %s",
-                 set->devs[i], ncclGetErrorString(r));
-      cudaStreamDestroy(set->streams[i]);
-    }
-    spd_nccl_set_free(set);
+    set->gpu = NULL; /* its pool callbacks finish it alone */
+    if (set->down || (set->state == SET_INIT && !set->deferred))
+      continue; /* on the pool now: its after callback frees it */
+    if (set->state == SET_INIT)
+      spd_nccl_set_free(set); /* no communicators yet, no op waiting */
+    else
+      spd_nccl_set_down(set, 0);
   }
 }
 

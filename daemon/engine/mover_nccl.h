@@ -16,7 +16,9 @@
  * complete or failed. */
 int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err);
 
-/* At exit, no op running: destroy the communicators and their streams. */
+/* At exit, no op running: destroy the communicators and their streams,
+ * on libuv's thread pool (ncclCommDestroy may block); the loop runs
+ * until they are gone, after the GPU state. */
 void spd_mover_nccl_free(spd_gpu *gpu);
 #endif
 

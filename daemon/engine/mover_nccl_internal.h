@@ -15,17 +15,33 @@ typedef struct nccl_job nccl_job;
 
 /* Communicators over one set of GPUs, with a stream per GPU. Every op on
  * the set goes through these streams, so ops on a communicator are issued
- * in one order on every device (NCCL requires it). */
+ * in one order on every device (NCCL requires it). Making, destroying and
+ * aborting the communicators can block (on the GPUs, on the other ranks),
+ * so each runs on libuv's thread pool in set->work, one at a time, the
+ * loop thread hearing of it in the work's after callback. A set taken
+ * down (`down`) stays in gpu->nccl_sets, unused, until its communicators
+ * are gone; a new set on any of its GPUs waits for that (`deferred`), so
+ * an aborted clique's work there is over before a new clique's starts. */
 typedef struct spd_nccl_set {
   struct spd_nccl_set *next;
-  spd_gpu *gpu;
+  spd_gpu *gpu;               /* NULL once the GPU state is gone (stop):
+                               * the pool's callbacks then take the set
+                               * down and free it alone */
+  spd_ctx *ctx;               /* the loop and the log; outlives gpu */
   int n;
   int *devs;                  /* ascending; NCCL rank i is on devs[i] */
   ncclComm_t *comms;
   cudaStream_t *streams;
   int state;
-  int broken;                 /* aborted: out of gpu->nccl_sets, freed
-                               * when its last job finishes */
+  int deferred;               /* SET_INIT, its init not queued yet: a set
+                               * sharing a GPU is being taken down */
+  int broken;                 /* aborted: no new work; freed when the
+                               * abort is done and its last job finished */
+  int down;                   /* its communicators are being destroyed or
+                               * aborted on the pool */
+  int down_abort;             /* ncclCommAbort, else ncclCommDestroy */
+  ncclResult_t down_rc;       /* the first failure of it, */
+  int down_dev;               /* on this GPU */
   nccl_job *inflight;         /* jobs on the streams, oldest last */
   ncclResult_t init_rc;
   uv_work_t work;
@@ -48,6 +64,14 @@ struct nccl_job {
 /* "0,1,3": the set's GPUs, for messages. */
 void spd_nccl_set_str(const spd_nccl_set *set, char *buf, size_t len);
 void spd_nccl_set_free(spd_nccl_set *set);
+/* Destroy (abort: abort) the set's communicators on the pool. Once that
+ * is done the set leaves gpu->nccl_sets, the sets waiting for it start
+ * their init, and the set is freed with its streams when no job of it
+ * is in flight (else by spd_nccl_inflight_remove, at its last). */
+void spd_nccl_set_down(spd_nccl_set *set, int abort);
+/* Destroy the set's streams (those made) and free it: its communicators
+ * are gone and no job of it is in flight. */
+void spd_nccl_set_dispose(spd_nccl_set *set);
 
 /* nj's work is on the set's streams: the watchdog watches it until
  * spd_nccl_inflight_remove (which frees a set aborted meanwhile once its

@@ -10,9 +10,10 @@
  * stream of the set, and every later op behind it, forever. A timer
  * checks the sets with work in flight: an asynchronous NCCL error, or an
  * op older than the config's nccl_timeout (default 300 s), aborts the set's
- * communicators (ncclCommAbort), fails its ops with the reason, and
- * takes the set out of use; the next op on those GPUs makes a new one.
- * Nothing of this waits on the loop thread. */
+ * communicators (ncclCommAbort, on libuv's thread pool: it may block),
+ * fails its ops with the reason, and takes the set out of use; the next
+ * op on those GPUs makes a new one once the abort is done. Nothing of
+ * this waits on the loop thread. */
 typedef struct spd_nccl_watch {
   uv_timer_t timer;
   spd_gpu *gpu;
@@ -30,33 +31,17 @@ void spd_nccl_inflight_remove(nccl_job *nj) {
       break;
     }
   nj->in_flight = 0;
-  if (set->broken && set->inflight == NULL) {
-    /* Its communicators are gone (aborted); its streams have run dry. */
-    for (int i = 0; i < set->n; i++)
-      if (set->streams[i] != NULL &&
-          cudaStreamDestroy(set->streams[i]) != cudaSuccess)
-        cudaGetLastError();
-    spd_nccl_set_free(set);
-  }
+  if (set->broken && !set->down && set->inflight == NULL)
+    spd_nccl_set_dispose(set); /* aborted; its streams have run dry */
 }
 
+/* Out of use at once; the abort itself runs on the pool
+ * (spd_nccl_set_down), and the set goes when that and its jobs are done. */
 static void set_abort(spd_nccl_set *set, const char *why) {
-  spd_gpu *gpu = set->gpu;
   char devs[128];
   spd_nccl_set_str(set, devs, sizeof(devs));
-  for (spd_nccl_set **p = &gpu->nccl_sets; *p != NULL; p = &(*p)->next)
-    if (*p == set) {
-      *p = set->next;
-      break;
-    }
   set->broken = 1;
-  for (int i = 0; i < set->n; i++) {
-    ncclResult_t r = ncclCommAbort(set->comms[i]);
-    if (r != ncclSuccess)
-      SPD_WARN(&gpu->ctx->log, "ncclCommAbort on GPU %d: %s", set->devs[i],
-               ncclGetErrorString(r));
-  }
-  SPD_ERROR(&gpu->ctx->log, "NCCL communicators over GPUs %s aborted: %s",
+  SPD_ERROR(&set->ctx->log, "NCCL communicators over GPUs %s aborted: %s",
             devs, why);
   for (nccl_job *nj = set->inflight; nj != NULL; nj = nj->next_in) {
     nj->job.fail_status = SPK_EDEVICE;
@@ -64,6 +49,7 @@ static void set_abort(spd_nccl_set *set, const char *why) {
              "%s: %s; its communicators were aborted (the next op makes "
              "new ones)", devs, why);
   }
+  spd_nccl_set_down(set, 1);
 }
 
 static void watch_tick(uv_timer_t *t) {
@@ -74,7 +60,7 @@ static void watch_tick(uv_timer_t *t) {
   spd_nccl_set *next;
   for (spd_nccl_set *set = gpu->nccl_sets; set != NULL; set = next) {
     next = set->next;
-    if (set->inflight == NULL || set->state != SET_READY)
+    if (set->inflight == NULL || set->state != SET_READY || set->broken)
       continue;
     busy = 1;
     ncclResult_t bad = ncclSuccess;

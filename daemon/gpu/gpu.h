@@ -71,6 +71,8 @@ typedef struct spd_gpu {
   struct spd_nccl_watch *nccl_watch; /* mover_nccl.c's watchdog */
   struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
   int npinned;
+  /* Pinned memory given back to CUDA off the loop thread (gpu_ctx.c). */
+  struct spd_gpu_reaper *reaper;
   /* Stream memory operations (gpu_flags.c), looked up on the first stream
    * flags buffer: the driver's entry points, or why there are none. */
   int memops_looked;
@@ -105,7 +107,8 @@ typedef struct {
 int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err);
 
 /* Release everything but the IPC mappings (gpu_ipc.c closes those) and
- * free gpu: the end of spd_gpu_free. */
+ * free gpu: the end of spd_gpu_free. The pinned memory goes back to CUDA
+ * on libuv's thread pool after gpu is gone (the loop runs until it has). */
 void spd_gpu_state_free(spd_gpu *gpu);
 
 /* The daemon's ordinal of the GPU with this UUID. */
@@ -252,7 +255,8 @@ int spd_gpu_record_done(void *const *ranks, int world, int dev, int partial,
  * from pageable memory would be synchronous, and the loop thread would
  * wait for the clients' streams (their ready events) before it. Blocks
  * are kept for reuse; put them back once the copy is done (the job's
- * finish). */
+ * finish). Those beyond the kept number go back to CUDA on libuv's
+ * thread pool (cudaFreeHost synchronizes the device). */
 int spd_gpu_pinned_get(spd_gpu *gpu, size_t bytes, void **p_out,
                        spk_err *err);
 void spd_gpu_pinned_put(spd_gpu *gpu, void *p);
@@ -260,7 +264,8 @@ void spd_gpu_pinned_put(spd_gpu *gpu, void *p);
 /* Pinned chunks of `size` bytes staging device tensors across nodes
  * (engine/xnode_stage.c), n of them into bufs: reserved against dev's
  * bound `cap` (bytes reserved at once; SPK_ENO_MEMORY naming the
- * xnode_staging_bytes key past it) and kept for reuse when put back. */
+ * xnode_staging_bytes key past it) and kept for reuse when put back (the
+ * host no longer uses them; the daemon may write into a chunk put back). */
 int spd_gpu_stage_get(spd_gpu *gpu, int dev, int n, size_t size,
                       long long cap, void **bufs, spk_err *err);
 void spd_gpu_stage_put(spd_gpu *gpu, int dev, void **bufs, int n);

@@ -37,6 +37,8 @@ static int dev_init(spd_gpu *gpu, int d, spk_err *err) {
   return SPK_OK;
 }
 
+static struct spd_gpu_reaper *reaper_new(spd_ctx *ctx);
+
 int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
   if (ctx->gpu != NULL) {
     *gpu_p = ctx->gpu;
@@ -52,6 +54,10 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
     return spk_err_set(err, SPK_EUNSUPPORTED, "spcolld has no GPU for "
                        "device buffers: cudaGetDeviceCount found 0 devices");
   spd_gpu *gpu = calloc(1, sizeof(*gpu));
+  if (gpu != NULL && (gpu->reaper = reaper_new(ctx)) == NULL) {
+    free(gpu);
+    gpu = NULL;
+  }
   if (gpu == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the GPU state failed");
   gpu->ctx = ctx;
@@ -64,6 +70,7 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
   for (int d = 0; d < n; d++) {
     int rc = dev_init(gpu, d, err);
     if (rc < 0) {
+      free(gpu->reaper); /* nothing given to it yet */
       free(gpu);
       return rc;
     }
@@ -83,6 +90,117 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
   ctx->gpu = gpu;
   *gpu_p = gpu;
   return SPK_OK;
+}
+
+/* ---- pinned memory given back ---------------------------------------------
+ * cudaFreeHost synchronizes the device: on the loop thread it would wait
+ * for every stream of the daemon, the clients' ops with them. Pinned
+ * allocations given back go to the reaper, which frees them on libuv's
+ * thread pool one round at a time, so at most one pool thread waits on
+ * the GPU for it, however many there are. An allocation waiting for its
+ * round is linked through its first word (the host no longer uses it;
+ * a descriptor block's header starts with its `next`). The loop thread
+ * owns the reaper but for `round`, the pool thread's while busy. At
+ * spd_gpu_state_free the reaper takes what the GPU state still holds
+ * and outlives it: once that is freed, it frees itself. */
+typedef struct spd_gpu_reaper {
+  uv_work_t work;
+  spd_ctx *ctx;                /* the loop and the log: live for the process */
+  void *waiting;               /* for the next round */
+  void *round;                 /* being freed */
+  int busy;                    /* a round is on the pool */
+  int orphan;                  /* the GPU state is gone */
+  int dev;                     /* current in the round: a GPU the daemon
+                                * has a context on (none made elsewhere) */
+  int nfreed, nfailed;         /* the round's, for the log */
+  cudaError_t err;             /* its first failure */
+} spd_gpu_reaper;
+
+static spd_gpu_reaper *reaper_new(spd_ctx *ctx) {
+  spd_gpu_reaper *r = calloc(1, sizeof(*r));
+  if (r != NULL) {
+    r->ctx = ctx;
+    r->work.data = r;
+  }
+  return r;
+}
+
+/* Threadpool: the round's cudaFreeHost calls, which may wait for the
+ * GPU. */
+static void reap_work(uv_work_t *w) {
+  spd_gpu_reaper *r = w->data;
+  if (r->dev >= 0 && cudaSetDevice(r->dev) != cudaSuccess)
+    cudaGetLastError(); /* the frees still go */
+  r->nfreed = r->nfailed = 0;
+  r->err = cudaSuccess;
+  while (r->round != NULL) {
+    void *p = r->round;
+    r->round = *(void **)p;
+    cudaError_t e = cudaFreeHost(p);
+    if (e == cudaSuccess) {
+      r->nfreed++;
+      continue;
+    }
+    cudaGetLastError();
+    if (r->nfailed++ == 0)
+      r->err = e;
+  }
+}
+
+static void reap_done(uv_work_t *w, int status);
+
+/* Start a round with what waits, unless one is on the pool. */
+static void reap_start(spd_gpu_reaper *r) {
+  if (r->busy || r->waiting == NULL)
+    return;
+  if (cudaGetDevice(&r->dev) != cudaSuccess) {
+    cudaGetLastError();
+    r->dev = -1;
+  }
+  r->round = r->waiting;
+  r->waiting = NULL;
+  r->busy = 1;
+  int rc = uv_queue_work(r->ctx->loop, &r->work, reap_work, reap_done);
+  if (rc < 0) {
+    /* Kept for the next put, or leaked at exit (said). */
+    SPD_WARN(&r->ctx->log, "uv_queue_work to free pinned host memory: %s; "
+             "it is kept", uv_strerror(rc));
+    r->waiting = r->round;
+    r->round = NULL;
+    r->busy = 0;
+  }
+}
+
+/* The GPU state is gone: the reaper goes once its round is done. */
+static void reaper_end(spd_gpu_reaper *r) {
+  r->orphan = 1;
+  if (r->busy)
+    return; /* reap_done comes back here */
+  if (r->waiting != NULL)
+    SPD_WARN(&r->ctx->log, "pinned host memory left to the process's exit");
+  free(r);
+}
+
+static void reap_done(uv_work_t *w, int status) {
+  spd_gpu_reaper *r = w->data;
+  r->busy = 0;
+  if (status < 0)
+    SPD_WARN(&r->ctx->log, "freeing pinned host memory did not run: %s; "
+             "it is left to the process's exit", uv_strerror(status));
+  else if (r->nfailed > 0)
+    SPD_WARN(&r->ctx->log, "cudaFreeHost of %d of %d pinned host "
+             "allocations given back: %s", r->nfailed,
+             r->nfailed + r->nfreed, cudaGetErrorString(r->err));
+  reap_start(r);
+  if (r->orphan)
+    reaper_end(r);
+}
+
+/* Pinned allocation `base` goes back to CUDA, off the loop thread. */
+static void reap(spd_gpu_reaper *r, void *base) {
+  *(void **)base = r->waiting;
+  r->waiting = base;
+  reap_start(r);
 }
 
 /* ---- pinned blocks ------------------------------------------------------ */
@@ -127,10 +245,7 @@ void spd_gpu_pinned_put(spd_gpu *gpu, void *p) {
     return;
   spd_gpu_pinned *b = (spd_gpu_pinned *)((uint8_t *)p - PINNED_HDR);
   if (gpu->npinned >= PINNED_KEEP) {
-    cudaError_t e = cudaFreeHost(b);
-    if (e != cudaSuccess)
-      SPD_WARN(&gpu->ctx->log, "cudaFreeHost of a descriptor block: %s",
-               cudaGetErrorString(e));
+    reap(gpu->reaper, b);
     return;
   }
   b->next = gpu->pinned;
@@ -146,20 +261,23 @@ void spd_gpu_state_free(spd_gpu *gpu) {
     cudaEventDestroy(ev->ev);
     free(ev);
   }
+  spd_gpu_reaper *r = gpu->reaper;
   while (gpu->pinned != NULL) {
     spd_gpu_pinned *b = gpu->pinned;
     gpu->pinned = b->next;
-    cudaFreeHost(b);
+    reap(r, b);
   }
   for (int d = 0; d < gpu->ndev; d++) {
     for (int i = 0; i < gpu->dev[d].nstreams; i++)
       cudaStreamDestroy(gpu->dev[d].streams[i]);
     free(gpu->dev[d].streams);
     for (int i = 0; i < gpu->dev[d].nstage_free; i++)
-      cudaFreeHost(gpu->dev[d].stage_free[i]);
+      reap(r, gpu->dev[d].stage_free[i]);
     free(gpu->dev[d].stage_free);
   }
   free(gpu);
+  /* What it was given is freed on the pool while the loop runs on. */
+  reaper_end(r);
 }
 
 int spd_gpu_stage_get(spd_gpu *gpu, int dev, int n, size_t size,
@@ -202,8 +320,7 @@ void spd_gpu_stage_put(spd_gpu *gpu, int dev, void **bufs, int n) {
     if (nf == NULL) {
       /* Not kept, then: given back. */
       for (int i = 0; i < n; i++)
-        if (cudaFreeHost(bufs[i]) != cudaSuccess)
-          cudaGetLastError();
+        reap(gpu->reaper, bufs[i]);
       return;
     }
     d->stage_free = nf, d->stage_cap = ncap;

@@ -34,6 +34,14 @@ static void said(const char *name) {
     said(#name);                                                               \
     return (cudaError_t)sim_set_last(cudaErrorNotSupported);                   \
   }
+/* One that may block the host on the GPU, which rule host-sync forbids
+ * on a loop thread (sim_no_block): flagged before it fails. */
+#define ABSENT_BLOCKING(name, params, how)                                     \
+  API cudaError_t name params {                                                \
+    sim_no_block(#name, how);                                                  \
+    said(#name);                                                               \
+    return (cudaError_t)sim_set_last(cudaErrorNotSupported);                   \
+  }
 ABSENT(cudaDeviceGetGraphMemAttribute,
        (int device, enum cudaGraphMemAttributeType attr, void *value))
 ABSENT(cudaDeviceSetGraphMemAttribute,
@@ -103,8 +111,10 @@ ABSENT(cudaMemcpy2DAsync,
         size_t height, enum cudaMemcpyKind kind, cudaStream_t stream))
 ABSENT(cudaMemcpyPeerAsync, (void *dst, int dstDevice, const void *src,
                              int srcDevice, size_t count, cudaStream_t stream))
-ABSENT(cudaMemcpyToSymbol, (const void *symbol, const void *src, size_t count,
-                            size_t offset, enum cudaMemcpyKind kind))
+ABSENT_BLOCKING(cudaMemcpyToSymbol,
+                (const void *symbol, const void *src, size_t count,
+                 size_t offset, enum cudaMemcpyKind kind),
+                "waits for the GPU (a synchronous copy)")
 ABSENT(cudaOccupancyMaxActiveBlocksPerMultiprocessor,
        (int *numBlocks, const void *func, int blockSize,
         size_t dynamicSMemSize))
@@ -290,29 +300,51 @@ API CUresult cuStreamBatchMemOp(CUstream s, unsigned int count,
     said(#name);                                                               \
     return ncclInvalidUsage;                                                   \
   }
+/* One that blocks the host (on other ranks, or until the communicator's
+ * work is done) when `blocks` holds, which rule host-sync forbids on a
+ * loop thread (sim_no_block): flagged before it fails, so a program that
+ * starts using it there hears of both. */
+#define ABSENT_BLOCKING(name, params, blocks, how)                             \
+  API ncclResult_t name params {                                               \
+    if (blocks)                                                                \
+      sim_no_block(#name, how);                                                \
+    said(#name);                                                               \
+    return ncclInvalidUsage;                                                   \
+  }
+/* A configuration that does not ask for a nonblocking communicator (none:
+ * the parent's, which spcsim takes to be blocking, NCCL's default). */
+#define BLOCKING(config) ((config) == NULL || (config)->blocking != 0)
+#define JOINS "waits for every rank to join"
 ABSENT(ncclBcast, (void *buff, size_t count, ncclDataType_t datatype, int root,
                    ncclComm_t comm, cudaStream_t stream))
 ABSENT(ncclBroadcast, (const void *sendbuff, void *recvbuff, size_t count,
                        ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream))
 ABSENT(ncclCommDeregister, (const ncclComm_t comm, void *handle))
-ABSENT(ncclCommFinalize, (ncclComm_t comm))
-ABSENT(ncclCommInitRank,
-       (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))
-ABSENT(ncclCommInitRankConfig,
-       (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank,
-        ncclConfig_t *config))
-ABSENT(ncclCommInitRankScalable,
-       (ncclComm_t * newcomm, int nranks, int myrank, int nId,
-        ncclUniqueId *commIds, ncclConfig_t *config))
+ABSENT_BLOCKING(ncclCommFinalize, (ncclComm_t comm), 1,
+                "waits for the communicator's operations to complete")
+ABSENT_BLOCKING(ncclCommInitRank,
+                (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank),
+                1, JOINS)
+ABSENT_BLOCKING(ncclCommInitRankConfig,
+                (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank,
+                 ncclConfig_t *config),
+                BLOCKING(config), JOINS)
+ABSENT_BLOCKING(ncclCommInitRankScalable,
+                (ncclComm_t * newcomm, int nranks, int myrank, int nId,
+                 ncclUniqueId *commIds, ncclConfig_t *config),
+                BLOCKING(config), JOINS)
 ABSENT(ncclCommRegister,
        (const ncclComm_t comm, void *buff, size_t size, void **handle))
 ABSENT(ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
-ABSENT(ncclCommShrink,
-       (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
-        ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags))
-ABSENT(ncclCommSplit, (ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-                       ncclConfig_t *config))
+ABSENT_BLOCKING(ncclCommShrink,
+                (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                 ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags),
+                BLOCKING(config), JOINS)
+ABSENT_BLOCKING(ncclCommSplit,
+                (ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                 ncclConfig_t *config),
+                BLOCKING(config), JOINS)
 ABSENT(ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
 ABSENT(ncclCommWindowRegister, (ncclComm_t comm, void *buff, size_t size,
                                 ncclWindow_t *win, int winFlags))

@@ -6,7 +6,6 @@
  * which nothing clears (R, sim_poison). */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,10 +126,24 @@ API cudaError_t cudaGetDevice(int *d) {
   return cudaSuccess;
 }
 
-static void no_host_sync(const char *call);
+/* Rule host-sync (sim_no_block): the calls that may block the host on
+ * the GPU, flagged on the main thread of a program that must not block.
+ * Documented: the synchronize calls; cudaMemcpy and cudaMemset, the
+ * synchronous forms (CUDA's "API synchronization behavior": a copy
+ * to or from host memory returns once done, a memset of pinned host
+ * memory is fully synchronous; whether memory a client names is pinned
+ * host or device memory is the client's choice, so every direction is
+ * flagged). Widely known, not in the reference pages: cudaFree and
+ * cudaFreeHost synchronize the device implicitly (CUDA's programming
+ * guide contrasts cudaFree with the stream-ordered cudaFreeAsync;
+ * cudaFree here waits, sim_free). Not flagged: cudaHostUnregister,
+ * documented only to unmap the range and make it pageable again, and
+ * the destroy calls, documented to return at once with work still
+ * queued (cudaStreamDestroy, cudaEventDestroy). */
+#define WAITS_FOR_GPU "waits for the GPU"
 
 API cudaError_t cudaDeviceSynchronize(void) {
-  no_host_sync("cudaDeviceSynchronize");
+  sim_no_block("cudaDeviceSynchronize", WAITS_FOR_GPU);
   return R(sim_device_sync(sim_cur_dev()));
 }
 
@@ -153,7 +166,11 @@ API cudaError_t cudaMalloc(void **p, size_t n) {
   return R(sim_malloc(sim_cur_dev(), n, p));
 }
 
-API cudaError_t cudaFree(void *p) { return R(sim_free(p, "cudaFree")); }
+API cudaError_t cudaFree(void *p) {
+  sim_no_block("cudaFree", "waits for the GPU (cudaFree synchronizes the "
+               "device; cudaFreeAsync frees in stream order)");
+  return R(sim_free(p, "cudaFree"));
+}
 
 API cudaError_t cudaMallocHost(void **p, size_t n) {
   return R(sim_host_alloc(n, p));
@@ -164,7 +181,11 @@ API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
   return R(sim_host_alloc(n, p));
 }
 
-API cudaError_t cudaFreeHost(void *p) { return R(sim_host_free(p)); }
+API cudaError_t cudaFreeHost(void *p) {
+  sim_no_block("cudaFreeHost", "waits for the GPU (cudaFreeHost "
+               "synchronizes the device)");
+  return R(sim_host_free(p));
+}
 
 /* With unified addressing registered memory is mapped for every GPU
  * whatever the flags (cudaHostRegisterDefault included), at the same
@@ -178,6 +199,7 @@ API cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
   return R(sim_host_register(p, n));
 }
 
+/* Not a host-sync call: see cudaDeviceSynchronize. */
 API cudaError_t cudaHostUnregister(void *p) {
   return R(sim_host_unregister(p));
 }
@@ -245,6 +267,8 @@ API cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool,
 API cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
                            enum cudaMemcpyKind k) {
   (void)k;
+  sim_no_block("cudaMemcpy", "waits for the GPU (a synchronous copy; "
+               "cudaMemcpyAsync queues it on a stream)");
   return R(sim_memcpy(dst, src, n, NULL, 0, "cudaMemcpy"));
 }
 
@@ -255,6 +279,8 @@ API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 }
 
 API cudaError_t cudaMemset(void *p, int v, size_t n) {
+  sim_no_block("cudaMemset", "may wait for the GPU (a synchronous memset; "
+               "cudaMemsetAsync queues it on a stream)");
   return R(sim_memset(p, v, n, NULL, 0));
 }
 
@@ -340,16 +366,8 @@ API cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return R(sim_stream_destroy((sim_stream *)s));
 }
 
-/* A program whose thread must never block on the GPU (the daemon's event
- * loop: SPCSIM_FORBID_SYNC=spcolld) breaks a rule when it does. */
-static void no_host_sync(const char *call) {
-  if (sim_applies_here("SPCSIM_FORBID_SYNC"))
-    sim_violation("host-sync", call, "%s blocks on the GPU (use a stream "
-                  "callback or event query)", program_invocation_short_name);
-}
-
 API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  no_host_sync("cudaStreamSynchronize");
+  sim_no_block("cudaStreamSynchronize", WAITS_FOR_GPU);
   return R(sim_stream_sync((sim_stream *)s));
 }
 
@@ -428,7 +446,7 @@ API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  no_host_sync("cudaEventSynchronize");
+  sim_no_block("cudaEventSynchronize", WAITS_FOR_GPU);
   return R(sim_event_sync((sim_event *)e));
 }
 

@@ -234,7 +234,10 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
   return CUDA_SUCCESS;
 }
 
+/* Rule host-sync (sim_no_block) on the driver's blocking calls, as on
+ * the runtime's (cudart.c, cudaDeviceSynchronize, says which and why). */
 API CUresult cuCtxSynchronize(void) {
+  sim_no_block("cuCtxSynchronize", "waits for the GPU");
   return C(sim_device_sync(sim_cur_dev()));
 }
 
@@ -293,10 +296,14 @@ API CUresult cuMemAlloc(CUdeviceptr *p, size_t n) {
 }
 
 API CUresult cuMemFree(CUdeviceptr p) {
+  sim_no_block("cuMemFree", "waits for the GPU (cuMemFree synchronizes the "
+               "device; cuMemFreeAsync frees in stream order)");
   return C(sim_free((void *)(uintptr_t)p, "cuMemFree"));
 }
 
 API CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
+  sim_no_block("cuMemsetD8", "may wait for the GPU (a synchronous memset; "
+               "cuMemsetD8Async queues it on a stream)");
   return C(sim_memset((void *)(uintptr_t)p, v, n, NULL, 1));
 }
 
@@ -314,6 +321,7 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
 }
 
 API CUresult cuEventSynchronize(CUevent e) {
+  sim_no_block("cuEventSynchronize", "waits for the GPU");
   return C(sim_event_sync((sim_event *)e));
 }
 
@@ -350,6 +358,7 @@ API CUresult cuMemHostRegister(void *p, size_t n, unsigned flags) {
   return C(sim_host_register(p, n));
 }
 
+/* Not a host-sync call (cudart.c's cudaHostUnregister says why). */
 API CUresult cuMemHostUnregister(void *p) {
   return C(sim_host_unregister(p));
 }
@@ -374,7 +383,11 @@ API CUresult cuMemAllocHost(void **p, size_t n) {
   return C(sim_host_alloc(n, p));
 }
 
-API CUresult cuMemFreeHost(void *p) { return C(sim_host_free(p)); }
+API CUresult cuMemFreeHost(void *p) {
+  sim_no_block("cuMemFreeHost", "waits for the GPU (cuMemFreeHost "
+               "synchronizes the device)");
+  return C(sim_host_free(p));
+}
 
 /* ---- stream memory operations (sim_memop.c) ------------------------------
  * The names are cuda.h's, which maps them to the _v2 entry points; the

@@ -100,7 +100,8 @@ static ncclResult_t fail(ncclResult_t r, const char *fmt, const char *a) {
   return r;
 }
 
-API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
+/* A clique of n communicators on devs (NULL: GPUs 0..n-1). */
+static ncclResult_t clique_make(ncclComm_t *comms, int n, const int *devs) {
   if (n <= 0 || comms == NULL)
     return fail(ncclInvalidArgument, "%s", "ncclCommInitAll: bad count");
   for (int i = 0; i < n; i++) {
@@ -139,13 +140,27 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
   return ncclSuccess;
 }
 
+/* Rule host-sync (sim_no_block): the calls nccl.h and NCCL's guide say
+ * wait for other ranks or for the communicator's work. Making
+ * communicators (ncclCommInitAll makes the clique "in a blocking way");
+ * and taking them down: ncclCommDestroy finalizes first, flushing every
+ * issued operation, an intra-node collective call; ncclCommAbort stops
+ * the communicator's work and threads before it frees them. The ones
+ * spcsim does not simulate (ncclCommInitRank, ncclCommSplit,
+ * ncclCommFinalize...) are flagged in absent.c. */
+API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs) {
+  sim_no_block("ncclCommInitAll", "waits for every rank's communicator to "
+               "be made");
+  return clique_make(comms, n, devs);
+}
+
 /* A clique lives while a communicator or a batch still refers to it. */
 static void clique_unref(clique *cl) {
   if (__atomic_sub_fetch(&cl->refs, 1, __ATOMIC_ACQ_REL) == 0)
     free(cl);
 }
 
-API ncclResult_t ncclCommDestroy(ncclComm_t c) {
+static ncclResult_t comm_destroy(ncclComm_t c) {
   if (c == NULL)
     return ncclInvalidArgument;
   clique *cl = c->cl;
@@ -155,12 +170,20 @@ API ncclResult_t ncclCommDestroy(ncclComm_t c) {
   return ncclSuccess;
 }
 
+API ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  sim_no_block("ncclCommDestroy", "waits for the communicator's operations "
+               "to complete (it finalizes first)");
+  return comm_destroy(c);
+}
+
 API ncclResult_t ncclCommAbort(ncclComm_t c) {
+  sim_no_block("ncclCommAbort", "waits for the communicator's work and "
+               "threads to stop");
   if (c == NULL)
     return ncclInvalidArgument;
   /* Parts of this clique waiting for their peers give up. */
   __atomic_store_n(&c->cl->aborted, 1, __ATOMIC_RELEASE);
-  return ncclCommDestroy(c);
+  return comm_destroy(c);
 }
 
 API ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {

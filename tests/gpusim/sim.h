@@ -100,6 +100,16 @@ void sim_ctx_touch(int dev);
 /* Whether the environment variable names this program: "1" (every
  * program) or its short name (e.g. spcolld). */
 int sim_applies_here(const char *var);
+/* Rule host-sync: under SPCSIM_FORBID_SYNC (=1 or a program's short
+ * name, spcolld in simrun.sh) the program's main thread must never make a
+ * call that may block the host on the GPU or on other ranks: that thread
+ * runs its event loop (spcolld's uv_run, daemon/main.c), which every
+ * client's requests wait on. Other threads (libuv's thread pool, where
+ * spcolld makes NCCL communicators, say) may block: the contract is the
+ * thread, not the call. Each such entry point calls this first; `how`
+ * says how the call blocks ("waits for the GPU"). A violation on the main
+ * thread, nothing elsewhere. */
+void sim_no_block(const char *call, const char *how);
 /* SPCSIM_FAIL_LAUNCH=PROGRAM:N: the Nth kernel launch of PROGRAM fails
  * (cudaErrorInvalidConfiguration, as a bad launch does), to test how a
  * failure in the middle of queueing an op is handled. */

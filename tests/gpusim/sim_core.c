@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static sim_config cfg;
@@ -244,6 +245,18 @@ int sim_applies_here(const char *var) {
   const char *f = getenv(var);
   return f != NULL &&
          (strcmp(f, "1") == 0 || strcmp(f, program_invocation_short_name) == 0);
+}
+
+/* The main thread is the one whose thread id is the process id (also in
+ * a forked child: the thread that forked is its main thread). */
+void sim_no_block(const char *call, const char *how) {
+  if (sim_applies_here("SPCSIM_FORBID_SYNC") &&
+      (pid_t)syscall(SYS_gettid) == getpid())
+    sim_violation("host-sync", call, "%s %s on its main thread, which "
+                  "runs its event loop and must never block (make the call "
+                  "on a worker thread, uv_queue_work; wait with a stream "
+                  "callback or an event query)",
+                  program_invocation_short_name, how);
 }
 
 /* Whether this is the Nth call counted by *count, for var=PROGRAM:N

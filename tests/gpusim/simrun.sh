@@ -3,8 +3,9 @@
 # $BUILD/gpusim: its libcudart/libcuda/libnccl come first in the library
 # path, 4 simulated GPUs of 8 GiB each (memory is only used as it is touched), memory counted across the
 # processes of the run, a non-empty leak report at exit is a failure, and
-# spcolld may not block on pageable async copies nor synchronize with the
-# GPU (its event loop serves every client), and no program may have NCCL
+# spcolld may not block on pageable async copies, nor make a call that may
+# block on the GPU or other ranks on its main thread (its event loop
+# serves every client; sim.h, sim_no_block), and no program may have NCCL
 # operations of two communicator cliques in flight at once on one GPU
 # (nccl-concurrent-comms; =0 turns it off). UCX's memory hooks are
 # off: they would catch spcolld's munmap before the simulator's check
