@@ -323,16 +323,22 @@ static void attributes(void) {
 
 /* ---- cuMem allocations across processes and PID namespaces ------------- */
 
+/* A message of one buffer with room for one descriptor. */
+static void msg_init(struct msghdr *m, struct iovec *iov, char *cbuf,
+                     size_t clen) {
+  memset(cbuf, 0, clen);
+  memset(m, 0, sizeof(*m));
+  m->msg_iov = iov;
+  m->msg_iovlen = 1;
+  m->msg_control = cbuf;
+  m->msg_controllen = clen;
+}
+
 static int send_fd(int sock, int fd, const void *bytes, size_t n) {
   char cbuf[CMSG_SPACE(sizeof(int))];
-  memset(cbuf, 0, sizeof(cbuf));
   struct iovec iov = {(void *)bytes, n};
   struct msghdr m;
-  memset(&m, 0, sizeof(m));
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = cbuf;
-  m.msg_controllen = sizeof(cbuf);
+  msg_init(&m, &iov, cbuf, sizeof(cbuf));
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -345,11 +351,7 @@ static int recv_fd(int sock, void *bytes, size_t n) {
   char cbuf[CMSG_SPACE(sizeof(int))];
   struct iovec iov = {bytes, n};
   struct msghdr m;
-  memset(&m, 0, sizeof(m));
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = cbuf;
-  m.msg_controllen = sizeof(cbuf);
+  msg_init(&m, &iov, cbuf, sizeof(cbuf));
   if (recvmsg(sock, &m, MSG_WAITALL) != (ssize_t)n)
     return -1;
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
@@ -365,6 +367,20 @@ struct offer {
   size_t size;
   uint32_t pattern;
 };
+
+/* Allocation h mapped at a new address, readable and writable by GPU 0. */
+static CUdeviceptr map_rw(CUmemGenericAllocationHandle h, size_t size) {
+  CUdeviceptr va;
+  DRV(cuMemAddressReserve(&va, size, 0, 0, 0));
+  DRV(cuMemMap(va, size, 0, h, 0));
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof(acc));
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = 0;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  DRV(cuMemSetAccess(va, size, &acc, 1));
+  return va;
+}
 
 /* The importer: maps both handles it is sent and reads them back. */
 static void importer(int sock, const char *who) {
@@ -398,15 +414,7 @@ static void importer(int sock, const char *who) {
     printf("%s: cuMem POSIX fd import refused: %s\n", who, s);
     return;
   }
-  CUdeviceptr va;
-  DRV(cuMemAddressReserve(&va, o.size, 0, 0, 0));
-  DRV(cuMemMap(va, o.size, 0, h, 0));
-  CUmemAccessDesc acc;
-  memset(&acc, 0, sizeof(acc));
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = 0;
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  DRV(cuMemSetAccess(va, o.size, &acc, 1));
+  CUdeviceptr va = map_rw(h, o.size);
   DRV(cuMemcpyDtoH(&got, va + 4, 4));
   printf("%s: cuMem POSIX fd imported and mapped, read %s\n", who,
          got == o.pattern ? "the pattern" : "WRONG data");
@@ -440,15 +448,7 @@ static void exporter(const int *socks, int nsocks) {
   o.size = gran;
   CUmemGenericAllocationHandle h;
   DRV(cuMemCreate(&h, o.size, &prop, 0));
-  CUdeviceptr va;
-  DRV(cuMemAddressReserve(&va, o.size, 0, 0, 0));
-  DRV(cuMemMap(va, o.size, 0, h, 0));
-  CUmemAccessDesc acc;
-  memset(&acc, 0, sizeof(acc));
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = 0;
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  DRV(cuMemSetAccess(va, o.size, &acc, 1));
+  CUdeviceptr va = map_rw(h, o.size);
   DRV(cuMemsetD32(va, 0, o.size / 4));
   DRV(cuMemcpyHtoD(va + 4, &o.pattern, 4));
   int fd = -1;

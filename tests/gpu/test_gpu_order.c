@@ -74,42 +74,83 @@ static void *wait_thread(void *p) {
   return NULL;
 }
 
-/* Rank r's input is N floats of r * N + i; the all-gather's output on
- * every rank is 0 .. world * N - 1. */
-static int gated_main(int rank, int world, void *argp) {
-  const order_arg *arg = argp;
-  GPT_CUDA(cudaSetDevice(0));
-  held h;
-  spc_client *c = spt_connect(daemon_.socket);
+/* One rank's all-gather of N floats: rank r's input is r * N + i, so the
+ * output on every rank is 0 .. world * N - 1. Its client, group, device
+ * buffer (input, then output), pinned host copies and tensors. */
+typedef struct {
+  spc_client *c;
   spc_group *g;
   spc_buffer *d;
-  if (c == NULL || spc_group_join(c, "gpu-order", world, rank, &g) < 0 ||
-      spc_buffer_alloc_device(c, 0, (size_t)(world + 1) * N * 4, &d) < 0) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+  uint8_t *base;
+  float *in, *out;
+  size_t out_bytes;
+  spc_tensor dx, dy;
+  spc_op op;
+} gather_rank;
+
+static int gather_setup(gather_rank *a, const char *group, int rank,
+                        int world) {
+  GPT_CUDA(cudaSetDevice(0));
+  a->c = spt_connect(daemon_.socket);
+  if (a->c == NULL || spc_group_join(a->c, group, world, rank, &a->g) < 0 ||
+      spc_buffer_alloc_device(a->c, 0, (size_t)(world + 1) * N * 4,
+                              &a->d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank,
+            a->c ? spc_last_error(a->c) : "");
     return 1;
   }
-  float *in, *out;
-  size_t out_bytes = (size_t)world * N * 4;
-  GPT_CUDA(cudaMallocHost((void **)&in, N * 4));
-  GPT_CUDA(cudaMallocHost((void **)&out, out_bytes));
+  a->out_bytes = (size_t)world * N * 4;
+  GPT_CUDA(cudaMallocHost((void **)&a->in, N * 4));
+  GPT_CUDA(cudaMallocHost((void **)&a->out, a->out_bytes));
   for (int i = 0; i < N; i++)
-    in[i] = (float)(rank * N + i);
-  memset(out, 0, out_bytes);
-  /* The gate last: allocating device memory synchronizes the device. */
-  if (hold(&h))
-    return 1;
-  uint8_t *base = spc_buffer_data(d);
-  /* Behind the gate: the input written, the op, the output copied out. */
-  GPT_CUDA(cudaMemcpyAsync(base, in, N * 4, cudaMemcpyHostToDevice, h.s));
+    a->in[i] = (float)(rank * N + i);
+  memset(a->out, 0, a->out_bytes);
+  a->base = spc_buffer_data(a->d);
+  GPT_CUDA(cudaMemset(a->base, 0, (size_t)(world + 1) * N * 4));
   int64_t in_s[1] = {N}, out_s[1] = {(int64_t)world * N};
-  spc_tensor dx, dy;
-  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
-  spc_tensor_init(&dy, d, N * 4, SPC_FLOAT32, 1, out_s);
-  spc_op op = spc_op_all_gather(0, NULL);
+  spc_tensor_init(&a->dx, a->d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&a->dy, a->d, N * 4, SPC_FLOAT32, 1, out_s);
+  a->op = spc_op_all_gather(0, NULL);
+  return 0;
+}
+
+/* The host copy of the output on stream s. */
+static int gather_read(gather_rank *a, cudaStream_t s) {
+  GPT_CUDA(cudaMemcpyAsync(a->out, a->base + N * 4, a->out_bytes,
+                           cudaMemcpyDeviceToHost, s));
+  return 0;
+}
+
+/* Whether the host copy is the right output. */
+static int gather_right(const gather_rank *a, int world) {
+  for (int i = 0; i < world * N; i++)
+    if (a->out[i] != (float)i)
+      return 0;
+  return 1;
+}
+
+static int gather_teardown(gather_rank *a) {
+  int bad = spc_buffer_free(a->d) != SPC_OK;
+  spc_disconnect(a->c);
+  GPT_CUDA(cudaFreeHost(a->in));
+  GPT_CUDA(cudaFreeHost(a->out));
+  return bad;
+}
+
+/* Behind a held stream: the input written, the op started and waited
+ * on, the output read. */
+static int gated_main(int rank, int world, void *argp) {
+  const order_arg *arg = argp;
+  gather_rank a;
+  held h;
+  /* The gate last: allocating device memory synchronizes the device. */
+  if (gather_setup(&a, "gpu-order", rank, world) || hold(&h))
+    return 1;
+  GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
+                           h.s));
   waiter w = {.s = h.s};
-  int rc = spc_start_on_stream(g, &op, &dx, &dy, h.s, &w.req);
-  if (rc < 0) {
-    fprintf(stderr, "rank %d start: %s\n", rank, spc_last_error(c));
+  if (spc_start_on_stream(a.g, &a.op, &a.dx, &a.dy, h.s, &w.req) < 0) {
+    fprintf(stderr, "rank %d start: %s\n", rank, spc_last_error(a.c));
     return 1;
   }
   pthread_t t;
@@ -130,46 +171,25 @@ static int gated_main(int rank, int world, void *argp) {
             arg->events ? "events" : "stream flags");
     bad = 1;
   }
-  if (returned && w.rc != SPC_OK) {
-    fprintf(stderr, "rank %d: wait: %d %s\n", rank, w.rc, spc_last_error(c));
-    bad = 1;
-  }
   if (returned) /* nothing behind the gate has run */
-    GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
-                             cudaMemcpyDeviceToHost, h.s));
+    bad |= gather_read(&a, h.s);
   if (returned && cudaStreamQuery(h.s) != cudaErrorNotReady) {
     fprintf(stderr, "rank %d: the stream ran past its gate\n", rank);
     bad = 1;
   }
   open_gate(&h);
   pthread_join(t, NULL);
-  if (!returned && w.rc != SPC_OK) {
-    fprintf(stderr, "rank %d: wait: %d %s\n", rank, w.rc, spc_last_error(c));
-    bad = 1;
-  }
   if (!returned)
-    GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
-                             cudaMemcpyDeviceToHost, h.s));
+    bad |= gather_read(&a, h.s);
   GPT_CUDA(cudaStreamSynchronize(h.s));
-  for (int i = 0; i < world * N && !bad; i++)
-    if (out[i] != (float)i) {
-      fprintf(stderr, "rank %d: out[%d] = %g, want %d\n", rank, i,
-              (double)out[i], i);
-      bad = 1;
-    }
-  rc = spc_async_error(c, 1);
-  if (rc != SPC_OK) {
-    fprintf(stderr, "rank %d: async error %d: %s\n", rank, rc,
-            spc_last_error(c));
+  int rc = w.rc == SPC_OK ? spc_async_error(a.c, 1) : w.rc;
+  if (rc != SPC_OK || !gather_right(&a, world)) {
+    fprintf(stderr, "rank %d: op %d (%s), output %s\n", rank, rc,
+            spc_last_error(a.c), gather_right(&a, world) ? "right" : "wrong");
     bad = 1;
   }
-  if (spc_buffer_free(d) != SPC_OK)
-    bad = 1;
-  spc_disconnect(c);
-  GPT_CUDA(cudaFreeHost(in));
-  GPT_CUDA(cudaFreeHost(out));
   GPT_CUDA(cudaStreamDestroy(h.s));
-  return bad;
+  return bad | gather_teardown(&a);
 }
 
 /* A daemon with var=value in its environment and the ranks' (none when
@@ -192,36 +212,35 @@ static void run_ranks(const char *var, const char *value, spt_rank_fn fn,
   ck_assert_int_eq(failed, 0);
 }
 
+/* gated_main's ranks (events: they expect to be ordered by events), the
+ * daemon's count of each way after. */
+static void gated_case(const char *var, const char *value, int events,
+                       long long want_flags, long long want_events) {
+  order_arg a = {events};
+  long long flags, events_n;
+  run_ranks(var, value, gated_main, &a, &flags, &events_n);
+  ck_assert_int_eq(flags, want_flags);
+  ck_assert_int_eq(events_n, want_events);
+}
+
 START_TEST(stream_flags_queue_and_return) {
-  order_arg a = {0};
-  long long flags, events;
-  run_ranks(NULL, NULL, gated_main, &a, &flags, &events);
-  ck_assert_int_eq(flags, 2);
-  ck_assert_int_eq(events, 0);
+  gated_case(NULL, NULL, 0, 2, 0);
 }
 END_TEST
 
 /* The negative control: the same test fails its queue-and-return check
  * with events, whose wait blocks. */
 START_TEST(events_block_until_the_stream_runs) {
-  order_arg a = {1};
-  long long flags, events;
-  run_ranks("SPCOLL_GPU_ORDER", "events", gated_main, &a, &flags, &events);
-  ck_assert_int_eq(flags, 0);
-  ck_assert_int_eq(events, 2);
+  gated_case("SPCOLL_GPU_ORDER", "events", 1, 0, 2);
 }
 END_TEST
 
 /* GPUs without stream memory operations: the client finds out and falls
  * back to events (and the daemon would refuse flags), same results. The
  * simulator reads SPCSIM_NO_STREAM_MEM_OPS when a process starts, so this
- * runs in a fresh one (run_anew). */
+ * runs in a fresh one (no_stream_memory_ops_falls_back_to_events). */
 START_TEST(no_memops_events) {
-  order_arg a = {1};
-  long long flags, events;
-  run_ranks(NULL, NULL, gated_main, &a, &flags, &events);
-  ck_assert_int_eq(flags, 0);
-  ck_assert_int_eq(events, 2);
+  gated_case(NULL, NULL, 1, 0, 2);
 }
 END_TEST
 
@@ -299,61 +318,37 @@ static int failing_main(int rank, int world, void *arg) {
  * that did not wait for the op, so it is copied before the op ran. */
 static int control_main(int rank, int world, void *argp) {
   int missing_done = *(const int *)argp;
-  GPT_CUDA(cudaSetDevice(0));
-  spc_client *c = spt_connect(daemon_.socket);
-  spc_group *g;
-  spc_buffer *d;
-  size_t out_bytes = (size_t)world * N * 4;
-  if (c == NULL || spc_group_join(c, "gpu-order-ctl", world, rank, &g) < 0 ||
-      spc_buffer_alloc_device(c, 0, (size_t)(world + 1) * N * 4, &d) < 0)
-    return 1;
-  float *in, *out;
-  GPT_CUDA(cudaMallocHost((void **)&in, N * 4));
-  GPT_CUDA(cudaMallocHost((void **)&out, out_bytes));
-  for (int i = 0; i < N; i++)
-    in[i] = (float)(rank * N + i);
-  uint8_t *base = spc_buffer_data(d);
-  GPT_CUDA(cudaMemset(base, 0, (size_t)(world + 1) * N * 4));
+  gather_rank a;
   cudaStream_t other;
-  GPT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
   held h;
+  if (gather_setup(&a, "gpu-order-ctl", rank, world))
+    return 1;
+  GPT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
   if (hold(&h))
     return 1;
-  GPT_CUDA(cudaMemcpyAsync(base, in, N * 4, cudaMemcpyHostToDevice, h.s));
-  int64_t in_s[1] = {N}, out_s[1] = {(int64_t)world * N};
-  spc_tensor dx, dy;
-  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
-  spc_tensor_init(&dy, d, N * 4, SPC_FLOAT32, 1, out_s);
-  spc_op op = spc_op_all_gather(0, NULL);
+  GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
+                           h.s));
   cudaStream_t on = missing_done ? h.s : other;
-  int rc = spc_run_on_stream(g, &op, &dx, &dy, on);
+  int rc = spc_run_on_stream(a.g, &a.op, &a.dx, &a.dy, on);
   /* ready missing: read after the op, on its stream; done missing: read
    * on the other stream, which never waited for the op. */
-  GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
-                           cudaMemcpyDeviceToHost, other));
+  int bad = gather_read(&a, other);
   GPT_CUDA(cudaStreamSynchronize(other));
-  int wrong = 0;
-  for (int i = 0; i < world * N; i++)
-    wrong |= out[i] != (float)i;
+  int wrong = !gather_right(&a, world);
   open_gate(&h);
   GPT_CUDA(cudaStreamSynchronize(h.s));
-  int bad = 0;
   if (rc == SPC_OK)
-    rc = spc_async_error(c, 1);
+    rc = spc_async_error(a.c, 1);
   if (rc != SPC_OK || !wrong) {
     fprintf(stderr, "rank %d: %s missing: op %d (%s), output %s\n", rank,
-            missing_done ? "done wait" : "ready wait", rc, spc_last_error(c),
+            missing_done ? "done wait" : "ready wait", rc,
+            spc_last_error(a.c),
             wrong ? "wrong" : "right: the check cannot see a missing wait");
     bad = 1;
   }
-  if (spc_buffer_free(d) != SPC_OK)
-    bad = 1;
-  spc_disconnect(c);
-  GPT_CUDA(cudaFreeHost(in));
-  GPT_CUDA(cudaFreeHost(out));
   GPT_CUDA(cudaStreamDestroy(h.s));
   GPT_CUDA(cudaStreamDestroy(other));
-  return bad;
+  return bad | gather_teardown(&a);
 }
 
 START_TEST(a_missing_ready_wait_is_seen) {
@@ -377,61 +372,34 @@ END_TEST
  * runs to its end, result checked, before the compute is let go. */
 static int overlap_main(int rank, int world, void *arg) {
   (void)arg;
-  GPT_CUDA(cudaSetDevice(0));
-  spc_client *c = spt_connect(daemon_.socket);
-  spc_group *g;
-  spc_buffer *d;
-  size_t out_bytes = (size_t)world * N * 4;
-  if (c == NULL || spc_group_join(c, "gpu-order-ovl", world, rank, &g) < 0 ||
-      spc_buffer_alloc_device(c, 0, (size_t)(world + 1) * N * 4, &d) < 0)
-    return 1;
-  float *in, *out;
-  GPT_CUDA(cudaMallocHost((void **)&in, N * 4));
-  GPT_CUDA(cudaMallocHost((void **)&out, out_bytes));
-  for (int i = 0; i < N; i++)
-    in[i] = (float)(rank * N + i);
-  uint8_t *base = spc_buffer_data(d);
-  GPT_CUDA(cudaMemcpy(base, in, N * 4, cudaMemcpyHostToDevice));
+  gather_rank a;
   cudaStream_t comm;
-  GPT_CUDA(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
   held compute;
+  if (gather_setup(&a, "gpu-order-ovl", rank, world))
+    return 1;
+  GPT_CUDA(cudaMemcpy(a.base, a.in, N * 4, cudaMemcpyHostToDevice));
+  GPT_CUDA(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
   if (hold(&compute))
     return 1;
-  int64_t in_s[1] = {N}, out_s[1] = {(int64_t)world * N};
-  spc_tensor dx, dy;
-  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
-  spc_tensor_init(&dy, d, N * 4, SPC_FLOAT32, 1, out_s);
-  spc_op op = spc_op_all_gather(0, NULL);
-  int bad = 0;
-  int rc = spc_run_on_stream(g, &op, &dx, &dy, comm);
-  GPT_CUDA(cudaMemcpyAsync(out, base + N * 4, out_bytes,
-                           cudaMemcpyDeviceToHost, comm));
+  int rc = spc_run_on_stream(a.g, &a.op, &a.dx, &a.dy, comm);
+  int bad = gather_read(&a, comm);
   GPT_CUDA(cudaStreamSynchronize(comm)); /* the compute is still held */
   if (rc == SPC_OK)
-    rc = spc_async_error(c, 1);
+    rc = spc_async_error(a.c, 1);
   if (cudaStreamQuery(compute.s) != cudaErrorNotReady) {
     fprintf(stderr, "rank %d: the compute stream was not busy\n", rank);
     bad = 1;
   }
-  for (int i = 0; i < world * N && !bad; i++)
-    if (out[i] != (float)i) {
-      fprintf(stderr, "rank %d: out[%d] = %g\n", rank, i, (double)out[i]);
-      bad = 1;
-    }
-  if (rc != SPC_OK) {
-    fprintf(stderr, "rank %d: op %d: %s\n", rank, rc, spc_last_error(c));
+  if (rc != SPC_OK || !gather_right(&a, world)) {
+    fprintf(stderr, "rank %d: op %d (%s), output %s\n", rank, rc,
+            spc_last_error(a.c), gather_right(&a, world) ? "right" : "wrong");
     bad = 1;
   }
   open_gate(&compute);
   GPT_CUDA(cudaStreamSynchronize(compute.s));
-  if (spc_buffer_free(d) != SPC_OK)
-    bad = 1;
-  spc_disconnect(c);
-  GPT_CUDA(cudaFreeHost(in));
-  GPT_CUDA(cudaFreeHost(out));
   GPT_CUDA(cudaStreamDestroy(compute.s));
   GPT_CUDA(cudaStreamDestroy(comm));
-  return bad;
+  return bad | gather_teardown(&a);
 }
 
 START_TEST(a_collective_overlaps_compute) {
