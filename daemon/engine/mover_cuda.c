@@ -105,16 +105,25 @@ static int record_done_elsewhere(cuda_job *cj, spk_err *err) {
   return rc;
 }
 
+/* A launch packed at device offset 0 (spk_cdesc_pack), placed at d. */
+static void launch_at(spk_claunch *L, void *d) {
+  uintptr_t base = (uintptr_t)d;
+  L->descs = (const spk_cdesc *)(base + (uintptr_t)L->descs);
+  L->srcs = (const spk_csrc *)(base + (uintptr_t)L->srcs);
+}
+
 /* The op's descriptors on the GPU, both phases in one block: the copy
  * kept from an earlier op with the same bytes, or uploaded now (and kept
  * for the next ones where the cache has room). *fresh: d is this op's
  * own, to free after its launches. */
-static int descs_up(cuda_job *cj, spk_cdesc_list *l, size_t at1,
-                    size_t total, void **d_p, int *fresh, spk_err *err) {
+static int descs_up(cuda_job *cj, const spk_cdesc_list *l, size_t at1,
+                    size_t total, spk_claunch *L, void **d_p, int *fresh,
+                    spk_err *err) {
   spd_gpu *gpu = cj->job.gpu;
-  spk_claunch ignored;
-  spk_cdesc_pack(&l[0], cj->host, 0, &ignored);
-  spk_cdesc_pack(&l[1], (uint8_t *)cj->host + at1, 0, &ignored);
+  /* The bytes do not depend on where they go on the device; the launches
+   * are placed at d once it is known (launch_at). */
+  spk_cdesc_pack(&l[0], cj->host, 0, &L[0]);
+  spk_cdesc_pack(&l[1], (uint8_t *)cj->host + at1, at1, &L[1]);
   uint64_t hash;
   cj->kept = spd_gpu_desc_find(gpu, cj->dev, cj->host, total, &hash);
   *fresh = 0;
@@ -152,12 +161,11 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   rc = spd_gpu_wait_ready(w->rank_state, w->world, cj->stream, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "ranks ready");
   if (rc == SPK_OK)
-    rc = descs_up(cj, l, at1, total, &d, &fresh, err);
+    rc = descs_up(cj, l, at1, total, L, &d, &fresh, err);
   if (rc < 0)
     return rc;
-  spk_cdesc_pack(&l[0], cj->host, (uint64_t)(uintptr_t)d, &L[0]);
-  spk_cdesc_pack(&l[1], (uint8_t *)cj->host + at1,
-                 (uint64_t)(uintptr_t)d + at1, &L[1]);
+  launch_at(&L[0], d);
+  launch_at(&L[1], d);
   int sms = gpu->dev[cj->dev].sms;
   spd_gpu_job_mark(&cj->job, cj->stream, "descriptors up");
   /* Moves may read what reduce steps wrote: phase 1 after phase 0. */

@@ -1,5 +1,6 @@
-/* What the NCCL mover's files share (mover_nccl.c: communicator sets and
- * running plans; mover_nccl_watch.c: the watchdog of ops in flight). */
+/* What the NCCL mover's files share (mover_nccl_set.c: communicator sets;
+ * mover_nccl.c: running plans on them; mover_nccl_watch.c: the watchdog of
+ * ops in flight). */
 #ifndef SPD_MOVER_NCCL_INTERNAL_H
 #define SPD_MOVER_NCCL_INTERNAL_H
 
@@ -64,6 +65,15 @@ struct nccl_job {
 /* "0,1,3": the set's GPUs, for messages. */
 void spd_nccl_set_str(const spd_nccl_set *set, char *buf, size_t len);
 void spd_nccl_set_free(spd_nccl_set *set);
+/* An NCCL failure of `call` over the set's GPUs, as err (SPK_EDEVICE). */
+int spd_nccl_err(int rc_nccl, const char *call, const spd_nccl_set *set,
+                 spk_err *err);
+/* The set over the GPUs of dev[0..world) (each once), made (its init
+ * queued on the pool) when there is none usable. */
+int spd_nccl_set_get(spd_gpu *gpu, const int *dev, int world,
+                     spd_nccl_set **set_p, spk_err *err);
+/* Queue nj's plan on its ready set's streams (mover_nccl.c). */
+int spd_nccl_run(nccl_job *nj, spk_err *err);
 /* Destroy (abort: abort) the set's communicators on the pool. Once that
  * is done the set leaves gpu->nccl_sets, the sets waiting for it start
  * their init, and the set is freed with its streams when no job of it

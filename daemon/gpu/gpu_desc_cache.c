@@ -58,10 +58,11 @@ static spd_desc_cache *cache_of(spd_gpu *gpu) {
 
 spd_desc_entry *spd_gpu_desc_find(spd_gpu *gpu, int dev, const void *host,
                                   size_t size, uint64_t *hash_p) {
+  *hash_p = 0;
+  spd_desc_cache *c = size > ENTRY_MAX ? NULL : cache_of(gpu);
+  if (c == NULL)
+    return NULL; /* not kept either: no hash of a large block */
   *hash_p = fnv1a(host, size);
-  spd_desc_cache *c = cache_of(gpu);
-  if (c == NULL || size > ENTRY_MAX)
-    return NULL;
   for (spd_desc_entry *e = c->head; e != NULL; e = e->next)
     if (e->ready == 1 && e->dev == dev && e->size == size &&
         e->hash == *hash_p && memcmp(e->host, host, size) == 0) {

@@ -36,15 +36,23 @@ int child_reap(pid_t pid, int fd, const char *path, char *buf, size_t len) {
 
 /* Run scenario in a child with stderr in a file; 1 when it died of
  * SIGABRT after a line naming `rule`. */
-int rejected(void (*scenario)(void), const char *rule) {
-  char path[] = "/tmp/spcsim-rule-XXXXXX";
+pid_t child_start(char *path, int *fd_p) {
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   fflush(NULL);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
+  if (pid == 0)
     dup2(fd, 2);
+  *fd_p = fd;
+  return pid;
+}
+
+int rejected(void (*scenario)(void), const char *rule) {
+  char path[] = "/tmp/spcsim-rule-XXXXXX";
+  int fd;
+  pid_t pid = child_start(path, &fd);
+  if (pid == 0) {
     scenario();
     fprintf(stderr, "the scenario survived its misuse\n");
     _exit(0);

@@ -12,6 +12,10 @@
 
 #define OK(call) ck_assert_int_eq((int)(call), 0)
 
+/* Fork a child whose stderr goes to a new file made from the template
+ * path (mkstemp); both get its fd (the child's stderr is it). Read and
+ * remove it with child_reap. */
+pid_t child_start(char *path, int *fd_p);
 /* Run scenario in a child with stderr in a file; 1 when it died of
  * SIGABRT after a line naming `rule`. */
 int rejected(void (*scenario)(void), const char *rule);

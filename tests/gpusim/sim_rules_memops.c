@@ -388,13 +388,9 @@ END_TEST
  * 0 (stderr clean) or 98 with the wait named, else 1. */
 static int stuck_at_exit(int release) {
   char path[] = "/tmp/spcsim-stuck-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
+  int fd;
+  pid_t pid = child_start(path, &fd);
   if (pid == 0) {
-    dup2(fd, 2);
     setenv("SPCSIM_LEAKS_FATAL", "1", 1);
     drv_api cu = drv();
     cudaStream_t s;
