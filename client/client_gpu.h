@@ -53,8 +53,7 @@ typedef struct {
  * SPC__FLAG_SLOTS slots, shared by its GPUs. */
 #define SPC__FLAG_SLOTS 256
 typedef struct {
-  int state;                  /* 0 not tried, 1 in use, -1 events (why) */
-  char why[256];
+  int state;                  /* 0 not tried, 1 in use, -1 events */
   spc_buffer *buf;            /* registered with the daemon for flags */
   uint64_t *words;            /* slot k: ready [2k], done [2k + 1] */
   spc__CUdeviceptr dev;       /* the words as the GPUs address them */
@@ -114,10 +113,8 @@ int spc__gpu_stream_idle(const spc__cu_api *cu, void *stream);
 
 /* ---- stream flags (client_gpu_flags.c) -------------------------------- */
 
-/* Whether ops on d go with stream flags (set up on first use); 0: events,
- * spc__gpu_flags_why says why. */
+/* Whether ops on d go with stream flags (set up on first use); 0: events. */
 int spc__gpu_flags_usable(spc_client *c, spc__gpu_dev *d);
-const char *spc__gpu_flags_why(spc_client *c);
 /* The op's slot: its ready flag set on stream after the work queued
  * there, and rq->stream_flags filled (from sf). */
 int spc__gpu_flags_ready(spc_client *c, spc__gpu_dev *d, void *stream,

@@ -33,32 +33,31 @@
 /* slot_req of a slot whose op failed: never used again. */
 #define SLOT_RETIRED UINT64_MAX
 
-static int flags_off(spc__gpu_flags *f, const char *fmt, const char *arg) {
+/* Ops go with events from now on (the daemon's stats count them). */
+static int flags_off(spc__gpu_flags *f) {
   f->state = -1;
-  snprintf(f->why, sizeof(f->why), fmt, arg);
   return 0;
 }
 
 /* The stream flags buffer: allocated, registered with the daemon for
- * stream flags and with CUDA here. 0 (with why) when any of it cannot be:
- * then ops go with events. */
+ * stream flags and with CUDA here. 0 when any of it cannot be (asked for
+ * events, a driver without the calls, the daemon's refusal, the CUDA
+ * registration): then ops go with events. */
 static int flags_setup(spc_client *c, const spc__cu_api *cu,
                        spc__gpu_flags *f) {
   const char *order = getenv("SPCOLL_GPU_ORDER");
   if (order != NULL && strcmp(order, "events") == 0)
-    return flags_off(f, "%s", "SPCOLL_GPU_ORDER=events");
+    return flags_off(f);
   if (cu->MemHostRegister == NULL || cu->MemHostUnregister == NULL ||
       cu->MemHostGetDevicePointer == NULL || cu->StreamWriteValue64 == NULL ||
       cu->StreamWaitValue64 == NULL || cu->DeviceGetAttribute == NULL)
-    return flags_off(f, "%s", "the CUDA driver lacks cuStreamWriteValue64_v2"
-                     " or another stream memory operation");
+    return flags_off(f);
   char saved[sizeof(c->last_error)];
   memcpy(saved, c->last_error, sizeof(saved));
   int rc = spc__buffer_alloc(c, SPC__FLAG_SLOTS * 16, 1, &f->buf);
   if (rc < 0) {
-    flags_off(f, "spcolld: %s", c->last_error);
     memcpy(c->last_error, saved, sizeof(saved)); /* not this call's error */
-    return 0;
+    return flags_off(f);
   }
   f->words = spc_buffer_data(f->buf);
   spc__CUresult r = cu->MemHostRegister(f->words, SPC__FLAG_SLOTS * 16,
@@ -73,8 +72,7 @@ static int flags_setup(spc_client *c, const spc__cu_api *cu,
     spc_buffer_free(f->buf);
     f->buf = NULL;
     memcpy(c->last_error, saved, sizeof(saved));
-    return flags_off(f, "cuMemHostRegister of the stream flags: %s",
-                     spc__cu_str(cu, r));
+    return flags_off(f);
   }
   f->state = 1;
   return 1;
@@ -100,11 +98,6 @@ int spc__gpu_flags_usable(spc_client *c, spc__gpu_dev *d) {
   if (g->flags.state == 0)
     return flags_setup(c, cu, &g->flags);
   return g->flags.state > 0;
-}
-
-const char *spc__gpu_flags_why(spc_client *c) {
-  spc__gpu_client *g = c->gpu;
-  return g == NULL ? "" : g->flags.why;
 }
 
 static int slot_free(const spc__gpu_flags *f, unsigned k) {
