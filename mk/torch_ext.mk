@@ -1,7 +1,8 @@
 # The C++ c10d backend (client/torch -> $(BUILD)/python/spcoll/_c10d.so),
 # built against the torch of $(TORCH_VENV) (torch 2.x from PyPI; Debian's
 # torch 1.13 ships no c10d headers). Its compile flags come from that torch
-# (include paths, C++ ABI); Python's headers from python3-dev. libspclient
+# (include paths, C++ ABI, CUDA where torch has it: scripts/
+# torch_ext_flags.py); Python's headers from python3-dev. libspclient
 # is linked in statically with its symbols hidden, so the extension needs
 # nothing but torch (imported first) and libprotobuf-c at run time.
 CXX        ?= g++
@@ -11,16 +12,9 @@ C10D_EXT   := $(BUILD)/python/spcoll/_c10d.so
 C10D_FLAGS := $(BUILD)/c10d/torch.flags
 C10D_LIBS  := $(BUILD)/c10d/torch.libs
 
-$(C10D_FLAGS) $(C10D_LIBS) &: $(TORCH_VENV_STAMP)
+$(C10D_FLAGS) $(C10D_LIBS) &: $(TORCH_VENV_STAMP) scripts/torch_ext_flags.py
 	@mkdir -p $(dir $@)
-	$(Q)$(TORCH_VENV)/bin/python -c 'import sysconfig, torch; \
-	  from torch.utils import cpp_extension as c; \
-	  print(" ".join(["-isystem " + p for p in c.include_paths()] + \
-	    ["-isystem " + sysconfig.get_paths()["include"], \
-	     "-D_GLIBCXX_USE_CXX11_ABI=%d" % torch._C._GLIBCXX_USE_CXX11_ABI]))' \
-	  > $(C10D_FLAGS) 2>/dev/null
-	$(Q)$(TORCH_VENV)/bin/python -c 'from torch.utils import cpp_extension as c; \
-	  print(" ".join("-L" + p for p in c.library_paths()))' > $(C10D_LIBS) 2>/dev/null
+	$(Q)$(TORCH_VENV)/bin/python scripts/torch_ext_flags.py $(C10D_FLAGS) $(C10D_LIBS)
 	$(Q)test -f $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' \
 	  2>/dev/null)/Python.h || { echo "no Python.h: make deps installs python3-dev"; exit 1; }
 

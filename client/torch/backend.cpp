@@ -35,10 +35,13 @@ spc_dtype wire_dtype(const char* name, at::ScalarType t) {
   return dt;
 }
 
+// Host tensors by memcpy when contiguous; CUDA ones by torch's copy on
+// the current stream (a device-to-device cudaMemcpyAsync when contiguous),
+// src and dst then being device addresses.
 void copy_to_tensor(const at::Tensor& dst, const void* src) {
   if (dst.numel() == 0)
     return;
-  if (dst.is_contiguous()) {
+  if (dst.is_contiguous() && !dst.is_cuda()) {
     std::memcpy(dst.data_ptr(), src, dst.nbytes());
     return;
   }
@@ -49,7 +52,7 @@ void copy_to_tensor(const at::Tensor& dst, const void* src) {
 void copy_from_tensor(void* dst, const at::Tensor& src) {
   if (src.numel() == 0)
     return;
-  if (src.is_contiguous()) {
+  if (src.is_contiguous() && !src.is_cuda()) {
     std::memcpy(dst, src.data_ptr(), src.nbytes());
     return;
   }
@@ -62,6 +65,15 @@ void copy_pieces(const char* src, const std::vector<at::Tensor>& dsts) {
     copy_to_tensor(d, src);
     src += d.nbytes();
   }
+}
+
+std::vector<const at::Tensor*> all_of(
+    std::initializer_list<const std::vector<at::Tensor>*> lists) {
+  std::vector<const at::Tensor*> v;
+  for (const auto* l : lists)
+    for (const auto& t : *l)
+      v.push_back(&t);
+  return v;
 }
 
 int64_t bytes_of(const std::vector<at::Tensor>& ts) {
@@ -166,25 +178,41 @@ void Backend::check_live(const char* name) const {
 }
 
 Span Backend::scratch(int64_t bytes, Pending& p) {
+  if (p.dev >= 0) {  // from torch's CUDA allocator, on the current stream
+    at::Tensor t = at::empty({bytes > 0 ? bytes : 1},
+                             at::TensorOptions().dtype(at::kByte).device(
+                                 at::kCUDA, (c10::DeviceIndex)p.dev));
+    Span s;
+    if (!cuda_take(conn_, t, &s))
+      C10_THROW_ERROR(DistBackendError,
+                      "spcoll: torch's CUDA allocator gave staging memory "
+                      "that is not in one of its segments");
+    p.keep.push_back(t);
+    s.bytes = bytes;
+    return s;
+  }
   Arena::Block b = conn_->block(bytes > 0 ? (size_t)bytes : 1);
   p.staged.push_back(std::make_unique<Staged>(conn_, b));
   return Span{b.buf, b.off, static_cast<char*>(b.data()), bytes};
 }
 
-// The tensor itself as op memory, when it is contiguous in spcoll memory.
+// The tensor itself as op memory, when it is contiguous in spcoll memory
+// or in a segment of torch's CUDA allocator.
 bool Backend::in_place(const at::Tensor& t, Pending& p, Span* s) {
-  TORCH_CHECK_VALUE(t.device().is_cpu(),
-                    "spcoll: the C++ backend takes CPU tensors; got one on ",
-                    t.device());
   int64_t n = (int64_t)t.nbytes();
-  spc_buffer* buf;
-  uint64_t off;
-  if (n == 0 || !t.is_contiguous() ||
-      !conn_->arena().locate(t.data_ptr(), n, &buf, &off))
-    return false;
+  if (t.is_cuda()) {
+    if (!cuda_take(conn_, t, s))
+      return false;
+  } else {
+    spc_buffer* buf;
+    uint64_t off;
+    if (n == 0 || !t.is_contiguous() ||
+        !conn_->arena().locate(t.data_ptr(), n, &buf, &off))
+      return false;
+    *s = Span{buf, off, static_cast<char*>(t.data_ptr()), n};
+  }
   p.keep.push_back(t);
   conn_->counts().direct += n;
-  *s = Span{buf, off, static_cast<char*>(t.data_ptr()), n};
   return true;
 }
 
@@ -201,7 +229,7 @@ static constexpr int64_t kWrapMin = 32 << 10;
 
 bool Backend::wrap(const at::Tensor& t, Pending& p, Span* s) {
   int64_t n = (int64_t)t.nbytes();
-  if (!p.sync || n < kWrapMin || !t.is_contiguous())
+  if (!p.sync || n < kWrapMin || !t.is_contiguous() || t.is_cuda())
     return false;
   char* a = static_cast<char*>(t.data_ptr());
   for (auto& w : p.wrapped) {
@@ -262,6 +290,8 @@ int Backend::locked(const std::function<int(spc_group*)>& f,
 // making one and the call to wait it. A failed one throws here.
 c10::intrusive_ptr<c10d::Work> Backend::run(Op o, bool async,
                                             std::chrono::milliseconds timeout) {
+  if (o.p->dev >= 0)
+    return run_device(o, async);
   spc_tensor x = flat_tensor(o.x, o.dt), y = flat_tensor(o.y, o.dt);
   std::string msg;
   spc_request* req = nullptr;
@@ -289,6 +319,60 @@ c10::intrusive_ptr<c10d::Work> Backend::run(Op o, bool async,
   else
     w->set_request(req);
   return w;
+}
+
+// A CUDA op, queued on torch's current stream both ways (the daemon
+// starts after the work queued on it so far; what is queued on it next
+// runs after the daemon's work), then its local step on that stream.
+// The host does not wait for the GPU: where the stream flags work a
+// failure comes back with a later op (NCCL's asynchronous errors). The
+// tensors may be freed at once: torch's allocator reuses their blocks in
+// that stream's order, and gives no segment back to CUDA before the
+// daemon is done with it (cuda.hpp).
+c10::intrusive_ptr<c10d::Work> Backend::run_device(Op& o, bool async) {
+  spc_tensor x = flat_tensor(o.x, o.dt), y = flat_tensor(o.y, o.dt);
+  void* stream = cuda_stream(o.p->dev);
+  std::string msg;
+  int rc = locked(
+      [&](spc_group* g) {
+        spc_request* req = nullptr;
+        int r = spc_start_on_stream(g, &o.op, &x, &y, stream, &req);
+        return r < 0 ? r : spc_wait_on_stream(&req, stream);
+      },
+      &msg);
+  if (rc < 0) {
+    if (breaks_group(rc))
+      lost(std::string(o.name) + ": " + status_text(rc, msg));
+    std::rethrow_exception(op_error(o.name, rc, msg));
+  }
+  if (o.p->finish)
+    o.p->finish();
+  if (!async)
+    return {};
+  return cuda_work(o.type, o.p->dev, o.p->outputs);
+}
+
+int Backend::place(const char* name,
+                   const std::vector<const at::Tensor*>& ts) const {
+  int dev = -2;
+  for (const at::Tensor* t : ts) {
+    int d = t->is_cuda() ? (int)t->get_device() : -1;
+    TORCH_CHECK_VALUE(t->is_cuda() || t->device().is_cpu(), "spcoll: ", name,
+                      ": a tensor is on device '", t->device(),
+                      "'; only CPU and CUDA tensors are supported");
+    if (dev == -2 || dev == d) {
+      dev = d;
+      continue;
+    }
+    C10_THROW_ERROR(ValueError,
+                    std::string("spcoll: ") + name + ": tensors on " +
+                        (dev < 0 ? "cpu" : "cuda:" + std::to_string(dev)) +
+                        " and " +
+                        (d < 0 ? "cpu" : "cuda:" + std::to_string(d)) +
+                        " mix host and device memory or GPUs; an op's "
+                        "tensors must all be on the CPU or all on one GPU");
+  }
+  return dev < 0 ? -1 : dev;
 }
 
 [[noreturn]] void Backend::refuse(const char* name, const std::string& why) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "conn.hpp"
+#include "cuda.hpp"
 #include "work.hpp"
 
 namespace spcoll {
@@ -31,6 +32,7 @@ struct Span {
   char* data = nullptr;
   int64_t bytes = 0;
   bool wrapped = false;  // caller memory (spc_buffer_wrap)
+  int dev = -1;          // the CUDA device of device memory; -1: host
 };
 
 // How a torch reduction runs: on the daemon (red), or as an all-gather
@@ -44,6 +46,7 @@ struct RedPlan {
   spc_dtype wire = SPC_FLOAT32;
   bool avg = false;
   c10::intrusive_ptr<c10d::_SupplementBase> premul;
+  int dev = -1;  // where AVG divides: the op's CUDA device, -1 the host
 };
 
 class Backend final : public c10d::Backend {
@@ -134,9 +137,17 @@ class Backend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run(Op op, bool async,
                                      std::chrono::milliseconds timeout);
 
+  // Where an op's tensors are: -1 all on the CPU, the CUDA device when all
+  // are on one GPU; ValueError naming the op when they mix.
+  int place(const char* name, const std::vector<const at::Tensor*>& ts) const;
+  // Whether this op's CUDA tensors run here (cuda.hpp) rather than on the
+  // Python backend's device path.
+  bool direct(int dev) const { return dev >= 0 && cuda_direct(); }
+
   // The caller's tensor as op memory: in place when it is contiguous in
-  // spcoll memory, or as caller memory in a blocking collective (p.sync,
-  // wrap), else a staged copy.
+  // spcoll memory or in a segment of torch's CUDA allocator, or as caller
+  // memory in a blocking collective (p.sync, wrap), else a staged copy.
+  // Staging and scratch are on p.dev (host memory when it is -1).
   Span in_span(const at::Tensor& t, Pending& p);
   // Op memory the result lands in: the tensor itself when it is
   // contiguous in spcoll memory (*back false), else scratch to copy back.
@@ -169,6 +180,7 @@ class Backend final : public c10d::Backend {
  private:
   c10::intrusive_ptr<c10d::Work> p2p(bool send, at::Tensor& t, int peer,
                                      int tag);
+  c10::intrusive_ptr<c10d::Work> run_device(Op& o, bool async);
   void lost(const std::string& why);
   void attach(Work& w);
   int locked(const std::function<int(spc_group*)>& f, std::string* msg);
@@ -187,7 +199,11 @@ class Backend final : public c10d::Backend {
 // (try_: false instead).
 spc_dtype wire_dtype(const char* name, at::ScalarType t);
 bool try_wire_dtype(at::ScalarType t, spc_dtype* dt);
-// Contiguous bytes <-> a tensor of any strides.
+// The tensors of an op's lists, for Backend::place.
+std::vector<const at::Tensor*> all_of(
+    std::initializer_list<const std::vector<at::Tensor>*> lists);
+// Contiguous bytes <-> a tensor of any strides (device addresses for a
+// CUDA tensor).
 void copy_to_tensor(const at::Tensor& dst, const void* src);
 void copy_from_tensor(void* dst, const at::Tensor& src);
 spc_tensor flat_tensor(const Span& s, spc_dtype dt);

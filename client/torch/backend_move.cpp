@@ -35,12 +35,14 @@ static Backend::Op all_gather_op(const char* name, c10d::OpType type,
 WorkPtr Backend::broadcast(std::vector<at::Tensor>& ts,
                            const c10d::BroadcastOptions& o) {
   check_live("broadcast");
-  if (any_cuda(ts))
+  int dev = place("broadcast", all_of({&ts}));
+  if (dev >= 0 && !direct(dev))
     return device("broadcast")->call("broadcast", ts, o);
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: broadcast takes one tensor");
   at::Tensor t = ts[0];
   int root = (int)o.rootRank;
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   int64_t n = (int64_t)t.nbytes();
   std::vector<int64_t> sizes(size_, 0);
   sizes[root] = n;
@@ -69,7 +71,12 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
                            std::vector<at::Tensor>& ins,
                            const c10d::AllgatherOptions& o) {
   check_live("all_gather");
-  if (any_cuda(outs) || any_cuda(ins))
+  auto ts = all_of({&ins});
+  for (const auto& l : outs)
+    for (const auto& t : l)
+      ts.push_back(&t);
+  int dev = place("all_gather", ts);
+  if (dev >= 0 && !direct(dev))
     return device("all_gather")->call("allgather", outs, ins, o);
   TORCH_CHECK_VALUE(ins.size() == 1 && outs.size() == 1,
                     "spcoll: all_gather takes one input and one output list");
@@ -81,6 +88,7 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
   for (const auto& t : outs[0])
     sizes.push_back((int64_t)t.nbytes());
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   Span x = in_span(ins[0], *p);
   Span y = scratch(bytes_of(outs[0]), *p);
   p->finish = scatter_back(y.data, outs[0]);
@@ -94,13 +102,15 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
 WorkPtr Backend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                  const c10d::AllgatherOptions& o) {
   check_live("all_gather_into_tensor");
-  if (out.is_cuda() || in.is_cuda())
+  int dev = place("all_gather_into_tensor", {&out, &in});
+  if (dev >= 0 && !direct(dev))
     return device("all_gather_into_tensor")->call("_allgather_base", out, in, o);
   if (out.nbytes() != in.nbytes() * (size_t)size_)
     refuse("all_gather_into_tensor",
            "output has " + std::to_string(out.nbytes()) + " bytes, want " +
                std::to_string(size_) + " x " + std::to_string(in.nbytes()));
   auto p = pending(!o.asyncOp);
+  p->dev = dev;
   bool back;
   Span y = out_span(out, *p, &back);
   Span x;
@@ -109,7 +119,8 @@ WorkPtr Backend::_allgather_base(at::Tensor& out, at::Tensor& in,
   int64_t n = (int64_t)in.nbytes();
   if (!back && !y.wrapped && in.is_contiguous() && n > 0 &&
       (char*)in.data_ptr() == y.data + n * rank_) {
-    x = Span{y.buf, y.off + (uint64_t)(n * rank_), y.data + n * rank_, n};
+    x = Span{y.buf, y.off + (uint64_t)(n * rank_), y.data + n * rank_, n,
+             false, dev};
     p->keep.push_back(in);
   } else {
     x = in_span(in, *p);
@@ -329,12 +340,14 @@ WorkPtr Backend::alltoall_base(at::Tensor& out, at::Tensor& in,
                                std::vector<int64_t>& in_splits,
                                const c10d::AllToAllOptions& o) {
   check_live("all_to_all_single");
-  if (out.is_cuda() || in.is_cuda())
+  int dev = place("all_to_all_single", {&out, &in});
+  if (dev >= 0 && !direct(dev))
     return device("all_to_all_single")
         ->call("alltoall_base", out, in, out_splits, in_splits, o);
   auto in_b = split_bytes(*this, "input", in, in_splits);
   auto out_b = split_bytes(*this, "output", out, out_splits);
   auto p = pending(!o.asyncOp);
+  p->dev = dev;
   Span x = in_span(in, *p);
   bool back;
   Span y = out_span(out, *p, &back);
@@ -350,12 +363,14 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outs,
                           std::vector<at::Tensor>& ins,
                           const c10d::AllToAllOptions& o) {
   check_live("all_to_all");
-  if (any_cuda(outs) || any_cuda(ins))
+  int dev = place("all_to_all", all_of({&outs, &ins}));
+  if (dev >= 0 && !direct(dev))
     return device("all_to_all")->call("alltoall", outs, ins, o);
   if ((int)outs.size() != size_ || (int)ins.size() != size_)
     refuse("all_to_all", "needs " + std::to_string(size_) +
                              " input and output tensors");
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   std::vector<int64_t> in_b, out_b;
   Span x = scratch(bytes_of(ins), *p);
   char* q = x.data;

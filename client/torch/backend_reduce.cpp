@@ -55,9 +55,12 @@ RedPlan Backend::plan_reduce(const char* name, const c10d::ReduceOp& op,
 
 namespace {
 
-at::Tensor view(const void* data, int64_t count, at::ScalarType t) {
-  return at::from_blob(const_cast<void*>(data), {count},
-                       at::TensorOptions().dtype(t));
+at::Tensor view(const void* data, int64_t count, at::ScalarType t,
+                int dev = -1) {
+  auto o = at::TensorOptions().dtype(t);
+  if (dev >= 0)
+    o = o.device(at::kCUDA, (c10::DeviceIndex)dev);
+  return at::from_blob(const_cast<void*>(data), {count}, o);
 }
 
 void premultiply(const RedPlan& rp, char* data, int64_t count) {
@@ -74,7 +77,7 @@ void premultiply(const RedPlan& rp, char* data, int64_t count) {
 
 void average(const RedPlan& rp, char* data, int64_t count, int w) {
   if (rp.avg)
-    view(data, count, rp.move).div_(w);
+    view(data, count, rp.move, rp.dev).div_(w);
 }
 
 // out = rows[0] op rows[1] op ... (w rows of count elements, in order).
@@ -95,6 +98,13 @@ void fold(const RedPlan& rp, const char* rows, int64_t count, int w,
 }
 
 }  // namespace
+
+// Where a reduction's CUDA tensors go: the Python backend's device path
+// for what runs on the host here (a local fold, PREMUL_SUM's scaling) or
+// when this process's CUDA memory cannot go in place.
+static bool python_path(const Backend& b, int dev, const RedPlan& rp) {
+  return dev >= 0 && (!b.direct(dev) || rp.local || rp.premul);
+}
 
 // The reduction of x (count elements) over the group. sizes null: every
 // rank gets all of it; else rank j gets piece j of sizes (elements).
@@ -145,12 +155,15 @@ static WorkPtr reduce_core(Backend& b, const char* name, c10d::OpType type,
 WorkPtr Backend::allreduce(std::vector<at::Tensor>& ts,
                            const c10d::AllreduceOptions& o) {
   check_live("all_reduce");
-  if (any_cuda(ts))
-    return device("all_reduce")->call("allreduce", ts, o);
+  int dev = place("all_reduce", all_of({&ts}));
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: all_reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("all_reduce", o.reduceOp, t.scalar_type());
+  if (python_path(*this, dev, rp))
+    return device("all_reduce")->call("allreduce", ts, o);
+  rp.dev = dev;
   auto p = pending(!o.asyncOp && !rp.premul);
+  p->dev = dev;
   p->outputs = ts;
   int64_t count = t.numel();
   if (rp.local) {
@@ -201,11 +214,14 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& ts,
                                      const c10d::AllreduceCoalescedOptions& o) {
   const char* name = "all_reduce_coalesced";
   check_live(name);
-  if (any_cuda(ts))
-    return device(name)->call("allreduce_coalesced", ts, o);
+  int dev = place(name, all_of({&ts}));
   TORCH_CHECK_VALUE(!ts.empty(), "spcoll: ", name, " needs tensors");
   RedPlan rp = plan_reduce(name, o.reduceOp, ts[0].scalar_type());
+  if (python_path(*this, dev, rp))
+    return device(name)->call("allreduce_coalesced", ts, o);
+  rp.dev = dev;
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   Span x = stage_all(*this, name, ts, *p);
   int64_t count = x.bytes / (int64_t)at::elementSize(rp.move);
   premultiply(rp, x.data, count);
@@ -220,13 +236,16 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& ts,
 WorkPtr Backend::reduce(std::vector<at::Tensor>& ts,
                         const c10d::ReduceOptions& o) {
   check_live("reduce");
-  if (any_cuda(ts))
-    return device("reduce")->call("reduce", ts, o);
+  int dev = place("reduce", all_of({&ts}));
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("reduce", o.reduceOp, t.scalar_type());
+  if (python_path(*this, dev, rp))
+    return device("reduce")->call("reduce", ts, o);
+  rp.dev = dev;
   int root = (int)o.rootRank;
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   p->outputs = ts;
   int64_t count = t.numel();
   // the input stays as it is on every rank but the root: staged when it
@@ -273,13 +292,20 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outs,
                                 const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter";
   check_live(name);
-  if (any_cuda(outs) || any_cuda(ins))
-    return device(name)->call("reduce_scatter", outs, ins, o);
+  auto all = all_of({&outs});
+  for (const auto& l : ins)
+    for (const auto& t : l)
+      all.push_back(&t);
+  int dev = place(name, all);
   TORCH_CHECK_VALUE(outs.size() == 1, "spcoll: reduce_scatter takes one output");
+  RedPlan rp = plan_reduce(name, o.reduceOp, outs[0].scalar_type());
+  if (python_path(*this, dev, rp))
+    return device(name)->call("reduce_scatter", outs, ins, o);
   if (ins.size() != 1 || (int)ins[0].size() != size_)
     refuse(name, "needs a list of " + std::to_string(size_) + " input tensors");
-  RedPlan rp = plan_reduce(name, o.reduceOp, outs[0].scalar_type());
+  rp.dev = dev;
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   Span x = stage_all(*this, name, ins[0], *p);
   std::vector<int64_t> sizes;
   for (const auto& t : ins[0])
@@ -292,14 +318,17 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                       const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter_tensor";
   check_live(name);
-  if (out.is_cuda() || in.is_cuda())
+  int dev = place(name, {&out, &in});
+  RedPlan rp = plan_reduce(name, o.reduceOp, out.scalar_type());
+  if (python_path(*this, dev, rp))
     return device(name)->call("_reduce_scatter_base", out, in, o);
   if (in.numel() != out.numel() * size_)
     refuse(name, "input has " + std::to_string(in.numel()) +
                      " elements, want " + std::to_string(size_) + " x " +
                      std::to_string(out.numel()));
-  RedPlan rp = plan_reduce(name, o.reduceOp, out.scalar_type());
+  rp.dev = dev;
   auto p = pending(!o.asyncOp);
+  p->dev = dev;
   Span x;
   if (rp.premul) {
     x = scratch((int64_t)in.nbytes(), *p);
@@ -317,7 +346,11 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter_tensor_coalesced";
   check_live(name);
-  if (any_cuda(outs) || any_cuda(ins))
+  int dev = place(name, all_of({&outs, &ins}));
+  if (dev >= 0 && (outs.empty() ||
+                   python_path(*this, dev,
+                               plan_reduce(name, o.reduceOp,
+                                           outs[0].scalar_type()))))
     return device(name)->call("reduce_scatter_tensor_coalesced", outs, ins, o);
   if (outs.size() != ins.size() || outs.empty())
     refuse(name, std::to_string(outs.size()) + " outputs for " +
@@ -329,8 +362,10 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(
                        std::to_string(size_) + " x its output, in " +
                        c10::toString(ins[0].scalar_type()));
   RedPlan rp = plan_reduce(name, o.reduceOp, outs[0].scalar_type());
+  rp.dev = dev;
   // rank j's piece of every input, back to back: [j][i]
   auto p = std::make_unique<Pending>();
+  p->dev = dev;
   int64_t per = bytes_of(outs);
   Span x = scratch(per * size_, *p);
   char* q = x.data;

@@ -6,6 +6,7 @@
 // writes the eventfd the pumper also polls. Whoever reads answers wakes the
 // sleepers, which look at their own request again.
 #include "conn.hpp"
+#include "cuda.hpp"
 
 extern "C" {
 #include "status.h"
@@ -69,6 +70,7 @@ Arena::Block Conn::block(size_t n) {
 }
 
 Conn::~Conn() {
+  cuda_forget(this);  // torch's CUDA segments, released before it frees them
   arena_.reset();  // unregisters the staging buffers first
   spc_disconnect(c_);
   if (efd_ >= 0)

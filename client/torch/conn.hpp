@@ -98,6 +98,9 @@ class Conn {
     std::atomic<uint64_t> direct{0}, staged_in{0}, staged_out{0};
     std::atomic<uint64_t> refused{0};
     std::atomic<uint64_t> wrapped{0};  // caller memory, spc_buffer_wrap
+    // segments of torch's CUDA allocator registered, and released again
+    // when torch gave them back to CUDA (cuda.hpp)
+    std::atomic<uint64_t> segments{0}, segments_released{0};
   };
   Counts& counts() { return counts_; }
   void count_refused(size_t n) { counts_.refused += n; }

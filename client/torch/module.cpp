@@ -73,6 +73,8 @@ PYBIND11_MODULE(_c10d, m) {
     d["staged_out_bytes"] = k.staged_out.load();
     d["allocator_refused_bytes"] = k.refused.load();
     d["wrapped_bytes"] = k.wrapped.load();
+    d["cuda_segments"] = k.segments.load();
+    d["cuda_segments_released"] = k.segments_released.load();
     return d;
   });
 }

@@ -53,6 +53,7 @@ struct Wrapped {
 struct Pending {
   // A blocking collective: its tensors may be passed as caller memory.
   bool sync = false;
+  int dev = -1;  // the op's CUDA device (its staging is there); -1: host
   std::vector<std::unique_ptr<Wrapped>> wrapped;
   std::vector<std::unique_ptr<Staged>> staged;
   std::vector<at::Tensor> keep;  // caller tensors the daemon reads or writes

@@ -335,6 +335,95 @@ def backend_zero_copy_output(c):
     _bsame(c, "all_gather_into_tensor into spcoll memory", out, ref)
 
 
+def _cxx_counts():
+    """The C++ backend's counts (spcoll.c10d.counts()); NeedsKernels-like
+    skip when the Python backend serves."""
+    import spcoll.distributed as sd
+    if sd.backend_kind() != "c++":
+        raise NeedsKernels("the C++ backend is not the one registered (%s)"
+                           % sd.backend_kind())
+    from spcoll import c10d
+    return c10d.counts()
+
+
+def _delta(before, after):
+    return {k: after[k] - before[k] for k in after}
+
+
+@backend_check
+def backend_ordinary_cuda_tensors_in_place(c):
+    """Tensors from torch's caching allocator go in place: nothing staged,
+    every operand byte counted as taken directly (the CPU references are
+    computed after the count)."""
+    w, cuda = c.world, c.dev
+    before = _cxx_counts()
+    t = c.mine([1 << 12]).to(cuda)
+    dist.all_reduce(t)
+    x = c.mine([256, 3])
+    out = torch.empty([256 * w, 3], device=cuda)
+    dist.all_gather_into_tensor(out, x.to(cuda))
+    big = c.mine([64 * w, 5])
+    o = torch.empty([64, 5], device=cuda)
+    dist.reduce_scatter_tensor(o, big.to(cuda))
+    a = c.mine([8 * w, 16])
+    ao = torch.empty([8 * w, 16], device=cuda)
+    dist.all_to_all_single(ao, a.to(cuda))
+    b = c.mine([100]).to(cuda)
+    dist.broadcast(b, w - 1)
+    d = _delta(before, _cxx_counts())
+    ref = c.mine([1 << 12])
+    dist.all_reduce(ref)
+    _bsame(c, "all_reduce", t, ref)
+    rout = torch.empty([256 * w, 3])
+    dist.all_gather_into_tensor(rout, x)
+    _bsame(c, "all_gather_into_tensor", out, rout)
+    ro = torch.empty([64, 5])
+    dist.reduce_scatter_tensor(ro, big)
+    _bsame(c, "reduce_scatter_tensor", o, ro)
+    ar = torch.empty([8 * w, 16])
+    dist.all_to_all_single(ar, a)
+    _bsame(c, "all_to_all_single", ao, ar)
+    rb = c.mine([100])
+    dist.broadcast(rb, w - 1)
+    _bsame(c, "broadcast", b, rb)
+    want = (4 * (1 << 12) + 4 * 256 * 3 * (w + 1) + 4 * 64 * 5 * (w + 1) +
+            2 * 4 * 8 * w * 16 + 4 * 100)
+    if d["staged_in_bytes"] or d["staged_out_bytes"]:
+        c.failures.append("ordinary CUDA tensors were staged: %s" % d)
+    if d["direct_bytes"] != want:
+        c.failures.append("%d bytes taken in place, want %d: %s"
+                          % (d["direct_bytes"], want, d))
+    if _cxx_counts()["cuda_segments"] < 1:
+        c.failures.append("no segment of torch's allocator registered: %s"
+                          % d)
+
+
+@backend_check
+def backend_empty_cache_with_ops_in_flight(c):
+    """torch gives registered segments back to CUDA while an async op
+    runs: each is released first (the simulator fails a cudaFree of memory
+    the daemon still maps), the op completes right."""
+    w = c.world
+    for i in range(3):
+        before = _cxx_counts()
+        old = c.mine([3 << 20], salt=i).to(c.dev)   # a segment of its own
+        dist.all_reduce(old)
+        x = c.mine([1 << 16], salt=i).to(c.dev)
+        out = torch.empty([w << 16], device=c.dev)
+        h = dist.all_gather_into_tensor(out, x, async_op=True)
+        del old
+        torch.cuda.empty_cache()          # cudaFree of old's segment
+        h.wait()
+        ref = torch.empty([w << 16])
+        dist.all_gather_into_tensor(ref, c.mine([1 << 16], salt=i))
+        _bsame(c, "all_gather across empty_cache, round %d" % i, out, ref)
+        d = _delta(before, _cxx_counts())
+        if d["cuda_segments_released"] < 1:
+            c.failures.append("round %d: no segment released before "
+                              "empty_cache freed it: %s" % (i, d))
+        del x, out, h
+
+
 def _run_checks(ctx, checks, only):
     results = {}
     for fn in checks:

@@ -1,7 +1,8 @@
 """CUDA tensors: where an op runs (host or device path), the stream it is
 ordered on, and torch tensors over spcoll-owned device memory.
 
-The daemon only ever imports device memory that spcoll allocated itself
+The package's ops (and the Python backend) only have the daemon import
+device memory that spcoll allocated itself
 (spc_buffer_alloc_device: one cudaMalloc per arena, freed by spcoll after
 it is unregistered). A CUDA tensor from torch's caching allocator is never
 registered: it is staged into an spcoll arena by one device-to-device copy
@@ -12,7 +13,10 @@ neither torch 1.13 nor 2.x calls anything before it does, so the daemon
 could still hold the segment imported (undefined behaviour per CUDA);
 expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) are
 VMM memory, which legacy CUDA IPC cannot share at all. Tensors made with
-spcoll.empty(..., device="cuda") are spcoll memory: zero copy.
+spcoll.empty(..., device="cuda") are spcoll memory: zero copy. The C++
+torch.distributed backend registers the caching allocator's segments
+instead, released from the allocator's own hook before torch frees them
+(client/torch/cuda.hpp).
 """
 import ctypes
 

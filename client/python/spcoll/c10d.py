@@ -10,9 +10,11 @@ _c10d.so); _c10d.so beside this file (`make install` puts it there);
 tree. $SPCOLL_BACKEND=python keeps the Python backend even where the
 extension loads.
 
-Group names: see group_name(). CUDA tensors still go through the Python
-backend's device path (a second spcoll group per process group, joined
-when torch sees a GPU); docs/python.md says so.
+Group names: see group_name(). CUDA tensors of torch's caching allocator
+go in place on the process group's own spcoll group, ordered on torch's
+current stream (client/torch/cuda.hpp); what the C++ backend leaves to the
+Python backend's device path (a second spcoll group per process group,
+joined when torch sees a GPU) is listed in docs/python.md.
 """
 import datetime
 import hashlib
@@ -160,10 +162,13 @@ _allocator_pid = None
 
 
 def counts():
-    """Bytes of op operands the C++ backend took in place (spcoll memory:
-    direct_bytes; other memory of blocking collectives, handed to libspclient
-    as caller memory: wrapped_bytes), copied into staging, and copied back
-    (this process, all groups)."""
+    """Bytes of op operands the C++ backend took in place (spcoll memory and
+    CUDA tensors of torch's caching allocator: direct_bytes; other memory
+    of blocking collectives, handed to libspclient as caller memory:
+    wrapped_bytes), copied into staging, and copied back (this process, all
+    groups); the segments of torch's CUDA allocator registered with the
+    daemon (cuda_segments) and released again before torch freed them
+    (cuda_segments_released)."""
     return load().counts(connection())
 
 

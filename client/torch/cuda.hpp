@@ -1,0 +1,56 @@
+// CUDA tensors in place: the segments of torch's CUDA caching allocator
+// registered with spcolld, ordered on torch's current stream.
+//
+// A segment (one cudaMalloc of the allocator) is registered the first
+// time an op takes a tensor inside it, and stays registered until torch
+// gives it back to CUDA: the allocator's trace hook reports the
+// SEGMENT_FREE before its cudaFree, and the registration is released
+// there (libspclient first takes the answers of every op still running
+// in the daemon), so the daemon never maps memory that torch freed:
+// torch.cuda.empty_cache and the retry after an out-of-memory stay safe.
+//
+// Not in place: expandable segments (VMM memory, which CUDA IPC cannot
+// share) and memory outside the caching allocator; those ops take the
+// Python backend's device path or a staged copy (backend.cpp).
+//
+// Built with SPC_TORCH_CUDA where torch has CUDA and its headers are
+// found (mk/torch_ext.mk); without, cuda_direct() is false and every
+// CUDA tensor takes the Python backend's device path.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace spcoll {
+
+class Conn;
+struct Span;
+
+// Whether this process's CUDA tensors can go in place: built with CUDA,
+// torch's allocator without expandable segments.
+bool cuda_direct();
+
+// t's bytes as op memory, when t is contiguous in a segment of torch's
+// caching allocator (registered on first use). false otherwise; throws
+// DistBackendError when the daemon refuses the segment. Never call it
+// with the Conn's lock held (it takes the allocator's lock, and the
+// allocator's hook takes the Conn's).
+bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
+               Span* s);
+
+// Forget conn's segments (the Conn is going away).
+void cuda_forget(Conn* conn);
+
+// torch's current stream on CUDA device dev, as an spc_stream.
+void* cuda_stream(int dev);
+
+// The Work of an op already queued on dev's current stream: wait() makes
+// the caller's current stream wait for it; the future is complete and
+// orders its users' streams after it, as ProcessGroupNCCL's does.
+c10::intrusive_ptr<c10d::Work> cuda_work(c10d::OpType type, int dev,
+                                         std::vector<at::Tensor> outputs);
+
+}  // namespace spcoll
