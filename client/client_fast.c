@@ -111,6 +111,12 @@ static void bump(uint64_t *word) {
   __atomic_store_n(word, *word + 1, __ATOMIC_RELEASE);
 }
 
+/* A counter the daemon reads at any time, published by the bump of count
+ * after it: an atomic store, no order of its own. */
+static void add(uint64_t *word, uint64_t n) {
+  __atomic_store_n(word, *word + n, __ATOMIC_RELAXED);
+}
+
 static void count(spc_group *g, int kind, int ok, int in_place,
                   uint64_t bytes, uint64_t ns) {
   if (g->rank != 0 || kind < 0 || kind >= SPK_OP_COUNT)
@@ -124,10 +130,10 @@ static void count(spc_group *g, int kind, int ok, int in_place,
   int b = 0;
   while (b < SPK_FSEG_HIST - 1 && us >= (1ull << b))
     b++;
-  c->bytes += bytes;
-  c->ns += ns;
-  c->in_place += (uint64_t)in_place;
-  c->lat[b]++;
+  add(&c->bytes, bytes);
+  add(&c->ns, ns);
+  add(&c->in_place, (uint64_t)in_place);
+  add(&c->lat[b], 1);
   bump(&c->count);
 }
 
@@ -183,9 +189,8 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
  * a hand-off. Every rank published s, so is done with op s - 1, whose
  * staging half or tagged lines op s + 1 will take (the parity rules of
  * stage_in and client_fast_lines.c): this rank takes them for writing
- * now, while it runs s. The line the others poll stays theirs. Measured
- * in docs/performance.md ("Lines taken back early"). */
-#define CLAIM_MAX 1024u
+ * now, while it runs s, up to CLAIM_MAX lines (client_fast_tune.h). The
+ * line the others poll stays theirs. */
 static inline void claim_line(const void *p) {
 #if defined(__x86_64__)
   /* An asm: the compiler drops a call that does nothing it can see. */
@@ -337,7 +342,7 @@ static int runs_here(spc_group *g, const spc_op *op, const spc_tensor *in,
                      const spc_tensor *out, int *again_p) {
   spc_fast *f = g->fast;
   *again_p = 0;
-  if (f == NULL || (__atomic_load_n(&f->hdr->closed, __ATOMIC_ACQUIRE) &&
+  if (f == NULL || (__atomic_load_n(&f->hdr->closed, __ATOMIC_SEQ_CST) &&
                     !started_by_others(g)))
     return 0;
   *again_p = spc__fast_again(g, op, in, out);
@@ -398,8 +403,8 @@ static int run_op(spc_group *g, const spc_op *op, const spc_tensor *in,
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
   spk_fseg_rank *me = g->fast ? spc__fast_rank(g->fast, g->rank) : NULL;
-  if (me != NULL)
-    __atomic_store_n(&me->in_op, 1, __ATOMIC_RELAXED);
+  if (me != NULL) /* before runs_here's load of closed: seq_cst both */
+    __atomic_store_n(&me->in_op, 1, __ATOMIC_SEQ_CST);
   int rc = run_op(g, op, in, out, handled_p);
   if (me != NULL)
     __atomic_store_n(&me->in_op, 0, __ATOMIC_RELEASE);

@@ -20,9 +20,6 @@
 
 #include "client_fast_internal.h"
 
-/* Bytes of scratch per remote source and piece: a reduce's pieces of
- * every source and its output together stay within a core's L2. */
-#define PIECE_BYTES (128u << 10)
 
 static int cma_read(spc_group *g, int r, uint8_t *dst, uint64_t from,
                     uint64_t n) {
@@ -102,7 +99,6 @@ static uint8_t *based_at(uint8_t *p, uint64_t lo) {
 }
 
 /* The runs of a plain copy, read in batches of paired iovecs. */
-#define RUNS_MAX (IOV_MAX < 256 ? IOV_MAX : 256)
 typedef struct {
   spc_group *g;
   int r;

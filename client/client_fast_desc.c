@@ -177,13 +177,14 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
      * only the first line of its slot was written. `repeated` says so
      * unless r already published its next op; then the slot does. */
     if (__atomic_load_n(&a->repeated, __ATOMIC_RELAXED) == s ||
-        (x->seq == s && x->repeat)) {
+        (__atomic_load_n(&x->seq, __ATOMIC_RELAXED) == s &&
+         __atomic_load_n(&x->repeat, __ATOMIC_RELAXED))) {
       f->descs[r].repeat = 1;
       all &= f->inplace[r] || f->in_stage[r];
       continue;
     }
     /* Checked in this rank's copy: r may write its slot meanwhile. */
-    f->descs[r] = *x;
+    spk_fseg_desc_get(&f->descs[r], x);
     f->descs[r].repeat = 0;
     repeat = 0;
     all &= f->descs[r].eligible == 1 && f->descs[r].seq == s &&
@@ -227,7 +228,7 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   d->seq = s;
   /* Nobody reads a repeat's slot but the daemon's watchdog, which reads
    * its first line (the op's kind). */
-  memcpy(slot, d, d->repeat ? HEAD : sizeof(*d));
+  spk_fseg_desc_put(slot, d, d->repeat ? HEAD : sizeof(*d));
   if (d->repeat && d->where.mapped)
     slot->where = d->where;
   f->seq = s;

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "client_fast.h"
+#include "client_fast_tune.h"
 #include "fast_seg.h"
 #include "planner.h"
 
@@ -21,7 +22,6 @@ typedef struct {
 } spc_fast_clock;
 
 /* A buffer of another rank, mapped read-only (client_fast_map.c). */
-#define SPC_FAST_MAPS 16
 typedef struct {
   uint64_t dev, ino, size;
   uint8_t *base;

@@ -46,14 +46,6 @@
 
 #include "client_fast_internal.h"
 
-/* Ops of at least this many bytes in or out (per rank) are read in
- * place: below, copying in and out costs less than the barrier that
- * ends an op read in place (docs/performance.md). Where the group has
- * more ranks than the node has CPUs, that barrier costs switches between
- * them, and staging wins up to 8 KiB. */
-#define MAP_MIN_BYTES 1024u
-#define MAP_MIN_OVER_BYTES (16u << 10)
-
 void spc__fast_map_init(spc_group *g) {
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
@@ -145,7 +137,11 @@ static int same_uid(int pfd, pid_t pid) {
  * this uid, and its word is the one it named; else -1, and *why says why.
  * Any failure means "may not": the group stages its ops. */
 static int probe(spc_fast *f, int r, probe_why *why) {
-  spk_fseg_ident id = spc__fast_rank(f, r)->id;
+  /* What `attached` published; canmap and nomap_* r may be writing now. */
+  const spk_fseg_ident *src = &spc__fast_rank(f, r)->id;
+  spk_fseg_ident id = {.pid = src->pid, .probe_fd = src->probe_fd,
+                       .probe_addr = src->probe_addr,
+                       .probe_word = src->probe_word};
   if (id.pid <= 0)
     return probe_fail(why, SPK_FSEG_PROBE_NOPID, 0, -1);
   int pfd = (int)syscall(SYS_pidfd_open, (pid_t)id.pid, 0);
@@ -166,8 +162,6 @@ static int probe(spc_fast *f, int r, probe_why *why) {
   f->pid[r] = (pid_t)id.pid;
   return pfd;
 }
-
-#define FREED_EVERY 64
 
 void spc__fast_map_step(spc_group *g) {
   spc_fast *f = g->fast;

@@ -50,8 +50,8 @@ static void run_move(const spc_fast *f, const spk_move *m,
  * staged output; the sums are the same steps in the same rank order, so
  * bitwise the mover's. When the steps together are one flat reduce of
  * the whole inputs (spk_plan_flat; a plan on one node), one call runs
- * them: most of a small op's own work was the steps' bookkeeping. */
-#define REPLICATE_BYTES (64u << 10)
+ * them: most of a small op's own work was the steps' bookkeeping.
+ * Up to REPLICATE_BYTES (client_fast_tune.h). */
 int spc__fast_replicates(int world, uint64_t out_bytes) {
   return out_bytes <= REPLICATE_BYTES / (uint64_t)world;
 }

@@ -13,35 +13,11 @@
 
 #include "client_fast_internal.h"
 
-/* How long a waiter spins before yielding, and sched_yield rounds before
- * it sleeps. The spin is bounded in time, not in rounds, and adapts
- * between SPIN_MIN_NS and SPIN_MAX_NS: a wait that ends while spinning
- * doubles it (the others run on other CPUs: a long spin keeps the round
- * trip near a microsecond, as busy-polling MPI does), and so does one
- * whose yields came straight back (nobody else wanted this CPU, so
- * spinning cost nobody anything); a wait in which a yield gave the CPU
- * away (it took over SHARED_NS) halves it: the rank waited for may share
- * this CPU, because another job holds the other one, and every round of
- * spin delays it. (Halving on any yield locked a quiet node into
- * yielding: a short spin misses, the miss shortens the spin.) When the
- * group has more ranks than the node has CPUs, sharing is the rule, so a
- * waiter yields at once, without a single pause (32 pauses held the CPU
- * for about a microsecond that the rank it waited for could have had:
- * 4 ranks on 2 CPUs took 6.6 us an op instead of 3.7), and sleeps once
- * it yielded for OVER_YIELD_NS, about what a futex sleep and wake-up cost
- * here (p99 70-90 us): yielding that long costs at most as much again as
- * sleeping at once would have, and a wait that ends sooner never pays the
- * sleep. (Two yields, then sleep, put the 4-rank op at 16-21 us a mean,
- * p50 3, on a VM where two yields often ended before the awaited rank
- * ran; docs/performance.md, "More ranks than CPUs: yield, then sleep".) */
-#define SHARED_NS 3000
-#define SPIN_MIN_NS 1000
-#define SPIN_MAX_NS 100000
-#define YIELD_POLLS 16
-#define OVER_SPIN_NS 0
-#define OVER_YIELD_NS 50000
-#define SLEEP_NS 200000000L /* futex sleep between checks of the daemon */
-
+/* How long a waiter spins before yielding, and when it sleeps: the
+ * policy and its bounds are in client_fast_tune.h. The spin is bounded in
+ * time, not in rounds. Halving it on any yield (rather than only on one
+ * that gave the CPU away) would lock a quiet node into yielding: a short
+ * spin misses, the miss shortens the spin. */
 void spc__fast_wait_init(spc_fast *f, int world) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int over = cpus > 0 && world > cpus;
@@ -131,7 +107,7 @@ int spc__fast_broken(spc_group *g) {
   int st = __atomic_load_n(&h->broken, __ATOMIC_ACQUIRE);
   if (st == 0)
     return SPC_OK;
-  return spc__fail(g->client, st, "%s", h->broken_msg);
+  return spc__fail(g->client, st, "%.*s", SPK_FSEG_MSG, h->broken_msg);
 }
 
 /* The daemon marks the segment broken on every failure it sees; the one
@@ -182,11 +158,16 @@ static void adapt(spc_fast *f, int shared) {
 static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
   spk_fseg_hdr *h = g->fast->hdr;
   __atomic_add_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
+  /* Pairs with the publisher's fence in wake(): either it sees this
+   * sleeper or this look sees its store. */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   uint32_t w = __atomic_load_n(&h->wake, __ATOMIC_SEQ_CST);
   *done_p = spc__fast_all_at_least(g->fast, g->world, field, v);
   long r = 0;
   int saved = 0;
-  if (!*done_p) {
+  /* A break whose wake came before w was read would not end the sleep:
+   * the caller's loop reports it now instead. */
+  if (!*done_p && __atomic_load_n(&h->broken, __ATOMIC_ACQUIRE) == 0) {
     struct timespec ts = {0, SLEEP_NS};
     r = syscall(SYS_futex, &h->wake, FUTEX_WAIT, w, &ts, NULL, 0);
     saved = errno;
@@ -210,7 +191,6 @@ static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
  * at once, so that the wake-up places this rank anew, on an idle CPU.
  * At most once in RELOCATE_WAITS waits: when another job holds the
  * other CPUs, sleeping does not help and costs more than yielding. */
-#define RELOCATE_WAITS 1024
 static void relocate_next(spc_fast *f, int shared) {
   if (shared && f->spin_max > OVER_SPIN_NS &&
       f->waits - f->relocated_at >= RELOCATE_WAITS) {

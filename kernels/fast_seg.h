@@ -6,16 +6,17 @@
  * the same planners the daemon runs, and copies into its output from the
  * other ranks' staging areas.
  *
- * Every word that more than one process writes or waits on is touched only
- * with __atomic builtins. Each counter has exactly one writer (its rank),
- * except `broken` and `wake`. A process that writes garbage here can only
- * hurt its own group: every member of it already trusts the others with
- * its data, and the daemon reads only counters from it. */
+ * Who writes each shared word, with which memory order, and the
+ * invariants that make reuse safe: kernels/fast_protocol.h. A process that
+ * writes garbage here can only hurt its own group: every member of it
+ * already trusts the others with its data, and the daemon reads only
+ * counters from it. */
 #ifndef SPK_FAST_SEG_H
 #define SPK_FAST_SEG_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "types.h"
 
@@ -295,12 +296,45 @@ static inline uint64_t spk_fseg_said(const spk_fseg_rank *a, size_t field) {
   return p > 0 && p - 1 > v ? p - 1 : v;
 }
 
+/* The head of a ring slot that is read without the publish's order (the
+ * daemon's drain and watchdog, a rank checking whether a slot still holds
+ * op s): seq, eligible, repeat and op, each written and read atomically
+ * (kernels/fast_protocol.h, "ring"). The rest of the slot is read only
+ * after an acquire of the owner's `published`, before the slot may be
+ * reused, so plainly. */
+#define SPK_FSEG_DESC_ATOMIC offsetof(spk_fseg_desc, dtype)
+
+/* Write d's first n bytes (at least the atomic head) into slot: the rest
+ * plainly, then the head, seq last. */
+static inline void spk_fseg_desc_put(spk_fseg_desc *slot,
+                                     const spk_fseg_desc *d, size_t n) {
+  memcpy((uint8_t *)slot + SPK_FSEG_DESC_ATOMIC,
+         (const uint8_t *)d + SPK_FSEG_DESC_ATOMIC, n - SPK_FSEG_DESC_ATOMIC);
+  __atomic_store_n(&slot->op, d->op, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->repeat, d->repeat, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->eligible, d->eligible, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot->seq, d->seq, __ATOMIC_RELAXED);
+}
+
+/* A copy of slot: the head atomically, the rest plainly. */
+static inline void spk_fseg_desc_get(spk_fseg_desc *out,
+                                     const spk_fseg_desc *slot) {
+  out->seq = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
+  out->eligible = __atomic_load_n(&slot->eligible, __ATOMIC_RELAXED);
+  out->repeat = __atomic_load_n(&slot->repeat, __ATOMIC_RELAXED);
+  out->op = __atomic_load_n(&slot->op, __ATOMIC_RELAXED);
+  memcpy((uint8_t *)out + SPK_FSEG_DESC_ATOMIC,
+         (const uint8_t *)slot + SPK_FSEG_DESC_ATOMIC,
+         sizeof(*out) - SPK_FSEG_DESC_ATOMIC);
+}
+
 /* Whether rank area a's ring slot says it published op s to run in the
  * segment (not on the daemon's path). Read by the ranks and the daemon's
- * drain alike. */
+ * drain alike, while the owner may be rewriting the slot. */
 static inline int spk_fseg_fast_op(const spk_fseg_rank *a, uint64_t s) {
   const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
-  return x->seq == s && x->eligible == 1;
+  return __atomic_load_n(&x->seq, __ATOMIC_RELAXED) == s &&
+         __atomic_load_n(&x->eligible, __ATOMIC_RELAXED) == 1;
 }
 
 /* Fill a fresh (zeroed) segment's header. */

@@ -199,7 +199,8 @@ int spd_gseg_pending(spd_group *g, uint64_t now, spd_gseg_wait *w) {
       n += (size_t)snprintf(w->missing + n, sizeof(w->missing) - n, "%s%d",
                             n ? "," : "", r);
     if (!behind) /* an up-to-date rank's descriptor tells the op's kind */
-      w->kind = a->ring[w->seq % SPK_FSEG_RING].op;
+      w->kind = __atomic_load_n(&a->ring[w->seq % SPK_FSEG_RING].op,
+                                __ATOMIC_RELAXED);
   }
   if (n == 0) /* nobody is behind: every rank waits (a bug, not a user's) */
     snprintf(w->missing, sizeof(w->missing), "none (every rank waits)");
@@ -250,6 +251,17 @@ void spd_gseg_tick(spd_group *g, uint64_t now) {
     stuck_report(g, &w);
 }
 
+/* Rank 0's counters of one op kind, each read once, atomically. */
+static spk_fseg_counters counters_read(const spk_fseg_counters *c) {
+  spk_fseg_counters v = {0};
+  v.bytes = __atomic_load_n(&c->bytes, __ATOMIC_RELAXED);
+  v.ns = __atomic_load_n(&c->ns, __ATOMIC_RELAXED);
+  v.in_place = __atomic_load_n(&c->in_place, __ATOMIC_RELAXED);
+  for (int j = 0; j < SPK_FSEG_HIST; j++)
+    v.lat[j] = __atomic_load_n(&c->lat[j], __ATOMIC_RELAXED);
+  return v;
+}
+
 void spd_gseg_harvest(spd_group *g) {
   spd_gseg *seg = g->seg;
   if (seg == NULL)
@@ -264,10 +276,14 @@ void spd_gseg_harvest(spd_group *g) {
     uint64_t errors = __atomic_load_n(&c->errors, __ATOMIC_ACQUIRE);
     if (count == seen->count && errors == seen->errors)
       continue;
+    /* One look at each counter: rank 0 may count again meanwhile, and
+     * what it adds is taken at the next harvest, not lost. */
+    spk_fseg_counters now = counters_read(c);
+    now.count = count, now.errors = errors;
     int slot = spd_op_slot(k);
     spd_op_stats *sts[2] = {&ctx->op_stats[slot], &g->op_stats[slot]};
-    uint64_t dc = count - seen->count, db = c->bytes - seen->bytes;
-    double ds = (double)(c->ns - seen->ns) * 1e-9;
+    uint64_t dc = count - seen->count, db = now.bytes - seen->bytes;
+    double ds = (double)(now.ns - seen->ns) * 1e-9;
     g->ops_done += dc;
     ctx->stats.ops_completed += dc;
     ctx->stats.bytes_moved += db;
@@ -278,10 +294,9 @@ void spd_gseg_harvest(spd_group *g) {
       sts[i]->bytes += db;
       sts[i]->seconds += ds;
       for (int j = 0; j < SPK_FSEG_HIST && j < SPD_LAT_BUCKETS; j++)
-        sts[i]->lat[j] += c->lat[j] - seen->lat[j];
+        sts[i]->lat[j] += now.lat[j] - seen->lat[j];
     }
-    *seen = *c;
-    seen->count = count, seen->errors = errors;
+    *seen = now;
   }
 }
 
@@ -339,7 +354,7 @@ int spd_gseg_busy(const spd_group *g) {
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_rank *a = seg_rank(seg, r);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0 ||
-        __atomic_load_n(&a->in_op, __ATOMIC_ACQUIRE) != 0)
+        __atomic_load_n(&a->in_op, __ATOMIC_SEQ_CST) != 0)
       return 1;
     uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
     if (p > fast && spk_fseg_fast_op(a, p))
@@ -353,7 +368,9 @@ void spd_gseg_close_all(spd_ctx *ctx) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
     if (g->seg != NULL)
-      __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_RELEASE);
+      /* seq_cst, as the ranks' in_op store and closed load: a rank
+       * that has not seen closed has its in_op seen by spd_gseg_busy */
+      __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_SEQ_CST);
 }
 
 void spd_gseg_destroy(spd_group *g) {
