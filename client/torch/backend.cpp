@@ -302,13 +302,7 @@ c10::intrusive_ptr<c10d::Work> Backend::run(Op o, bool async,
       },
       &msg);
   if (!async) {
-    if (rc < 0) {
-      if (breaks_group(rc))
-        lost(std::string(o.name) + ": " + status_text(rc, msg));
-      std::rethrow_exception(op_error(o.name, rc, msg));
-    }
-    if (o.p->finish)
-      o.p->finish();
+    finish_sync(o, rc, msg);
     return {};
   }
   auto w = c10::make_intrusive<Work>(conn_, rank_, o.type, o.name,
@@ -319,6 +313,18 @@ c10::intrusive_ptr<c10d::Work> Backend::run(Op o, bool async,
   else
     w->set_request(req);
   return w;
+}
+
+// An op whose call returned rc: its error thrown (the group marked lost
+// when the failure broke it), else its local step run.
+void Backend::finish_sync(Op& o, int rc, const std::string& msg) {
+  if (rc < 0) {
+    if (breaks_group(rc))
+      lost(std::string(o.name) + ": " + status_text(rc, msg));
+    std::rethrow_exception(op_error(o.name, rc, msg));
+  }
+  if (o.p->finish)
+    o.p->finish();
 }
 
 // A CUDA op, queued on torch's current stream both ways (the daemon
@@ -340,13 +346,7 @@ c10::intrusive_ptr<c10d::Work> Backend::run_device(Op& o, bool async) {
         return r < 0 ? r : spc_wait_on_stream(&req, stream);
       },
       &msg);
-  if (rc < 0) {
-    if (breaks_group(rc))
-      lost(std::string(o.name) + ": " + status_text(rc, msg));
-    std::rethrow_exception(op_error(o.name, rc, msg));
-  }
-  if (o.p->finish)
-    o.p->finish();
+  finish_sync(o, rc, msg);
   if (!async)
     return {};
   return cuda_work(o.type, o.p->dev, o.p->outputs);

@@ -181,6 +181,7 @@ class Backend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> p2p(bool send, at::Tensor& t, int peer,
                                      int tag);
   c10::intrusive_ptr<c10d::Work> run_device(Op& o, bool async);
+  void finish_sync(Op& o, int rc, const std::string& msg);
   void lost(const std::string& why);
   void attach(Work& w);
   int locked(const std::function<int(spc_group*)>& f, std::string* msg);

@@ -40,27 +40,42 @@ Segments& segments() {
   return *s;
 }
 
+// Each registration for which pick(conn, base, seg) returns its Conn is
+// released there (spc_buffer_free under that Conn's lock; nothing to do
+// if it fails) and forgotten; nullptr keeps it. pick runs under the
+// table's lock.
+template <class Pick>
+void release_where(Pick pick) {
+  Segments& s = segments();
+  std::lock_guard<std::mutex> g(s.mu);
+  for (auto it = s.map.begin(); it != s.map.end();) {
+    Conn* c = pick(it->first.first, it->first.second, it->second);
+    if (c == nullptr) {
+      ++it;
+      continue;
+    }
+    Conn::Lock l(*c);
+    (void)spc_buffer_free(it->second.buf);
+    it = s.map.erase(it);
+  }
+}
+
 // The allocator gives a segment back to CUDA: release it in every Conn
 // first (spc_buffer_free waits for the daemon's ops still running, then
 // the daemon closes its mapping). Conns are dropped after the table's
 // lock, since the last reference may destroy one (cuda_forget).
 void segment_freed(uintptr_t base) {
   std::vector<std::shared_ptr<Conn>> held;
-  Segments& s = segments();
-  std::lock_guard<std::mutex> g(s.mu);
-  for (auto it = s.map.begin(); it != s.map.end();) {
-    if (it->first.second != base) {
-      ++it;
-      continue;
-    }
-    if (auto c = it->second.conn.lock()) {
-      Conn::Lock l(*c);
-      (void)spc_buffer_free(it->second.buf);  // nothing to do if it fails
-      c->counts().segments_released++;
-      held.push_back(std::move(c));
-    }
-    it = s.map.erase(it);
-  }
+  release_where([&](Conn* conn, uintptr_t b, const Seg& seg) -> Conn* {
+    if (b != base)
+      return nullptr;
+    auto c = seg.conn.lock();
+    if (c == nullptr)
+      return nullptr;
+    c->counts().segments_released++;
+    held.push_back(c);
+    return conn;
+  });
 }
 
 void attach_hook() {
@@ -127,17 +142,9 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
 }
 
 void cuda_forget(Conn* conn) {
-  Segments& s = segments();
-  std::lock_guard<std::mutex> g(s.mu);
-  for (auto it = s.map.begin(); it != s.map.end();) {
-    if (it->first.first != conn) {
-      ++it;
-      continue;
-    }
-    Conn::Lock l(*conn);
-    (void)spc_buffer_free(it->second.buf);  // the daemon's mapping closed
-    it = s.map.erase(it);
-  }
+  release_where([conn](Conn* c, uintptr_t, const Seg&) {
+    return c == conn ? c : nullptr;  // its weak reference is gone already
+  });
 }
 
 void* cuda_stream(int dev) {
