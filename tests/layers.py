@@ -20,6 +20,12 @@ rule with the file that breaks it.
      the rest of the daemon includes.
   6. Pure code stays pure: no file of kernels/ includes, directly or
      through other headers, a header of daemon/ or client/.
+  9. The client stands on kernels/ and proto/ alone: no file of client/
+     includes, directly or through other headers, a header of daemon/;
+     and the fast path's private headers (client_fast_internal.h,
+     client_fast_tune.h) are included only by the fast path's own files
+     (client_fast*): the rest of the client reaches it through
+     client_fast.h.
 
 EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
 edges rule 4 leaves out, each with why; both may only shrink: an
@@ -241,6 +247,24 @@ def main():
                 broken.append("rule 6: %s includes %s: kernels/ is pure code"
                               % (p, ", ".join(bad)))
 
+    # 9. the client over kernels/ and proto/; its fast path behind client_fast.h
+    fast_private = {"client_fast_internal.h", "client_fast_tune.h"}
+    for p in files:
+        if not p.startswith("client/"):
+            continue
+        bad = sorted(h for h in closure(p) if h.startswith("daemon/"))
+        if bad:
+            broken.append("rule 9: %s includes %s: the client stands on "
+                          "kernels/ and proto/ only" % (p, ", ".join(bad)))
+        if os.path.basename(p).startswith("client_fast"):
+            continue
+        priv = sorted(os.path.basename(h) for h in inc.get(p, [])
+                      if os.path.basename(h) in fast_private)
+        if priv:
+            broken.append("rule 9: %s includes %s: the rest of the client "
+                          "reaches the fast path through client_fast.h"
+                          % (p, ", ".join(priv)))
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -253,7 +277,8 @@ def main():
         return 1
     print("PASS layers: %d engine files below the op layer, table-only calls, "
           "no include loop, no loop across %d folders, UCX in the transport, "
-          "kernels/ pure (%d known exceptions, "
+          "kernels/ pure, the client on kernels/ and its fast path behind "
+          "client_fast.h (%d known exceptions, "
           "%d allowed calls, %d folder exceptions)" % (
               sum(1 for p in files if is_engine(p)),
               len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),
