@@ -72,7 +72,7 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
                      (unsigned long long)size, g->world);
   }
   f->hdr = h;
-  f->seg_fd = fd; /* kept: the other ranks probe it (client_fast_map.c) */
+  f->map.seg_fd = fd; /* kept: the other ranks probe it (client_fast_map.c) */
   f->size = size;
   f->stage = h->stage_bytes;
   f->half = (f->stage / 2) & ~(uint64_t)127;
@@ -92,7 +92,7 @@ void spc__fast_detach(spc_group *g) {
   spc__fast_map_free(f, g->world);
   spc__fast_cma_free(f);
   munmap(f->hdr, f->size);
-  close(f->seg_fd);
+  close(f->map.seg_fd);
   free(f);
   g->fast = NULL;
 }
@@ -158,7 +158,7 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
     rc = spc__fast_broken(g);
   }
   if (skip) { /* it read nothing: its maps may go now */
-    f->cap = SPC_FAST_CAP_NO;
+    f->map.cap = SPC_FAST_CAP_NO;
     spc__fast_map_free(f, g->world);
     me->fail_status = rc;
     __atomic_store_n(&me->failed, s, __ATOMIC_RELEASE);
@@ -173,7 +173,7 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
       continue;
     /* Every rank sees this: from now on the group stages. */
     *failed_p = 1;
-    f->cap = SPC_FAST_CAP_NO;
+    f->map.cap = SPC_FAST_CAP_NO;
     spc__fast_map_free(f, g->world);
     return spc__fail(g->client, a->fail_status < 0 ? a->fail_status
                                                    : SPC_ESYSTEM,

@@ -37,7 +37,7 @@ int spc__fast_again(const spc_group *g, const spc_op *op,
                     const spc_tensor *in, const spc_tensor *out) {
   const spc_fast *f = g->fast;
   const spc_fast_again *k = &f->again;
-  return k->ok && k->cap == f->cap && f->plan_ok &&
+  return k->ok && k->cap == f->map.cap && f->plan_ok &&
          memcmp(in, &k->in, sizeof(*in)) == 0 &&
          memcmp(out, &k->out, sizeof(*out)) == 0 &&
          op_same(g, op, &k->op, k->sizes, k->sizes2);
@@ -58,7 +58,7 @@ void spc__fast_again_keep(spc_group *g, const spc_op *op, const spc_tensor *in,
   k->in = *in;
   k->out = *out;
   k->d = *d;
-  k->cap = f->cap;
+  k->cap = f->map.cap;
   k->small = f->small[g->rank];
   k->tiny = f->tiny[g->rank];
   k->lines = f->lines[g->rank];

@@ -1,10 +1,10 @@
 /* Fast-path steps that read another rank's caller memory (spc_buffer_wrap;
- * client_fast_map.c names it in f->remote): the kernel's cross-memory
+ * client_fast_map.c names it in f->map.remote): the kernel's cross-memory
  * attach, process_vm_readv, as Open MPI's single-copy CMA transport does.
  * A plain copy reads straight into this rank's output, its runs (the
  * rows of a strided step) paired as iovecs: one copy, as a mapped buffer
  * gives. A step that scales or reduces reads its remote sources into
- * f->scratch in pieces small enough to stay in the cache, then runs from
+ * f->map.scratch in pieces small enough to stay in the cache, then runs from
  * there with the plan's own executor.
  *
  * The owner cannot give its memory back to its caller before every rank
@@ -26,14 +26,14 @@ static int cma_read(spc_group *g, int r, uint8_t *dst, uint64_t from,
   while (n > 0) {
     struct iovec local = {dst, n};
     struct iovec remote = {(void *)(uintptr_t)from, n};
-    ssize_t k = process_vm_readv(g->fast->pid[r], &local, 1, &remote, 1, 0);
+    ssize_t k = process_vm_readv(g->fast->map.pid[r], &local, 1, &remote, 1, 0);
     if (k < 0 && errno == EINTR)
       continue;
     if (k <= 0)
       return spc__fail(g->client, SPC_ESYSTEM, "process_vm_readv of %llu "
                        "bytes at 0x%llx in rank %d (pid %d) failed: %s",
                        (unsigned long long)n, (unsigned long long)from, r,
-                       (int)g->fast->pid[r],
+                       (int)g->fast->map.pid[r],
                        k < 0 ? strerror(errno) : "it read nothing");
     dst += k;
     from += (uint64_t)k;
@@ -44,22 +44,22 @@ static int cma_read(spc_group *g, int r, uint8_t *dst, uint64_t from,
 
 static int scratch_fit(spc_group *g, size_t n) {
   spc_fast *f = g->fast;
-  if (n <= f->scratch_cap)
+  if (n <= f->map.scratch_cap)
     return SPC_OK;
   uint8_t *p = malloc(n);
   if (p == NULL)
     return spc__fail(g->client, SPC_ENOMEM, "malloc of %zu bytes of scratch "
                      "for reading other ranks' memory failed", n);
-  free(f->scratch);
-  f->scratch = p;
-  f->scratch_cap = n;
+  free(f->map.scratch);
+  f->map.scratch = p;
+  f->map.scratch_cap = n;
   return SPC_OK;
 }
 
 void spc__fast_cma_free(spc_fast *f) {
-  free(f->scratch);
-  f->scratch = NULL;
-  f->scratch_cap = 0;
+  free(f->map.scratch);
+  f->map.scratch = NULL;
+  f->map.scratch_cap = 0;
 }
 
 /* The bytes [*lo, *hi) of a source at byte `off` of its base that units
@@ -112,7 +112,7 @@ static int runs_flush(runs *x) {
     return SPC_OK;
   ssize_t k;
   do
-    k = process_vm_readv(x->g->fast->pid[x->r], x->local, (unsigned long)x->n,
+    k = process_vm_readv(x->g->fast->map.pid[x->r], x->local, (unsigned long)x->n,
                          x->remote, (unsigned long)x->n, 0);
   while (k < 0 && errno == EINTR);
   int rc = SPC_OK;
@@ -121,7 +121,7 @@ static int runs_flush(runs *x) {
                    "(%llu bytes, the first at 0x%llx) in rank %d (pid %d) "
                    "read %lld: %s", x->n, (unsigned long long)x->bytes,
                    (unsigned long long)(uintptr_t)x->remote[0].iov_base,
-                   x->r, (int)x->g->fast->pid[x->r], (long long)k,
+                   x->r, (int)x->g->fast->map.pid[x->r], (long long)k,
                    k < 0 ? strerror(errno) : "a short read");
   x->n = 0;
   x->bytes = 0;
@@ -175,10 +175,10 @@ int spc__fast_cma_move(spc_group *g, const spk_move *m,
     span_of(m, m->src_off, u0, u1, &lo, &hi);
     int rc = scratch_fit(g, (size_t)(hi - lo));
     if (rc == SPC_OK)
-      rc = cma_read(g, (int)m->src_rank, f->scratch, src + lo, hi - lo);
+      rc = cma_read(g, (int)m->src_rank, f->map.scratch, src + lo, hi - lo);
     if (rc < 0)
       return rc;
-    b[si] = based_at(f->scratch, lo);
+    b[si] = based_at(f->map.scratch, lo);
     spk_move_exec(&f->plan, m, b, u0, u1);
   }
   return SPC_OK;
@@ -187,7 +187,7 @@ int spc__fast_cma_move(spc_group *g, const spk_move *m,
 int spc__fast_cma_reads(const spc_fast *f, const spk_reduce *r) {
   for (uint32_t k = 0; k < r->nsrc; k++) {
     const spk_rsrc *s = &f->plan.rsrcs[r->src0 + k];
-    if (f->remote[s->rank * SPK_T_COUNT + s->t])
+    if (f->map.remote[s->rank * SPK_T_COUNT + s->t])
       return 1;
   }
   return 0;
@@ -205,11 +205,11 @@ static int reduce_piece(spc_group *g, const spk_reduce *r, spk_plan *p,
     const spk_rsrc *s = &f->plan.rsrcs[r->src0 + k];
     size_t si = (size_t)s->rank * SPK_T_COUNT + s->t;
     rs[k] = *s;
-    if (!f->remote[si])
+    if (!f->map.remote[si])
       continue;
     uint64_t lo, hi;
     span_of(&r->geo, s->off, u0, u1, &lo, &hi);
-    uint8_t *at = f->scratch + n * slot;
+    uint8_t *at = f->map.scratch + n * slot;
     int rc = cma_read(g, (int)s->rank, at, (uint64_t)(uintptr_t)b[si] + lo,
                       hi - lo);
     if (rc < 0)
@@ -252,13 +252,13 @@ int spc__fast_cma_inputs(spc_group *g, uint8_t **bases) {
   uint64_t n[SPK_FSEG_MAXWORLD], total = 0;
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_desc *d = &f->planned[r];
-    n[r] = f->remote[r * SPK_T_COUNT + SPK_T_IN]
+    n[r] = f->map.remote[r * SPK_T_COUNT + SPK_T_IN]
                ? spc__fast_desc_bytes(d, d->in_ndim, d->in_shape)
                : 0;
     total += n[r];
   }
   int rc = scratch_fit(g, (size_t)total);
-  uint8_t *at = f->scratch;
+  uint8_t *at = f->map.scratch;
   for (int r = 0; r < g->world && rc == SPC_OK; r++) {
     if (n[r] == 0)
       continue;

@@ -43,6 +43,42 @@ typedef struct {
 /* Whether every rank may take every other's fds (client_fast_map.c). */
 enum { SPC_FAST_CAP_UNKNOWN, SPC_FAST_CAP_NO, SPC_FAST_CAP_YES };
 
+/* How this rank waits for the others (client_fast_wait.c; the policy
+ * is client_fast_tune.h's). */
+typedef struct {
+  int over;                     /* more ranks than the node has CPUs */
+  uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
+  uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
+                                 * spin_ns up to the daemon's mid_spin_ns */
+  /* Waits so far; the next one sleeps at once (see relocate_next). */
+  uint64_t waits, relocated_at;
+  int relocate;
+} spc_fast_waiting;
+
+/* Ops read in the callers' buffers (client_fast_map.c, client_fast_cma.c):
+ * whether they may be, the other ranks' processes and what is mapped of
+ * their buffers. */
+typedef struct {
+  int cap;
+  int pidfd[SPK_FSEG_MAXWORLD];
+  pid_t pid[SPK_FSEG_MAXWORLD];  /* as probed: process_vm_readv's */
+  int seg_fd;                    /* the segment's memfd, which it probes */
+  /* This rank's own probe of the others, as its canmap word says it (the
+   * word is the others' to read; a rank trusts its own memory): 0 not
+   * yet, 1 some rank may not be read, 2 every rank may. */
+  int probed;
+  uint64_t probe_word;           /* what the others read to probe */
+  /* Of the op running: which bases (rank * SPK_T_COUNT + t) are
+   * addresses in another rank (caller memory, client_fast_cma.c), and
+   * the scratch those are read into, when not straight into an output. */
+  uint8_t remote[SPK_FSEG_MAXWORLD * SPK_T_COUNT];
+  uint8_t *scratch;
+  size_t scratch_cap;
+  spc_fast_map maps[SPK_FSEG_MAXWORLD][SPC_FAST_MAPS];
+  unsigned map_next[SPK_FSEG_MAXWORLD];
+  uint64_t freed_seen[SPK_FSEG_MAXWORLD];
+} spc_fast_mapping;
+
 typedef struct spc_fast {
   spk_fseg_hdr *hdr;
   uint64_t size;
@@ -80,13 +116,7 @@ typedef struct spc_fast {
   /* This rank's input of op claim_put was staged (in lines or the
    * staging), claim_bytes long (client_fast.c, claim_next). */
   uint64_t claim_put, claim_bytes;
-  int over;                     /* more ranks than the node has CPUs */
-  uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
-  uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
-                                 * spin_ns up to the daemon's mid_spin_ns */
-  /* Waits so far; the next one sleeps at once (see relocate_next). */
-  uint64_t waits, relocated_at;
-  int relocate;
+  spc_fast_waiting wait;        /* client_fast_wait.c */
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
   spc_fast_clock clock;
@@ -101,27 +131,7 @@ typedef struct spc_fast {
   int replicated, direct, copies;
   uint64_t flat;
   spc_fast_again again;
-  /* Ops read in the callers' buffers (client_fast_map.c): whether they
-   * may be; pidfds of the other ranks; what is mapped of their buffers,
-   * and their `freed` as last seen. */
-  int cap;
-  int pidfd[SPK_FSEG_MAXWORLD];
-  pid_t pid[SPK_FSEG_MAXWORLD];  /* as probed: process_vm_readv's */
-  int seg_fd;                    /* the segment's memfd, which it probes */
-  /* This rank's own probe of the others, as its canmap word says it (the
-   * word is the others' to read; a rank trusts its own memory): 0 not
-   * yet, 1 some rank may not be read, 2 every rank may. */
-  int probed;
-  uint64_t probe_word;           /* what the others read to probe */
-  /* Of the op running: which bases (rank * SPK_T_COUNT + t) are
-   * addresses in another rank (caller memory, client_fast_cma.c), and
-   * the scratch those are read into, when not straight into an output. */
-  uint8_t remote[SPK_FSEG_MAXWORLD * SPK_T_COUNT];
-  uint8_t *scratch;
-  size_t scratch_cap;
-  spc_fast_map maps[SPK_FSEG_MAXWORLD][SPC_FAST_MAPS];
-  unsigned map_next[SPK_FSEG_MAXWORLD];
-  uint64_t freed_seen[SPK_FSEG_MAXWORLD];
+  spc_fast_mapping map;         /* client_fast_map.c, client_fast_cma.c */
   /* Per rank: its op of the descriptors read is read in place; its op of
    * f->plan lies within its staging. */
   uint8_t inplace[SPK_FSEG_MAXWORLD];
@@ -307,15 +317,15 @@ int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
 
 /* ---- client_fast_cma.c ---- */
 
-/* Steps of f->plan that read another rank's caller memory (f->remote):
+/* Steps of f->plan that read another rank's caller memory (f->map.remote):
  * run with process_vm_readv, straight into this rank's output where a
- * step is one plain copy, else through f->scratch in pieces. */
+ * step is one plain copy, else through f->map.scratch in pieces. */
 int spc__fast_cma_move(spc_group *g, const spk_move *m, uint8_t *const *bases);
 int spc__fast_cma_reduce(spc_group *g, const spk_reduce *r,
                          uint8_t *const *bases);
 /* Whether reduce step r reads another rank's caller memory. */
 int spc__fast_cma_reads(const spc_fast *f, const spk_reduce *r);
-/* Every rank's input in caller memory read whole into f->scratch, its
+/* Every rank's input in caller memory read whole into f->map.scratch, its
  * base in bases replaced (a replicated all_reduce's inputs, small). */
 int spc__fast_cma_inputs(spc_group *g, uint8_t **bases);
 void spc__fast_cma_free(spc_fast *f);

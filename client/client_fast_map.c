@@ -50,19 +50,19 @@ void spc__fast_map_init(spc_group *g) {
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   for (int r = 0; r < SPK_FSEG_MAXWORLD; r++)
-    f->pidfd[r] = -1;
+    f->map.pidfd[r] = -1;
   me->id.pid = (int32_t)getpid();
-  me->id.probe_fd = f->seg_fd;
+  me->id.probe_fd = f->map.seg_fd;
   /* Any value a prober cannot hit by accident: it reads it back. */
-  f->probe_word = spc__fast_now_ns() ^ ((uint64_t)(uintptr_t)f << 16);
-  me->id.probe_addr = (uint64_t)(uintptr_t)&f->probe_word;
-  me->id.probe_word = f->probe_word;
+  f->map.probe_word = spc__fast_now_ns() ^ ((uint64_t)(uintptr_t)f << 16);
+  me->id.probe_addr = (uint64_t)(uintptr_t)&f->map.probe_word;
+  me->id.probe_word = f->map.probe_word;
   spc__fast_publish(f->hdr, me, &me->id.attached, 1);
 }
 
 static void maps_drop(spc_fast *f, int r) {
   for (int i = 0; i < SPC_FAST_MAPS; i++) {
-    spc_fast_map *m = &f->maps[r][i];
+    spc_fast_map *m = &f->map.maps[r][i];
     if (m->base != NULL)
       munmap(m->base, m->size); /* our own mapping: it cannot fail */
     memset(m, 0, sizeof(*m));
@@ -72,9 +72,9 @@ static void maps_drop(spc_fast *f, int r) {
 void spc__fast_map_free(spc_fast *f, int world) {
   for (int r = 0; r < world; r++) {
     maps_drop(f, r);
-    if (f->pidfd[r] >= 0)
-      close(f->pidfd[r]);
-    f->pidfd[r] = -1;
+    if (f->map.pidfd[r] >= 0)
+      close(f->map.pidfd[r]);
+    f->map.pidfd[r] = -1;
   }
 }
 
@@ -83,9 +83,9 @@ void spc__fast_map_free(spc_fast *f, int world) {
 static void freed_check(spc_fast *f, int r) {
   uint64_t fr = __atomic_load_n(&spc__fast_rank(f, r)->freed,
                                 __ATOMIC_ACQUIRE);
-  if (fr != f->freed_seen[r]) {
+  if (fr != f->map.freed_seen[r]) {
     maps_drop(f, r);
-    f->freed_seen[r] = fr;
+    f->map.freed_seen[r] = fr;
   }
 }
 
@@ -116,7 +116,7 @@ static int probe_read(const spk_fseg_ident *id) {
 /* Whether fd is the same file as this rank's segment. */
 static int same_segment(const spc_fast *f, int fd) {
   struct stat a, b;
-  return fstat(fd, &a) == 0 && fstat(f->seg_fd, &b) == 0 &&
+  return fstat(fd, &a) == 0 && fstat(f->map.seg_fd, &b) == 0 &&
          a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
@@ -159,7 +159,7 @@ static int probe(spc_fast *f, int r, probe_why *why) {
   int rc = probe_read(&id);
   if (rc < 0)
     return probe_fail(why, SPK_FSEG_PROBE_VM_READV, -rc, pfd);
-  f->pid[r] = (pid_t)id.pid;
+  f->map.pid[r] = (pid_t)id.pid;
   return pfd;
 }
 
@@ -169,37 +169,37 @@ void spc__fast_map_step(spc_group *g) {
   /* Every FREED_EVERY ops, not only in ops read in place: a rank that
    * freed a buffer and reads nothing in place since must not keep it
    * mapped in the others for long. */
-  if (f->cap == SPC_FAST_CAP_YES && f->seq % FREED_EVERY == 0)
+  if (f->map.cap == SPC_FAST_CAP_YES && f->seq % FREED_EVERY == 0)
     for (int r = 0; r < g->world; r++)
       if (r != g->rank)
         freed_check(f, r);
-  if (f->cap != SPC_FAST_CAP_UNKNOWN)
+  if (f->map.cap != SPC_FAST_CAP_UNKNOWN)
     return;
-  if (f->probed == 0) {
+  if (f->map.probed == 0) {
     if (!spc__fast_all_at_least(f, g->world, FIELD(id.attached), 1))
       return;
     int ok = 1;
     for (int r = 0; r < g->world; r++)
       if (r != g->rank) {
         probe_why why = {SPK_FSEG_PROBE_OK, 0};
-        f->pidfd[r] = probe(f, r, &why);
-        if (f->pidfd[r] < 0 && ok) { /* the first refusal, for the stats */
+        f->map.pidfd[r] = probe(f, r, &why);
+        if (f->map.pidfd[r] < 0 && ok) { /* the first refusal, for the stats */
           me->id.nomap_rank = r;
           me->id.nomap_call = why.call;
           me->id.nomap_errno = why.err;
         }
-        ok &= f->pidfd[r] >= 0;
+        ok &= f->map.pidfd[r] >= 0;
       }
-    f->probed = ok ? 2 : 1;
-    spc__fast_publish(f->hdr, me, &me->id.canmap, (uint64_t)f->probed);
+    f->map.probed = ok ? 2 : 1;
+    spc__fast_publish(f->hdr, me, &me->id.canmap, (uint64_t)f->map.probed);
   }
   if (!spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 1))
     return;
-  f->cap = f->probed == 2 &&
+  f->map.cap = f->map.probed == 2 &&
                    spc__fast_all_at_least(f, g->world, FIELD(id.canmap), 2)
                ? SPC_FAST_CAP_YES
                : SPC_FAST_CAP_NO;
-  if (f->cap == SPC_FAST_CAP_NO)
+  if (f->map.cap == SPC_FAST_CAP_NO)
     spc__fast_map_free(f, g->world);
 }
 
@@ -247,8 +247,8 @@ int spc__fast_map_want(const spc_group *g, int kind, const spc_tensor *in,
   uint64_t max = g->fast->hdr->map_bytes;
   if (max > 0 && (in->buf->wrapped || out->buf->wrapped))
     max = UINT64_MAX;
-  uint64_t min = g->fast->over ? MAP_MIN_OVER_BYTES : MAP_MIN_BYTES;
-  return g->fast->cap == SPC_FAST_CAP_YES &&
+  uint64_t min = g->fast->wait.over ? MAP_MIN_OVER_BYTES : MAP_MIN_BYTES;
+  return g->fast->map.cap == SPC_FAST_CAP_YES &&
          reads_safely(g, kind, in, out, n) && n[0] <= max && n[1] <= max &&
          (n[0] >= min || n[1] >= min);
 }
@@ -272,7 +272,7 @@ void spc__fast_where_fill(spk_fseg_where *w, const spc_tensor *in,
 static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
                     const spc_fast_map *keep, spc_fast_map **m_p) {
   spc_fast *f = g->fast;
-  int fd = (int)syscall(SYS_pidfd_getfd, f->pidfd[r], fd_r, 0);
+  int fd = (int)syscall(SYS_pidfd_getfd, f->map.pidfd[r], fd_r, 0);
   if (fd < 0)
     return spc__fail(g->client, SPC_ESYSTEM, "pidfd_getfd of rank %d's "
                      "buffer (its fd %d) failed: %s", r, fd_r,
@@ -297,9 +297,9 @@ static int map_take(spc_group *g, int r, int fd_r, uint64_t dev, uint64_t ino,
     return spc__fail(g->client, SPC_ESYSTEM, "mapping rank %d's buffer "
                      "(its fd %d, inode %llu) failed: %s", r, fd_r,
                      (unsigned long long)ino, why);
-  spc_fast_map *m = &f->maps[r][f->map_next[r]++ % SPC_FAST_MAPS];
+  spc_fast_map *m = &f->map.maps[r][f->map.map_next[r]++ % SPC_FAST_MAPS];
   if (m == keep)
-    m = &f->maps[r][f->map_next[r]++ % SPC_FAST_MAPS];
+    m = &f->map.maps[r][f->map.map_next[r]++ % SPC_FAST_MAPS];
   if (m->base != NULL)
     munmap(m->base, m->size);
   m->base = base;
@@ -323,14 +323,14 @@ static int map_get(spc_group *g, int r, const spk_fseg_where *w, int t,
                        (unsigned long long)bytes,
                        (unsigned long long)w->off[t]);
     *p = (uint8_t *)(uintptr_t)w->off[t];
-    f->remote[r * SPK_T_COUNT + t] = 1;
+    f->map.remote[r * SPK_T_COUNT + t] = 1;
     return SPC_OK;
   }
   spc_fast_map *m = NULL, *keep = *m_p;
   for (int i = 0; i < SPC_FAST_MAPS && m == NULL; i++)
-    if (f->maps[r][i].base != NULL && f->maps[r][i].dev == w->dev[t] &&
-        f->maps[r][i].ino == w->ino[t])
-      m = &f->maps[r][i];
+    if (f->map.maps[r][i].base != NULL && f->map.maps[r][i].dev == w->dev[t] &&
+        f->map.maps[r][i].ino == w->ino[t])
+      m = &f->map.maps[r][i];
   int rc = m != NULL ? SPC_OK
                      : map_take(g, r, w->fd[t], w->dev[t], w->ino[t], keep,
                                 &m);
@@ -388,7 +388,7 @@ int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
   for (int r = 0; r < g->world; r++)
     *any_p |= f->inplace[r];
   int reads_out = *any_p && plan_reads_out(f);
-  memset(f->remote, 0, sizeof(f->remote));
+  memset(f->map.remote, 0, sizeof(f->map.remote));
   for (int r = 0; r < g->world; r++) {
     uint8_t **b = &bases[r * SPK_T_COUNT];
     if (r == g->rank && f->inplace[r]) {

@@ -112,7 +112,7 @@ static int run_reduce(spc_group *g, const spk_reduce *r, uint8_t **bases) {
 }
 
 static int run_step(spc_group *g, const spk_move *m, uint8_t **bases) {
-  if (g->fast->remote[m->src_rank * SPK_T_COUNT + m->src_t])
+  if (g->fast->map.remote[m->src_rank * SPK_T_COUNT + m->src_t])
     return spc__fast_cma_move(g, m, bases);
   run_move(g->fast, m, bases);
   return SPC_OK;

@@ -21,10 +21,10 @@
 void spc__fast_wait_init(spc_fast *f, int world) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int over = cpus > 0 && world > cpus;
-  f->over = over;
-  f->spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
-  f->spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
-  f->mid_ns = over ? 0 : f->hdr->mid_spin_ns;
+  f->wait.over = over;
+  f->wait.spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
+  f->wait.spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
+  f->wait.mid_ns = over ? 0 : f->hdr->mid_spin_ns;
 }
 
 uint64_t spc__fast_now_ns(void) {
@@ -146,10 +146,10 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
 
 /* The spin budget after a wait (see SHARED_NS). */
 static void adapt(spc_fast *f, int shared) {
-  if (!shared && f->spin_ns < f->spin_max)
-    f->spin_ns = f->spin_ns * 2 < f->spin_max ? f->spin_ns * 2 : f->spin_max;
-  else if (shared && f->spin_ns > SPIN_MIN_NS)
-    f->spin_ns = f->spin_ns / 2 > SPIN_MIN_NS ? f->spin_ns / 2 : SPIN_MIN_NS;
+  if (!shared && f->wait.spin_ns < f->wait.spin_max)
+    f->wait.spin_ns = f->wait.spin_ns * 2 < f->wait.spin_max ? f->wait.spin_ns * 2 : f->wait.spin_max;
+  else if (shared && f->wait.spin_ns > SPIN_MIN_NS)
+    f->wait.spin_ns = f->wait.spin_ns / 2 > SPIN_MIN_NS ? f->wait.spin_ns / 2 : SPIN_MIN_NS;
 }
 
 /* One sleep on the segment's futex word, unless every rank's `field`
@@ -192,10 +192,10 @@ static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
  * At most once in RELOCATE_WAITS waits: when another job holds the
  * other CPUs, sleeping does not help and costs more than yielding. */
 static void relocate_next(spc_fast *f, int shared) {
-  if (shared && f->spin_max > OVER_SPIN_NS &&
-      f->waits - f->relocated_at >= RELOCATE_WAITS) {
-    f->relocate = 1;
-    f->relocated_at = f->waits;
+  if (shared && f->wait.spin_max > OVER_SPIN_NS &&
+      f->wait.waits - f->wait.relocated_at >= RELOCATE_WAITS) {
+    f->wait.relocate = 1;
+    f->wait.relocated_at = f->wait.waits;
   }
 }
 
@@ -215,15 +215,15 @@ static int broken_unless_done(spc_group *g, size_t field, uint64_t v) {
 
 static int wait_for(spc_group *g, size_t field, uint64_t v) {
   spc_fast *f = g->fast;
-  int rc, relocate = f->relocate;
+  int rc, relocate = f->wait.relocate;
   /* The clock is read from the 16th poll on: most waits end before, and
    * a read costs as much as a round trip between two cores. */
   uint64_t t0 = 0;
   uint64_t y_first = 0;
   unsigned yields = 0;
   int shared = 0;
-  f->relocate = 0;
-  f->waits++;
+  f->wait.relocate = 0;
+  f->wait.waits++;
   for (unsigned i = 0;; i++) {
     /* While spinning, the polled line of a rank whose input of the plan
      * travels in lines is read one poll in 16 (see published()). */
@@ -236,15 +236,15 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
       return rc;
     if (i == 16)
       t0 = spc__fast_now_ns();
-    if (!relocate && yields == 0 && f->spin_ns > 0 &&
-        (i <= 16 || (i & 15) != 0 || spc__fast_now_ns() - t0 < f->spin_ns)) {
+    if (!relocate && yields == 0 && f->wait.spin_ns > 0 &&
+        (i <= 16 || (i & 15) != 0 || spc__fast_now_ns() - t0 < f->wait.spin_ns)) {
       __builtin_ia32_pause();
       continue;
     }
     uint64_t y0 = spc__fast_now_ns();
     if (yields == 0)
       y_first = y0;
-    if (!relocate && (f->over ? y0 - y_first < OVER_YIELD_NS
+    if (!relocate && (f->wait.over ? y0 - y_first < OVER_YIELD_NS
                               : yields < YIELD_POLLS)) {
       yields++;
       sched_yield();
@@ -262,17 +262,17 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
  * between SPIN_MIN_NS and the daemon's mid_spin_ns. */
 void spc__fast_await(spc_group *g, const spc_request *req) {
   spc_fast *f = g->fast;
-  if (f == NULL || f->mid_ns == 0)
+  if (f == NULL || f->wait.mid_ns == 0)
     return;
   const spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   uint64_t max = f->hdr->mid_spin_ns, t0 = spc__fast_now_ns();
   for (unsigned i = 0;; i++) {
     if (__atomic_load_n(&me->answered, __ATOMIC_ACQUIRE) >= req->id) {
-      f->mid_ns = f->mid_ns * 2 < max ? f->mid_ns * 2 : max;
+      f->wait.mid_ns = f->wait.mid_ns * 2 < max ? f->wait.mid_ns * 2 : max;
       return;
     }
-    if ((i & 15) == 0 && spc__fast_now_ns() - t0 >= f->mid_ns) {
-      f->mid_ns = f->mid_ns / 2 > SPIN_MIN_NS ? f->mid_ns / 2 : SPIN_MIN_NS;
+    if ((i & 15) == 0 && spc__fast_now_ns() - t0 >= f->wait.mid_ns) {
+      f->wait.mid_ns = f->wait.mid_ns / 2 > SPIN_MIN_NS ? f->wait.mid_ns / 2 : SPIN_MIN_NS;
       return;
     }
     __builtin_ia32_pause();
