@@ -75,7 +75,7 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   f->map.seg_fd = fd; /* kept: the other ranks probe it (client_fast_map.c) */
   f->size = size;
   f->stage = h->stage_bytes;
-  f->half = (f->stage / 2) & ~(uint64_t)127;
+  f->staging.half = (f->stage / 2) & ~(uint64_t)127;
   spc__fast_wait_init(f, g->world);
   spc__fast_clock_init(&f->clock);
   spk_plan_init(&f->plan, g->world);
@@ -201,15 +201,16 @@ static inline void claim_line(const void *p) {
 }
 
 static void claim_next(const spc_fast *f, int me, uint64_t s) {
-  if (f->claim_put != s || f->inplace[me])
+  if (f->staging.claim_put != s || f->inplace[me])
     return;
-  if (f->lines[me] > 1) {
+  if (f->staging.lines[me] > 1) {
     spk_fseg_line *l = spc__fast_rank(f, me)->lines[(s + 1) & 1];
-    for (int i = 0; i + 1 < f->lines[me]; i++)
+    for (int i = 0; i + 1 < f->staging.lines[me]; i++)
       claim_line(&l[i]);
-  } else if (f->small[me] && !f->tiny[me] && !f->lines[me]) {
+  } else if (f->staging.small[me] && !f->staging.tiny[me] &&
+             !f->staging.lines[me]) {
     const uint8_t *p = spc__fast_stage(f, me, SPK_T_IN, s + 1);
-    for (uint64_t o = 0; o < f->claim_bytes && o < CLAIM_MAX; o += 64)
+    for (uint64_t o = 0; o < f->staging.claim_bytes && o < CLAIM_MAX; o += 64)
       claim_line(p + o);
   }
 }
@@ -233,10 +234,10 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
     memcpy(spc_tensor_data(out), spc__fast_stage(f, g->rank, SPK_T_OUT, s),
            spc__tensor_bytes(out));
   if (!mine) { /* mine: the staging was not used */
-    if (f->small[g->rank])
-      f->last_use[s & 1] = s;
+    if (f->staging.small[g->rank])
+      f->staging.last_use[s & 1] = s;
     else
-      f->last_use[0] = f->last_use[1] = s;
+      f->staging.last_use[0] = f->staging.last_use[1] = s;
   }
   /* Failed or not, this rank is done with every staging area and every
    * descriptor of s: said by its next publish, or before it waits (see
@@ -265,21 +266,22 @@ static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
 static int stage_in(spc_group *g, const spc_tensor *in) {
   spc_fast *f = g->fast;
   uint64_t s = f->seq + 1;
-  uint64_t need = f->small[g->rank] ? f->last_use[s & 1]
-                  : f->last_use[0] > f->last_use[1] ? f->last_use[0]
-                                                    : f->last_use[1];
+  const uint64_t *last = f->staging.last_use;
+  uint64_t need = f->staging.small[g->rank] ? last[s & 1]
+                  : last[0] > last[1]       ? last[0]
+                                            : last[1];
   if (need >= f->seen_pub) {
     int rc = spc__fast_wait_all(g, FIELD(fdone), need);
     if (rc < 0)
       return rc;
   }
-  f->claim_put = s;
-  f->claim_bytes = spc__tensor_bytes(in);
-  if (f->lines[g->rank] || f->tiny[g->rank])
-    spc__fast_lines_put(f, s, spc_tensor_data(in), f->claim_bytes);
+  f->staging.claim_put = s;
+  f->staging.claim_bytes = spc__tensor_bytes(in);
+  if (f->staging.lines[g->rank] || f->staging.tiny[g->rank])
+    spc__fast_lines_put(f, s, spc_tensor_data(in), f->staging.claim_bytes);
   else
     memcpy(spc__fast_stage(f, g->rank, SPK_T_IN, s), spc_tensor_data(in),
-           f->claim_bytes);
+           f->staging.claim_bytes);
   return SPC_OK;
 }
 
@@ -293,7 +295,7 @@ static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
   memset(&d, 0, sizeof(d));
   d.eligible = 1;
   spc__fast_desc_fill(&d, g, op, in, out);
-  f->lines[g->rank] = 0; /* until its input is staged in them */
+  f->staging.lines[g->rank] = 0; /* until its input is staged in them */
   if (d.eligible && spc__fast_map_want(g, op->kind, in, out)) {
     spc__fast_where_fill(&d.where, in, out);
   } else if (d.eligible) {
@@ -311,9 +313,9 @@ static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
 /* The same call as the last published repeat: its descriptor again. */
 static int publish_again(spc_group *g, const spc_tensor *in) {
   spc_fast *f = g->fast;
-  f->small[g->rank] = f->again.small;
-  f->tiny[g->rank] = f->again.tiny;
-  f->lines[g->rank] = f->again.lines;
+  f->staging.small[g->rank] = f->again.small;
+  f->staging.tiny[g->rank] = f->again.tiny;
+  f->staging.lines[g->rank] = f->again.lines;
   int rc = stage_in(g, in);
   return rc < 0 ? rc : spc__fast_desc_republish(g, &f->again.d);
 }

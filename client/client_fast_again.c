@@ -59,9 +59,9 @@ void spc__fast_again_keep(spc_group *g, const spc_op *op, const spc_tensor *in,
   k->out = *out;
   k->d = *d;
   k->cap = f->map.cap;
-  k->small = f->small[g->rank];
-  k->tiny = f->tiny[g->rank];
-  k->lines = f->lines[g->rank];
+  k->small = f->staging.small[g->rank];
+  k->tiny = f->staging.tiny[g->rank];
+  k->lines = f->staging.lines[g->rank];
   int n = list_len(g, op->sizes, op->nsizes);
   int n2 = list_len(g, op->sizes2, op->nsizes2);
   if (n > 0)

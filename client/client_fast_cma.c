@@ -112,8 +112,9 @@ static int runs_flush(runs *x) {
     return SPC_OK;
   ssize_t k;
   do
-    k = process_vm_readv(x->g->fast->map.pid[x->r], x->local, (unsigned long)x->n,
-                         x->remote, (unsigned long)x->n, 0);
+    k = process_vm_readv(x->g->fast->map.pid[x->r], x->local,
+                         (unsigned long)x->n, x->remote, (unsigned long)x->n,
+                         0);
   while (k < 0 && errno == EINTR);
   int rc = SPC_OK;
   if (k < 0 || (uint64_t)k != x->bytes)

@@ -222,7 +222,7 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   spk_fseg_desc *slot = &me->ring[s % SPK_FSEG_RING];
   int rc = slot_wait(g, slot, d, s);
   if (rc < 0) {
-    f->lines_put = 0; /* s is not published: its input may go */
+    f->staging.lines_put = 0; /* s is not published: its input may go */
     return rc;
   }
   d->seq = s;

@@ -43,6 +43,33 @@ typedef struct {
 /* Whether every rank may take every other's fds (client_fast_map.c). */
 enum { SPC_FAST_CAP_UNKNOWN, SPC_FAST_CAP_NO, SPC_FAST_CAP_YES };
 
+/* Where this rank's and the others' inputs are staged (client_fast.c,
+ * client_fast_lines.c). Ops whose input and output fit half the staging
+ * (every small op) alternate halves by sequence number, so a rank may
+ * fill one while the others still read the other: last_use[h], the last
+ * fast op that used half h (an op that fits no half uses both). */
+typedef struct {
+  uint64_t half;
+  uint64_t last_use[2];
+  /* Per rank, whether its op of f->plan fits a half; whether its input
+   * is inline (kernels/fast_seg.h: a small op's half of its own). */
+  uint8_t small[SPK_FSEG_MAXWORLD];
+  uint8_t tiny[SPK_FSEG_MAXWORLD];
+  /* Per rank, the tagged lines its input takes (0: none; see
+   * client_fast_lines.c), as small and tiny, and where this rank gathers
+   * it to be read; the lines this rank's input of f->plan takes, which the
+   * others poll. This rank's op being published: once its input is
+   * staged (lines_put = s), where that input is (in lines or inline). */
+  uint8_t lines[SPK_FSEG_MAXWORLD];
+  uint8_t lines_polled;
+  uint64_t lines_put;
+  const void *lines_src;
+  uint64_t lines_bytes;
+  /* This rank's input of op claim_put was staged (in lines or the
+   * staging), claim_bytes long (client_fast.c, claim_next). */
+  uint64_t claim_put, claim_bytes;
+} spc_fast_staging;
+
 /* How this rank waits for the others (client_fast_wait.c; the policy
  * is client_fast_tune.h's). */
 typedef struct {
@@ -84,14 +111,9 @@ typedef struct spc_fast {
   uint64_t size;
   uint64_t stage;               /* the layout, as checked at attach */
   uint64_t seq;                 /* last sequence number this rank took */
-  /* Ops whose input and output fit half the staging (every small op)
-   * alternate halves by sequence number, so a rank may fill one while
-   * the others still read the other: last_use[h], the last fast op that
-   * used half h (an op that fits no half uses both); seen_pub, the last s
-   * every rank was seen to have published (so every fast op before it is
-   * done everywhere: a rank publishes only after its last op is done). */
-  uint64_t half;
-  uint64_t last_use[2];
+  /* seen_pub: the last s every rank was seen to have published (so
+   * every fast op before it is done everywhere: a rank publishes only
+   * after its last op is done). */
   uint64_t seen_pub;
   /* A small fast op this rank is done with but has not said so (0:
    * none). Publishing it costs a store to the line the others poll and
@@ -99,23 +121,7 @@ typedef struct spc_fast {
    * but a rank that must reuse the staging an op that fits no half
    * takes, and that rank says so before it waits (spc__fast_flush). */
   uint64_t pending;
-  /* Per rank, whether its op of f->plan fits a half; whether its input
-   * is inline (kernels/fast_seg.h: a small op's half of its own). */
-  uint8_t small[SPK_FSEG_MAXWORLD];
-  uint8_t tiny[SPK_FSEG_MAXWORLD];
-  /* Per rank, the tagged lines its input takes (0: none; see
-   * client_fast_lines.c), as small and tiny, and where this rank gathers
-   * it to be read; the lines this rank's input of f->plan takes, which the
-   * others poll. This rank's op being published: once its input is
-   * staged (lines_put = s), where that input is (in lines or inline). */
-  uint8_t lines[SPK_FSEG_MAXWORLD];
-  uint8_t lines_polled;
-  uint64_t lines_put;
-  const void *lines_src;
-  uint64_t lines_bytes;
-  /* This rank's input of op claim_put was staged (in lines or the
-   * staging), claim_bytes long (client_fast.c, claim_next). */
-  uint64_t claim_put, claim_bytes;
+  spc_fast_staging staging;     /* where inputs go: halves, lines */
   spc_fast_waiting wait;        /* client_fast_wait.c */
   spk_fseg_desc descs[SPK_FSEG_MAXWORLD]; /* every rank's, for planning */
   spk_plan plan;
@@ -151,12 +157,12 @@ static inline spk_fseg_rank *spc__fast_rank(const spc_fast *f, int r) {
 /* Rank r's staging of kind t (SPK_T_IN/OUT) for op s of f->plan. */
 static inline uint8_t *spc__fast_stage(const spc_fast *f, int r, int t,
                                        uint64_t s) {
-  if (t == SPK_T_IN && f->tiny[r])
+  if (t == SPK_T_IN && f->staging.tiny[r])
     return spc__fast_rank(f, r)->inl[s & 1];
-  if (t == SPK_T_IN && f->lines[r])
+  if (t == SPK_T_IN && f->staging.lines[r])
     return (uint8_t *)f->gathered[r];
   return spk_fseg_stage_of(f->hdr, f->stage, r, t) +
-         (f->small[r] ? (s & 1) * f->half : 0);
+         (f->staging.small[r] ? (s & 1) * f->staging.half : 0);
 }
 
 /* ---- client_fast_plan.c ---- */
@@ -251,10 +257,10 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d);
 
 /* The tagged lines an input of `bytes` takes; 0 when it takes none. */
 uint8_t spc__fast_lines_of(int op, uint64_t bytes);
-/* This rank's input of op s (f->lines[me] lines, or inline: f->tiny[me])
- * is at src: it goes into the lines with their tags, or into the polled
- * line, when s is published (spc__fast_lines_tag), which says whether s is
- * a repeat. */
+/* This rank's input of op s (staging.lines[me] lines, or inline:
+ * staging.tiny[me]) is at src: it goes into the lines with their tags, or
+ * into the polled line, when s is published (spc__fast_lines_tag), which
+ * says whether s is a repeat. */
 void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
                          uint64_t bytes);
 void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat);
@@ -270,7 +276,7 @@ void spc__fast_lines_get(spc_fast *f, int r, uint64_t s);
 enum { SPC_LINES_NOT_YET, SPC_LINES_READY, SPC_LINES_ASK };
 static inline int spc__fast_lines_state(const spc_fast *f, int r,
                                         uint64_t s) {
-  int n = f->plan_ok ? f->lines[r] : 0;
+  int n = f->plan_ok ? f->staging.lines[r] : 0;
   if (n == 0)
     return SPC_LINES_ASK;
   const spk_fseg_line *l = &spc__fast_rank(f, r)->lines[s & 1][n - 1];

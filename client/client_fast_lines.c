@@ -33,9 +33,9 @@ uint8_t spc__fast_lines_of(int op, uint64_t bytes) {
 
 void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
                          uint64_t bytes) {
-  f->lines_src = src;
-  f->lines_bytes = bytes;
-  f->lines_put = s;
+  f->staging.lines_src = src;
+  f->staging.lines_bytes = bytes;
+  f->staging.lines_put = s;
 }
 
 /* An inline input goes into the polled line right before the words that
@@ -58,26 +58,27 @@ void spc__fast_lines_put(spc_fast *f, uint64_t s, const void *src,
  * tagged with another op. Untagged, the readers of s find the polled line
  * a poll in 16 (client_fast_wait.c, published). */
 void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat) {
-  if (f->tiny[me] && f->lines_put == s)
-    memcpy(spc__fast_rank(f, me)->inl[s & 1], f->lines_src, f->lines_bytes);
+  if (f->staging.tiny[me] && f->staging.lines_put == s)
+    memcpy(spc__fast_rank(f, me)->inl[s & 1], f->staging.lines_src,
+           f->staging.lines_bytes);
   spk_fseg_line *l = spc__fast_rank(f, me)->lines[s & 1];
-  int n = f->lines_put == s ? f->lines[me] : 0;
+  int n = f->staging.lines_put == s ? f->staging.lines[me] : 0;
   uint64_t tag = s << 1 | (n > 0 && repeat);
-  const uint8_t *p = f->lines_src;
+  const uint8_t *p = f->staging.lines_src;
   for (int i = 0; i < n; i++) {
     uint64_t o = (uint64_t)i * SPK_FSEG_LINE_DATA;
-    uint64_t k = f->lines_bytes - o;
+    uint64_t k = f->staging.lines_bytes - o;
     memcpy(l[i].data, p + o, k < SPK_FSEG_LINE_DATA ? k : SPK_FSEG_LINE_DATA);
     __atomic_store_n(&l[i].tag, tag, __ATOMIC_RELEASE);
   }
-  int polled = f->plan_ok ? f->lines_polled : 0;
-  if (polled > n && (f->lines_put == s || f->seen_pub + 1 >= s))
+  int polled = f->plan_ok ? f->staging.lines_polled : 0;
+  if (polled > n && (f->staging.lines_put == s || f->seen_pub + 1 >= s))
     __atomic_store_n(&l[polled - 1].tag, s << 1, __ATOMIC_RELEASE);
 }
 
 void spc__fast_lines_get(spc_fast *f, int r, uint64_t s) {
   const spk_fseg_line *l = spc__fast_rank(f, r)->lines[s & 1];
-  for (int i = 0; i < f->lines[r]; i++)
+  for (int i = 0; i < f->staging.lines[r]; i++)
     memcpy(f->gathered[r] + (size_t)i * SPK_FSEG_LINE_DATA, l[i].data,
            SPK_FSEG_LINE_DATA);
 }

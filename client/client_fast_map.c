@@ -398,7 +398,7 @@ int spc__fast_bases(spc_group *g, uint64_t s, const spc_tensor *in,
       if (rc == SPC_OK)
         rc = bases_mapped(g, r, s, reads_out, b);
     } else {
-      if (f->lines[r])
+      if (f->staging.lines[r])
         spc__fast_lines_get(f, r, s);
       for (int t = 0; t < SPK_T_COUNT; t++)
         b[t] = spc__fast_stage(f, r, t, s);

@@ -163,11 +163,11 @@ int spc__fast_plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
 
 void spc__fast_fit(spc_fast *f, int r, const spk_fseg_desc *d) {
   uint64_t in = spc__fast_desc_bytes(d, d->in_ndim, d->in_shape);
-  f->small[r] = (uint8_t)(in <= f->half &&
-                          spc__fast_desc_bytes(d, d->out_ndim,
-                                               d->out_shape) <= f->half);
-  f->tiny[r] = (uint8_t)(in <= SPK_FSEG_INLINE);
-  f->lines[r] = spc__fast_lines_of(d->op, in);
+  uint64_t out = spc__fast_desc_bytes(d, d->out_ndim, d->out_shape);
+  f->staging.small[r] =
+      (uint8_t)(in <= f->staging.half && out <= f->staging.half);
+  f->staging.tiny[r] = (uint8_t)(in <= SPK_FSEG_INLINE);
+  f->staging.lines[r] = spc__fast_lines_of(d->op, in);
 }
 
 /* The plan of the descriptors in f->descs: the last one when every rank
@@ -201,7 +201,7 @@ int spc__fast_plan_get(spc_group *g, int repeat) {
   }
   for (int r = 0; r < g->world; r++)
     spc__fast_fit(f, r, &f->planned[r]);
-  f->lines_polled = f->lines[g->rank];
+  f->staging.lines_polled = f->staging.lines[g->rank];
   spk_plan_free(&f->plan);
   spk_plan_init(&f->plan, g->world);
   /* Any value only changes how bytes are copied, never which. */

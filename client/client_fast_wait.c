@@ -146,10 +146,11 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
 
 /* The spin budget after a wait (see SHARED_NS). */
 static void adapt(spc_fast *f, int shared) {
-  if (!shared && f->wait.spin_ns < f->wait.spin_max)
-    f->wait.spin_ns = f->wait.spin_ns * 2 < f->wait.spin_max ? f->wait.spin_ns * 2 : f->wait.spin_max;
-  else if (shared && f->wait.spin_ns > SPIN_MIN_NS)
-    f->wait.spin_ns = f->wait.spin_ns / 2 > SPIN_MIN_NS ? f->wait.spin_ns / 2 : SPIN_MIN_NS;
+  spc_fast_waiting *w = &f->wait;
+  if (!shared && w->spin_ns < w->spin_max)
+    w->spin_ns = w->spin_ns * 2 < w->spin_max ? w->spin_ns * 2 : w->spin_max;
+  else if (shared && w->spin_ns > SPIN_MIN_NS)
+    w->spin_ns = w->spin_ns / 2 > SPIN_MIN_NS ? w->spin_ns / 2 : SPIN_MIN_NS;
 }
 
 /* One sleep on the segment's futex word, unless every rank's `field`
@@ -237,7 +238,8 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
     if (i == 16)
       t0 = spc__fast_now_ns();
     if (!relocate && yields == 0 && f->wait.spin_ns > 0 &&
-        (i <= 16 || (i & 15) != 0 || spc__fast_now_ns() - t0 < f->wait.spin_ns)) {
+        (i <= 16 || (i & 15) != 0 ||
+         spc__fast_now_ns() - t0 < f->wait.spin_ns)) {
       __builtin_ia32_pause();
       continue;
     }
@@ -272,7 +274,8 @@ void spc__fast_await(spc_group *g, const spc_request *req) {
       return;
     }
     if ((i & 15) == 0 && spc__fast_now_ns() - t0 >= f->wait.mid_ns) {
-      f->wait.mid_ns = f->wait.mid_ns / 2 > SPIN_MIN_NS ? f->wait.mid_ns / 2 : SPIN_MIN_NS;
+      uint64_t half = f->wait.mid_ns / 2;
+      f->wait.mid_ns = half > SPIN_MIN_NS ? half : SPIN_MIN_NS;
       return;
     }
     __builtin_ia32_pause();
