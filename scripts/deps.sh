@@ -6,7 +6,7 @@
 set -eu
 PKGS="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler \
 check libsystemd-dev libucx-dev libssl-dev ucx-utils valgrind python3 systemd prometheus clang libclang-rt-14-dev \
-python3-venv python3-dev python3-torch python3-pytest openmpi-bin libopenmpi-dev gnuplot-nox iproute2"
+python3-venv python3-dev python3-pip python3-torch python3-pytest openmpi-bin libopenmpi-dev gnuplot-nox iproute2"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
