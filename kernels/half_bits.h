@@ -1,7 +1,7 @@
 /* IEEE binary16 and bfloat16 <-> float conversions on the bits (round to
  * nearest even; NaNs kept quiet with their sign), written once for the
  * host (kernels/half.[ch]: the host mover, the planners' tests, the GPU
- * simulator) and the device (kernels/plan_cuda.cu): a device result must
+ * simulator) and the device (daemon/gpu/plan_cuda.cu): a device result must
  * equal the host mover's bit for bit, NaN payloads included, which the
  * hardware's own conversions do not promise. */
 #ifndef SPK_HALF_BITS_H

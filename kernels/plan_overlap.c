@@ -49,7 +49,7 @@ static int slot_start(const spk_shape *s, int d, int64_t before, size_t esize,
  * - all_reduce in place: reduce step c writes out_c's chunk c, which is
  *   in_c's chunk c, read only by that step, and a reduce step reads all
  *   its sources of an element before it writes that element (plan_exec.c
- *   by blocks, plan_cuda.cu by thread); the moves then copy the reduced
+ *   by blocks, daemon/gpu/plan_cuda.cu by thread); the moves then copy the reduced
  *   chunks, when no input is read any more.
  * - reduce_scatter in place: step r writes in_r's slot r, read only by
  *   step r itself.

@@ -1,5 +1,5 @@
 # The GPU path (CUDA IPC buffers, the CUDA and NCCL movers): nvcc rules for
-# kernels/*.cu, CUDA flags for the daemon's GPU sources, the GPU suites
+# daemon/gpu/*.cu, CUDA flags for the daemon's GPU sources, the GPU suites
 # (tests/gpu) and the GPU benchmark. Without CUDA under CUDA_HOME nothing
 # here changes the build: the GPU sources compile to their stubs, the suites
 # to programs that print "skipped" and exit 77.
@@ -9,12 +9,13 @@ CUDA_ARCHS ?= 80 90
 # and links into the C daemon with cc.
 NVCC_FLAGS := -std=c++17 -O3 -g -Xcompiler -fPIC -Xcompiler -Wall \
   -Xcompiler -fno-exceptions -Xcompiler -fno-threadsafe-statics -Ikernels \
+  -Idaemon/gpu \
   $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 
-CU_SRC := $(wildcard kernels/*.cu)
+CU_SRC := $(wildcard daemon/gpu/*.cu)
 CU_OBJ := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC)))
 
-$(BUILD)/kernels/%.cu.o: kernels/%.cu kernels/plan_cuda.h kernels/plan.h \
+$(BUILD)/daemon/gpu/%.cu.o: daemon/gpu/%.cu daemon/gpu/plan_cuda.h kernels/plan.h \
   kernels/types.h kernels/status.h kernels/half_bits.h
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@

@@ -10,7 +10,7 @@ GPUSIM_DIR := $(BUILD)/gpusim
 GPUSIM_LIBS := $(GPUSIM_DIR)/libcudart.so.13 $(GPUSIM_DIR)/libcuda.so.1 \
   $(GPUSIM_DIR)/libnccl.so.2
 GPUSIM_CFLAGS := -std=gnu11 -g -O2 -fPIC -D_GNU_SOURCE -pthread \
-  -Wall -Wextra -Werror -Itests/gpusim -Ikernels
+  -Wall -Wextra -Werror -Itests/gpusim -Ikernels -Idaemon/gpu
 GPUSIM_CORE_OBJ := $(patsubst %,$(GPUSIM_DIR)/%.o,sim_core sim_mem \
   sim_stream sim_memop sim_copy sim_kernel half kernels_host)
 
@@ -27,16 +27,16 @@ $(GPUSIM_DIR)/half.o: kernels/half.c kernels/half.h kernels/half_bits.h
 	$(Q)$(CC) $(GPUSIM_CFLAGS) -c $< -o $@
 
 # The kernel source as it is, but for its host launcher's <<<...>>>.
-$(GPUSIM_DIR)/plan_cuda_host.inc: kernels/plan_cuda.cu
+$(GPUSIM_DIR)/plan_cuda_host.inc: daemon/gpu/plan_cuda.cu
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's/<<<\([^>]*\)>>>/ SPCSIM_CHEVRONS(\1)/' $< > $@
 
 $(GPUSIM_DIR)/kernels_host.o: tests/gpusim/kernels_host.cc \
   $(GPUSIM_DIR)/plan_cuda_host.inc tests/gpusim/shim/cuda_runtime.h \
-  kernels/plan_cuda.h kernels/half_bits.h
+  daemon/gpu/plan_cuda.h kernels/half_bits.h
 	$(Q)$(CXX) -std=c++17 -g -O2 -fPIC -fno-exceptions -fno-rtti \
 	  -fno-threadsafe-statics -Wall -Wno-unknown-pragmas -Werror \
-	  -Itests/gpusim/shim -Ikernels -I$(GPUSIM_DIR) -c $< -o $@
+	  -Itests/gpusim/shim -Ikernels -Idaemon/gpu -I$(GPUSIM_DIR) -c $< -o $@
 
 $(GPUSIM_DIR)/libspcsim.so: $(GPUSIM_CORE_OBJ)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libspcsim.so -o $@ $^ -ldl -lm

@@ -1,6 +1,6 @@
 /* The NCCL mover's plans: an op that is exactly an NCCL collective runs
  * as one, any other as grouped send/recv with the kernel packing and
- * unpacking (kernels/gpu_route.c), on the streams of its communicator set
+ * unpacking (daemon/gpu/gpu_route.c), on the streams of its communicator set
  * (mover_nccl_set.c). */
 #include "mover_nccl.h"
 

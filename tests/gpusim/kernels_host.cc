@@ -1,5 +1,5 @@
 /* The project's kernels built for the host from their own source
- * (kernels/plan_cuda.cu, through shim/cuda_runtime.h), and the table that
+ * (daemon/gpu/plan_cuda.cu, through shim/cuda_runtime.h), and the table that
  * maps each to the name nvcc registers it under: its C++ mangled name,
  * which the host build shares (found with dladdr). */
 #include <stddef.h>
