@@ -126,6 +126,10 @@ typedef struct spd_ctx {
   spd_engine_counters engine_stats[SPD_MAX_ENGINES]; /* by spd_engine_kind
                                     * (engine.h), the first
                                     * SPD_ENGINE_COUNT used */
+  /* Each engine row's own state, by spd_engine_kind: set by its start,
+   * dropped by its fini (rows with a layer of their own keep it there:
+   * mover, gpu, peers above). */
+  void *engine_state[SPD_MAX_ENGINES];
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
   uid_t stats_viewer;               /* uid the stats are rendered for */

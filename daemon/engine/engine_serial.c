@@ -21,8 +21,10 @@ typedef struct {
   TAILQ_HEAD(, serial_item) todo;
 } serial_state;
 
-/* One engine per daemon process, as the loop is. */
-static serial_state *state;
+/* The row's state, in the daemon's context. */
+static serial_state *state_of(spd_ctx *ctx) {
+  return ctx->engine_state[SPD_ENGINE_SERIAL];
+}
 
 /* One plan per iteration: the loop keeps serving clients in between. */
 static void on_idle(uv_idle_t *idle) {
@@ -52,7 +54,7 @@ static int serial_start(spd_ctx *ctx, spk_err *err) {
                        "failed: %s", uv_strerror(rc));
   }
   st->idle.data = st;
-  state = st;
+  ctx->engine_state[SPD_ENGINE_SERIAL] = st;
   return SPK_OK;
 }
 
@@ -67,6 +69,7 @@ static int serial_submit(spd_work *w, spk_err *err) {
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a serial engine item "
                        "failed");
   it->w = w;
+  serial_state *state = state_of(w->ctx);
   int rc = uv_idle_start(&state->idle, on_idle);
   if (rc < 0) { /* cannot fail for a live handle; said if it ever does */
     free(it);
@@ -88,11 +91,11 @@ static void on_closed(uv_handle_t *h) {
 }
 
 static void serial_fini(spd_ctx *ctx) {
-  (void)ctx;
+  serial_state *state = state_of(ctx);
   if (state == NULL)
     return;
   uv_close((uv_handle_t *)&state->idle, on_closed);
-  state = NULL;
+  ctx->engine_state[SPD_ENGINE_SERIAL] = NULL;
 }
 
 const spd_engine spd_engine_serial = {
