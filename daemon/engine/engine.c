@@ -49,7 +49,29 @@ int spd_engine_pick(const spd_work *w, int prefer) {
   return best;
 }
 
+/* The per-rank hooks keep state every row that runs device work reads
+ * (w->rank_state): one row may define them. A second would be called
+ * never, so the table is refused instead. */
+static int rank_hooks_unique(spk_err *err) {
+  int first = -1;
+  for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
+    const spd_engine *e = spd_engines[k];
+    if (!e->built || (e->rank_open == NULL && e->flags_open == NULL))
+      continue;
+    if (first >= 0)
+      return spk_err_set(err, SPK_EINVAL, "engine rows %s and %s both "
+                         "define the per-rank hooks (rank_open, flags_open); "
+                         "one row keeps the state every row shares",
+                         spd_engine_name(first), spd_engine_name(k));
+    first = k;
+  }
+  return SPK_OK;
+}
+
 int spd_engines_start(struct spd_ctx *ctx, spk_err *err) {
+  int rc = rank_hooks_unique(err);
+  if (rc < 0)
+    return rc;
   for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
     const spd_engine *e = spd_engines[k];
     if (!e->built || e->start == NULL)

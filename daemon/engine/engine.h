@@ -193,8 +193,10 @@ void spd_engines_fini(struct spd_ctx *ctx);
  * (state: the buffer's [SPD_ENGINE_COUNT] slots). */
 void spd_engines_forget_buffer(struct spd_ctx *ctx, void **state);
 
-/* A rank's request arrived: the first row with rank_open keeps what it
- * needs of it in st (st->p NULL: nothing). Close it with the op; recorded:
+/* A rank's request arrived: the row with rank_open (one at most: the
+ * state it keeps is read by every row that runs device work, and
+ * spd_engines_start refuses a table with two) keeps what it needs of it
+ * in st (st->p NULL: nothing). Close it with the op; recorded:
  * whether the rank's done event was recorded (rank_recorded). */
 int spd_engines_rank_open(const spd_rank_req *rq, spd_rank_state *st,
                           spk_err *err);
