@@ -1,9 +1,10 @@
 """Compile and link flags of the C++ c10d backend (mk/torch_ext.mk), from
 the torch it is built against: its include paths and C++ ABI, Python's
 headers, and, where torch has CUDA and the CUDA runtime's headers are
-found (the nvidia-* wheel torch depends on, else the toolkit torch's
-cpp_extension finds), -DSPC_TORCH_CUDA and libc10_cuda, so that CUDA
-tensors go in place (client/torch/cuda.hpp).
+found whole (in the nvidia-* wheel torch depends on, else in the toolkit
+torch's cpp_extension finds), -DSPC_TORCH_CUDA and libc10_cuda, so that
+CUDA tensors go in place (client/torch/cuda.hpp); else neither, and CUDA
+tensors take the Python backend's device path.
 Usage: python torch_ext_flags.py FLAGS_FILE LIBS_FILE"""
 import glob
 import os
@@ -14,18 +15,27 @@ import torch
 from torch.utils import cpp_extension as c
 
 
+# What torch's CUDA headers include: a directory must hold them all (the
+# nvidia runtime wheel carries cuda_runtime.h but not always the crt/
+# headers it includes, which come with the toolkit).
+NEEDED = ("cuda_runtime_api.h", "cuda_runtime.h", "crt/host_config.h")
+
+
+def complete(d):
+    return all(os.path.exists(os.path.join(d, h)) for h in NEEDED)
+
+
 def cuda_include():
     if not torch.version.cuda:
         return None
     site = os.path.dirname(os.path.dirname(torch.__file__))
-    found = sorted(glob.glob(os.path.join(
+    cands = sorted(os.path.dirname(h) for h in glob.glob(os.path.join(
         site, "nvidia", "*", "include", "cuda_runtime_api.h")))
-    if found:
-        return os.path.dirname(found[0])
-    home = c.CUDA_HOME
-    if home and os.path.exists(os.path.join(home, "include",
-                                            "cuda_runtime_api.h")):
-        return os.path.join(home, "include")
+    if c.CUDA_HOME:
+        cands.append(os.path.join(c.CUDA_HOME, "include"))
+    for d in cands:
+        if complete(d):
+            return d
     return None
 
 
