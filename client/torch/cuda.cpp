@@ -122,6 +122,14 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
   std::lock_guard<std::mutex> g(ss.mu);
   auto key = std::make_pair(conn.get(), base);
   auto it = ss.map.find(key);
+  if (it != ss.map.end() && spc_buffer_size(it->second.buf) != size) {
+    // Another segment at the same address: the hook missed the old one's
+    // free (it should not), so its registration is stale. Drop it.
+    Conn::Lock l(*conn);
+    (void)spc_buffer_free(it->second.buf);
+    ss.map.erase(it);
+    it = ss.map.end();
+  }
   if (it == ss.map.end()) {
     spc_buffer* buf = nullptr;
     Conn::Lock l(*conn);
