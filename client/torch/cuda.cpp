@@ -109,6 +109,13 @@ bool cuda_direct() {
   return !CA::CUDAAllocatorConfig::expandable_segments();
 }
 
+bool cuda_in_segment(const at::Tensor& t) {
+  uintptr_t base;
+  size_t size;
+  return cuda_direct() && t.is_cuda() && t.nbytes() > 0 &&
+         t.is_contiguous() && segment_of(t, &base, &size);
+}
+
 bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
                Span* s) {
   int64_t n = (int64_t)t.nbytes();
@@ -209,6 +216,7 @@ c10::intrusive_ptr<c10d::Work> cuda_work(c10d::OpType type, int dev,
 namespace spcoll {
 
 bool cuda_direct() { return false; }
+bool cuda_in_segment(const at::Tensor&) { return false; }
 bool cuda_take(const std::shared_ptr<Conn>&, const at::Tensor&, Span*) {
   return false;
 }

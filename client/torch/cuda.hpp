@@ -41,6 +41,9 @@ bool cuda_direct();
 bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
                Span* s);
 
+// Whether cuda_take would take t in place (without registering it).
+bool cuda_in_segment(const at::Tensor& t);
+
 // Forget conn's segments (the Conn is going away).
 void cuda_forget(Conn* conn);
 

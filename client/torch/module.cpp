@@ -64,6 +64,17 @@ PYBIND11_MODULE(_c10d, m) {
     return ours(b).spcoll_name();
   });
   m.def("empty_bytes", &empty_bytes, py::arg("conn"), py::arg("nbytes"));
+  // Whether the backend takes t as an op's operand without a copy: a
+  // contiguous CPU tensor in this connection's spcoll memory, or a CUDA
+  // tensor in a segment of torch's caching allocator.
+  m.def("in_place", [](std::shared_ptr<Conn> c, const at::Tensor& t) {
+    if (t.is_cuda())
+      return cuda_in_segment(t);
+    spc_buffer* buf;
+    uint64_t off;
+    return t.device().is_cpu() && t.nbytes() > 0 && t.is_contiguous() &&
+           c->arena().locate(t.data_ptr(), t.nbytes(), &buf, &off);
+  });
   m.def("use_cpu_allocator", &use_cpu_allocator, py::arg("conn"));
   m.def("counts", [](std::shared_ptr<Conn> c) {
     auto& k = c->counts();

@@ -161,6 +161,27 @@ def use_cpu_allocator():
 _allocator_pid = None
 
 
+def empty(shape, dtype=torch.float32, device=None):
+    """A tensor the C++ backend takes in place: on the CPU, in this
+    process's spcoll memory; on a GPU, from torch's caching allocator,
+    whose segments the backend registers itself (torch.empty)."""
+    d = torch.device(device) if device is not None else torch.device("cpu")
+    if d.type == "cuda":
+        return torch.empty(shape, dtype=dtype, device=d)
+    count = 1
+    for n in shape:
+        count *= int(n)
+    size = torch.empty((), dtype=dtype).element_size()
+    raw = load().empty_bytes(connection(), count * size)
+    return raw.view(dtype).view(list(shape))
+
+
+def in_place(t):
+    """Whether the C++ backend takes t (as input or output) without a
+    copy."""
+    return load().in_place(connection(), t)
+
+
 def counts():
     """Bytes of op operands the C++ backend took in place (spcoll memory and
     CUDA tensors of torch's caching allocator: direct_bytes; other memory

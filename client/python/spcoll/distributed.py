@@ -772,13 +772,20 @@ def empty(shape, dtype=torch.float32, group=None, device=None):
     directly: as an op's input it is not staged, as an output
     (all_gather_into_tensor, all_to_all_single, scatter) it is written in
     place, with no copy back. device="cuda" (or "cuda:N"): device memory
-    that spcoll allocated (see docs/python.md, CUDA tensors)."""
+    that spcoll allocated (see docs/python.md, CUDA tensors); on the C++
+    backend, a tensor of torch's own allocator, which it takes in place."""
+    if backend_kind() == "c++":
+        from . import c10d
+        return c10d.empty(shape, dtype, device)
     return default_client(os.environ.get("SPCOLL_SOCKET")).empty(
         shape, dtype, device=device)
 
 
 def is_zero_copy(t):
     """Whether the backend takes t (as input or output) without a copy."""
+    if backend_kind() == "c++":
+        from . import c10d
+        return c10d.in_place(t)
     return default_client(os.environ.get("SPCOLL_SOCKET")).is_shared(t)
 
 
