@@ -20,6 +20,12 @@ x4, up to --max-bytes, 32 MiB):
               the allocator cannot be turned off; spcoll.c10d.counts()
               around each point checks that it staged nothing (a warning
               line if it did; nothing is asserted). --no-alloc leaves it out
+  floor       all_reduce only: the same op on a group of torch's
+              FakeProcessGroup, a C++ backend whose allreduce does nothing
+              and completes at once (no FlightRecorder hook, as FR=0):
+              what torch.distributed itself costs per call on this
+              machine, timed in turn with the two spcoll groups. (Its
+              gathers and all-to-all copy tensors, so they are no floor.)
   gloo        the same ops on a gloo group of the same processes
   C call      build/bin/spcoll-torch-ccall (bench/torch_ccall.c): the spcoll
               op the backend runs for that torch op, called from C with
@@ -70,7 +76,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 OPS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
        "all_to_all_single", "ulysses"]
-SOURCES = ["spcoll", "spcoll_fr0", "spcoll_alloc", "gloo", "c_call"]
+SOURCES = ["spcoll", "spcoll_fr0", "floor", "spcoll_alloc", "gloo",
+           "c_call"]
 COLS = ["source", "op", "ranks", "size_bytes", "seq", "iters", "warmup",
         "mean_us", "p50_us", "p90_us", "p99_us", "direct_bytes",
         "staged_in_bytes", "staged_out_bytes", "refused_bytes"]
@@ -162,13 +169,17 @@ def worker(args):
     else:
         os.environ["TORCH_FR_BUFFER_SIZE"] = old
     gloo = dist.new_group(backend="gloo")
+    # importing it registers backend "fake" (FakeProcessGroup, C++)
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401
+    fake = dist.new_group(backend="fake")
     hooks = getattr(getattr(dist.distributed_c10d, "_world", None),
                     "pg_flight_recorder_hooks", None)
     info = dict(backend_kind=sd.backend_kind(), torch=torch.__version__,
                 threads=torch.get_num_threads(),
                 fr_hook_world=None if hooks is None else spc in hooks,
                 fr_hook_fr0=None if hooks is None else fr0 in hooks,
-                fr_hook_gloo=None if hooks is None else gloo in hooks)
+                fr_hook_gloo=None if hooks is None else gloo in hooks,
+                fr_hook_floor=None if hooks is None else fake in hooks)
     agree = torch.zeros(2, dtype=torch.int64)
     # The processes' first ops (the ranks placed on the CPUs, the groups'
     # first plans) before the first point, 8 B all_reduce, is timed.
@@ -285,7 +296,8 @@ def worker(args):
                 points.append((op, geo))
 
     # Phase 1: ordinary torch tensors (torch's own CPU allocator) through
-    # the spcoll world group and the FR=0 group in turn, then gloo.
+    # the spcoll world group, the FR=0 group and the floor in turn, then
+    # gloo.
     # spcoll.c10d.counts() over the whole phase says how the backend took
     # them: as caller memory (blocking collectives), or staged.
     rows = []
@@ -294,15 +306,19 @@ def worker(args):
         size = geo["size"]
         fn, check = make_point(op, geo)
         res = {}
-        ts, warm, iters = block(fn, [spc, fr0], size)
-        res["spcoll"], res["spcoll_fr0"] = (ts[0], warm, iters), \
-            (ts[1], warm, iters)
+        timed = ("spcoll", "spcoll_fr0", "floor")
+        if op != "all_reduce":
+            timed = timed[:2]
+        groups = {"spcoll": spc, "spcoll_fr0": fr0, "floor": fake}
+        ts, warm, iters = block(fn, [groups[src] for src in timed], size)
+        for i, src in enumerate(timed):
+            res[src] = (ts[i], warm, iters)
         ts, warm, iters = block(fn, [gloo], size)
         res["gloo"] = (ts[0], warm, iters)
         # spcoll's result against gloo's, once (exact: integer values)
         checked(op, size, check, "spcoll")
         if rank == 0:
-            for src in ("spcoll", "spcoll_fr0", "gloo"):
+            for src in res:
                 row(src, op, geo, *res[src])
         del fn, check
     info["phase1_counts"] = _counts_delta(c_before, _counts(), gloo)
@@ -538,6 +554,9 @@ def summary_rows(pts):
         a, b = s["spcoll_p50_us"], s["spcoll_fr0_p50_us"]
         s["fr_on_minus_off_p50_us"] = a - b if a is not None and \
             b is not None else None
+        f = s["floor_p50_us"]
+        s["fr0_minus_floor_p50_us"] = b - f if b is not None and \
+            f is not None else None
         out.append(s)
     return out
 
@@ -546,30 +565,37 @@ def print_table(say, w, summ):
     say("")
     say("# %d ranks: microseconds per op on rank 0 (p50 and mean); ratios "
         "of p50; FR=0: a second spcoll group without torch's FlightRecorder "
-        "hook, timed in turn with the first; alloc: the spcoll world group "
+        "hook, timed in turn with the first; floor (all_reduce): torch's "
+        "FakeProcessGroup, whose allreduce does nothing, timed in turn with "
+        "both: torch.distributed's own cost per call, which FR=0-floor "
+        "leaves out; alloc: the spcoll world group "
         "again, on tensors allocated after spcoll.c10d.use_cpu_allocator() "
         "(spcoll memory, taken in place), a second phase of the same "
         "processes; C call: spc_run on spcoll memory, a run of its own; "
         "ulysses: the seeds' exchange of fp32 [s/P, 1, 32, 128], s the "
         "whole sequence, its C call spcoll's one-copy all_to_all" % w)
-    say("%-22s %-16s %17s %17s %17s %19s %17s %7s %7s %7s %7s %6s" % (
-        "", "", "---- spcoll ----", "- spcoll FR=0 -", "- spcoll alloc -",
-        "----- gloo ------", "--- C call ----", "gloo/", "spcoll", "gloo/",
-        "alloc", "FR on"))
-    say("%-22s %-16s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %7s %7s %7s "
-        "%7s %6s" % (
-            "op", "size", "p50", "mean", "p50", "mean", "p50", "mean", "p50",
-            "mean", "p50", "mean", "spcoll", "/C", "alloc", "/C", "-off"))
+    say("%-22s %-16s %17s %17s %8s %17s %19s %17s %7s %7s %7s %7s %6s "
+        "%6s" % (
+            "", "", "---- spcoll ----", "- spcoll FR=0 -", "floor",
+            "- spcoll alloc -", "----- gloo ------", "--- C call ----",
+            "gloo/", "spcoll", "gloo/", "alloc", "FR on", "FR=0"))
+    say("%-22s %-16s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %7s %7s "
+        "%7s %7s %6s %6s" % (
+            "op", "size", "p50", "mean", "p50", "mean", "p50", "p50", "mean",
+            "p50", "mean", "p50", "mean", "spcoll", "/C", "alloc", "/C",
+            "-off", "-floor"))
     for s in summ:
         if s["ranks"] != w:
             continue
         size = human(s["size_bytes"])
         if s["op"] == "ulysses":
             size += " s=%d" % s["seq"]
-        say("%-22s %-16s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s" % (
+        say("%-22s %-16s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s"
+            % (
             s["op"], size,
             fmt(s["spcoll_p50_us"], 8), fmt(s["spcoll_mean_us"], 8),
             fmt(s["spcoll_fr0_p50_us"], 8), fmt(s["spcoll_fr0_mean_us"], 8),
+            fmt(s["floor_p50_us"], 8),
             fmt(s["spcoll_alloc_p50_us"], 8),
             fmt(s["spcoll_alloc_mean_us"], 8),
             fmt(s["gloo_p50_us"], 9), fmt(s["gloo_mean_us"], 9),
@@ -578,7 +604,8 @@ def print_table(say, w, summ):
             fmt(s["spcoll_over_c_p50"], 7, 2),
             fmt(s["gloo_over_alloc_p50"], 7, 2),
             fmt(s["alloc_over_c_p50"], 7, 2),
-            fmt(s["fr_on_minus_off_p50_us"], 6)))
+            fmt(s["fr_on_minus_off_p50_us"], 6),
+            fmt(s["fr0_minus_floor_p50_us"], 6)))
     staging_check(say, w, summ)
 
 
@@ -673,7 +700,7 @@ def driver(args):
         t1 = time.time()
         tcsv = os.path.join(args.out, "torch_ranks%d.csv" % w)
         say("# %d ranks: C calls took %.0f s; torch (spcoll, spcoll FR=0, "
-            "gloo%s) ..." % (w, t1 - t0, "; then spcoll alloc" if args.alloc
+            "floor, gloo%s) ..." % (w, t1 - t0, "; then spcoll alloc" if args.alloc
                              else ""))
         if run_torch(args, w, tcsv, say) != 0:
             bad += 1
@@ -688,9 +715,11 @@ def driver(args):
             i = infos[w]
             say("# torch %s, backend \"spcoll\" is the %s backend, %d torch "
                 "thread(s) per rank; FlightRecorder hook attached: spcoll "
-                "world group %s, FR=0 group %s, gloo group %s" % (
+                "world group %s, FR=0 group %s, gloo group %s, floor group "
+                "%s" % (
                     i["torch"], i["backend_kind"], i["threads"],
-                    i["fr_hook_world"], i["fr_hook_fr0"], i["fr_hook_gloo"]))
+                    i["fr_hook_world"], i["fr_hook_fr0"], i["fr_hook_gloo"],
+                    i.get("fr_hook_floor")))
             c = i.get("phase1_counts") or {}
             say("# %d ranks, ordinary tensors (spcoll and FR=0 columns, all "
                 "ranks, warm-ups and checks included): %.1f MiB passed as "
@@ -728,11 +757,13 @@ def driver(args):
     for s in summ:
         if s["op"] == "all_reduce" and s["size_bytes"] == 8:
             say("# all_reduce 8 B, %d ranks: p50 %s us with the hook, %s us "
-                "with TORCH_FR_BUFFER_SIZE=0 (mean %s / %s)" % (
+                "with TORCH_FR_BUFFER_SIZE=0 (mean %s / %s); torch's own "
+                "floor (FakeProcessGroup, no hook) %s us" % (
                     s["ranks"], fmt(s["spcoll_p50_us"], 0),
                     fmt(s["spcoll_fr0_p50_us"], 0),
                     fmt(s["spcoll_mean_us"], 0),
-                    fmt(s["spcoll_fr0_mean_us"], 0)))
+                    fmt(s["spcoll_fr0_mean_us"], 0),
+                    fmt(s["floor_p50_us"], 0)))
     say("# wrote %s/torch_summary.csv, torch_summary.json, "
         "torch_ranksN.csv, torch_ccall_ranksN.csv, bench_torch.log" %
         args.out)
