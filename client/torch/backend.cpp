@@ -179,9 +179,16 @@ void Backend::check_live(const char* name) const {
 
 Span Backend::scratch(int64_t bytes, Pending& p) {
   if (p.dev >= 0) {  // from torch's CUDA allocator, on the current stream
-    at::Tensor t = at::empty({bytes > 0 ? bytes : 1},
-                             at::TensorOptions().dtype(at::kByte).device(
-                                 at::kCUDA, (c10::DeviceIndex)p.dev));
+    // (from spcoll's pool where expandable segments keep the rest out)
+    at::Tensor t;
+    {
+      std::unique_ptr<PoolScratch> route;
+      if (!cuda_direct())
+        route = std::make_unique<PoolScratch>(p.dev);
+      t = at::empty({bytes > 0 ? bytes : 1},
+                    at::TensorOptions().dtype(at::kByte).device(
+                        at::kCUDA, (c10::DeviceIndex)p.dev));
+    }
     Span s;
     if (!cuda_take(conn_, t, &s))
       C10_THROW_ERROR(DistBackendError,
@@ -352,9 +359,10 @@ c10::intrusive_ptr<c10d::Work> Backend::run_device(Op& o, bool async) {
   return cuda_work(o.type, o.p->dev, o.p->outputs);
 }
 
-int Backend::place(const char* name,
-                   const std::vector<const at::Tensor*>& ts) const {
+int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
+                   bool* direct) const {
   int dev = -2;
+  bool pooled = true;
   for (const at::Tensor* t : ts) {
     int d = t->is_cuda() ? (int)t->get_device() : -1;
     TORCH_CHECK_VALUE(t->is_cuda() || t->device().is_cpu(), "spcoll: ", name,
@@ -362,6 +370,8 @@ int Backend::place(const char* name,
                       "'; only CPU and CUDA tensors are supported");
     if (dev == -2 || dev == d) {
       dev = d;
+      pooled = pooled && d >= 0 &&
+               (cuda_direct() || t->nbytes() == 0 || cuda_pool_holds(*t));
       continue;
     }
     C10_THROW_ERROR(ValueError,
@@ -372,6 +382,7 @@ int Backend::place(const char* name,
                         " mix host and device memory or GPUs; an op's "
                         "tensors must all be on the CPU or all on one GPU");
   }
+  *direct = dev >= 0 && (cuda_direct() || pooled);
   return dev < 0 ? -1 : dev;
 }
 

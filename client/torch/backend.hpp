@@ -138,11 +138,12 @@ class Backend final : public c10d::Backend {
                                      std::chrono::milliseconds timeout);
 
   // Where an op's tensors are: -1 all on the CPU, the CUDA device when all
-  // are on one GPU; ValueError naming the op when they mix.
-  int place(const char* name, const std::vector<const at::Tensor*>& ts) const;
-  // Whether this op's CUDA tensors run here (cuda.hpp) rather than on the
-  // Python backend's device path.
-  bool direct(int dev) const { return dev >= 0 && cuda_direct(); }
+  // are on one GPU; ValueError naming the op when they mix. *direct:
+  // whether its CUDA tensors run here (cuda.hpp) rather than on the Python
+  // backend's device path: torch's allocator without expandable segments,
+  // or every tensor in spcoll's pool.
+  int place(const char* name, const std::vector<const at::Tensor*>& ts,
+            bool* direct) const;
 
   // The caller's tensor as op memory: in place when it is contiguous in
   // spcoll memory or in a segment of torch's CUDA allocator, or as caller

@@ -35,8 +35,9 @@ static Backend::Op all_gather_op(const char* name, c10d::OpType type,
 WorkPtr Backend::broadcast(std::vector<at::Tensor>& ts,
                            const c10d::BroadcastOptions& o) {
   check_live("broadcast");
-  int dev = place("broadcast", all_of({&ts}));
-  if (dev >= 0 && !direct(dev))
+  bool direct;
+  int dev = place("broadcast", all_of({&ts}), &direct);
+  if (dev >= 0 && !direct)
     return device("broadcast")->call("broadcast", ts, o);
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: broadcast takes one tensor");
   at::Tensor t = ts[0];
@@ -75,8 +76,9 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
   for (const auto& l : outs)
     for (const auto& t : l)
       ts.push_back(&t);
-  int dev = place("all_gather", ts);
-  if (dev >= 0 && !direct(dev))
+  bool direct;
+  int dev = place("all_gather", ts, &direct);
+  if (dev >= 0 && !direct)
     return device("all_gather")->call("allgather", outs, ins, o);
   TORCH_CHECK_VALUE(ins.size() == 1 && outs.size() == 1,
                     "spcoll: all_gather takes one input and one output list");
@@ -102,8 +104,9 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
 WorkPtr Backend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                  const c10d::AllgatherOptions& o) {
   check_live("all_gather_into_tensor");
-  int dev = place("all_gather_into_tensor", {&out, &in});
-  if (dev >= 0 && !direct(dev))
+  bool direct;
+  int dev = place("all_gather_into_tensor", {&out, &in}, &direct);
+  if (dev >= 0 && !direct)
     return device("all_gather_into_tensor")->call("_allgather_base", out, in, o);
   if (out.nbytes() != in.nbytes() * (size_t)size_)
     refuse("all_gather_into_tensor",
@@ -340,8 +343,9 @@ WorkPtr Backend::alltoall_base(at::Tensor& out, at::Tensor& in,
                                std::vector<int64_t>& in_splits,
                                const c10d::AllToAllOptions& o) {
   check_live("all_to_all_single");
-  int dev = place("all_to_all_single", {&out, &in});
-  if (dev >= 0 && !direct(dev))
+  bool direct;
+  int dev = place("all_to_all_single", {&out, &in}, &direct);
+  if (dev >= 0 && !direct)
     return device("all_to_all_single")
         ->call("alltoall_base", out, in, out_splits, in_splits, o);
   auto in_b = split_bytes(*this, "input", in, in_splits);
@@ -363,8 +367,9 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outs,
                           std::vector<at::Tensor>& ins,
                           const c10d::AllToAllOptions& o) {
   check_live("all_to_all");
-  int dev = place("all_to_all", all_of({&outs, &ins}));
-  if (dev >= 0 && !direct(dev))
+  bool direct;
+  int dev = place("all_to_all", all_of({&outs, &ins}), &direct);
+  if (dev >= 0 && !direct)
     return device("all_to_all")->call("alltoall", outs, ins, o);
   if ((int)outs.size() != size_ || (int)ins.size() != size_)
     refuse("all_to_all", "needs " + std::to_string(size_) +

@@ -102,8 +102,8 @@ void fold(const RedPlan& rp, const char* rows, int64_t count, int w,
 // Where a reduction's CUDA tensors go: the Python backend's device path
 // for what runs on the host here (a local fold, PREMUL_SUM's scaling) or
 // when this process's CUDA memory cannot go in place.
-static bool python_path(const Backend& b, int dev, const RedPlan& rp) {
-  return dev >= 0 && (!b.direct(dev) || rp.local || rp.premul);
+static bool python_path(int dev, bool direct, const RedPlan& rp) {
+  return dev >= 0 && (!direct || rp.local || rp.premul);
 }
 
 // The reduction of x (count elements) over the group. sizes null: every
@@ -155,11 +155,12 @@ static WorkPtr reduce_core(Backend& b, const char* name, c10d::OpType type,
 WorkPtr Backend::allreduce(std::vector<at::Tensor>& ts,
                            const c10d::AllreduceOptions& o) {
   check_live("all_reduce");
-  int dev = place("all_reduce", all_of({&ts}));
+  bool direct;
+  int dev = place("all_reduce", all_of({&ts}), &direct);
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: all_reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("all_reduce", o.reduceOp, t.scalar_type());
-  if (python_path(*this, dev, rp))
+  if (python_path(dev, direct, rp))
     return device("all_reduce")->call("allreduce", ts, o);
   rp.dev = dev;
   auto p = pending(!o.asyncOp && !rp.premul);
@@ -214,10 +215,11 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& ts,
                                      const c10d::AllreduceCoalescedOptions& o) {
   const char* name = "all_reduce_coalesced";
   check_live(name);
-  int dev = place(name, all_of({&ts}));
+  bool direct;
+  int dev = place(name, all_of({&ts}), &direct);
   TORCH_CHECK_VALUE(!ts.empty(), "spcoll: ", name, " needs tensors");
   RedPlan rp = plan_reduce(name, o.reduceOp, ts[0].scalar_type());
-  if (python_path(*this, dev, rp))
+  if (python_path(dev, direct, rp))
     return device(name)->call("allreduce_coalesced", ts, o);
   rp.dev = dev;
   auto p = std::make_unique<Pending>();
@@ -236,11 +238,12 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& ts,
 WorkPtr Backend::reduce(std::vector<at::Tensor>& ts,
                         const c10d::ReduceOptions& o) {
   check_live("reduce");
-  int dev = place("reduce", all_of({&ts}));
+  bool direct;
+  int dev = place("reduce", all_of({&ts}), &direct);
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("reduce", o.reduceOp, t.scalar_type());
-  if (python_path(*this, dev, rp))
+  if (python_path(dev, direct, rp))
     return device("reduce")->call("reduce", ts, o);
   rp.dev = dev;
   int root = (int)o.rootRank;
@@ -296,10 +299,11 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outs,
   for (const auto& l : ins)
     for (const auto& t : l)
       all.push_back(&t);
-  int dev = place(name, all);
+  bool direct;
+  int dev = place(name, all, &direct);
   TORCH_CHECK_VALUE(outs.size() == 1, "spcoll: reduce_scatter takes one output");
   RedPlan rp = plan_reduce(name, o.reduceOp, outs[0].scalar_type());
-  if (python_path(*this, dev, rp))
+  if (python_path(dev, direct, rp))
     return device(name)->call("reduce_scatter", outs, ins, o);
   if (ins.size() != 1 || (int)ins[0].size() != size_)
     refuse(name, "needs a list of " + std::to_string(size_) + " input tensors");
@@ -318,9 +322,10 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                       const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter_tensor";
   check_live(name);
-  int dev = place(name, {&out, &in});
+  bool direct;
+  int dev = place(name, {&out, &in}, &direct);
   RedPlan rp = plan_reduce(name, o.reduceOp, out.scalar_type());
-  if (python_path(*this, dev, rp))
+  if (python_path(dev, direct, rp))
     return device(name)->call("_reduce_scatter_base", out, in, o);
   if (in.numel() != out.numel() * size_)
     refuse(name, "input has " + std::to_string(in.numel()) +
@@ -346,9 +351,10 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter_tensor_coalesced";
   check_live(name);
-  int dev = place(name, all_of({&outs, &ins}));
+  bool direct;
+  int dev = place(name, all_of({&outs, &ins}), &direct);
   if (dev >= 0 && (outs.empty() ||
-                   python_path(*this, dev,
+                   python_path(dev, direct,
                                plan_reduce(name, o.reduceOp,
                                            outs[0].scalar_type()))))
     return device(name)->call("reduce_scatter_tensor_coalesced", outs, ins, o);

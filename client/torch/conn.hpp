@@ -101,6 +101,8 @@ class Conn {
     // segments of torch's CUDA allocator registered, and released again
     // when torch gave them back to CUDA (cuda.hpp)
     std::atomic<uint64_t> segments{0}, segments_released{0};
+    // allocations of spcoll's CUDA MemPool, and those given back
+    std::atomic<uint64_t> pool_allocs{0}, pool_frees{0};
   };
   Counts& counts() { return counts_; }
   void count_refused(size_t n) { counts_.refused += n; }

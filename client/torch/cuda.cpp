@@ -89,8 +89,9 @@ void attach_hook() {
   });
 }
 
-// Where t's storage starts in its segment: the segment's base and size.
-bool segment_of(const at::Tensor& t, uintptr_t* base, size_t* size) {
+}  // namespace
+
+bool cuda_segment_of(const at::Tensor& t, uintptr_t* base, size_t* size) {
   void* block = t.storage().data_ptr().get();
   if (block == nullptr)
     return false;
@@ -103,8 +104,6 @@ bool segment_of(const at::Tensor& t, uintptr_t* base, size_t* size) {
   }
 }
 
-}  // namespace
-
 bool cuda_direct() {
   return !CA::CUDAAllocatorConfig::expandable_segments();
 }
@@ -112,8 +111,10 @@ bool cuda_direct() {
 bool cuda_in_segment(const at::Tensor& t) {
   uintptr_t base;
   size_t size;
-  return cuda_direct() && t.is_cuda() && t.nbytes() > 0 &&
-         t.is_contiguous() && segment_of(t, &base, &size);
+  if (!t.is_cuda() || t.nbytes() == 0 || !t.is_contiguous())
+    return false;
+  return cuda_pool_holds(t) ||
+         (cuda_direct() && cuda_segment_of(t, &base, &size));
 }
 
 bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
@@ -122,8 +123,17 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
   uintptr_t base;
   size_t size;
   if (!t.is_cuda() || n == 0 || !t.is_contiguous() ||
-      !segment_of(t, &base, &size))
+      !cuda_segment_of(t, &base, &size))
     return false;
+  char* p = static_cast<char*>(t.data_ptr());
+  spc_buffer* pooled;
+  if (cuda_pool_find(conn.get(), base, size, &pooled)) {
+    *s = Span{pooled, (uint64_t)((uintptr_t)p - base), p, n, false,
+              (int)t.get_device()};
+    return true;
+  }
+  if (!cuda_direct())
+    return false;  // expandable segments: VMM memory IPC cannot share
   attach_hook();
   Segments& ss = segments();
   std::lock_guard<std::mutex> g(ss.mu);
@@ -150,7 +160,6 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
     it = ss.map.emplace(key, Seg{conn, buf}).first;
     conn->counts().segments++;
   }
-  char* p = static_cast<char*>(t.data_ptr());
   *s = Span{it->second.buf, (uint64_t)((uintptr_t)p - base), p, n, false,
             (int)t.get_device()};
   return true;
@@ -217,6 +226,7 @@ namespace spcoll {
 
 bool cuda_direct() { return false; }
 bool cuda_in_segment(const at::Tensor&) { return false; }
+bool cuda_segment_of(const at::Tensor&, uintptr_t*, size_t*) { return false; }
 bool cuda_take(const std::shared_ptr<Conn>&, const at::Tensor&, Span*) {
   return false;
 }

@@ -10,7 +10,8 @@
 // torch.cuda.empty_cache and the retry after an out-of-memory stay safe.
 //
 // Not in place: expandable segments (VMM memory, which CUDA IPC cannot
-// share) and memory outside the caching allocator; those ops take the
+// share) outside spcoll's pool (cuda_pool_use), and memory outside the
+// caching allocator; those ops take the
 // Python backend's device path or a staged copy (backend.cpp).
 //
 // Built with SPC_TORCH_CUDA where torch has CUDA and its headers are
@@ -21,8 +22,13 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
+
+extern "C" {
+#include "spcoll.h"
+}
 
 namespace spcoll {
 
@@ -30,7 +36,8 @@ class Conn;
 struct Span;
 
 // Whether this process's CUDA tensors can go in place: built with CUDA,
-// torch's allocator without expandable segments.
+// torch's allocator without expandable segments. (Tensors in spcoll's
+// pool go in place regardless: cuda_pool_holds.)
 bool cuda_direct();
 
 // t's bytes as op memory, when t is contiguous in a segment of torch's
@@ -43,6 +50,40 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
 
 // Whether cuda_take would take t in place (without registering it).
 bool cuda_in_segment(const at::Tensor& t);
+
+// Where t's storage starts in its segment of torch's caching allocator:
+// the segment's base and size; false for other memory.
+bool cuda_segment_of(const at::Tensor& t, uintptr_t* base, size_t* size);
+
+// spcoll's MemPool (cuda_pool.cpp, spcoll.c10d.mem_pool): device memory
+// that spc_torch_pool_alloc allocates and registers through conn, the
+// process's connection, for the torch.cuda.MemPool whose id is (id0, id1)
+// on device dev. Its tensors go in place with no registration on first
+// use, and also where torch's allocator uses expandable segments (the
+// pool's allocator is spcoll's, never VMM memory).
+void cuda_pool_use(std::shared_ptr<Conn> conn, int dev, int64_t id0,
+                   int64_t id1);
+// The pool's buffer for the segment [base, base + size) of conn.
+bool cuda_pool_find(const Conn* conn, uintptr_t base, size_t size,
+                    spc_buffer** buf);
+// Whether t lies in memory of spcoll's pool.
+bool cuda_pool_holds(const at::Tensor& t);
+
+// For its lifetime, this thread's allocations from torch's CUDA allocator
+// on dev come from spcoll's pool of dev, where there is one (an op's
+// scratch where expandable segments keep the rest out of place).
+class PoolScratch {
+ public:
+  explicit PoolScratch(int dev);
+  ~PoolScratch();
+  PoolScratch(const PoolScratch&) = delete;
+  PoolScratch& operator=(const PoolScratch&) = delete;
+
+ private:
+  int dev_;
+  bool on_ = false;
+  unsigned long long id_[2] = {0, 0};
+};
 
 // Forget conn's segments (the Conn is going away).
 void cuda_forget(Conn* conn);

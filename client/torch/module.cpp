@@ -7,6 +7,7 @@
 
 #include "allocator.hpp"
 #include "backend.hpp"
+#include "cuda.hpp"
 #include "device.hpp"
 
 namespace py = pybind11;
@@ -76,6 +77,17 @@ PYBIND11_MODULE(_c10d, m) {
            c->arena().locate(t.data_ptr(), t.nbytes(), &buf, &off);
   });
   m.def("use_cpu_allocator", &use_cpu_allocator, py::arg("conn"));
+  // spcoll's CUDA MemPool of device dev (torch.cuda.MemPool id (a, b))
+  // allocates through conn: spcoll.c10d.mem_pool.
+  m.def("pool_use", [](std::shared_ptr<Conn> c, int dev, int64_t a,
+                       int64_t b) { cuda_pool_use(std::move(c), dev, a, b); });
+  m.def("built_with_cuda", [] {
+#ifdef SPC_TORCH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
   m.def("counts", [](std::shared_ptr<Conn> c) {
     auto& k = c->counts();
     py::dict d;
@@ -86,6 +98,8 @@ PYBIND11_MODULE(_c10d, m) {
     d["wrapped_bytes"] = k.wrapped.load();
     d["cuda_segments"] = k.segments.load();
     d["cuda_segments_released"] = k.segments_released.load();
+    d["cuda_pool_allocs"] = k.pool_allocs.load();
+    d["cuda_pool_frees"] = k.pool_frees.load();
     return d;
   });
 }

@@ -424,6 +424,83 @@ def backend_empty_cache_with_ops_in_flight(c):
         del x, out, h
 
 
+def _pool_ops(c, pool):
+    """all_reduce and all_gather_into_tensor on tensors allocated in pool,
+    then all_gather into a list of pool tensors outside use_mem_pool (the
+    op's scratch then comes from the pool through the backend), each
+    compared with the same op on CPU tensors. The counts' change."""
+    w, cuda = c.world, c.dev
+    before = _cxx_counts()
+    with torch.cuda.use_mem_pool(pool):
+        t = c.mine([1 << 12]).to(cuda)
+        x = c.mine([256, 3]).to(cuda)
+        out = torch.empty([256 * w, 3], device=cuda)
+        parts = [torch.empty([100], device=cuda) for _ in range(w)]
+        piece = c.mine([100], salt=1).to(cuda)
+    dist.all_reduce(t)
+    dist.all_gather_into_tensor(out, x)
+    dist.all_gather(parts, piece)
+    d = _delta(before, _cxx_counts())
+    ref = c.mine([1 << 12])
+    dist.all_reduce(ref)
+    _bsame(c, "all_reduce in the pool", t, ref)
+    rout = torch.empty([256 * w, 3])
+    dist.all_gather_into_tensor(rout, c.mine([256, 3]))
+    _bsame(c, "all_gather_into_tensor in the pool", out, rout)
+    rparts = [torch.empty([100]) for _ in range(w)]
+    dist.all_gather(rparts, c.mine([100], salt=1))
+    for j in range(w):
+        _bsame(c, "all_gather piece %d into the pool" % j, parts[j],
+               rparts[j])
+    return d
+
+
+@backend_check
+def backend_mem_pool_tensors_in_place(c):
+    """Tensors of spcoll's MemPool (spcoll.c10d.mem_pool) go in place
+    without a registration of torch's segments: nothing staged, no
+    segment registered, the pool's own allocations counted."""
+    from spcoll import c10d
+    _cxx_counts()
+    pool = c10d.mem_pool(c.dev)
+    if c10d.mem_pool(c.dev) is not pool:
+        c.failures.append("mem_pool made a second pool for %s" % c.dev)
+    d = _pool_ops(c, pool)
+    if d["staged_in_bytes"] or d["cuda_segments"]:
+        c.failures.append("pool tensors were staged or their memory "
+                          "registered as torch's segments: %s" % d)
+    if c10d.counts()["cuda_pool_allocs"] < 1:
+        c.failures.append("the pool allocated nothing through spcoll: %s"
+                          % c10d.counts())
+
+
+def pool_expandable_rank(rank, world, sock, store):
+    """A process whose allocator uses expandable segments (whose memory
+    legacy CUDA IPC cannot share; spcsim cannot even make it, so every
+    CUDA allocation outside spcoll's pool fails here): tensors of spcoll's
+    pool still go through the C++ backend in place."""
+    torch.set_num_threads(1)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    os.environ["SPCOLL_SOCKET"] = sock
+    dist.init_process_group("spcoll", init_method="file://" + store,
+                            rank=rank, world_size=world)
+    ctx = Ctx(rank, world, dev, None, None)
+    ctx.name = "pool_expandable"
+    try:
+        from spcoll import c10d
+        d = _pool_ops(ctx, c10d.mem_pool(dev))
+        if d["staged_in_bytes"] or d["cuda_segments"]:
+            ctx.failures.append("staged or registered as segments: %s" % d)
+        if d["direct_bytes"] == 0:
+            ctx.failures.append("nothing taken in place: %s" % d)
+    except Exception:
+        ctx.failures.append("raised:\n" + traceback.format_exc())
+    dist.destroy_process_group()
+    return {"failures": ctx.failures, "compared": ctx.compared}
+
+
 def _run_checks(ctx, checks, only):
     results = {}
     for fn in checks:

@@ -118,6 +118,25 @@ def test_cuda(results, placement, name):
         pytest.skip("; ".join(sorted(skips)))
 
 
+def test_mem_pool_under_expandable_segments(daemon, workdir):
+    """spcoll's MemPool in processes whose allocator uses expandable
+    segments: its tensors go in place, bitwise right (on spcsim, which
+    cannot make expandable segments, any CUDA memory outside the pool
+    fails: the ops stay in it)."""
+    gpus()
+    import spcoll.distributed as sd
+    if sd.backend_kind() != "c++":
+        pytest.skip("the C++ backend is not the one registered (%s)"
+                    % sd.backend_kind())
+    d = os.path.join(workdir, "pool-expandable")
+    res = launch.run_ranks(WORLD, cuda_checks.pool_expandable_rank,
+                           (daemon, os.path.join(d, "store")), d, guard=120)
+    for r, got in enumerate(res):
+        assert "__error__" not in got, got["__error__"]
+        assert not got["failures"], "rank %d: %s" % (r, got["failures"])
+        assert got["compared"] > 0, "rank %d compared nothing" % r
+
+
 def test_stream_checks_see_a_missing_wait(results):
     """The control: with the daemon ordered after the wrong stream, both
     stream checks fail. Only on spcsim, whose trainers' streams are slowed

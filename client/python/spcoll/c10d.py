@@ -176,6 +176,46 @@ def empty(shape, dtype=torch.float32, device=None):
     return raw.view(dtype).view(list(shape))
 
 
+def mem_pool(device=None):
+    """spcoll's torch.cuda.MemPool on a GPU (the current one by default):
+    tensors allocated under ``torch.cuda.use_mem_pool(mem_pool())`` live
+    in device memory that spcoll allocated and registered with the daemon,
+    so the C++ backend takes them in place with no registration on first
+    use, also in processes whose allocator uses expandable segments (whose
+    own memory CUDA IPC cannot share). One pool per GPU and process; it
+    allocates through this process's spcoll connection."""
+    ext = load()
+    if ext is None:
+        raise RuntimeError("spcoll: the C++ backend is not available (%s)"
+                           % why_not())
+    if not ext.built_with_cuda():
+        raise RuntimeError("spcoll: mem_pool: the C++ backend was built "
+                           "without CUDA")
+    d = torch.device(device) if device is not None else \
+        torch.device("cuda", torch.cuda.current_device())
+    if d.type != "cuda":
+        raise ValueError("spcoll: mem_pool: device must be a CUDA device, "
+                         "got %s" % d)
+    idx = d.index if d.index is not None else torch.cuda.current_device()
+    key = (os.getpid(), idx)
+    pool = _pools.get(key)
+    if pool is None:
+        global _pool_allocator
+        if _pool_allocator is None or _pool_allocator[0] != os.getpid():
+            a = torch.cuda.memory.CUDAPluggableAllocator(
+                ext.__file__, "spc_torch_pool_alloc", "spc_torch_pool_free")
+            _pool_allocator = (os.getpid(), a)
+        with torch.cuda.device(idx):
+            pool = torch.cuda.MemPool(_pool_allocator[1].allocator())
+        ext.pool_use(connection(), idx, int(pool.id[0]), int(pool.id[1]))
+        _pools[key] = pool
+    return pool
+
+
+_pools = {}               # (pid, device) -> torch.cuda.MemPool
+_pool_allocator = None    # (pid, CUDAPluggableAllocator)
+
+
 def in_place(t):
     """Whether the C++ backend takes t (as input or output) without a
     copy."""
@@ -189,7 +229,8 @@ def counts():
     wrapped_bytes), copied into staging, and copied back (this process, all
     groups); the segments of torch's CUDA allocator registered with the
     daemon (cuda_segments) and released again before torch freed them
-    (cuda_segments_released)."""
+    (cuda_segments_released); the allocations of spcoll's MemPool
+    (cuda_pool_allocs) and those torch gave back (cuda_pool_frees)."""
     return load().counts(connection())
 
 
