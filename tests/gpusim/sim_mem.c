@@ -260,6 +260,13 @@ int sim_host_alloc(uint64_t size, void **p_out) {
 int sim_host_free(void *p) {
   if (p == NULL)
     return SIM_OK;
+  /* cudaFreeHost synchronizes (CUDA's API reference): work still queued
+   * on any GPU may read or write pinned memory, which every GPU maps. The
+   * streams' errors are their own calls' to report. */
+  sim_map pre;
+  if (sim_lookup(p, 1, &pre) && pre.kind == SIM_M_PINNED && pre.ptr == p)
+    for (int d = 0; d < sim_cfg()->ndev; d++)
+      (void)sim_device_sync(d);
   pthread_mutex_lock(&mu);
   sim_map *m = find_locked(p, 1);
   if (m == NULL || m->ptr != p || m->kind != SIM_M_PINNED) {

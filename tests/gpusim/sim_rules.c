@@ -1055,6 +1055,31 @@ START_TEST(free_waits_for_queued_work) {
 }
 END_TEST
 
+/* cudaFreeHost waits for the device too: a copy from pinned memory held
+ * behind a host function is still queued when the memory is freed. */
+START_TEST(free_host_waits_for_queued_work) {
+  enum { N = 1 << 20 };
+  unsigned char *src, *dst, *got = malloc(N);
+  ck_assert_ptr_nonnull(got);
+  volatile int held = 0;
+  cudaStream_t s;
+  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  OK(cudaMallocHost((void **)&src, N));
+  OK(cudaMalloc((void **)&dst, N));
+  memset(src, 0x3c, N);
+  OK(cudaLaunchHostFunc(s, hold, (void *)&held));
+  OK(cudaMemcpyAsync(dst, src, N, cudaMemcpyHostToDevice, s));
+  OK(cudaFreeHost(src));
+  ck_assert_msg(held == 1, "cudaFreeHost returned before queued work ran");
+  OK(cudaMemcpy(got, dst, N, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(got[i], 0x3c);
+  OK(cudaFree(dst));
+  OK(cudaStreamDestroy(s));
+  free(got);
+}
+END_TEST
+
 /* ---- default streams ------------------------------------------------------
  * A host function A on stream `first` holds it until the test lets go;
  * B on stream `second`, queued after A, notes whether A had finished.
@@ -1208,6 +1233,7 @@ int main(void) {
   tcase_add_test(tc, nccl_communicators_ordered_on_one_stream);
   tcase_add_test(tc, device_memory_exhaustion);
   tcase_add_test(tc, free_waits_for_queued_work);
+  tcase_add_test(tc, free_host_waits_for_queued_work);
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
   tcase_add_test(tc, non_blocking_streams_do_not_wait);
   sim_rules_memops(tc);
