@@ -74,7 +74,8 @@ $(GPUSIM_DIR)/libnccl.so.2: $(GPUSIM_DIR)/nccl.o $(GPUSIM_DIR)/absent_nccl.o \
 
 # The rules suite: the misuse of each rule, rejected (tests/run.sh runs it
 # through tests/gpusim/simrun.sh).
-GPUSIM_RULES_SRC := tests/gpusim/sim_rules.c tests/gpusim/sim_rules_memops.c
+GPUSIM_RULES_SRC := $(addprefix tests/gpusim/,sim_rules.c sim_rules_memops.c \
+  sim_rules_block.c sim_rules_nccl.c)
 $(GPUSIM_DIR)/sim_rules: $(GPUSIM_RULES_SRC) tests/gpusim/sim_rules.h \
   tests/check_run.h $(CU_OBJ)
 	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -isystem $(CUDA_HOME)/include \

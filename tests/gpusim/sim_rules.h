@@ -73,6 +73,10 @@ int ran_within(order_t *o, int ms);
 /* sim_rules_memops.c: its tests, and its checks run anew without stream
  * memory operations. */
 void sim_rules_memops(TCase *tc);
+/* sim_rules_block.c (calls that may block, contexts) and
+ * sim_rules_nccl.c (NCCL): their tests. */
+void sim_rules_block(TCase *tc);
+void sim_rules_nccl(TCase *tc);
 int no_memops_checks(void);
 int no_v1_memops_checks(void);
 
