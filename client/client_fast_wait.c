@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "client_fast_internal.h"
+#include "fast_sync.h"
 
 /* How long a waiter spins before yielding, and when it sleeps: the
  * policy and its bounds are in client_fast_tune.h. The spin is bounded in
@@ -33,29 +34,18 @@ uint64_t spc__fast_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* `wake` and `sleepers` share one line that every rank would write on
- * every publish; touching it only when someone sleeps keeps a publish to
- * this rank's own line. The fence pairs with the sleeper's: it counts
- * itself in `sleepers` before its last look at the counters (wait_for),
- * so either it sees our store, or we see it and bump the word it sleeps
- * on. */
+/* Wake the sleepers on the segment's futex word, if there are any
+ * (kernels/fast_sync.h). */
 static void wake(spk_fseg_hdr *h) {
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&h->sleepers, __ATOMIC_RELAXED) == 0)
-    return;
-  __atomic_add_fetch(&h->wake, 1, __ATOMIC_SEQ_CST);
-  syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+  if (spk_fsync_wake(h))
+    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Store a counter of this rank (me) and wake whoever waits on it.
- * `progress` has one writer, this rank, so a plain increment does. It
- * goes first: a reader that sees the counter takes the line, and a store
- * after that would have to fetch it back. */
+/* Store a counter of this rank (me) and wake whoever waits on it. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v) {
-  __atomic_store_n(&me->progress, me->progress + 1, __ATOMIC_RELEASE);
-  __atomic_store_n(word, v, __ATOMIC_RELEASE);
-  wake(h);
+  if (spk_fsync_publish(h, me, word, v))
+    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 void spc__fast_read_descs(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t s) {
@@ -153,27 +143,33 @@ static void adapt(spc_fast *f, int shared) {
     w->spin_ns = w->spin_ns / 2 > SPIN_MIN_NS ? w->spin_ns / 2 : SPIN_MIN_NS;
 }
 
-/* One sleep on the segment's futex word, unless every rank's `field`
- * reached v (*done_p). Counted in `sleepers` before the last look (see
- * wake()). */
+/* One sleep on the segment's futex word (kernels/fast_sync.h), unless
+ * every rank's `field` reached v (*done_p). */
+typedef struct {
+  spc_group *g;
+  size_t field;
+  uint64_t v;
+  long r;     /* the futex call's result, */
+  int saved;  /* and its errno */
+} sleep_arg;
+
+static int sleep_look(void *p) {
+  sleep_arg *a = p;
+  return spc__fast_all_at_least(a->g->fast, a->g->world, a->field, a->v);
+}
+
+static void sleep_wait(void *p, uint32_t *word, uint32_t w) {
+  sleep_arg *a = p;
+  struct timespec ts = {0, SLEEP_NS};
+  a->r = syscall(SYS_futex, word, FUTEX_WAIT, w, &ts, NULL, 0);
+  a->saved = errno;
+}
+
 static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
-  spk_fseg_hdr *h = g->fast->hdr;
-  __atomic_add_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
-  /* Pairs with the publisher's fence in wake(): either it sees this
-   * sleeper or this look sees its store. */
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  uint32_t w = __atomic_load_n(&h->wake, __ATOMIC_SEQ_CST);
-  *done_p = spc__fast_all_at_least(g->fast, g->world, field, v);
-  long r = 0;
-  int saved = 0;
-  /* A break whose wake came before w was read would not end the sleep:
-   * the caller's loop reports it now instead. */
-  if (!*done_p && __atomic_load_n(&h->broken, __ATOMIC_ACQUIRE) == 0) {
-    struct timespec ts = {0, SLEEP_NS};
-    r = syscall(SYS_futex, &h->wake, FUTEX_WAIT, w, &ts, NULL, 0);
-    saved = errno;
-  }
-  __atomic_sub_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
+  sleep_arg a = {g, field, v, 0, 0};
+  *done_p = spk_fsync_sleep(g->fast->hdr, sleep_look, sleep_wait, &a);
+  long r = a.r;
+  int saved = a.saved;
   if (r < 0 && saved != EAGAIN && saved != EINTR && saved != ETIMEDOUT)
     return spc__fail(g->client, SPC_ESYSTEM, "futex wait on the group's "
                      "shared segment failed: %s", strerror(saved));

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fast_atomic.h"
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
@@ -283,16 +284,16 @@ static inline uint8_t *spk_fseg_stage_of(void *base, uint64_t stage_bytes,
  * is done with s (client_fast.c, `pending`). Read by the ranks' waits and
  * the daemon's watchdog alike. */
 static inline uint64_t spk_fseg_said(const spk_fseg_rank *a, size_t field) {
-  uint64_t v = __atomic_load_n((const uint64_t *)((const uint8_t *)a + field),
-                               __ATOMIC_ACQUIRE);
+  uint64_t v = SPK_LOAD((const uint64_t *)((const uint8_t *)a + field),
+                        __ATOMIC_ACQUIRE);
   if (field != offsetof(spk_fseg_rank, consumed) &&
       field != offsetof(spk_fseg_rank, fdone))
     return v;
   if (field == offsetof(spk_fseg_rank, consumed)) {
-    uint64_t d = __atomic_load_n(&a->read_descs, __ATOMIC_ACQUIRE);
+    uint64_t d = SPK_LOAD(&a->read_descs, __ATOMIC_ACQUIRE);
     v = d > v ? d : v;
   }
-  uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+  uint64_t p = SPK_LOAD(&a->published, __ATOMIC_ACQUIRE);
   return p > 0 && p - 1 > v ? p - 1 : v;
 }
 
@@ -308,24 +309,25 @@ static inline uint64_t spk_fseg_said(const spk_fseg_rank *a, size_t field) {
  * plainly, then the head, seq last. */
 static inline void spk_fseg_desc_put(spk_fseg_desc *slot,
                                      const spk_fseg_desc *d, size_t n) {
-  memcpy((uint8_t *)slot + SPK_FSEG_DESC_ATOMIC,
-         (const uint8_t *)d + SPK_FSEG_DESC_ATOMIC, n - SPK_FSEG_DESC_ATOMIC);
-  __atomic_store_n(&slot->op, d->op, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->repeat, d->repeat, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->eligible, d->eligible, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot->seq, d->seq, __ATOMIC_RELAXED);
+  SPK_COPY_IN((uint8_t *)slot + SPK_FSEG_DESC_ATOMIC,
+              (const uint8_t *)d + SPK_FSEG_DESC_ATOMIC,
+              n - SPK_FSEG_DESC_ATOMIC);
+  SPK_STORE(&slot->op, d->op, __ATOMIC_RELAXED);
+  SPK_STORE(&slot->repeat, d->repeat, __ATOMIC_RELAXED);
+  SPK_STORE(&slot->eligible, d->eligible, __ATOMIC_RELAXED);
+  SPK_STORE(&slot->seq, d->seq, __ATOMIC_RELAXED);
 }
 
 /* A copy of slot: the head atomically, the rest plainly. */
 static inline void spk_fseg_desc_get(spk_fseg_desc *out,
                                      const spk_fseg_desc *slot) {
-  out->seq = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
-  out->eligible = __atomic_load_n(&slot->eligible, __ATOMIC_RELAXED);
-  out->repeat = __atomic_load_n(&slot->repeat, __ATOMIC_RELAXED);
-  out->op = __atomic_load_n(&slot->op, __ATOMIC_RELAXED);
-  memcpy((uint8_t *)out + SPK_FSEG_DESC_ATOMIC,
-         (const uint8_t *)slot + SPK_FSEG_DESC_ATOMIC,
-         sizeof(*out) - SPK_FSEG_DESC_ATOMIC);
+  out->seq = SPK_LOAD(&slot->seq, __ATOMIC_RELAXED);
+  out->eligible = SPK_LOAD(&slot->eligible, __ATOMIC_RELAXED);
+  out->repeat = SPK_LOAD(&slot->repeat, __ATOMIC_RELAXED);
+  out->op = SPK_LOAD(&slot->op, __ATOMIC_RELAXED);
+  SPK_COPY_OUT((uint8_t *)out + SPK_FSEG_DESC_ATOMIC,
+               (const uint8_t *)slot + SPK_FSEG_DESC_ATOMIC,
+               sizeof(*out) - SPK_FSEG_DESC_ATOMIC);
 }
 
 /* Whether rank area a's ring slot says it published op s to run in the
@@ -333,8 +335,8 @@ static inline void spk_fseg_desc_get(spk_fseg_desc *out,
  * drain alike, while the owner may be rewriting the slot. */
 static inline int spk_fseg_fast_op(const spk_fseg_rank *a, uint64_t s) {
   const spk_fseg_desc *x = &a->ring[s % SPK_FSEG_RING];
-  return __atomic_load_n(&x->seq, __ATOMIC_RELAXED) == s &&
-         __atomic_load_n(&x->eligible, __ATOMIC_RELAXED) == 1;
+  return SPK_LOAD(&x->seq, __ATOMIC_RELAXED) == s &&
+         SPK_LOAD(&x->eligible, __ATOMIC_RELAXED) == 1;
 }
 
 /* Fill a fresh (zeroed) segment's header. */

@@ -1,0 +1,57 @@
+/* The fast path's publish and its sleep/wake handshake
+ * (kernels/fast_protocol.h: pub, invariant 5), as the ranks run them
+ * (client/client_fast_wait.c, with FUTEX_WAIT and FUTEX_WAKE on `wake`)
+ * and as the protocol checker runs them (tests/unit/unit_fast_model.c,
+ * with its model of both). */
+#ifndef SPK_FAST_SYNC_H
+#define SPK_FAST_SYNC_H
+
+#include "fast_atomic.h"
+#include "fast_seg.h"
+
+/* A publisher's look for sleepers after its stores: the sc fence orders
+ * them before the load of `sleepers` and pairs with the sleeper's
+ * (spk_fsync_sleep): either the sleeper's last look sees the stores, or
+ * this look sees the sleeper. 1: `wake` was bumped (sc); the caller then
+ * wakes the futex waiters on it. `wake` and `sleepers` share one line
+ * that every rank would write on every publish: touching them only when
+ * someone sleeps keeps a publish to the rank's own line. */
+static inline int spk_fsync_wake(spk_fseg_hdr *h) {
+  SPK_FENCE(__ATOMIC_SEQ_CST);
+  if (SPK_LOAD(&h->sleepers, __ATOMIC_RELAXED) == 0)
+    return 0;
+  SPK_ADD(&h->wake, 1, __ATOMIC_SEQ_CST);
+  return 1;
+}
+
+/* pub(word, v): this rank's progress (one writer: it), then the word,
+ * both rel; then spk_fsync_wake. progress goes first: a reader that sees
+ * the word takes the line, and a store after that would fetch it back. */
+static inline int spk_fsync_publish(spk_fseg_hdr *h, spk_fseg_rank *me,
+                                    uint64_t *word, uint64_t v) {
+  SPK_STORE(&me->progress, SPK_LOAD(&me->progress, __ATOMIC_RELAXED) + 1,
+            __ATOMIC_RELEASE);
+  SPK_STORE(word, v, __ATOMIC_RELEASE);
+  return spk_fsync_wake(h);
+}
+
+/* One sleep: counted in `sleepers` (sc), a fence (sc), the futex word
+ * read (sc), then the last look at the counters (look(arg): 1 done).
+ * Unless done or the segment is broken, wait(arg, &h->wake, w) sleeps
+ * while the word is still w (a break whose wake came before w was read
+ * would not end that sleep: the caller's loop sees the break instead).
+ * Then out of `sleepers`. Returns the last look's answer. */
+static inline int spk_fsync_sleep(spk_fseg_hdr *h, int (*look)(void *),
+                                  void (*wait)(void *, uint32_t *, uint32_t),
+                                  void *arg) {
+  SPK_ADD(&h->sleepers, 1, __ATOMIC_SEQ_CST);
+  SPK_FENCE(__ATOMIC_SEQ_CST);
+  uint32_t w = SPK_LOAD(&h->wake, __ATOMIC_SEQ_CST);
+  int done = look(arg);
+  if (!done && SPK_LOAD(&h->broken, __ATOMIC_ACQUIRE) == 0)
+    wait(arg, &h->wake, w);
+  SPK_SUB(&h->sleepers, 1, __ATOMIC_SEQ_CST);
+  return done;
+}
+
+#endif

@@ -1,0 +1,427 @@
+/* The fast path's protocol checker. The protocol's own code
+ * (kernels/fast_sync.h: publish, the sleep/wake handshake;
+ * kernels/fast_seg.h: the ring slot's put and get, spk_fseg_said), built
+ * with SPK_FAST_MODEL, runs in threads standing for ranks under a
+ * deterministic scheduler: only one thread runs at a time, and at every
+ * access to a shared word the scheduler picks, from a seeded generator,
+ * which thread goes on or which buffered store reaches memory first.
+ *
+ * Weak memory, as far as this model goes: each thread has a store buffer.
+ * A release (or stronger) store reaches memory only after every store
+ * before it; relaxed and plain stores may overtake earlier ones to other
+ * addresses (never to the same bytes); a thread reads its own buffered
+ * stores; an sc fence, an atomic read-modify-write and a futex call empty
+ * the buffer first. Loads are not reordered, so a weakened acquire is
+ * beyond it.
+ *
+ * A run fails on a lost wake-up (a thread asleep on the futex word with
+ * nothing left to run or flush: every other thread done) or on a reader
+ * that saw op 1 published but not what was written for it (a torn ring
+ * slot). The two mutation checks tell the model to drop the publisher's
+ * sc fence, or to weaken its release stores to relaxed, in the code as
+ * written, and require the checker to find each. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "fast_sync.h"
+
+#ifndef SPK_FAST_MODEL
+#error "build with -DSPK_FAST_MODEL"
+#endif
+
+enum { NT = 2, MAXBUF = 64, RUNS = 20000 };
+enum { T_POINT, T_RUN, T_BLOCKED, T_DONE };
+
+typedef struct {
+  uint8_t *addr;
+  size_t size;
+  uint8_t *bytes;
+  int ordered; /* release or stronger: after every earlier store */
+} entry;
+
+typedef struct {
+  pthread_t t;
+  int state;
+  uint32_t *word; /* T_BLOCKED: the futex word */
+  entry buf[MAXBUF];
+  int n;
+  void (*body)(int me);
+} mthread;
+
+/* The model: what the scheduler knows. One run at a time. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  mthread th[NT];
+  int current;        /* the thread that may run */
+  int abort_run;      /* a failure was found: every thread leaves */
+  uint64_t rng;
+  int drop_fences;    /* of thread 0 (the publisher) */
+  int weaken_release; /* of thread 0 */
+  int slept;          /* runs so far in which a thread slept on the word */
+  char failure[160];
+} M = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static __thread int self = -1;
+
+static uint64_t rnd(void) {
+  M.rng ^= M.rng << 13;
+  M.rng ^= M.rng >> 7;
+  M.rng ^= M.rng << 17;
+  return M.rng;
+}
+
+static int overlaps(const entry *a, const entry *b) {
+  return a->addr < b->addr + b->size && b->addr < a->addr + a->size;
+}
+
+/* Whether thread t's k-th buffered store may reach memory now. */
+static int flushable(const mthread *t, int k) {
+  if (t->buf[k].ordered)
+    return k == 0;
+  for (int i = 0; i < k; i++)
+    if (t->buf[i].ordered || overlaps(&t->buf[i], &t->buf[k]))
+      return 0;
+  return 1;
+}
+
+static void flush_one(mthread *t, int k) {
+  entry e = t->buf[k];
+  memcpy(e.addr, e.bytes, e.size);
+  free(e.bytes);
+  memmove(&t->buf[k], &t->buf[k + 1], (size_t)(t->n - k - 1) * sizeof(entry));
+  t->n--;
+}
+
+static void flush_all(mthread *t) {
+  while (t->n > 0)
+    flush_one(t, 0);
+}
+
+static void fail_locked(const char *why) {
+  if (M.failure[0] == '\0')
+    snprintf(M.failure, sizeof(M.failure), "%s", why);
+  M.abort_run = 1;
+  pthread_cond_broadcast(&M.cv);
+}
+
+/* Pick what happens next: a buffered store reaches memory (30% when one
+ * can), or a thread waiting at a step runs. None left: the run is over,
+ * or a thread sleeps with nothing that could wake it. Mutex held. */
+static void schedule_locked(void) {
+  while (!M.abort_run) {
+    int runnable[NT], nr = 0, fl[NT * MAXBUF][2], nf = 0;
+    for (int i = 0; i < NT; i++) {
+      if (M.th[i].state == T_POINT)
+        runnable[nr++] = i;
+      for (int k = 0; k < M.th[i].n; k++)
+        if (flushable(&M.th[i], k))
+          fl[nf][0] = i, fl[nf][1] = k, nf++;
+    }
+    if (nf > 0 && (nr == 0 || rnd() % 10 < 3)) {
+      int c = (int)(rnd() % (uint64_t)nf);
+      flush_one(&M.th[fl[c][0]], fl[c][1]);
+      continue;
+    }
+    if (nr > 0) {
+      M.current = runnable[rnd() % (uint64_t)nr];
+      M.th[M.current].state = T_RUN;
+      pthread_cond_broadcast(&M.cv);
+      return;
+    }
+    for (int i = 0; i < NT; i++)
+      if (M.th[i].state == T_BLOCKED) {
+        fail_locked("lost wake-up: a thread sleeps on the futex word and "
+                    "nothing is left to wake it");
+        return;
+      }
+    M.current = -1; /* every thread is done */
+    pthread_cond_broadcast(&M.cv);
+    return;
+  }
+}
+
+static void leave_locked(void) {
+  pthread_mutex_unlock(&M.mu);
+  pthread_exit(NULL);
+}
+
+/* Wait until the scheduler hands this thread the run. Mutex held. */
+static void await_turn_locked(void) {
+  while (!M.abort_run && !(M.current == self && M.th[self].state == T_RUN))
+    pthread_cond_wait(&M.cv, &M.mu);
+  if (M.abort_run)
+    leave_locked();
+}
+
+/* Every shared access begins here: another thread's steps, or flushes,
+ * may come first. Returns with the mutex held. */
+static void step(void) {
+  pthread_mutex_lock(&M.mu);
+  if (M.abort_run)
+    leave_locked();
+  M.th[self].state = T_POINT;
+  schedule_locked();
+  await_turn_locked();
+}
+
+/* Read [p, p + n) as this thread sees it: memory, then its own buffered
+ * stores over it, oldest first. */
+static void read_locked(void *dst, const void *p, size_t n) {
+  const uint8_t *a = p;
+  memcpy(dst, p, n);
+  mthread *t = &M.th[self];
+  for (int i = 0; i < t->n; i++) {
+    entry *e = &t->buf[i];
+    for (size_t j = 0; j < e->size; j++)
+      if (e->addr + j >= a && e->addr + j < a + n)
+        ((uint8_t *)dst)[e->addr + j - a] = e->bytes[j];
+  }
+}
+
+static void buffer_locked(void *p, const void *bytes, size_t n, int ordered) {
+  mthread *t = &M.th[self];
+  if (t->n == MAXBUF)
+    flush_all(t);
+  entry *e = &t->buf[t->n++];
+  e->addr = p;
+  e->size = n;
+  e->bytes = malloc(n);
+  ck_assert_ptr_nonnull(e->bytes);
+  memcpy(e->bytes, bytes, n);
+  e->ordered = ordered;
+}
+
+uint64_t spk_model_load(const void *p, size_t size, int mo) {
+  (void)mo;
+  step();
+  uint64_t v = 0;
+  read_locked(&v, p, size);
+  pthread_mutex_unlock(&M.mu);
+  return v;
+}
+
+void spk_model_store(void *p, size_t size, uint64_t v, int mo) {
+  step();
+  if (self == 0 && M.weaken_release && mo == __ATOMIC_RELEASE)
+    mo = __ATOMIC_RELAXED;
+  buffer_locked(p, &v, size, mo == __ATOMIC_RELEASE || mo == __ATOMIC_SEQ_CST);
+  if (mo == __ATOMIC_SEQ_CST)
+    flush_all(&M.th[self]);
+  pthread_mutex_unlock(&M.mu);
+}
+
+uint64_t spk_model_add(void *p, size_t size, uint64_t v, int mo) {
+  (void)mo;
+  step();
+  flush_all(&M.th[self]);
+  uint64_t now = 0; /* little-endian: the word's bytes are now's low ones */
+  memcpy(&now, p, size);
+  now += v;
+  if (size < sizeof(now))
+    now &= (UINT64_C(1) << (8 * size)) - 1;
+  memcpy(p, &now, size);
+  pthread_mutex_unlock(&M.mu);
+  return now;
+}
+
+void spk_model_fence(int mo) {
+  step();
+  if (mo == __ATOMIC_SEQ_CST && !(self == 0 && M.drop_fences))
+    flush_all(&M.th[self]);
+  pthread_mutex_unlock(&M.mu);
+}
+
+void spk_model_copy_in(void *dst, const void *src, size_t n) {
+  step();
+  buffer_locked(dst, src, n, 0);
+  pthread_mutex_unlock(&M.mu);
+}
+
+void spk_model_copy_out(void *dst, const void *src, size_t n) {
+  step();
+  read_locked(dst, src, n);
+  pthread_mutex_unlock(&M.mu);
+}
+
+/* FUTEX_WAIT and FUTEX_WAKE as the kernel does them, without the
+ * client's timeout (so that a lost wake-up shows): the call empties the
+ * caller's buffer; a wait sleeps only while the word holds w. */
+static void model_futex_wait(void *arg, uint32_t *word, uint32_t w) {
+  (void)arg;
+  step();
+  flush_all(&M.th[self]);
+  if (*word == w) {
+    M.slept++;
+    M.th[self].state = T_BLOCKED;
+    M.th[self].word = word;
+    schedule_locked();
+    await_turn_locked();
+  }
+  pthread_mutex_unlock(&M.mu);
+}
+
+static void model_futex_wake(uint32_t *word) {
+  step();
+  flush_all(&M.th[self]);
+  for (int i = 0; i < NT; i++)
+    if (M.th[i].state == T_BLOCKED && M.th[i].word == word)
+      M.th[i].state = T_POINT;
+  pthread_mutex_unlock(&M.mu);
+}
+
+/* ---- the scenario: rank 0 publishes op 1, rank 1 waits for it -------- */
+
+#define STAGE 4096
+static uint8_t *seg;
+
+static spk_fseg_hdr *hdr(void) { return (spk_fseg_hdr *)seg; }
+static spk_fseg_rank *rank_area(int r) {
+  return spk_fseg_rank_of(seg, STAGE, r);
+}
+
+static spk_fseg_desc want(void) {
+  spk_fseg_desc d;
+  memset(&d, 0, sizeof(d));
+  d.seq = 1;
+  d.eligible = 1;
+  d.op = 7;
+  d.dtype = 3;
+  return d;
+}
+
+/* Rank 0: op 1's descriptor into its ring slot, then pub(published, 1),
+ * then FUTEX_WAKE if a sleeper was seen (client_fast_wait.c). */
+static void publisher(int me) {
+  spk_fseg_rank *a = rank_area(me);
+  spk_fseg_desc d = want();
+  spk_fseg_desc_put(&a->ring[1 % SPK_FSEG_RING], &d, sizeof(d));
+  if (spk_fsync_publish(hdr(), a, &a->published, 1))
+    model_futex_wake(&hdr()->wake);
+}
+
+static int published_look(void *arg) {
+  (void)arg;
+  return spk_fseg_said(rank_area(0), offsetof(spk_fseg_rank, published)) >= 1;
+}
+
+/* Rank 1: looks, sleeps while op 1 is not published (wait_for's last
+ * resort), then reads the slot as a reader does after its acquire. */
+static void waiter(int me) {
+  (void)me;
+  while (!published_look(NULL) &&
+         !spk_fsync_sleep(hdr(), published_look, model_futex_wait, NULL))
+    ;
+  spk_fseg_desc got, w = want();
+  spk_fseg_desc_get(&got, &rank_area(0)->ring[1 % SPK_FSEG_RING]);
+  if (got.seq != w.seq || got.op != w.op || got.eligible != w.eligible ||
+      got.dtype != w.dtype) {
+    pthread_mutex_lock(&M.mu);
+    fail_locked("torn ring slot: op 1 seen published, its slot not yet "
+                "written");
+    pthread_mutex_unlock(&M.mu);
+  }
+}
+
+static void *thread_main(void *p) {
+  int me = (int)(intptr_t)p;
+  self = me;
+  pthread_mutex_lock(&M.mu);
+  await_turn_locked();
+  pthread_mutex_unlock(&M.mu);
+  M.th[me].body(me);
+  pthread_mutex_lock(&M.mu);
+  M.th[me].state = T_DONE;
+  schedule_locked(); /* nothing when the run was aborted */
+  pthread_mutex_unlock(&M.mu);
+  return NULL;
+}
+
+/* One run with this seed: 1 when it failed (M.failure says why). */
+static int run_once(uint64_t seed) {
+  memset(seg, 0, spk_fseg_size(NT, STAGE));
+  spk_fseg_init(hdr(), NT, STAGE, 0);
+  pthread_mutex_lock(&M.mu);
+  M.rng = seed * 0x9e3779b97f4a7c15ull + 1;
+  M.abort_run = 0;
+  M.current = -1;
+  void (*bodies[NT])(int) = {publisher, waiter};
+  for (int i = 0; i < NT; i++) {
+    M.th[i].state = T_POINT;
+    M.th[i].n = 0;
+    M.th[i].body = bodies[i];
+  }
+  for (int i = 0; i < NT; i++)
+    ck_assert_int_eq(pthread_create(&M.th[i].t, NULL, thread_main,
+                                    (void *)(intptr_t)i), 0);
+  schedule_locked();
+  pthread_mutex_unlock(&M.mu);
+  for (int i = 0; i < NT; i++)
+    pthread_join(M.th[i].t, NULL);
+  for (int i = 0; i < NT; i++) {
+    for (int k = 0; k < M.th[i].n; k++)
+      free(M.th[i].buf[k].bytes);
+    M.th[i].n = 0;
+  }
+  return M.abort_run;
+}
+
+/* RUNS seeded runs: how many failed; the first failure's reason kept. */
+static int explore(int drop_fences, int weaken_release) {
+  seg = calloc(1, spk_fseg_size(NT, STAGE));
+  ck_assert_ptr_nonnull(seg);
+  M.drop_fences = drop_fences;
+  M.weaken_release = weaken_release;
+  M.failure[0] = '\0';
+  M.slept = 0;
+  int failed = 0;
+  for (uint64_t s = 1; s <= RUNS; s++)
+    failed += run_once(s);
+  free(seg);
+  if (getenv("SPK_MODEL_SAY"))
+    fprintf(stderr, "drop_fences %d weaken_release %d: %d of %d runs "
+            "failed%s%s; a thread slept in %d\n", drop_fences, weaken_release,
+            failed, RUNS, failed ? ": " : "", M.failure, M.slept);
+  return failed;
+}
+
+START_TEST(protocol_as_written_holds) {
+  int failed = explore(0, 0);
+  ck_assert_msg(failed == 0, "%d of %d runs failed: %s", failed, RUNS,
+                M.failure);
+  /* not vacuous: the handshake ran both ways */
+  ck_assert_msg(M.slept > 0, "no run put the waiter to sleep");
+}
+END_TEST
+
+START_TEST(dropped_publisher_fence_is_caught) {
+  int failed = explore(1, 0);
+  ck_assert_msg(failed > 0, "no run of %d lost a wake-up without the "
+                "publisher's fence", RUNS);
+  ck_assert_msg(strstr(M.failure, "lost wake-up") != NULL, "%s", M.failure);
+}
+END_TEST
+
+START_TEST(weakened_publish_release_is_caught) {
+  int failed = explore(0, 1);
+  ck_assert_msg(failed > 0, "no run of %d tore the ring slot with the "
+                "publisher's release stores relaxed", RUNS);
+  ck_assert_msg(strstr(M.failure, "torn ring slot") != NULL, "%s",
+                M.failure);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("fast_model");
+  TCase *tc = tcase_create("protocol");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, protocol_as_written_holds);
+  tcase_add_test(tc, dropped_publisher_fence_is_caught);
+  tcase_add_test(tc, weakened_publish_release_is_caught);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
