@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "client_fast_internal.h"
+#include "fast_sync.h"
 
 /* ---- attach ---- */
 
@@ -344,8 +345,7 @@ static int runs_here(spc_group *g, const spc_op *op, const spc_tensor *in,
                      const spc_tensor *out, int *again_p) {
   spc_fast *f = g->fast;
   *again_p = 0;
-  if (f == NULL || (__atomic_load_n(&f->hdr->closed, __ATOMIC_SEQ_CST) &&
-                    !started_by_others(g)))
+  if (f == NULL || (spk_fsync_closed(f->hdr) && !started_by_others(g)))
     return 0;
   *again_p = spc__fast_again(g, op, in, out);
   return *again_p || spc__fast_fits(f, g, op->kind, in, out);
@@ -405,10 +405,10 @@ static int run_op(spc_group *g, const spc_op *op, const spc_tensor *in,
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
   spk_fseg_rank *me = g->fast ? spc__fast_rank(g->fast, g->rank) : NULL;
-  if (me != NULL) /* before runs_here's load of closed: seq_cst both */
-    __atomic_store_n(&me->in_op, 1, __ATOMIC_SEQ_CST);
+  if (me != NULL) /* before runs_here's look at closed */
+    spk_fsync_op_enter(me);
   int rc = run_op(g, op, in, out, handled_p);
   if (me != NULL)
-    __atomic_store_n(&me->in_op, 0, __ATOMIC_RELEASE);
+    spk_fsync_op_leave(me);
   return rc;
 }

@@ -1,5 +1,6 @@
-/* The fast path's publish and its sleep/wake handshake
- * (kernels/fast_protocol.h: pub, invariant 5), as the ranks run them
+/* The fast path's publish, its sleep/wake handshake and the drain's
+ * (kernels/fast_protocol.h: pub, invariants 5 and 6), as the ranks and
+ * the daemon run them
  * (client/client_fast_wait.c, with FUTEX_WAIT and FUTEX_WAKE on `wake`)
  * and as the protocol checker runs them (tests/unit/unit_fast_model.c,
  * with its model of both). */
@@ -52,6 +53,33 @@ static inline int spk_fsync_sleep(spk_fseg_hdr *h, int (*look)(void *),
     wait(arg, &h->wake, w);
   SPK_SUB(&h->sleepers, 1, __ATOMIC_SEQ_CST);
   return done;
+}
+
+/* Drain (invariant 6), the rank's side: in_op 1 (sc) before the look at
+ * `closed` (sc), 0 (rel) once the op is over. Either the daemon's look
+ * (spk_fsync_rank_busy) sees in_op, or the rank sees closed and takes
+ * the daemon's path. */
+static inline void spk_fsync_op_enter(spk_fseg_rank *me) {
+  SPK_STORE(&me->in_op, 1, __ATOMIC_SEQ_CST);
+}
+
+static inline int spk_fsync_closed(spk_fseg_hdr *h) {
+  return SPK_LOAD(&h->closed, __ATOMIC_SEQ_CST) != 0;
+}
+
+static inline void spk_fsync_op_leave(spk_fseg_rank *me) {
+  SPK_STORE(&me->in_op, 0, __ATOMIC_RELEASE);
+}
+
+/* The daemon's side: closed (sc), and later its look at a rank: inside a
+ * fast op (in_op, sc) or waiting in one (acq). */
+static inline void spk_fsync_close(spk_fseg_hdr *h) {
+  SPK_STORE(&h->closed, 1, __ATOMIC_SEQ_CST);
+}
+
+static inline int spk_fsync_rank_busy(const spk_fseg_rank *a) {
+  return SPK_LOAD(&a->waiting, __ATOMIC_ACQUIRE) != 0 ||
+         SPK_LOAD(&a->in_op, __ATOMIC_SEQ_CST) != 0;
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "group.h"
+#include "fast_sync.h"
 #include "group_seg.h"
 #include "quota.h"
 
@@ -353,8 +354,7 @@ int spd_gseg_busy(const spd_group *g) {
   uint64_t fast = 0, low = UINT64_MAX;
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_rank *a = seg_rank(seg, r);
-    if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0 ||
-        __atomic_load_n(&a->in_op, __ATOMIC_SEQ_CST) != 0)
+    if (spk_fsync_rank_busy(a))
       return 1;
     uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
     if (p > fast && spk_fseg_fast_op(a, p))
@@ -368,9 +368,9 @@ void spd_gseg_close_all(spd_ctx *ctx) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
     if (g->seg != NULL)
-      /* seq_cst, as the ranks' in_op store and closed load: a rank
-       * that has not seen closed has its in_op seen by spd_gseg_busy */
-      __atomic_store_n(&g->seg->hdr->closed, 1, __ATOMIC_SEQ_CST);
+      /* a rank that has not seen closed has its in_op seen by
+       * spd_gseg_busy (kernels/fast_sync.h) */
+      spk_fsync_close(g->seg->hdr);
 }
 
 void spd_gseg_destroy(spd_group *g) {

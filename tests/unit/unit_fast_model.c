@@ -1,6 +1,7 @@
 /* The fast path's protocol checker. The protocol's own code
- * (kernels/fast_sync.h: publish, the sleep/wake handshake;
- * kernels/fast_seg.h: the ring slot's put and get, spk_fseg_said), built
+ * (kernels/fast_sync.h: publish, the sleep/wake handshake, the drain's
+ * in_op/closed handshake; kernels/fast_seg.h: the ring slot's put and
+ * get, spk_fseg_said), built
  * with SPK_FAST_MODEL, runs in threads standing for ranks under a
  * deterministic scheduler: only one thread runs at a time, and at every
  * access to a shared word the scheduler picks, from a seeded generator,
@@ -14,12 +15,15 @@
  * the buffer first. Loads are not reordered, so a weakened acquire is
  * beyond it.
  *
- * A run fails on a lost wake-up (a thread asleep on the futex word with
- * nothing left to run or flush: every other thread done) or on a reader
- * that saw op 1 published but not what was written for it (a torn ring
- * slot). The two mutation checks tell the model to drop the publisher's
- * sc fence, or to weaken its release stores to relaxed, in the code as
- * written, and require the checker to find each. */
+ * Scenarios: rank 0 publishes op 1 while rank 1 waits for it (sleeping
+ * if it must); a rank starts an op while the daemon drains. A run fails
+ * on a lost wake-up (a thread asleep on the futex word with nothing left
+ * to run or flush: every other thread done), on a reader that saw op 1
+ * published but not what was written for it (a torn ring slot), or on a
+ * daemon that found a rank idle while it ran a fast op. The mutation
+ * checks tell the model to drop rank 0's sc fence, to weaken its release
+ * stores to relaxed, or its sc stores to release, in the code as written,
+ * and require the checker to find each failure. */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -61,7 +65,8 @@ static struct {
   int abort_run;      /* a failure was found: every thread leaves */
   uint64_t rng;
   int drop_fences;    /* of thread 0 (the publisher) */
-  int weaken_release; /* of thread 0 */
+  int weaken_release; /* of thread 0: release stores become relaxed */
+  int weaken_sc;      /* of thread 0: sc stores become release */
   int slept;          /* runs so far in which a thread slept on the word */
   char failure[160];
 } M = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -209,6 +214,8 @@ void spk_model_store(void *p, size_t size, uint64_t v, int mo) {
   step();
   if (self == 0 && M.weaken_release && mo == __ATOMIC_RELEASE)
     mo = __ATOMIC_RELAXED;
+  if (self == 0 && M.weaken_sc && mo == __ATOMIC_SEQ_CST)
+    mo = __ATOMIC_RELEASE;
   buffer_locked(p, &v, size, mo == __ATOMIC_RELEASE || mo == __ATOMIC_SEQ_CST);
   if (mo == __ATOMIC_SEQ_CST)
     flush_all(&M.th[self]);
@@ -327,6 +334,38 @@ static void waiter(int me) {
   }
 }
 
+/* ---- the drain: a rank starts an op while the daemon closes ---------- */
+
+static int inside; /* ghost: the rank runs a fast op (only one thread runs
+                    * at a time, so it is read without the model) */
+
+/* Rank 0, as spc__fast_run and runs_here: in_op, the look at closed; a
+ * fast op only when not closed. */
+static void drain_rank(int me) {
+  spk_fseg_rank *a = rank_area(me);
+  spk_fsync_op_enter(a);
+  if (!spk_fsync_closed(hdr())) {
+    inside = 1;
+    (void)SPK_LOAD(&a->published, __ATOMIC_ACQUIRE); /* the op's work */
+  }
+  inside = 0;
+  spk_fsync_op_leave(a);
+}
+
+/* The daemon, as spd_gseg_close_all and then spd_gseg_busy: closed, then
+ * the look at the rank; not busy means drained. */
+static void drain_daemon(int me) {
+  (void)me;
+  spk_fsync_close(hdr());
+  int busy = spk_fsync_rank_busy(rank_area(0));
+  if (!busy && inside) {
+    pthread_mutex_lock(&M.mu);
+    fail_locked("drained while a rank runs a fast op: neither saw the "
+                "other (invariant 6)");
+    pthread_mutex_unlock(&M.mu);
+  }
+}
+
 static void *thread_main(void *p) {
   int me = (int)(intptr_t)p;
   self = me;
@@ -342,6 +381,9 @@ static void *thread_main(void *p) {
 }
 
 /* One run with this seed: 1 when it failed (M.failure says why). */
+typedef void (*body_fn)(int me);
+static body_fn bodies[NT];
+
 static int run_once(uint64_t seed) {
   memset(seg, 0, spk_fseg_size(NT, STAGE));
   spk_fseg_init(hdr(), NT, STAGE, 0);
@@ -349,7 +391,7 @@ static int run_once(uint64_t seed) {
   M.rng = seed * 0x9e3779b97f4a7c15ull + 1;
   M.abort_run = 0;
   M.current = -1;
-  void (*bodies[NT])(int) = {publisher, waiter};
+  inside = 0;
   for (int i = 0; i < NT; i++) {
     M.th[i].state = T_POINT;
     M.th[i].n = 0;
@@ -371,7 +413,10 @@ static int run_once(uint64_t seed) {
 }
 
 /* RUNS seeded runs: how many failed; the first failure's reason kept. */
-static int explore(int drop_fences, int weaken_release) {
+static int explore(body_fn b0, body_fn b1, int drop_fences,
+                   int weaken_release, int weaken_sc) {
+  bodies[0] = b0, bodies[1] = b1;
+  M.weaken_sc = weaken_sc;
   seg = calloc(1, spk_fseg_size(NT, STAGE));
   ck_assert_ptr_nonnull(seg);
   M.drop_fences = drop_fences;
@@ -383,14 +428,15 @@ static int explore(int drop_fences, int weaken_release) {
     failed += run_once(s);
   free(seg);
   if (getenv("SPK_MODEL_SAY"))
-    fprintf(stderr, "drop_fences %d weaken_release %d: %d of %d runs "
-            "failed%s%s; a thread slept in %d\n", drop_fences, weaken_release,
-            failed, RUNS, failed ? ": " : "", M.failure, M.slept);
+    fprintf(stderr, "drop_fences %d weaken_release %d weaken_sc %d: %d of "
+            "%d runs failed%s%s; a thread slept in %d\n", drop_fences,
+            weaken_release, weaken_sc, failed, RUNS, failed ? ": " : "",
+            M.failure, M.slept);
   return failed;
 }
 
 START_TEST(protocol_as_written_holds) {
-  int failed = explore(0, 0);
+  int failed = explore(publisher, waiter, 0, 0, 0);
   ck_assert_msg(failed == 0, "%d of %d runs failed: %s", failed, RUNS,
                 M.failure);
   /* not vacuous: the handshake ran both ways */
@@ -399,7 +445,7 @@ START_TEST(protocol_as_written_holds) {
 END_TEST
 
 START_TEST(dropped_publisher_fence_is_caught) {
-  int failed = explore(1, 0);
+  int failed = explore(publisher, waiter, 1, 0, 0);
   ck_assert_msg(failed > 0, "no run of %d lost a wake-up without the "
                 "publisher's fence", RUNS);
   ck_assert_msg(strstr(M.failure, "lost wake-up") != NULL, "%s", M.failure);
@@ -407,11 +453,26 @@ START_TEST(dropped_publisher_fence_is_caught) {
 END_TEST
 
 START_TEST(weakened_publish_release_is_caught) {
-  int failed = explore(0, 1);
+  int failed = explore(publisher, waiter, 0, 1, 0);
   ck_assert_msg(failed > 0, "no run of %d tore the ring slot with the "
                 "publisher's release stores relaxed", RUNS);
   ck_assert_msg(strstr(M.failure, "torn ring slot") != NULL, "%s",
                 M.failure);
+}
+END_TEST
+
+START_TEST(drain_as_written_holds) {
+  int failed = explore(drain_rank, drain_daemon, 0, 0, 0);
+  ck_assert_msg(failed == 0, "%d of %d runs failed: %s", failed, RUNS,
+                M.failure);
+}
+END_TEST
+
+START_TEST(weakened_in_op_store_is_caught) {
+  int failed = explore(drain_rank, drain_daemon, 0, 0, 1);
+  ck_assert_msg(failed > 0, "no run of %d drained under a fast op with the "
+                "rank's in_op store release", RUNS);
+  ck_assert_msg(strstr(M.failure, "drained while") != NULL, "%s", M.failure);
 }
 END_TEST
 
@@ -422,6 +483,8 @@ int main(void) {
   tcase_add_test(tc, protocol_as_written_holds);
   tcase_add_test(tc, dropped_publisher_fence_is_caught);
   tcase_add_test(tc, weakened_publish_release_is_caught);
+  tcase_add_test(tc, drain_as_written_holds);
+  tcase_add_test(tc, weakened_in_op_store_is_caught);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
