@@ -94,10 +94,12 @@ void spc__fast_flush(spc_group *g) {
 
 int spc__fast_broken(spc_group *g) {
   spk_fseg_hdr *h = g->fast->hdr;
-  int st = __atomic_load_n(&h->broken, __ATOMIC_ACQUIRE);
+  int st = spk_fsync_broken(h);
   if (st == 0)
     return SPC_OK;
-  return spc__fail(g->client, st, "%.*s", SPK_FSEG_MSG, h->broken_msg);
+  char m[SPK_FSEG_MSG];
+  spk_fsync_broken_msg(h, m);
+  return spc__fail(g->client, st, "%.*s", SPK_FSEG_MSG, m);
 }
 
 /* The daemon marks the segment broken on every failure it sees; the one

@@ -1,6 +1,6 @@
-/* The fast path's publish, its sleep/wake handshake and the drain's
- * (kernels/fast_protocol.h: pub, invariants 5 and 6), as the ranks and
- * the daemon run them
+/* The fast path's publish, its sleep/wake handshake, the drain's and the
+ * break's (kernels/fast_protocol.h: pub, invariants 5, 6 and 7), as the
+ * ranks and the daemon run them
  * (client/client_fast_wait.c, with FUTEX_WAIT and FUTEX_WAKE on `wake`)
  * and as the protocol checker runs them (tests/unit/unit_fast_model.c,
  * with its model of both). */
@@ -80,6 +80,30 @@ static inline void spk_fsync_close(spk_fseg_hdr *h) {
 static inline int spk_fsync_rank_busy(const spk_fseg_rank *a) {
   return SPK_LOAD(&a->waiting, __ATOMIC_ACQUIRE) != 0 ||
          SPK_LOAD(&a->in_op, __ATOMIC_SEQ_CST) != 0;
+}
+
+/* Break (invariant 7), the daemon's side, once: the message (plain, at
+ * most its size, ended), then broken = status (rel), then `wake` bumped
+ * (sc) for everyone; the caller wakes the futex waiters. */
+static inline void spk_fsync_break(spk_fseg_hdr *h, int32_t status,
+                                   const char *msg) {
+  char m[SPK_FSEG_MSG];
+  size_t n = strnlen(msg, sizeof(m) - 1);
+  memcpy(m, msg, n);
+  memset(m + n, 0, sizeof(m) - n);
+  SPK_COPY_IN(h->broken_msg, m, sizeof(m));
+  SPK_STORE(&h->broken, status, __ATOMIC_RELEASE);
+  SPK_ADD(&h->wake, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The ranks' side: the status (acq; 0 unbroken), and once it is not 0,
+ * the message into m (SPK_FSEG_MSG bytes, not necessarily ended). */
+static inline int32_t spk_fsync_broken(const spk_fseg_hdr *h) {
+  return SPK_LOAD(&h->broken, __ATOMIC_ACQUIRE);
+}
+
+static inline void spk_fsync_broken_msg(const spk_fseg_hdr *h, char *m) {
+  SPK_COPY_OUT(m, h->broken_msg, SPK_FSEG_MSG);
 }
 
 #endif

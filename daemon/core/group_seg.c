@@ -132,21 +132,14 @@ void spd_gseg_answered(spd_group *g, int rank, uint64_t req) {
   __atomic_store_n(&a->answered, req, __ATOMIC_RELEASE);
 }
 
-static void wake_all(spk_fseg_hdr *h) {
-  __atomic_add_fetch(&h->wake, 1, __ATOMIC_SEQ_CST);
-  /* Not FUTEX_PRIVATE: the waiters are other processes. */
-  syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-}
-
 void spd_gseg_break(spd_group *g, int status, const char *msg) {
   spd_gseg *seg = g->seg;
   if (seg == NULL || __atomic_load_n(&seg->hdr->broken, __ATOMIC_ACQUIRE))
     return;
   spd_gseg_harvest(g); /* ops done before the break still count */
-  snprintf(seg->hdr->broken_msg, sizeof(seg->hdr->broken_msg), "%s", msg);
-  __atomic_store_n(&seg->hdr->broken, status < 0 ? status : SPK_EABORTED,
-                   __ATOMIC_RELEASE);
-  wake_all(seg->hdr);
+  spk_fsync_break(seg->hdr, status < 0 ? status : SPK_EABORTED, msg);
+  /* Not FUTEX_PRIVATE: the waiters are other processes. */
+  syscall(SYS_futex, &seg->hdr->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 /* A fast op waits while some rank waits in the segment; it is stalled

@@ -16,11 +16,13 @@
  * beyond it.
  *
  * Scenarios: rank 0 publishes op 1 while rank 1 waits for it (sleeping
- * if it must); a rank starts an op while the daemon drains. A run fails
+ * if it must); a rank starts an op while the daemon drains; the daemon
+ * breaks the segment while a rank waits (thread 0 is then the daemon). A run fails
  * on a lost wake-up (a thread asleep on the futex word with nothing left
  * to run or flush: every other thread done), on a reader that saw op 1
- * published but not what was written for it (a torn ring slot), or on a
- * daemon that found a rank idle while it ran a fast op. The mutation
+ * published but not what was written for it (a torn ring slot) or saw
+ * the break but not its message, or on a daemon that found a rank idle
+ * while it ran a fast op. The mutation
  * checks tell the model to drop rank 0's sc fence, to weaken its release
  * stores to relaxed, or its sc stores to release, in the code as written,
  * and require the checker to find each failure. */
@@ -366,6 +368,39 @@ static void drain_daemon(int me) {
   }
 }
 
+/* ---- the break: the daemon breaks while a rank waits ---------------- */
+
+#define BREAK_MSG "op 1 timed out after 3.0 s: rank 0 never published it"
+
+/* The daemon, as spd_gseg_break: the message, broken, the wake. */
+static void break_daemon(int me) {
+  (void)me;
+  spk_fsync_break(hdr(), -7, BREAK_MSG);
+  model_futex_wake(&hdr()->wake);
+}
+
+static int broken_look(void *arg) {
+  (void)arg;
+  return spk_fsync_broken(hdr()) != 0;
+}
+
+/* A rank waiting for an op nobody publishes, as wait_for: each look
+ * also at broken (spc__fast_broken), sleeping in between; then the
+ * message it reports must be the daemon's, whole. */
+static void break_rank(int me) {
+  (void)me;
+  while (!broken_look(NULL) &&
+         !spk_fsync_sleep(hdr(), broken_look, model_futex_wait, NULL))
+    ;
+  char m[SPK_FSEG_MSG];
+  spk_fsync_broken_msg(hdr(), m);
+  if (strncmp(m, BREAK_MSG, sizeof(m)) != 0) {
+    pthread_mutex_lock(&M.mu);
+    fail_locked("torn break: broken seen, its message not yet written");
+    pthread_mutex_unlock(&M.mu);
+  }
+}
+
 static void *thread_main(void *p) {
   int me = (int)(intptr_t)p;
   self = me;
@@ -476,6 +511,22 @@ START_TEST(weakened_in_op_store_is_caught) {
 }
 END_TEST
 
+START_TEST(break_as_written_holds) {
+  int failed = explore(break_daemon, break_rank, 0, 0, 0);
+  ck_assert_msg(failed == 0, "%d of %d runs failed: %s", failed, RUNS,
+                M.failure);
+  ck_assert_msg(M.slept > 0, "no run put the rank to sleep");
+}
+END_TEST
+
+START_TEST(weakened_break_release_is_caught) {
+  int failed = explore(break_daemon, break_rank, 0, 1, 0);
+  ck_assert_msg(failed > 0, "no run of %d tore the break's message with "
+                "the daemon's release store relaxed", RUNS);
+  ck_assert_msg(strstr(M.failure, "torn break") != NULL, "%s", M.failure);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("fast_model");
   TCase *tc = tcase_create("protocol");
@@ -485,6 +536,8 @@ int main(void) {
   tcase_add_test(tc, weakened_publish_release_is_caught);
   tcase_add_test(tc, drain_as_written_holds);
   tcase_add_test(tc, weakened_in_op_store_is_caught);
+  tcase_add_test(tc, break_as_written_holds);
+  tcase_add_test(tc, weakened_break_release_is_caught);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
