@@ -447,9 +447,11 @@ static int run_once(uint64_t seed) {
   return M.abort_run;
 }
 
-/* RUNS seeded runs: how many failed; the first failure's reason kept. */
+/* RUNS seeded runs (a mutation's: up to its first failure): how many
+ * failed; the first failure's reason kept. */
 static int explore(body_fn b0, body_fn b1, int drop_fences,
                    int weaken_release, int weaken_sc) {
+  int mutated = drop_fences || weaken_release || weaken_sc;
   bodies[0] = b0, bodies[1] = b1;
   M.weaken_sc = weaken_sc;
   seg = calloc(1, spk_fseg_size(NT, STAGE));
@@ -459,14 +461,15 @@ static int explore(body_fn b0, body_fn b1, int drop_fences,
   M.failure[0] = '\0';
   M.slept = 0;
   int failed = 0;
-  for (uint64_t s = 1; s <= RUNS; s++)
+  uint64_t s;
+  for (s = 1; s <= RUNS && !(mutated && failed); s++)
     failed += run_once(s);
   free(seg);
   if (getenv("SPK_MODEL_SAY"))
     fprintf(stderr, "drop_fences %d weaken_release %d weaken_sc %d: %d of "
-            "%d runs failed%s%s; a thread slept in %d\n", drop_fences,
-            weaken_release, weaken_sc, failed, RUNS, failed ? ": " : "",
-            M.failure, M.slept);
+            "%llu runs failed%s%s; a thread slept in %d\n", drop_fences,
+            weaken_release, weaken_sc, failed, (unsigned long long)(s - 1),
+            failed ? ": " : "", M.failure, M.slept);
   return failed;
 }
 
