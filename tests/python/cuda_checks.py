@@ -495,6 +495,10 @@ def pool_expandable_rank(rank, world, sock, store):
             ctx.failures.append("staged or registered as segments: %s" % d)
         if d["direct_bytes"] == 0:
             ctx.failures.append("nothing taken in place: %s" % d)
+        e = c10d.empty([64], device=dev)       # from the pool here
+        if not c10d.in_place(e):
+            ctx.failures.append("spcoll.c10d.empty(device=cuda) is not in "
+                                "place under expandable segments")
     except Exception:
         ctx.failures.append("raised:\n" + traceback.format_exc())
     dist.destroy_process_group()

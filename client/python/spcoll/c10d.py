@@ -164,10 +164,15 @@ _allocator_pid = None
 def empty(shape, dtype=torch.float32, device=None):
     """A tensor the C++ backend takes in place: on the CPU, in this
     process's spcoll memory; on a GPU, from torch's caching allocator,
-    whose segments the backend registers itself (torch.empty)."""
+    whose segments the backend registers itself (torch.empty), or from
+    spcoll's pool (mem_pool) where the allocator uses expandable
+    segments."""
     d = torch.device(device) if device is not None else torch.device("cpu")
     if d.type == "cuda":
-        return torch.empty(shape, dtype=dtype, device=d)
+        if load().cuda_direct():
+            return torch.empty(shape, dtype=dtype, device=d)
+        with torch.cuda.use_mem_pool(mem_pool(d)):   # expandable segments
+            return torch.empty(shape, dtype=dtype, device=d)
     count = 1
     for n in shape:
         count *= int(n)
