@@ -598,21 +598,26 @@ static void hold(void *arg) {
   *(volatile int *)arg = 1;
 }
 
-START_TEST(free_waits_for_queued_work) {
+/* A copy from memory made by alloc (device or pinned), held behind a host
+ * function, is still queued when free runs; free must wait for it. */
+static void free_waits(cudaError_t (*alloc)(void **, size_t),
+                       cudaError_t (*free_fn)(void *), enum cudaMemcpyKind k,
+                       const char *call) {
   enum { N = 1 << 20 };
   unsigned char *src, *dst, *got = malloc(N);
   ck_assert_ptr_nonnull(got);
   volatile int held = 0;
   cudaStream_t s;
   OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  OK(cudaMalloc((void **)&src, N));
+  OK(alloc((void **)&src, N));
   OK(cudaMalloc((void **)&dst, N));
-  OK(cudaMemset(src, 0x5a, N));
-  OK(cudaDeviceSynchronize()); /* the memset may be queued too */
+  memset(got, 0x5a, N);
+  OK(cudaMemcpy(src, got, N, cudaMemcpyDefault));
+  memset(got, 0, N);
   OK(cudaLaunchHostFunc(s, hold, (void *)&held));
-  OK(cudaMemcpyAsync(dst, src, N, cudaMemcpyDeviceToDevice, s));
-  OK(cudaFree(src));
-  ck_assert_msg(held == 1, "cudaFree returned before queued work ran");
+  OK(cudaMemcpyAsync(dst, src, N, k, s));
+  OK(free_fn(src));
+  ck_assert_msg(held == 1, "%s returned before queued work ran", call);
   OK(cudaMemcpy(got, dst, N, cudaMemcpyDeviceToHost));
   for (int i = 0; i < N; i++)
     ck_assert_int_eq(got[i], 0x5a);
@@ -620,30 +625,24 @@ START_TEST(free_waits_for_queued_work) {
   OK(cudaStreamDestroy(s));
   free(got);
 }
+
+static cudaError_t malloc_device(void **p, size_t n) {
+  return cudaMalloc(p, n);
+}
+
+static cudaError_t malloc_host(void **p, size_t n) {
+  return cudaMallocHost(p, n);
+}
+
+START_TEST(free_waits_for_queued_work) {
+  free_waits(malloc_device, cudaFree, cudaMemcpyDeviceToDevice, "cudaFree");
+}
 END_TEST
 
-/* cudaFreeHost waits for the device too: a copy from pinned memory held
- * behind a host function is still queued when the memory is freed. */
+/* cudaFreeHost synchronizes too (pinned memory). */
 START_TEST(free_host_waits_for_queued_work) {
-  enum { N = 1 << 20 };
-  unsigned char *src, *dst, *got = malloc(N);
-  ck_assert_ptr_nonnull(got);
-  volatile int held = 0;
-  cudaStream_t s;
-  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  OK(cudaMallocHost((void **)&src, N));
-  OK(cudaMalloc((void **)&dst, N));
-  memset(src, 0x3c, N);
-  OK(cudaLaunchHostFunc(s, hold, (void *)&held));
-  OK(cudaMemcpyAsync(dst, src, N, cudaMemcpyHostToDevice, s));
-  OK(cudaFreeHost(src));
-  ck_assert_msg(held == 1, "cudaFreeHost returned before queued work ran");
-  OK(cudaMemcpy(got, dst, N, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < N; i++)
-    ck_assert_int_eq(got[i], 0x3c);
-  OK(cudaFree(dst));
-  OK(cudaStreamDestroy(s));
-  free(got);
+  free_waits(malloc_host, cudaFreeHost, cudaMemcpyHostToDevice,
+             "cudaFreeHost");
 }
 END_TEST
 
