@@ -17,9 +17,10 @@
  *
  * Roles: O the rank that owns a rank area (its only writer unless said),
  * R any other rank of the group, D the daemon. Orders: rlx, acq, rel, sc
- * (__ATOMIC_*). pub(w, v) is spc__fast_publish: a rel store of
- * `progress`, the rel store of w, an sc fence, then a wake of the
- * sleepers if `sleepers` (rlx) is not 0 (client_fast_wait.c).
+ * (__ATOMIC_*). pub(w, v) is spk_fsync_publish (kernels/fast_sync.h,
+ * called by spc__fast_publish): a rel store of `progress`, the rel store
+ * of w, an sc fence, then, if `sleepers` (rlx) is not 0, `wake` bumped
+ * (sc) and a FUTEX_WAKE.
  *
  * Header (spk_fseg_hdr)
  *   layout, op_bytes, map_bytes, stream_bytes, mid_spin_ns
@@ -31,7 +32,8 @@
  *       FUTEX_WAKE). R reads broken acq (every wait loop, every new op),
  *       then broken_msg (bounded by its size).
  *   wake      futex word: sc add by a publisher that saw sleepers, and by
- *             D's wake_all; R reads it sc before FUTEX_WAIT.
+ *             D's break (spk_fsync_break); R reads it sc before
+ *             FUTEX_WAIT.
  *   sleepers  R: sc add before its last look and sc sub after the sleep
  *             (several writers); publishers read it rlx after their fence.
  *   closed    D: sc store (drain) or rel store (a rank could not take the
@@ -54,8 +56,9 @@
  *              last line only (release sequence covers the earlier lines).
  *   consumed, read_descs
  *              O: consumed by pub (or a rel store followed by a pub),
- *              read_descs rel without a wake (a sleeper on it wakes by
- *              its timeout); R and D: acq through spk_fseg_said, which
+ *              read_descs rel, then, if `sleepers` (rlx) is not 0, the
+ *              publisher's fence and wake (spc__fast_read_descs); R and
+ *              D: acq through spk_fseg_said, which
  *              takes the larger of the two and published - 1.
  *   fdone      O: pub; R and D: acq via said. O is done with op s's inputs
  *              and its reads of the others' staging and buffers.

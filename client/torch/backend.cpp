@@ -362,7 +362,7 @@ c10::intrusive_ptr<c10d::Work> Backend::run_device(Op& o, bool async) {
 int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
                    bool* direct) const {
   int dev = -2;
-  bool pooled = true;
+  bool pooled = true, in_pool = false;  // every tensor / some tensor
   for (const at::Tensor* t : ts) {
     int d = t->is_cuda() ? (int)t->get_device() : -1;
     TORCH_CHECK_VALUE(t->is_cuda() || t->device().is_cpu(), "spcoll: ", name,
@@ -370,8 +370,10 @@ int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
                       "'; only CPU and CUDA tensors are supported");
     if (dev == -2 || dev == d) {
       dev = d;
-      pooled = pooled && d >= 0 &&
-               (cuda_direct() || t->nbytes() == 0 || cuda_pool_holds(*t));
+      bool held = d >= 0 && t->nbytes() > 0 && !cuda_direct() &&
+                  cuda_pool_holds(*t);
+      in_pool = in_pool || held;
+      pooled = pooled && d >= 0 && (t->nbytes() == 0 || held);
       continue;
     }
     C10_THROW_ERROR(ValueError,
@@ -382,7 +384,7 @@ int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
                         " mix host and device memory or GPUs; an op's "
                         "tensors must all be on the CPU or all on one GPU");
   }
-  *direct = dev >= 0 && (cuda_direct() || pooled);
+  *direct = dev >= 0 && (cuda_direct() || (pooled && in_pool));
   return dev < 0 ? -1 : dev;
 }
 

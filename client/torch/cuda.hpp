@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 extern "C" {
@@ -55,10 +56,11 @@ bool cuda_in_segment(const at::Tensor& t);
 // the segment's base and size; false for other memory.
 bool cuda_segment_of(const at::Tensor& t, uintptr_t* base, size_t* size);
 
-// spcoll's MemPool (cuda_pool.cpp, spcoll.c10d.mem_pool): device memory
+// spcoll's MemPools (cuda_pool.cpp, spcoll.c10d.mem_pool): device memory
 // that spc_torch_pool_alloc allocates and registers through conn, the
-// process's connection, for the torch.cuda.MemPool whose id is (id0, id1)
-// on device dev. Its tensors go in place with no registration on first
+// process's connection, for every MemPool on its allocator; (id0, id1)
+// is the id of the one on device dev that ops' scratch goes to
+// (PoolScratch), another than the users' pool. Its tensors go in place with no registration on first
 // use, and also where torch's allocator uses expandable segments (the
 // pool's allocator is spcoll's, never VMM memory).
 void cuda_pool_use(std::shared_ptr<Conn> conn, int dev, int64_t id0,
@@ -80,6 +82,7 @@ class PoolScratch {
   PoolScratch& operator=(const PoolScratch&) = delete;
 
  private:
+  std::unique_lock<std::mutex> route_;  // held while routed
   int dev_;
   bool on_ = false;
   unsigned long long id_[2] = {0, 0};

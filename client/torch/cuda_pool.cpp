@@ -32,8 +32,9 @@ struct PoolAlloc {
 // own exit handlers.
 struct Pool {
   std::mutex mu;
+  std::mutex route;                         // one PoolScratch at a time
   std::shared_ptr<Conn> conn;               // set by cuda_pool_use
-  std::map<int, c10::MempoolId_t> ids;      // device -> the pool's id
+  std::map<int, c10::MempoolId_t> ids;      // device -> its scratch pool
   std::map<uintptr_t, PoolAlloc> allocs;    // base -> what was given out
 };
 
@@ -79,6 +80,9 @@ bool cuda_pool_holds(const at::Tensor& t) {
   return it != p.allocs.end() && it->second.size == size;
 }
 
+// The scratch pool is spcoll's own (not the one users route to with
+// use_mem_pool), and one thread routes to it at a time: torch refuses a
+// second routing to a pool already routed to, from any thread.
 PoolScratch::PoolScratch(int dev) : dev_(dev) {
   c10::MempoolId_t id;
   {
@@ -89,13 +93,17 @@ PoolScratch::PoolScratch(int dev) : dev_(dev) {
       return;
     id = it->second;
   }
+  route_ = std::unique_lock<std::mutex>(pool().route);
   auto me = std::this_thread::get_id();
   try {
     CA::beginAllocateToPool(
         (c10::DeviceIndex)dev, id,
         [me](cudaStream_t) { return std::this_thread::get_id() == me; });
   } catch (const c10::Error&) {
-    return;  // this thread allocates to the pool already (use_mem_pool)
+    // beginAllocateToPool takes its reference on the pool before it
+    // refuses; give it back.
+    CA::releasePool((c10::DeviceIndex)dev, id);
+    return;
   }
   id_[0] = id.first, id_[1] = id.second;
   on_ = true;
@@ -116,7 +124,10 @@ PoolScratch::~PoolScratch() {
 using spcoll::Conn;
 using spcoll::pool;
 
-// torch.cuda.CUDAPluggableAllocator's entry points. alloc: `size` bytes
+// torch.cuda.CUDAPluggableAllocator's entry points, called under the
+// caching allocator's lock; they take the Conn's lock inside it (lock
+// order: allocator, then Conn; nothing here takes the allocator's lock
+// with the Conn's held). alloc: `size` bytes
 // of device memory on `device`, registered with spcolld
 // (spc_buffer_alloc_device); NULL when the daemon or CUDA refuses, which
 // torch reports as out of memory. free: the registration released (its

@@ -425,10 +425,12 @@ def backend_empty_cache_with_ops_in_flight(c):
 
 
 def _pool_ops(c, pool):
-    """all_reduce and all_gather_into_tensor on tensors allocated in pool,
-    then all_gather into a list of pool tensors outside use_mem_pool (the
-    op's scratch then comes from the pool through the backend), each
-    compared with the same op on CPU tensors. The counts' change."""
+    """all_reduce and all_gather_into_tensor on tensors allocated in pool
+    (no scratch), then all_gather into a list of pool tensors outside
+    use_mem_pool (it needs scratch: from the pool where expandable
+    segments are on, else from torch's allocator), each compared with the
+    same op on CPU tensors. The counts' change over the first two, and
+    over all three."""
     w, cuda = c.world, c.dev
     before = _cxx_counts()
     with torch.cuda.use_mem_pool(pool):
@@ -439,6 +441,7 @@ def _pool_ops(c, pool):
         piece = c.mine([100], salt=1).to(cuda)
     dist.all_reduce(t)
     dist.all_gather_into_tensor(out, x)
+    d_first = _delta(before, _cxx_counts())
     dist.all_gather(parts, piece)
     d = _delta(before, _cxx_counts())
     ref = c.mine([1 << 12])
@@ -452,7 +455,7 @@ def _pool_ops(c, pool):
     for j in range(w):
         _bsame(c, "all_gather piece %d into the pool" % j, parts[j],
                rparts[j])
-    return d
+    return d_first, d
 
 
 @backend_check
@@ -465,10 +468,12 @@ def backend_mem_pool_tensors_in_place(c):
     pool = c10d.mem_pool(c.dev)
     if c10d.mem_pool(c.dev) is not pool:
         c.failures.append("mem_pool made a second pool for %s" % c.dev)
-    d = _pool_ops(c, pool)
-    if d["staged_in_bytes"] or d["cuda_segments"]:
-        c.failures.append("pool tensors were staged or their memory "
-                          "registered as torch's segments: %s" % d)
+    d_first, d = _pool_ops(c, pool)
+    if d_first["cuda_segments"]:
+        c.failures.append("pool tensors' memory was registered as torch's "
+                          "segments: %s" % d_first)
+    if d["staged_in_bytes"]:
+        c.failures.append("pool tensors were staged: %s" % d)
     if c10d.counts()["cuda_pool_allocs"] < 1:
         c.failures.append("the pool allocated nothing through spcoll: %s"
                           % c10d.counts())
@@ -490,7 +495,7 @@ def pool_expandable_rank(rank, world, sock, store):
     ctx.name = "pool_expandable"
     try:
         from spcoll import c10d
-        d = _pool_ops(ctx, c10d.mem_pool(dev))
+        _, d = _pool_ops(ctx, c10d.mem_pool(dev))
         if d["staged_in_bytes"] or d["cuda_segments"]:
             ctx.failures.append("staged or registered as segments: %s" % d)
         if d["direct_bytes"] == 0:

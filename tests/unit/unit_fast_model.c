@@ -9,11 +9,12 @@
  *
  * Weak memory, as far as this model goes: each thread has a store buffer.
  * A release (or stronger) store reaches memory only after every store
- * before it; relaxed and plain stores may overtake earlier ones to other
- * addresses (never to the same bytes); a thread reads its own buffered
- * stores; an sc fence, an atomic read-modify-write and a futex call empty
- * the buffer first. Loads are not reordered, so a weakened acquire is
- * beyond it.
+ * before it; relaxed and plain stores may overtake earlier relaxed or
+ * plain ones to other addresses (never to the same bytes, nor an earlier
+ * release: stronger than C11); a thread reads its own buffered stores;
+ * an sc fence, any atomic read-modify-write (whatever its order) and a
+ * futex call empty the buffer first. Loads are not reordered, so a
+ * weakened acquire, or an RMW weakened below sc, is beyond it.
  *
  * Scenarios: rank 0 publishes op 1 while rank 1 waits for it (sleeping
  * if it must); a rank starts an op while the daemon drains; the daemon
@@ -340,6 +341,8 @@ static void waiter(int me) {
 
 static int inside; /* ghost: the rank runs a fast op (only one thread runs
                     * at a time, so it is read without the model) */
+static int saw_closed, saw_busy; /* runs where the rank saw closed, where
+                                  * the daemon saw the rank busy */
 
 /* Rank 0, as spc__fast_run and runs_here: in_op, the look at closed; a
  * fast op only when not closed. */
@@ -349,6 +352,8 @@ static void drain_rank(int me) {
   if (!spk_fsync_closed(hdr())) {
     inside = 1;
     (void)SPK_LOAD(&a->published, __ATOMIC_ACQUIRE); /* the op's work */
+  } else {
+    saw_closed++;
   }
   inside = 0;
   spk_fsync_op_leave(a);
@@ -360,6 +365,7 @@ static void drain_daemon(int me) {
   (void)me;
   spk_fsync_close(hdr());
   int busy = spk_fsync_rank_busy(rank_area(0));
+  saw_busy += busy;
   if (!busy && inside) {
     pthread_mutex_lock(&M.mu);
     fail_locked("drained while a rank runs a fast op: neither saw the "
@@ -506,7 +512,13 @@ START_TEST(weakened_publish_release_is_caught) {
 }
 END_TEST
 
-START_TEST(drain_as_written_holds) { holds(drain_rank, drain_daemon, 0); }
+START_TEST(drain_as_written_holds) {
+  saw_closed = saw_busy = 0;
+  holds(drain_rank, drain_daemon, 0);
+  /* not vacuous: both sides of the handshake were seen */
+  ck_assert_msg(saw_closed > 0 && saw_busy > 0, "rank saw closed in %d "
+                "runs, daemon saw it busy in %d", saw_closed, saw_busy);
+}
 END_TEST
 
 START_TEST(weakened_in_op_store_is_caught) {

@@ -169,9 +169,12 @@ def empty(shape, dtype=torch.float32, device=None):
     segments."""
     d = torch.device(device) if device is not None else torch.device("cpu")
     if d.type == "cuda":
-        if load().cuda_direct():
+        ext = load()
+        if ext is None or not ext.built_with_cuda() or ext.cuda_direct() or \
+                not hasattr(torch.cuda, "use_mem_pool"):
             return torch.empty(shape, dtype=dtype, device=d)
-        with torch.cuda.use_mem_pool(mem_pool(d)):   # expandable segments
+        # expandable segments: torch's own memory cannot go in place
+        with torch.cuda.use_mem_pool(mem_pool(d), device=d):
             return torch.empty(shape, dtype=dtype, device=d)
     count = 1
     for n in shape:
@@ -203,8 +206,8 @@ def mem_pool(device=None):
                          "got %s" % d)
     idx = d.index if d.index is not None else torch.cuda.current_device()
     key = (os.getpid(), idx)
-    pool = _pools.get(key)
-    if pool is None:
+    entry = _pools.get(key)
+    if entry is None:
         global _pool_allocator
         if _pool_allocator is None or _pool_allocator[0] != os.getpid():
             a = torch.cuda.memory.CUDAPluggableAllocator(
@@ -212,12 +215,16 @@ def mem_pool(device=None):
             _pool_allocator = (os.getpid(), a)
         with torch.cuda.device(idx):
             pool = torch.cuda.MemPool(_pool_allocator[1].allocator())
-        ext.pool_use(connection(), idx, int(pool.id[0]), int(pool.id[1]))
-        _pools[key] = pool
-    return pool
+            scratch = torch.cuda.MemPool(_pool_allocator[1].allocator())
+        # the ops' own scratch goes to a pool of its own (routing to a
+        # pool is one at a time, and the users route to theirs)
+        ext.pool_use(connection(), idx, int(scratch.id[0]),
+                     int(scratch.id[1]))
+        entry = _pools[key] = (pool, scratch)
+    return entry[0]
 
 
-_pools = {}               # (pid, device) -> torch.cuda.MemPool
+_pools = {}               # (pid, device) -> (users' MemPool, scratch's)
 _pool_allocator = None    # (pid, CUDAPluggableAllocator)
 
 
