@@ -162,7 +162,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/plan_testlib.o $(C
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 
 # The protocol checker builds the fast path's headers over its model.
-$(BUILD)/tests/unit/unit_fast_model.o: CFLAGS += -DSPK_FAST_MODEL
+# (a ring of 2 slots: reuse within a few ops)
+$(BUILD)/tests/unit/unit_fast_model.o: CFLAGS += -DSPK_FAST_MODEL \
+  -DSPK_FSEG_RING=2u
 $(BUILD)/tests/unit/%.o: tests/unit/%.c $(PB_H)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -Itests -MMD -MP -c $< -o $@

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "client_fast_internal.h"
+#include "fast_sync.h"
 
 /* b is one of c's own buffers (spc_buffer_alloc), not a record made by
  * hand for memory the daemon may know under another client. */
@@ -208,11 +209,9 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
  * message that the others wait for before they start theirs). */
 static int slot_wait(spc_group *g, const spk_fseg_desc *slot,
                      const spk_fseg_desc *d, uint64_t s) {
-  spc_fast *f = g->fast;
-  if (s <= SPK_FSEG_RING || f->seen_pub > s - SPK_FSEG_RING ||
-      (!d->eligible && !slot->eligible))
-    return SPC_OK;
-  return spc__fast_wait_all(g, FIELD(consumed), s - SPK_FSEG_RING);
+  uint64_t need = spk_fsync_slot_needs(s, g->fast->seen_pub, d->eligible,
+                                       slot->eligible);
+  return need == 0 ? SPC_OK : spc__fast_wait_all(g, FIELD(consumed), need);
 }
 
 int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {

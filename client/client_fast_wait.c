@@ -34,13 +34,6 @@ uint64_t spc__fast_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Wake the sleepers on the segment's futex word, if there are any
- * (kernels/fast_sync.h). */
-static void wake(spk_fseg_hdr *h) {
-  if (spk_fsync_wake(h))
-    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-}
-
 /* Store a counter of this rank (me) and wake whoever waits on it. */
 void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
                        uint64_t v) {
@@ -49,9 +42,8 @@ void spc__fast_publish(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t *word,
 }
 
 void spc__fast_read_descs(spk_fseg_hdr *h, spk_fseg_rank *me, uint64_t s) {
-  __atomic_store_n(&me->read_descs, s, __ATOMIC_RELEASE);
-  if (__atomic_load_n(&h->sleepers, __ATOMIC_RELAXED) != 0)
-    wake(h);
+  if (spk_fsync_read_descs(h, me, s))
+    syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 /* Rank r published op v: its lines say so, for a repeat in lines, or

@@ -6,9 +6,10 @@
  *
  * Checked: every access of kernels/fast_seg.h and kernels/fast_sync.h
  * goes through kernels/fast_atomic.h, and tests/unit/unit_fast_model.c
- * runs that code (pub, the ring slot's put and get, said, the sleep/wake
- * handshake of invariant 5, the in_op/closed handshake of invariant 6,
- * the break of invariant 7) under a seeded scheduler with store buffers;
+ * runs that code (pub, the ring slot's put and get, said, the slot reuse
+ * of invariant 1 with read_descs, the sleep/wake handshake of invariant
+ * 5, the in_op/closed handshake of invariant 6, the break of invariant
+ * 7) under a seeded scheduler with store buffers;
  * it finds the lost wake-up when the publisher's sc fence is dropped,
  * the torn slot when its release stores are weakened, a drain under a
  * running op when the rank's in_op store is weakened, and a torn break

@@ -23,8 +23,11 @@
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
 #define SPK_FSEG_VERSION 10u
-/* Descriptors a rank may publish ahead of the slowest reader. */
+/* Descriptors a rank may publish ahead of the slowest reader (the
+ * protocol checker builds with a smaller ring). */
+#ifndef SPK_FSEG_RING
 #define SPK_FSEG_RING 16u
+#endif
 /* Size list entries a descriptor holds; longer lists take the daemon. */
 #define SPK_FSEG_MAXLIST 32
 /* Groups above this many ranks get no segment: the ring and the staging

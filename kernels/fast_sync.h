@@ -106,4 +106,29 @@ static inline void spk_fsync_broken_msg(const spk_fseg_hdr *h, char *m) {
   SPK_COPY_OUT(m, h->broken_msg, SPK_FSEG_MSG);
 }
 
+/* Ring-slot reuse (invariant 1): before O writes op s into its slot,
+ * the op that held it, s - RING, must have been read by every rank.
+ * Returns 0 when no look is needed (the slot's first use; every rank
+ * seen publishing past it, seen_pub; a daemon-path op over a daemon-path
+ * op's slot, eligible neither), else the value every rank's
+ * said(consumed) must reach. */
+static inline uint64_t spk_fsync_slot_needs(uint64_t s, uint64_t seen_pub,
+                                            int eligible, int slot_eligible) {
+  if (s <= SPK_FSEG_RING || seen_pub > s - SPK_FSEG_RING ||
+      (!eligible && !slot_eligible))
+    return 0;
+  return s - SPK_FSEG_RING;
+}
+
+/* A rank has read every descriptor of op s: read_descs (rel), on a line
+ * of its own. 1: a sleeper was seen and `wake` bumped (spk_fsync_wake);
+ * the caller wakes the futex. The look at `sleepers` comes before any
+ * fence (an op's path pays no fence here), so a sleeper that counted
+ * itself meanwhile is woken by this rank's next publish instead. */
+static inline int spk_fsync_read_descs(spk_fseg_hdr *h, spk_fseg_rank *me,
+                                       uint64_t s) {
+  SPK_STORE(&me->read_descs, s, __ATOMIC_RELEASE);
+  return SPK_LOAD(&h->sleepers, __ATOMIC_RELAXED) != 0 && spk_fsync_wake(h);
+}
+
 #endif
