@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <optional>
 
 namespace spcoll {
 
@@ -182,9 +183,9 @@ Span Backend::scratch(int64_t bytes, Pending& p) {
     // (from spcoll's pool where expandable segments keep the rest out)
     at::Tensor t;
     {
-      std::unique_ptr<PoolScratch> route;
+      std::optional<PoolScratch> route;
       if (!cuda_direct())
-        route = std::make_unique<PoolScratch>(p.dev);
+        route.emplace(p.dev);
       t = at::empty({bytes > 0 ? bytes : 1},
                     at::TensorOptions().dtype(at::kByte).device(
                         at::kCUDA, (c10::DeviceIndex)p.dev));

@@ -113,8 +113,8 @@ bool cuda_in_segment(const at::Tensor& t) {
   size_t size;
   if (!t.is_cuda() || t.nbytes() == 0 || !t.is_contiguous())
     return false;
-  return cuda_pool_holds(t) ||
-         (cuda_direct() && cuda_segment_of(t, &base, &size));
+  return cuda_direct() ? cuda_segment_of(t, &base, &size)
+                       : cuda_pool_holds(t);
 }
 
 bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
