@@ -1,6 +1,10 @@
 # spcoll — one entry point: deps, all, check, check-asan, check-valgrind,
 # demo, install. Out-of-tree objects under $(BUILD).
-CUDA_HOME ?= /usr/local/cuda
+# CUDA: the machine's toolkit under /usr/local/cuda, else the one `make
+# check` installs from PyPI (scripts/cuda_toolkit.sh) under CUDA_PIP_DIR,
+# which every build tree (build, build-asan) shares.
+CUDA_PIP_DIR ?= $(CURDIR)/build/cuda-toolkit
+CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(CUDA_PIP_DIR)/home)
 PREFIX    ?= /usr/local
 DESTDIR   ?=
 BUILD     ?= build
@@ -90,6 +94,13 @@ config:
 
 deps:
 	$(Q)sh scripts/deps.sh
+
+# The toolkit from PyPI where the machine has none (the GPU suites and
+# spcsim need nvcc and CUDA's and NCCL's headers; they then run, not SKIP).
+.PHONY: cuda-toolkit
+cuda-toolkit:
+	$(Q)if [ "$(CUDA_HOME)" = "$(CUDA_PIP_DIR)/home" ]; then \
+	  sh scripts/cuda_toolkit.sh $(CUDA_PIP_DIR); fi
 
 $(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/proto
@@ -210,14 +221,14 @@ test:
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)sh tests/run.sh $(BUILD)
 
-check: deps
+check: deps cuda-toolkit
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory $(CHECK_EXTRA)
 	$(Q)$(MAKE) --no-print-directory check-asan-only
 	$(Q)$(MAKE) --no-print-directory check-valgrind-only
 	$(Q)$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=10
 
-check-asan: deps
+check-asan: deps cuda-toolkit
 	$(Q)$(MAKE) --no-print-directory check-asan-only
 
 check-asan-only:

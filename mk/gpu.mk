@@ -37,10 +37,13 @@ $(BUILD)/tests/unit/unit_daemon_desc_cache.o: CFLAGS += $(GPU_CFLAGS_SYS)
 $(SPCOLLD): $(CU_OBJ)
 $(filter $(BUILD)/tests/unit_daemon_%,$(UNIT_BIN)): $(CU_OBJ)
 
+# The driver's link stub: the toolkit's (a toolkit from PyPI has none).
+CUDA_STUB := $(if $(HAVE_CUDA),$(wildcard $(CUDA_HOME)/lib64/stubs/libcuda.so))
+
 # The client's own declarations of the driver API, held against cuda.h and
-# the driver stub's exported names.
+# the driver stub's exported names (where there is a stub).
 $(BUILD)/tests/unit/unit_client_cuda_abi.o: CFLAGS += $(GPU_USER_CFLAGS) \
-  $(if $(HAVE_CUDA),-DSPC_CUDA_STUB='"$(CUDA_HOME)/lib64/stubs/libcuda.so"')
+  $(if $(CUDA_STUB),-DSPC_CUDA_STUB='"$(CUDA_STUB)"')
 
 # GPU suites: tests/gpu/test_gpu_*.c, run by tests/run.sh with the others.
 # They use the CUDA runtime themselves (to fill and read device memory);
@@ -79,8 +82,8 @@ $(GPU_BENCH): $(BUILD)/bench/gpu_bench.o $(BUILD)/tests/integ/harness.o $(LIBA)
 # process's stream after another's costs on one GPU, events against stream
 # memory operations, and whether cuMem file descriptors cross processes and
 # PID namespaces. Driver API through the stub at link time; the machine's
-# libcuda at run time.
-GPU_HANDOVER := $(if $(HAVE_CUDA),$(BUILD)/bin/spcoll-gpu-handover)
+# libcuda at run time; not built without the stub.
+GPU_HANDOVER := $(if $(CUDA_STUB),$(BUILD)/bin/spcoll-gpu-handover)
 $(BUILD)/bin/spcoll-gpu-handover: bench/gpu_handover.cu
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -Xcompiler -Werror \

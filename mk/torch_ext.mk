@@ -14,7 +14,7 @@ C10D_LIBS  := $(BUILD)/c10d/torch.libs
 
 $(C10D_FLAGS) $(C10D_LIBS) &: $(TORCH_VENV_STAMP) scripts/torch_ext_flags.py
 	@mkdir -p $(dir $@)
-	$(Q)$(TORCH_VENV)/bin/python scripts/torch_ext_flags.py $(C10D_FLAGS) $(C10D_LIBS)
+	$(Q)CUDA_HOME=$(CUDA_HOME) $(TORCH_VENV)/bin/python scripts/torch_ext_flags.py $(C10D_FLAGS) $(C10D_LIBS)
 	$(Q)test -f $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' \
 	  2>/dev/null)/Python.h || { echo "no Python.h: make deps installs python3-dev"; exit 1; }
 

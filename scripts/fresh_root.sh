@@ -4,9 +4,9 @@
 # (its build/ kept between runs), `make` installed (a minimal root has
 # none), then `make TARGETS` (default: check) in a chroot, output in
 # DIR/check.log. Needs root, debootstrap and Debian's mirror.
-#   CUDA=1  bind-mounts $CUDA_HOME (/usr/local/cuda) read-only: the CUDA
-#           toolkit is no Debian package; without it spcsim is not built
-#           and its suites SKIP.
+#   CUDA=1  bind-mounts $CUDA_HOME (/usr/local/cuda) read-only; without
+#           it `make check` installs the CUDA toolkit from PyPI (it is no
+#           Debian package: scripts/cuda_toolkit.sh).
 #   CA=1    copies this machine's CA bundle in, for a network whose TLS
 #           proxy has a CA of its own (else pip sees no PyPI and the
 #           torch 2.x suites SKIP as offline).
