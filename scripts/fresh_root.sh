@@ -55,7 +55,8 @@ cd /src && make $TARGETS
 INNER
 chmod +x "$R/run-check.sh"
 rc=0
-chroot "$R" /run-check.sh > "$DIR/check.log" 2>&1 || rc=$?
+# A new machine's environment, not this one's (CUDA_HOME, PIP_*, ...).
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$R" /run-check.sh > "$DIR/check.log" 2>&1 || rc=$?
 grep -E "^SKIP|^FAIL|SKIPPED|passed|failed" "$DIR/check.log" | tail -n 40
 echo "fresh root: make $TARGETS exited $rc (log: $DIR/check.log)"
 exit $rc
