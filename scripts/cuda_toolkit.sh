@@ -3,7 +3,8 @@
 # (the toolkit is no Debian package): NVIDIA's own wheels (nvcc, the CUDA
 # runtime and its headers, NCCL) installed into a virtualenv under DIR, and
 # DIR/home laid out as a CUDA_HOME (bin/, include/, lib64/) of links into
-# them. With it the GPU code builds, and spcsim, the CUDA/NCCL simulator
+# them (CCCL's headers too: cuda_fp16.h, which nccl.h includes, needs
+# <nv/target>). With it the GPU code builds, and spcsim, the CUDA/NCCL simulator
 # its suites run on, is built: their suites then run instead of SKIP.
 # There is no GPU driver in these wheels: a real GPU still needs the
 # machine's own (nor is there the driver's link stub, lib64/stubs).
@@ -18,7 +19,7 @@ PYTHON=${PYTHON:-python3}
 TIMEOUT=${CUDA_INSTALL_TIMEOUT:-900}
 # The versions of the toolkit this project is built and tested with.
 PKGS="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.* \
-nvidia-cuda-runtime==13.0.* nvidia-nccl-cu13==2.28.*"
+nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.* nvidia-nccl-cu13==2.28.*"
 LOG=$DIR.log
 VENV=$DIR/venv
 HOME_DIR=$DIR/home
@@ -47,7 +48,8 @@ fi
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 CU=$SITE/nvidia/cu13
 NCCL=$SITE/nvidia/nccl
-for f in "$CU/bin/nvcc" "$CU/include/cuda_runtime.h" "$CU/lib/libcudart.so.13" \
+for f in "$CU/bin/nvcc" "$CU/include/cuda_runtime.h" "$CU/include/nv/target" \
+    "$CU/lib/libcudart.so.13" \
     "$NCCL/include/nccl.h" "$NCCL/lib/libnccl.so.2"; do
   [ -e "$f" ] || { echo "CUDA toolkit from PyPI lacks $f: see $LOG"; exit 1; }
 done
