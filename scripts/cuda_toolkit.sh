@@ -19,7 +19,8 @@ PYTHON=${PYTHON:-python3}
 TIMEOUT=${CUDA_INSTALL_TIMEOUT:-900}
 # The versions of the toolkit this project is built and tested with.
 PKGS="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.* \
-nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.* nvidia-nccl-cu13==2.28.*"
+nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.* \
+nvidia-cuda-profiler-api==13.0.* nvidia-nccl-cu13==2.28.*"
 LOG=$DIR.log
 VENV=$DIR/venv
 HOME_DIR=$DIR/home
@@ -49,6 +50,7 @@ SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 CU=$SITE/nvidia/cu13
 NCCL=$SITE/nvidia/nccl
 for f in "$CU/bin/nvcc" "$CU/include/cuda_runtime.h" "$CU/include/nv/target" \
+    "$CU/include/cuda_profiler_api.h" \
     "$CU/lib/libcudart.so.13" \
     "$NCCL/include/nccl.h" "$NCCL/lib/libnccl.so.2"; do
   [ -e "$f" ] || { echo "CUDA toolkit from PyPI lacks $f: see $LOG"; exit 1; }
