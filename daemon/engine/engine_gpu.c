@@ -25,11 +25,14 @@
  * client's stream never waits for an op that will not write it. When the
  * op ran, the daemon's stream wrote the same value: the order of the two
  * does not matter. A stream still stuck (rank_release) may write it late;
- * the client never reuses the slot of a failed op. */
+ * the client never reuses the slot of a failed op. The ready flag is
+ * raised too, so a daemon stream waiting for this rank goes on. */
 static void gpu_rank_release(void *state) {
   spd_gpu_rank *g = state;
-  if (g->seq != 0)
-    __atomic_store_n(g->done_host, g->seq, __ATOMIC_RELEASE);
+  if (g->seq == 0)
+    return;
+  __atomic_store_n(g->done_host, g->seq, __ATOMIC_RELEASE);
+  spd_gpu_release_ready(&state, 1); /* the daemon's streams go on too */
 }
 
 static void gpu_rank_close(void *state) {

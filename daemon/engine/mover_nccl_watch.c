@@ -11,7 +11,8 @@
  * checks the sets with work in flight: an asynchronous NCCL error, or an
  * op older than the config's nccl_timeout (default 300 s), aborts the set's
  * communicators (ncclCommAbort, on libuv's thread pool: it may block),
- * fails its ops with the reason, and takes the set out of use; the next
+ * fails its ops with the reason, lets its streams past the ranks' ready
+ * flags (spd_gpu_release_ready), and takes the set out of use; the next
  * op on those GPUs makes a new one once the abort is done. Nothing of
  * this waits on the loop thread. */
 typedef struct spd_nccl_watch {
@@ -48,6 +49,9 @@ static void set_abort(spd_nccl_set *set, const char *why) {
     snprintf(nj->job.fail_msg, sizeof(nj->job.fail_msg), "NCCL over GPUs "
              "%s: %s; its communicators were aborted (the next op makes "
              "new ones)", devs, why);
+    /* A stuck rank's stream may never set its ready flag: without this the
+     * streams of the healthy GPUs, and their ranks' answers, wait for it. */
+    spd_gpu_release_ready(nj->w->rank_state, nj->w->world);
   }
   spd_nccl_set_down(set, 1);
 }

@@ -245,6 +245,13 @@ void spd_gpu_job_drop(spd_gpu_job *job);
  * ranks[r] is rank r's spd_gpu_rank or NULL (world of them). */
 int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
                        spk_err *err);
+/* A failed op's ready waits let go from the host: each flag-ordered
+ * rank's ready flag raised to the op's seq (never lowered), so the
+ * daemon's streams run past the wait of a rank whose stream will never
+ * get there, and the op's work ends (aborted, or with undefined outputs)
+ * instead of holding the daemon's streams and the healthy ranks' answers
+ * for ever. A rank ordered by an event cannot be let go this way. */
+void spd_gpu_release_ready(void *const *ranks, int world);
 /* Record the done event (or write the done flag) of every rank on `dev`
  * on stream s. partial (spd_work.partial): no done flag, the op goes on
  * after this (events are recorded again by the later steps). */

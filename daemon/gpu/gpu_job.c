@@ -222,6 +222,21 @@ int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
   return SPK_OK;
 }
 
+/* Only raised: the client's stream writes this op's seq or a later op's,
+ * and a client reuses the slot only once the word holds its last seq. */
+void spd_gpu_release_ready(void *const *ranks, int world) {
+  for (int i = 0; i < world; i++) {
+    spd_gpu_rank *g = ranks[i];
+    if (g == NULL || g->seq == 0)
+      continue;
+    uint64_t cur = __atomic_load_n(g->ready_host, __ATOMIC_ACQUIRE);
+    while ((int64_t)(cur - g->seq) < 0 &&
+           !__atomic_compare_exchange_n(g->ready_host, &cur, g->seq, 0,
+                                        __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+      ;
+  }
+}
+
 int spd_gpu_record_done(void *const *ranks, int world, int dev, int partial,
                         cudaStream_t s, spk_err *err) {
   for (int i = 0; i < world; i++) {

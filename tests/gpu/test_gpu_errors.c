@@ -152,12 +152,32 @@ static int log_says_aborted(void) {
   return 0;
 }
 
+/* Where rank 1 says it has heard its op fail (next to the daemon's log). */
+static void heard_path(char *buf, size_t len) {
+  snprintf(buf, len, "%s.rank1-heard", daemon_.log);
+}
+
+/* Whether rank 1 has heard its op fail, waiting up to 60 s for it. */
+static int rank1_heard(void) {
+  char path[512];
+  heard_path(path, sizeof(path));
+  for (int i = 0; i < 1200; i++) {
+    if (access(path, F_OK) == 0)
+      return 1;
+    usleep(50 * 1000);
+  }
+  return 0;
+}
+
 /* Rank 0's stream is held before its ready event, so rank 1's NCCL part
  * waits for a peer that does not come: the daemon's watchdog aborts the
  * communicators, the op fails on both ranks naming why, and the next op
- * on the same GPUs runs on new ones. */
+ * on the same GPUs runs on new ones. With arg non-NULL rank 0 does not
+ * recover until rank 1 has heard its op fail: the daemon lets its own
+ * streams past the stuck rank's ready flag, so the aborted op ends on the
+ * healthy GPU without waiting for the stuck one. */
 static int hang_main(int rank, int world, void *arg) {
-  (void)arg;
+  int late = arg != NULL;
   int bad = 0;
   GPT_CUDA(cudaSetDevice(rank));
   cudaStream_t s;
@@ -188,6 +208,11 @@ static int hang_main(int rank, int world, void *arg) {
       fprintf(stderr, "rank 0: the daemon never aborted the NCCL set\n");
       bad = 1;
     }
+    if (late && !rank1_heard()) {
+      fprintf(stderr, "rank 0: rank 1's op did not fail while rank 0's "
+              "stream was held\n");
+      bad = 1;
+    }
     if (write(p[1], "x", 1) != 1)
       return 1;
     rc = spc_wait_on_stream(&req, s);
@@ -200,6 +225,13 @@ static int hang_main(int rank, int world, void *arg) {
     close(p[1]);
   } else {
     rc = spc_run(g, &op, &dx, &dy);
+    char path[512];
+    heard_path(path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fclose(f) != 0) {
+      fprintf(stderr, "rank 1: cannot make %s\n", path);
+      bad = 1;
+    }
   }
   bad |= expect(c, rank, "op on a stuck peer", rc, SPC_EDEVICE, "aborted");
   rc = spc_run(g, &op, &dx, &dy);
@@ -215,14 +247,14 @@ static int hang_main(int rank, int world, void *arg) {
  * whose command line has `flag fvalue` (none when flag is NULL), and two
  * ranks running fn against it. */
 static void run_pair_with(const char *var, const char *value, const char *flag,
-                          const char *fvalue, spt_rank_fn fn) {
+                          const char *fvalue, spt_rank_fn fn, void *arg) {
   const char *const extra[] = {"--log-level", "debug", flag, fvalue, NULL};
   if (var != NULL)
     setenv(var, value, 1);
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
   if (var != NULL)
     unsetenv(var);
-  int failed = spt_run_ranks(2, fn, NULL, 120);
+  int failed = spt_run_ranks(2, fn, arg, 120);
   gpt_keep_log(&daemon_);
   if (failed)
     spt_daemon_dump_log(&daemon_);
@@ -231,11 +263,17 @@ static void run_pair_with(const char *var, const char *value, const char *flag,
 }
 
 static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
-  run_pair_with(var, value, NULL, NULL, fn);
+  run_pair_with(var, value, NULL, NULL, fn, NULL);
 }
 
 START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
-  run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main);
+  run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main, NULL);
+}
+END_TEST
+
+START_TEST(nccl_op_fails_before_its_stuck_peer_recovers) {
+  static int late = 1;
+  run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main, &late);
 }
 END_TEST
 
@@ -292,10 +330,12 @@ int main(void) {
            "simulator's fault injection\n");
   tcase_add_test(tc, device_errors_are_clear_and_contained);
   /* NCCL between two GPUs: not run (nor counted) with one. */
-  if (ngpu >= 2)
+  if (ngpu >= 2) {
     tcase_add_test(tc, nccl_op_on_a_stuck_peer_is_aborted);
-  else
-    printf("not run: nccl_op_on_a_stuck_peer_is_aborted needs 2 GPUs\n");
+    tcase_add_test(tc, nccl_op_fails_before_its_stuck_peer_recovers);
+  } else {
+    printf("not run: the NCCL stuck-peer cases need 2 GPUs\n");
+  }
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

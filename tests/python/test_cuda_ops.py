@@ -153,13 +153,18 @@ def test_stream_checks_see_a_missing_wait(results):
                                "after the wrong stream" % (r, name))
 
 
-def test_dead_client_times_out_and_stop_is_bounded(workdir):
-    """A rank dies before its stream records its op's start event: the
-    daemon's stream waits on an event nobody will record. The other rank
-    fails at the group's 3 s timeout (the op timeout covers an op running
-    in its engine) and spcolld, stopped, exits at once with status 3
-    naming the op, rather than waiting for ever. Its own daemon: the
-    stuck stream would hold the shared one's GPU 0."""
+@pytest.mark.parametrize("order", ["flags", "events"])
+def test_dead_client_times_out_and_stop_is_bounded(workdir, order, monkeypatch):
+    """A rank dies before its stream marks its op's input ready: the
+    daemon's stream waits for a stream that will never get there. The
+    other rank fails at the group's 3 s timeout (the op timeout covers an
+    op running in its engine). Ordered by stream flags, the daemon then
+    raises the dead rank's ready flag itself, so its stream runs the
+    failed op out and spcolld stops cleanly (status 0). Ordered by events
+    (SPCOLL_GPU_ORDER=events), nothing can record the dead rank's event:
+    the daemon's stream stays stuck and spcolld, stopped, exits at once
+    with status 3 naming the op, rather than waiting for ever. Its own
+    daemon: a stuck stream would hold the shared one's GPU 0."""
     if not cuda_checks.SIM or not os.environ.get("SPCSIM_SLOW_STREAMS"):
         pytest.skip("needs spcsim's slow streams to queue the start event "
                     "behind work the dead rank never finishes "
@@ -168,6 +173,9 @@ def test_dead_client_times_out_and_stop_is_bounded(workdir):
     from conftest import start_spcolld, stop_spcolld
     d = os.path.join(workdir, "dead-client")
     os.makedirs(d, exist_ok=True)
+    d = os.path.join(d, order)
+    os.makedirs(d, exist_ok=True)
+    monkeypatch.setenv("SPCOLL_GPU_ORDER", order)  # the ranks' clients
     p, sock, log = start_spcolld(d)
     res = launch.run_ranks(2, cuda_checks.dead_client_rank, (sock,),
                            os.path.join(d, "ranks"), guard=120)
@@ -177,5 +185,9 @@ def test_dead_client_times_out_and_stop_is_bounded(workdir):
     assert res[1].get("res") == "raised", (res[1], text[-2000:])
     assert "timed out" in res[1]["msg"] and "running in the" in \
         res[1]["msg"], res[1]["msg"]
-    assert rc == 3 and "still running in its engine" in text, \
-        (rc, text[-2000:])
+    if order == "flags":
+        assert rc == 0 and "still running in its engine" not in text, \
+            (rc, text[-2000:])
+    else:
+        assert rc == 3 and "still running in its engine" in text, \
+            (rc, text[-2000:])
