@@ -119,7 +119,9 @@ check-python-cuda-sim: $(LIBSO) $(SPCOLLD)
 # Upstream sequence-parallel code from PyPI, unchanged (megatron-core,
 # yunchang, DeepSpeed, axolotl-ringmaster), in the same virtualenv, checked on backend "spcoll"
 # against "gloo" (tests/python_upstream). DeepSpeed is an sdist: built
-# against the venv's torch (--no-build-isolation), no ops compiled ahead;
+# against the venv's torch (--no-build-isolation), no ops compiled ahead,
+# told the CUDA toolkit of this build (its setup runs nvcc where torch's
+# guess of CUDA_HOME names a folder, even an empty one);
 # on the CPU it JIT-builds its shm comm op at import, which needs ninja on
 # PATH (from PyPI into the venv, whose bin/ the suite's PATH leads with: a
 # fresh machine has none).
@@ -128,7 +130,7 @@ UPSTREAM_STAMP := $(TORCH_VENV)/.upstream-3
 UPSTREAM_PKGS  ?= megatron-core yunchang deepspeed axolotl-ringmaster ninja
 $(UPSTREAM_STAMP): $(TORCH_VENV_STAMP)
 	$(Q)echo "== installing $(UPSTREAM_PKGS) from PyPI into $(TORCH_VENV) (once) =="
-	$(Q)if DS_BUILD_OPS=0 timeout $(TORCH_INSTALL_TIMEOUT) $(TORCH_VENV)/bin/pip \
+	$(Q)if CUDA_HOME=$(CUDA_HOME) DS_BUILD_OPS=0 timeout $(TORCH_INSTALL_TIMEOUT) $(TORCH_VENV)/bin/pip \
 	    install --disable-pip-version-check -q --no-build-isolation \
 	    $(UPSTREAM_PKGS) > $(BUILD)/torch-upstream.log 2>&1; then \
 	  $(TORCH_VENV)/bin/pip list 2>/dev/null | grep -iE \

@@ -36,6 +36,8 @@ cleanup() {
   for m in usr/local/cuda dev sys proc; do
     mountpoint -q "$R/$m" && umount -lR "$R/$m"
   done
+  # CUDA=1's mount point goes too: a fresh machine has no /usr/local/cuda
+  [ -d "$R/usr/local/cuda" ] && rmdir "$R/usr/local/cuda" 2>/dev/null
   return 0
 }
 trap cleanup EXIT
