@@ -17,7 +17,6 @@
 
 struct spd_session;
 struct spd_group;
-struct spd_mover;
 struct spd_gpu;
 struct spd_peers;
 
@@ -115,7 +114,6 @@ typedef struct spd_ctx {
   uv_tcp_t metrics;          /* optional HTTP /metrics on 127.0.0.1 */
   TAILQ_HEAD(, spd_session) sessions;
   TAILQ_HEAD(, spd_group) groups;
-  struct spd_mover *mover;
   struct spd_gpu *gpu;       /* GPU movers (gpu.h); NULL until a device buffer */
   struct spd_peers *peers;   /* peer daemons over UCX; NULL: one node */
   uint64_t next_id;          /* clients, groups handles, buffers */
@@ -127,8 +125,9 @@ typedef struct spd_ctx {
                                     * (engine.h), the first
                                     * SPD_ENGINE_COUNT used */
   /* Each engine row's own state, by spd_engine_kind: set by its start,
-   * dropped by its fini (rows with a layer of their own keep it there:
-   * mover, gpu, peers above). */
+   * dropped by its fini (the host row's mover, the serial row's queue).
+   * The GPU and UCX rows share layers with the rest of the daemon (device
+   * buffers' IPC imports, the peer plane): gpu and peers above. */
   void *engine_state[SPD_MAX_ENGINES];
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* per op type, every group */
   uint64_t started_ns;              /* for uptime */
