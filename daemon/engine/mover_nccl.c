@@ -242,40 +242,6 @@ static int run_route(nccl_job *nj, spk_err *err) {
   return rc;
 }
 
-/* NCCL documents communicators of two cliques with operations in flight
- * on one GPU at once as unsafe: one may hold the GPU while its peers wait
- * for the other's. Sets sharing a GPU take turns there: a set's work on a
- * GPU waits for the work another set queued there before it (a set's own
- * work is ordered by its stream). The loop thread queues jobs one at a
- * time, so every GPU sees them in one order: no cycle. */
-static int turn_wait(spd_nccl_set *set, int i, spk_err *err) {
-  spd_gpu_dev *d = &set->gpu->dev[set->devs[i]];
-  if (d->nccl_tail_set == 0 || d->nccl_tail_set == set->id)
-    return SPK_OK;
-  cudaError_t e = cudaStreamWaitEvent(set->streams[i], d->nccl_tail, 0);
-  if (e != cudaSuccess)
-    return spk_err_set(err, SPK_EDEVICE, "cudaStreamWaitEvent on the NCCL "
-                       "work queued before on GPU %d: %s", set->devs[i],
-                       cudaGetErrorString(e));
-  return SPK_OK;
-}
-
-/* The set's work queued so far on its i-th GPU is what the next set
- * there waits for. That GPU must be current. */
-static int turn_end(spd_nccl_set *set, int i, spk_err *err) {
-  spd_gpu_dev *d = &set->gpu->dev[set->devs[i]];
-  cudaError_t e = cudaSuccess;
-  if (d->nccl_tail == NULL)
-    e = cudaEventCreateWithFlags(&d->nccl_tail, cudaEventDisableTiming);
-  if (e == cudaSuccess)
-    e = cudaEventRecord(d->nccl_tail, set->streams[i]);
-  if (e != cudaSuccess)
-    return spk_err_set(err, SPK_EDEVICE, "recording the NCCL work queued "
-                       "on GPU %d: %s", set->devs[i], cudaGetErrorString(e));
-  d->nccl_tail_set = set->id;
-  return SPK_OK;
-}
-
 int spd_nccl_run(nccl_job *nj, spk_err *err) {
   const spd_work *w = nj->w;
   spd_nccl_set *set = nj->set;
@@ -285,8 +251,6 @@ int spd_nccl_run(nccl_job *nj, spk_err *err) {
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
-    if (rc == SPK_OK)
-      rc = turn_wait(set, i, err);
     if (rc == SPK_OK)
       rc = spd_gpu_wait_ready(w->rank_state, w->world, set->streams[i],
                               err);
@@ -307,8 +271,6 @@ int spd_nccl_run(nccl_job *nj, spk_err *err) {
     if (rc == SPK_OK)
       rc = spd_gpu_record_done(w->rank_state, w->world, set->devs[i],
                                w->partial, set->streams[i], err);
-    if (rc == SPK_OK)
-      rc = turn_end(set, i, err);
     if (rc == SPK_OK)
       rc = spd_gpu_job_watch(&nj->job, set->streams[i], err);
   }

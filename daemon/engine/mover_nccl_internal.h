@@ -29,7 +29,6 @@ typedef struct spd_nccl_set {
                                * the pool's callbacks then take the set
                                * down and free it alone */
   spd_ctx *ctx;               /* the loop and the log; outlives gpu */
-  uint64_t id;                /* > 0, unique among the GPU state's sets */
   int n;
   int *devs;                  /* ascending; NCCL rank i is on devs[i] */
   ncclComm_t *comms;

@@ -254,7 +254,6 @@ int spd_nccl_set_get(spd_gpu *gpu, const int *dev, int world,
                        "GPUs failed", n);
   }
   memcpy(set->devs, sorted, (size_t)n * sizeof(int));
-  set->id = ++gpu->nccl_set_ids;
   set->n = n;
   set->gpu = gpu;
   set->ctx = gpu->ctx;

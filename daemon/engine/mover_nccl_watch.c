@@ -53,11 +53,6 @@ static void set_abort(spd_nccl_set *set, const char *why) {
      * streams of the healthy GPUs, and their ranks' answers, wait for it. */
     spd_gpu_release_ready(nj->w->rank_state, nj->w->world);
   }
-  /* Its communicators are gone: later sets need not wait for what is left
-   * of its work (which a rank ordered by an event may hold for ever). */
-  for (int i = 0; i < set->n && set->gpu != NULL; i++)
-    if (set->gpu->dev[set->devs[i]].nccl_tail_set == set->id)
-      set->gpu->dev[set->devs[i]].nccl_tail_set = 0;
   spd_nccl_set_down(set, 1);
 }
 

@@ -30,11 +30,6 @@ typedef struct {
   long long staged;            /* bytes of them reserved now */
   int memops;                  /* 64-bit stream memory operations: 0 not
                                 * asked yet, 1 yes, -1 no */
-  /* NCCL work here, of every communicator set, in the order the loop
-   * queued it (mover_nccl.c, turn_wait): an event recorded after the last
-   * set's work on this GPU, and that set's id (0: none, or one aborted). */
-  cudaEvent_t nccl_tail;
-  uint64_t nccl_tail_set;
 } spd_gpu_dev;
 
 /* An allocation of a client, opened with cudaIpcOpenMemHandle. */
@@ -73,7 +68,6 @@ typedef struct spd_gpu {
   int nevents;
   int range_warned;            /* cuMemGetAddressRange unavailable: said */
   struct spd_nccl_set *nccl_sets;
-  uint64_t nccl_set_ids;       /* the last id given to a set */
   struct spd_nccl_watch *nccl_watch; /* mover_nccl.c's watchdog */
   struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
   int npinned;

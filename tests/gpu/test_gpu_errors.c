@@ -3,8 +3,8 @@
  * elements, a host pointer registered as device memory, an IPC handle the
  * daemon cannot open, freeing allocated device memory that other buffers
  * still use. After all of them the same ranks run a device op and a host
- * op. Also the NCCL faults: a stuck peer, and communicator sets sharing a
- * GPU. Without a GPU: "skipped: no GPU", exit 77. */
+ * op. Also an NCCL op on a stuck peer. Without a GPU: "skipped: no GPU",
+ * exit 77. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,113 +245,6 @@ static int hang_main(int rank, int world, void *arg) {
   return bad;
 }
 
-/* ---- NCCL communicator sets sharing a GPU --------------------------------- */
-
-#define SHARE_N 1024
-#define SHARE_ITERS 16
-
-/* One rank of an all-gather group in the buffer at byte off: its input
- * (SHARE_N floats, rank * SHARE_N + i) and its output (2 * SHARE_N). */
-typedef struct {
-  spc_group *g;
-  int rank;
-  size_t off;
-  spc_tensor x, y;
-  cudaStream_t s;
-} share_part;
-
-static int share_part_init(spc_client *c, const char *name, int rank,
-                           spc_buffer *d, size_t off, share_part *p) {
-  p->rank = rank;
-  p->off = off;
-  if (spc_group_join(c, name, 2, rank, &p->g) < 0) {
-    fprintf(stderr, "join %s as %d: %s\n", name, rank, spc_last_error(c));
-    return 1;
-  }
-  float in[SHARE_N];
-  for (int i = 0; i < SHARE_N; i++)
-    in[i] = (float)(rank * SHARE_N + i);
-  uint8_t *base = spc_buffer_data(d);
-  GPT_CUDA(cudaMemcpy(base + off, in, sizeof(in), cudaMemcpyHostToDevice));
-  int64_t xs[1] = {SHARE_N}, ys[1] = {2 * SHARE_N};
-  spc_tensor_init(&p->x, d, off, SPC_FLOAT32, 1, xs);
-  spc_tensor_init(&p->y, d, off + sizeof(in), SPC_FLOAT32, 1, ys);
-  GPT_CUDA(cudaStreamCreateWithFlags(&p->s, cudaStreamNonBlocking));
-  return 0;
-}
-
-/* Whether the part's output is 0 .. 2 * SHARE_N - 1. */
-static int share_part_check(spc_buffer *d, const share_part *p,
-                            const char *name) {
-  static float out[2 * SHARE_N];
-  GPT_CUDA(cudaMemcpy(out, (uint8_t *)spc_buffer_data(d) + p->off +
-                               SHARE_N * sizeof(float),
-                      sizeof(out), cudaMemcpyDeviceToHost));
-  for (int i = 0; i < 2 * SHARE_N; i++)
-    if (out[i] != (float)i) {
-      fprintf(stderr, "%s rank %d: out[%d] = %g, want %d\n", name, p->rank,
-              i, (double)out[i], i);
-      return 1;
-    }
-  return 0;
-}
-
-/* Group A over GPUs 0 and 1, group B over GPUs 1 and 2: process 1 is in
- * both and keeps an op of each in flight at once, SHARE_ITERS times, each
- * on a stream of its own. NCCL documents communicators of two cliques
- * with operations in flight on one GPU at once as unsafe (they can
- * deadlock): the daemon must take turns on GPU 1 (spcsim's rule
- * nccl-concurrent-comms stops spcolld otherwise). Every result checked. */
-static int share_main(int rank, int world, void *arg) {
-  (void)world, (void)arg;
-  int bad = 0;
-  GPT_CUDA(cudaSetDevice(rank));
-  spc_client *c = spt_connect(daemon_.socket);
-  spc_buffer *d;
-  size_t part_bytes = 3 * SHARE_N * sizeof(float);
-  if (c == NULL || spc_buffer_alloc_device(c, rank, 2 * part_bytes, &d) < 0) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
-    return 1;
-  }
-  share_part parts[2];
-  const char *names[2];
-  int n = 0;
-  if (rank <= 1) { /* A: process 0 is its rank 0, process 1 its rank 1 */
-    names[n] = "share-a";
-    bad |= share_part_init(c, "share-a", rank, d, n * part_bytes, &parts[n]);
-    n++;
-  }
-  if (rank >= 1) { /* B: process 1 is its rank 0, process 2 its rank 1 */
-    names[n] = "share-b";
-    bad |= share_part_init(c, "share-b", rank - 1, d, n * part_bytes,
-                           &parts[n]);
-    n++;
-  }
-  spc_op op = spc_op_all_gather(0, NULL);
-  for (int it = 0; it < SHARE_ITERS && !bad; it++) {
-    spc_request *req[2] = {NULL, NULL};
-    for (int k = 0; k < n && !bad; k++)
-      bad |= expect(c, rank, "start", spc_start_on_stream(parts[k].g, &op,
-                    &parts[k].x, &parts[k].y, parts[k].s, &req[k]), SPC_OK,
-                    NULL);
-    for (int k = 0; k < n && !bad; k++)
-      bad |= expect(c, rank, "wait", spc_wait_on_stream(&req[k], parts[k].s),
-                    SPC_OK, NULL);
-  }
-  for (int k = 0; k < n; k++)
-    GPT_CUDA(cudaStreamSynchronize(parts[k].s));
-  if (!bad)
-    bad |= expect(c, rank, "the ops' answers", spc_async_error(c, 1), SPC_OK,
-                  NULL);
-  for (int k = 0; k < n && !bad; k++)
-    bad |= share_part_check(d, &parts[k], names[k]);
-  for (int k = 0; k < n; k++)
-    GPT_CUDA(cudaStreamDestroy(parts[k].s));
-  bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
-  spc_disconnect(c);
-  return bad;
-}
-
 /* A daemon whose environment has var=value (none when var is NULL) and
  * whose command line has `flag fvalue` (none when flag is NULL), and two
  * ranks running fn against it. */
@@ -377,17 +270,6 @@ static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
 
 START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
   run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main, NULL);
-}
-END_TEST
-
-START_TEST(nccl_sets_sharing_a_gpu_take_turns) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
-  int failed = spt_run_ranks(3, share_main, NULL, 120);
-  gpt_keep_log(&daemon_);
-  if (failed)
-    spt_daemon_dump_log(&daemon_);
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-  ck_assert_int_eq(failed, 0);
 }
 END_TEST
 
@@ -456,10 +338,6 @@ int main(void) {
   } else {
     printf("not run: the NCCL stuck-peer cases need 2 GPUs\n");
   }
-  if (ngpu >= 3)
-    tcase_add_test(tc, nccl_sets_sharing_a_gpu_take_turns);
-  else
-    printf("not run: nccl_sets_sharing_a_gpu_take_turns needs 3 GPUs\n");
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
