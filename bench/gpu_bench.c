@@ -18,7 +18,15 @@
  *   d2d_GBps   cudaMemcpy device-to-device (the op's bytes, at most
  *              1 GiB), timed with events, same process and run
  *   ratio      copy_GBps / d2d_GBps
+ *   overlap    how much of the shorter of two things each rank queues at
+ *              once, on two streams, is hidden: the back-to-back ops and
+ *              a compute kernel of about as long (gpu_busy.cu, half the
+ *              SMs over all ranks): (t_ops + t_compute - t_both) /
+ *              min(t_ops, t_compute), 1 fully hidden, 0 one after the
+ *              other. On spcsim, which runs no kernel of the bench, the
+ *              compute is a host function sleeping on the stream.
  * It prints numbers; it asserts nothing. Exit 77 without a GPU. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +39,8 @@
 
 #ifdef SPC_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "gpu_busy.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -96,9 +106,12 @@ typedef struct {
   spc_buffer *hb;
   spc_tensor bx, by;   /* a tiny host op as a barrier */
   cudaStream_t s;
+  cudaStream_t cs;             /* the overlap column's compute */
+  int sms;                     /* multiprocessors of GPU 0 */
+  double cycles_per_us;        /* the busy kernel's, measured once */
   int rank, world;
   FILE *csv;
-  int simulated;               /* spcsim, not a GPU (rank 0) */
+  int simulated;               /* spcsim, not a GPU */
 } rk;
 
 static int barrier(rk *k) {
@@ -107,6 +120,78 @@ static int barrier(rk *k) {
   if (rc < 0)
     fprintf(stderr, "rank %d: barrier: %s\n", k->rank, spc_last_error(k->c));
   return rc;
+}
+
+static void CUDART_CB sleep_fn(void *us) {
+  usleep((useconds_t)(uintptr_t)us);
+}
+
+static int busy_blocks(const rk *k) {
+  int b = k->sms / (2 * k->world);
+  return b > 0 ? b : 1;
+}
+
+/* The busy kernel's clock rate, from one launch timed with events. */
+static int busy_calibrate(rk *k) {
+  cudaEvent_t e0, e1;
+  const long long cycles = 10000000;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(spc_bench_busy(k->cs, 1000, 1)); /* warm: module load */
+  CK(cudaEventRecord(e0, k->cs));
+  CK(spc_bench_busy(k->cs, cycles, 1));
+  CK(cudaEventRecord(e1, k->cs));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  k->cycles_per_us = ms > 0 ? (double)cycles / (ms * 1e3) : 1e3;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 0;
+}
+
+/* About `us` of compute queued on k->cs. */
+static int compute(rk *k, double us) {
+  if (k->simulated) {
+    CK(cudaLaunchHostFunc(k->cs, sleep_fn, (void *)(uintptr_t)us));
+    return 0;
+  }
+  CK(spc_bench_busy(k->cs, (long long)(us * k->cycles_per_us),
+                    busy_blocks(k)));
+  return 0;
+}
+
+/* The overlap column: n ops (t_ops seconds back to back, measured) next to
+ * as long a compute, each alone and both at once. */
+static int overlap_of(rk *k, const spc_op *sop, const spc_tensor *tin,
+                      const spc_tensor *tout, int n, double t_ops,
+                      double *ov) {
+  double t0 = now_s();
+  if (compute(k, t_ops * 1e6))
+    return 1;
+  CK(cudaStreamSynchronize(k->cs));
+  double t_comp = now_s() - t0;
+  int rc = barrier(k);
+  t0 = now_s();
+  if (rc == 0 && compute(k, t_ops * 1e6))
+    return 1;
+  for (int i = 0; rc == 0 && i < n; i++)
+    rc = spc_run_on_stream(k->g, sop, tin, tout, k->s);
+  if (rc == 0) {
+    CK(cudaStreamSynchronize(k->s));
+    CK(cudaStreamSynchronize(k->cs));
+  }
+  double t_both = now_s() - t0;
+  if (rc == 0)
+    rc = spc_async_error(k->c, 1);
+  if (rc < 0) {
+    fprintf(stderr, "rank %d: overlap: %s\n", k->rank, spc_last_error(k->c));
+    return 1;
+  }
+  double lo = t_ops < t_comp ? t_ops : t_comp;
+  double v = lo > 0 ? (t_ops + t_comp - t_both) / lo : 0;
+  *ov = v < 0 ? 0 : v > 1 ? 1 : v;
+  return 0;
 }
 
 enum { OP_A2A, OP_A2A_ULYSSES, OP_GATHER, OP_COUNT };
@@ -214,18 +299,21 @@ static int bench_point(rk *k, int op, size_t bytes) {
             spc_last_error(k->c));
     return 1;
   }
+  double ov = 0;
+  if (overlap_of(k, &sop, &tin, &tout, n, dt_s * n, &ov))
+    return 1;
   if (k->rank == 0) {
     double gbps = (double)total / dt_s / 1e9;
     printf("%-12s %6d %12zu %10.1f %10.1f %9.1f %10.1f %10.1f %10.1f "
-           "%6.2f%s\n", op_names[op], w, in_b, dt_s * 1e6, lat_s * 1e6,
-           queue * 1e6, mover * 1e6, gbps, d2d_gbps, gbps / d2d_gbps,
+           "%6.2f %7.2f%s\n", op_names[op], w, in_b, dt_s * 1e6, lat_s * 1e6,
+           queue * 1e6, mover * 1e6, gbps, d2d_gbps, gbps / d2d_gbps, ov,
            k->simulated ? "  simulated" : "");
     fflush(stdout);
     if (k->csv)
-      fprintf(k->csv, "%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%d\n",
-              op_names[op], w, in_b, total, dt_s * 1e6, lat_s * 1e6,
-              queue * 1e6, mover * 1e6, gbps, d2d_gbps, gbps / d2d_gbps,
-              k->simulated);
+      fprintf(k->csv, "%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,"
+              "%.3f,%d\n", op_names[op], w, in_b, total, dt_s * 1e6,
+              lat_s * 1e6, queue * 1e6, mover * 1e6, gbps, d2d_gbps,
+              gbps / d2d_gbps, ov, k->simulated);
   }
   spc_buffer_free(bin);
   spc_buffer_free(bout);
@@ -239,6 +327,15 @@ static int rank_main(int rank, int world, void *arg) {
   rk k = {.rank = rank, .world = world};
   CK(cudaSetDevice(0));
   CK(cudaStreamCreateWithFlags(&k.s, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&k.cs, cudaStreamNonBlocking));
+  struct cudaDeviceProp p;
+  CK(cudaGetDeviceProperties(&p, 0));
+  /* On spcsim (tests/gpusim) the numbers time the host simulator: every
+   * row says so, and they are never a GPU result. */
+  k.simulated = strncmp(p.name, "spcsim", 6) == 0;
+  k.sms = p.multiProcessorCount;
+  if (!k.simulated && busy_calibrate(&k))
+    return 1;
   k.c = spt_connect(daemon_.socket);
   int64_t one[1] = {1};
   if (k.c == NULL || spc_group_join(k.c, "gpu-bench", world, rank, &k.g) < 0 ||
@@ -250,11 +347,6 @@ static int rank_main(int rank, int world, void *arg) {
     return 1;
   }
   if (rank == 0) {
-    struct cudaDeviceProp p;
-    CK(cudaGetDeviceProperties(&p, 0));
-    /* On spcsim (tests/gpusim) the numbers time the host simulator: every
-     * row says so, and they are never a GPU result. */
-    k.simulated = strncmp(p.name, "spcsim", 6) == 0;
     if (k.simulated)
       printf("# SIMULATED: no GPU, spcsim stands in for CUDA and NCCL; "
              "these numbers are not GPU measurements\n");
@@ -262,13 +354,13 @@ static int rank_main(int rank, int world, void *arg) {
            p.name, p.multiProcessorCount,
            (double)p.totalGlobalMem / (1 << 30), world,
            o.mover ? o.mover : "auto");
-    printf("%-12s %6s %12s %10s %10s %9s %10s %10s %10s %6s\n", "op",
+    printf("%-12s %6s %12s %10s %10s %9s %10s %10s %10s %6s %7s\n", "op",
            "ranks", "bytes/rank", "op_us", "lat_us", "queue_us", "mover_us",
-           "copy_GBps", "d2d_GBps", "ratio");
+           "copy_GBps", "d2d_GBps", "ratio", "overlap");
     if (o.csv && (k.csv = fopen(o.csv, "w")) != NULL)
       fprintf(k.csv, "op,ranks,bytes_per_rank,bytes_total,op_us,lat_us,"
               "queue_us,mover_us,"
-              "copy_GBps,d2d_GBps,ratio,simulated\n");
+              "copy_GBps,d2d_GBps,ratio,overlap,simulated\n");
   }
   int bad = 0;
   for (int op = 0; op < OP_COUNT && !bad; op++)
@@ -278,6 +370,7 @@ static int rank_main(int rank, int world, void *arg) {
     fclose(k.csv);
   spc_disconnect(k.c);
   cudaStreamDestroy(k.s);
+  cudaStreamDestroy(k.cs);
   return bad;
 }
 

@@ -72,9 +72,15 @@ $(GPU_TEST_BIN): $(BUILD)/tests/test_gpu_%: $(BUILD)/tests/gpu/test_gpu_%.o \
 
 # The GPU benchmark (same-GPU all-to-all and all-gather next to the
 # device-to-device copy bandwidth of the same run): scripts/gpu_run.sh.
+# Its overlap column's compute kernel (bench/gpu_busy.cu) is built by nvcc.
 GPU_BENCH := $(BUILD)/bin/spcoll-gpu-bench
+GPU_BUSY_OBJ := $(if $(HAVE_CUDA),$(BUILD)/bench/gpu_busy.cu.o)
+$(BUILD)/bench/gpu_busy.cu.o: bench/gpu_busy.cu bench/gpu_busy.h
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NVCC_FLAGS) -Ibench -c $< -o $@
 $(BUILD)/bench/gpu_bench.o: CFLAGS += $(GPU_USER_CFLAGS)
-$(GPU_BENCH): $(BUILD)/bench/gpu_bench.o $(BUILD)/tests/integ/harness.o $(LIBA)
+$(GPU_BENCH): $(BUILD)/bench/gpu_bench.o $(BUILD)/tests/integ/harness.o $(LIBA) \
+  $(GPU_BUSY_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS) $(GPU_USER_LIBS) -lm
 
