@@ -159,9 +159,8 @@ typedef struct spd_engine {
                     void **state, spk_err *err);
   void (*rank_close)(void *state);
   /* The op was given up on while its engine still runs it (a stream stuck
-   * on a dead client): let the rank's client go on now, and the engine's
-   * own streams past the rank (the GPU rows set its done flag, and raise
-   * its ready flag, from the host). */
+   * on a dead client): let the rank's client go on now (the GPU rows set
+   * its done flag from the host). */
   void (*rank_release)(void *state);
   int (*rank_recorded)(const void *state);
   /* What a submitted work is waiting for, one line for stats (NULL: the

@@ -25,14 +25,13 @@
  * client's stream never waits for an op that will not write it. When the
  * op ran, the daemon's stream wrote the same value: the order of the two
  * does not matter. A stream still stuck (rank_release) may write it late;
- * the client never reuses the slot of a failed op. The ready flag is
- * raised too, so a daemon stream waiting for this rank goes on. */
+ * the client never reuses the slot of a failed op. The ready flag is left
+ * alone: the clients were let go, so the daemon's streams must not run
+ * the op's work now (it would write outputs their next work may use). */
 static void gpu_rank_release(void *state) {
   spd_gpu_rank *g = state;
-  if (g->seq == 0)
-    return;
-  __atomic_store_n(g->done_host, g->seq, __ATOMIC_RELEASE);
-  spd_gpu_release_ready(&state, 1); /* the daemon's streams go on too */
+  if (g->seq != 0)
+    __atomic_store_n(g->done_host, g->seq, __ATOMIC_RELEASE);
 }
 
 static void gpu_rank_close(void *state) {

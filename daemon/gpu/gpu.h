@@ -250,7 +250,10 @@ int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
  * daemon's streams run past the wait of a rank whose stream will never
  * get there, and the op's work ends (aborted, or with undefined outputs)
  * instead of holding the daemon's streams and the healthy ranks' answers
- * for ever. A rank ordered by an event cannot be let go this way. */
+ * for ever. Only while every rank's stream still waits for the op's done
+ * flag, which its work writes last (nothing, once one was let go): none
+ * of them runs on meanwhile. A rank ordered by an event cannot be let go
+ * this way. */
 void spd_gpu_release_ready(void *const *ranks, int world);
 /* Record the done event (or write the done flag) of every rank on `dev`
  * on stream s. partial (spd_work.partial): no done flag, the op goes on

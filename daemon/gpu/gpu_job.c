@@ -223,8 +223,18 @@ int spd_gpu_wait_ready(void *const *ranks, int world, cudaStream_t s,
 }
 
 /* Only raised: the client's stream writes this op's seq or a later op's,
- * and a client reuses the slot only once the word holds its last seq. */
+ * and a client reuses the slot only once the word holds its last seq.
+ * Not at all once some rank's done flag is set (the op was given up on at
+ * the op timeout, rank_release): that client's stream runs on, and the
+ * op's work must not write its outputs under it. */
 void spd_gpu_release_ready(void *const *ranks, int world) {
+  for (int i = 0; i < world; i++) {
+    const spd_gpu_rank *g = ranks[i];
+    if (g != NULL && g->seq != 0 &&
+        (int64_t)(__atomic_load_n(g->done_host, __ATOMIC_ACQUIRE) -
+                  g->seq) >= 0)
+      return;
+  }
   for (int i = 0; i < world; i++) {
     spd_gpu_rank *g = ranks[i];
     if (g == NULL || g->seq == 0)
