@@ -361,7 +361,7 @@ c10::intrusive_ptr<c10d::Work> Backend::run_device(Op& o, bool async) {
 }
 
 int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
-                   bool* direct) const {
+                   bool* direct) {
   int dev = -2;
   bool pooled = true, in_pool = false;  // every tensor / some tensor
   for (const at::Tensor* t : ts) {
@@ -386,7 +386,44 @@ int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
                         "tensors must all be on the CPU or all on one GPU");
   }
   *direct = dev >= 0 && (cuda_direct() || (pooled && in_pool));
+  if (dev >= 0)
+    *direct = agree_direct(name, *direct);
   return dev < 0 ? -1 : dev;
+}
+
+// The ranks of a CUDA op must take one path: in place here (this group) or
+// the Python backend's device path (a second group); else each waits in
+// its own group for the others until the timeout. Where every rank's
+// cuda_direct() holds, every CUDA op is direct everywhere: asked once, at
+// the first. Otherwise (expandable segments or SPCOLL_CUDA_DIRECT=0 on
+// some rank, where only pool tensors go in place) each CUDA op asks: an
+// all_reduce MIN of one int on the host, a wait for the other ranks' hosts
+// to reach the op.
+bool Backend::agree_direct(const char* name, bool mine) {
+  if (all_direct_ < 0)
+    all_direct_ = min_over_ranks(name, cuda_direct() ? 1 : 0);
+  if (all_direct_ == 1)
+    return mine;
+  return min_over_ranks(name, mine ? 1 : 0) == 1;
+}
+
+int Backend::min_over_ranks(const char* name, int v) {
+  auto p = pending(true);
+  Span x = scratch(4, *p), y = scratch(4, *p);
+  std::memcpy(x.data, &v, 4);
+  spc_tensor tx = flat_tensor(x, SPC_INT32), ty = flat_tensor(y, SPC_INT32);
+  spc_op op = spc_op_all_reduce(SPC_MIN);
+  std::string msg;
+  int rc = locked([&](spc_group* g) { return spc_run(g, &op, &tx, &ty); },
+                  &msg);
+  if (rc < 0) {
+    if (breaks_group(rc))
+      lost(std::string(name) + ": " + status_text(rc, msg));
+    std::rethrow_exception(op_error(name, rc, msg));
+  }
+  int out;
+  std::memcpy(&out, y.data, 4);
+  return out;
 }
 
 [[noreturn]] void Backend::refuse(const char* name, const std::string& why) {

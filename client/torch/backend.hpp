@@ -141,9 +141,9 @@ class Backend final : public c10d::Backend {
   // are on one GPU; ValueError naming the op when they mix. *direct:
   // whether its CUDA tensors run here (cuda.hpp) rather than on the Python
   // backend's device path: torch's allocator without expandable segments,
-  // or every tensor in spcoll's pool.
+  // or every tensor in spcoll's pool, on every rank (agree_direct).
   int place(const char* name, const std::vector<const at::Tensor*>& ts,
-            bool* direct) const;
+            bool* direct);
 
   // The caller's tensor as op memory: in place when it is contiguous in
   // spcoll memory or in a segment of torch's CUDA allocator, or as caller
@@ -182,6 +182,8 @@ class Backend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> p2p(bool send, at::Tensor& t, int peer,
                                      int tag);
   c10::intrusive_ptr<c10d::Work> run_device(Op& o, bool async);
+  bool agree_direct(const char* name, bool mine);
+  int min_over_ranks(const char* name, int v);
   void finish_sync(Op& o, int rc, const std::string& msg);
   void lost(const std::string& why);
   void attach(Work& w);
@@ -195,6 +197,7 @@ class Backend final : public c10d::Backend {
   spc_group* g_ = nullptr;
   mutable std::mutex state_mu_;
   std::string broken_;  // why the group may not be used; "" while usable
+  int all_direct_ = -1;  // every rank's cuda_direct(): 1, 0; -1 not asked
 };
 
 // torch dtype -> spcoll dtype; throws TypeError naming an unsupported one

@@ -12,6 +12,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -105,7 +107,11 @@ bool cuda_segment_of(const at::Tensor& t, uintptr_t* base, size_t* size) {
 }
 
 bool cuda_direct() {
-  return !CA::CUDAAllocatorConfig::expandable_segments();
+  static const bool off = [] {
+    const char* v = std::getenv("SPCOLL_CUDA_DIRECT");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return !off && !CA::CUDAAllocatorConfig::expandable_segments();
 }
 
 bool cuda_in_segment(const at::Tensor& t) {

@@ -37,8 +37,10 @@ class Conn;
 struct Span;
 
 // Whether this process's CUDA tensors can go in place: built with CUDA,
-// torch's allocator without expandable segments. (Tensors in spcoll's
-// pool go in place regardless: cuda_pool_holds.)
+// torch's allocator without expandable segments, and not turned off with
+// SPCOLL_CUDA_DIRECT=0 (then no segment of torch's allocator is exported
+// to the daemon; read once). (Tensors in spcoll's pool go in place
+// regardless: cuda_pool_holds.)
 bool cuda_direct();
 
 // t's bytes as op memory, when t is contiguous in a segment of torch's

@@ -510,6 +510,43 @@ def pool_expandable_rank(rank, world, sock, store):
     return {"failures": ctx.failures, "compared": ctx.compared}
 
 
+def disagree_rank(rank, world, sock, store):
+    """Rank 1 keeps torch's allocator out of place (SPCOLL_CUDA_DIRECT=0),
+    rank 0 does not: for ordinary CUDA tensors rank 0 alone could go in
+    place, rank 1 only through the Python backend's device path. The
+    ranks agree on one path per op, so each op completes, bitwise right,
+    well inside the 30 s timeout (without the agreement each waited in its
+    own group until it)."""
+    import datetime
+    torch.set_num_threads(1)
+    if rank == 1:
+        os.environ["SPCOLL_CUDA_DIRECT"] = "0"
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    os.environ["SPCOLL_SOCKET"] = sock
+    dist.init_process_group("spcoll", init_method="file://" + store,
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=30))
+    ctx = Ctx(rank, world, dev, None, None)
+    ctx.name = "disagree"
+    try:
+        before = _cxx_counts()
+        for i in range(3):
+            t = ctx.mine([1 << 10], salt=i).to(dev)
+            dist.all_reduce(t)
+            ref = ctx.mine([1 << 10], salt=i)
+            dist.all_reduce(ref)
+            _bsame(ctx, "all_reduce %d" % i, t, ref)
+        d = _delta(before, _cxx_counts())
+        if d["cuda_segments"]:
+            ctx.failures.append("a segment of torch's allocator was "
+                                "registered: %s" % d)
+    except Exception:
+        ctx.failures.append("raised:\n" + traceback.format_exc())
+    dist.destroy_process_group()
+    return {"failures": ctx.failures, "compared": ctx.compared}
+
+
 def _run_checks(ctx, checks, only):
     results = {}
     for fn in checks:

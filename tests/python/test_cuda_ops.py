@@ -137,6 +137,23 @@ def test_mem_pool_under_expandable_segments(daemon, workdir):
         assert got["compared"] > 0, "rank %d compared nothing" % r
 
 
+def test_ranks_disagreeing_on_in_place_agree_per_op(daemon, workdir):
+    """One rank with SPCOLL_CUDA_DIRECT=0, one without: their CUDA ops
+    still meet (cuda_checks.disagree_rank)."""
+    gpus()
+    import spcoll.distributed as sd
+    if sd.backend_kind() != "c++":
+        pytest.skip("the C++ backend is not the one registered (%s)"
+                    % sd.backend_kind())
+    d = os.path.join(workdir, "disagree")
+    res = launch.run_ranks(WORLD, cuda_checks.disagree_rank,
+                           (daemon, os.path.join(d, "store")), d, guard=120)
+    for r, got in enumerate(res):
+        assert "__error__" not in got, got["__error__"]
+        assert not got["failures"], "rank %d: %s" % (r, got["failures"])
+        assert got["compared"] > 0, "rank %d compared nothing" % r
+
+
 def test_stream_checks_see_a_missing_wait(results):
     """The control: with the daemon ordered after the wrong stream, both
     stream checks fail. Only on spcsim, whose trainers' streams are slowed
