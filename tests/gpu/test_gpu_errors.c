@@ -245,6 +245,79 @@ static int hang_main(int rank, int world, void *arg) {
   return bad;
 }
 
+/* The op timeout (1 s) gives the op up before the NCCL watchdog (3 s)
+ * aborts its set: rank 1 hears SPC_ETIMEDOUT and its stream is let go, so
+ * the abort must not then let the daemon's streams past rank 0's ready
+ * flag (the op's work would write outputs rank 1's next work may use):
+ * the op stays in its engine (running_ops 1) until rank 0's stream comes,
+ * and ends then. */
+static int given_up_main(int rank, int world, void *arg) {
+  (void)arg;
+  int bad = 0;
+  GPT_CUDA(cudaSetDevice(rank));
+  cudaStream_t s;
+  GPT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_group *g;
+  spc_buffer *d;
+  if (c == NULL || spc_set_op_timeout(c, 1000) < 0 ||
+      spc_group_join(c, "gpu-given-up", world, rank, &g) < 0 ||
+      spc_buffer_alloc_device(c, rank, 1 << 16, &d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  int64_t in_s[1] = {64}, out_s[1] = {64 * 2};
+  spc_tensor dx, dy;
+  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&dy, d, 4096, SPC_FLOAT32, 1, out_s);
+  spc_op op = spc_op_all_gather(0, NULL);
+  int rc;
+  if (rank == 0) {
+    int p[2];
+    if (pipe(p) < 0)
+      return 1;
+    GPT_CUDA(cudaLaunchHostFunc(s, hold_stream, &p[0]));
+    spc_request *req;
+    rc = spc_start_on_stream(g, &op, &dx, &dy, s, &req);
+    bad |= expect(c, rank, "start on a held stream", rc, SPC_OK, NULL);
+    if (!rank1_heard() || !log_says_aborted()) {
+      fprintf(stderr, "rank 0: no timeout on rank 1, or no abort\n");
+      bad = 1;
+    }
+    long long running = gpt_stat(&daemon_, "running_ops");
+    if (running != 1) {
+      fprintf(stderr, "rank 0: running_ops %lld after the abort, want 1: "
+              "the daemon ran the given-up op's work under rank 1\n",
+              running);
+      bad = 1;
+    }
+    if (write(p[1], "x", 1) != 1)
+      return 1;
+    rc = spc_wait_on_stream(&req, s);
+    GPT_CUDA(cudaStreamSynchronize(s));
+    if (rc == SPC_OK)
+      rc = spc_async_error(c, 1);
+    close(p[0]);
+    close(p[1]);
+  } else {
+    rc = spc_run(g, &op, &dx, &dy);
+    char path[512];
+    heard_path(path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fclose(f) != 0) {
+      fprintf(stderr, "rank 1: cannot make %s\n", path);
+      bad = 1;
+    }
+  }
+  bad |= expect(c, rank, "op given up on", rc, SPC_ETIMEDOUT, "timed out");
+  for (int i = 0; i < 600 && gpt_stat(&daemon_, "running_ops") != 0; i++)
+    usleep(50 * 1000);
+  bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
+  spc_disconnect(c);
+  GPT_CUDA(cudaStreamDestroy(s));
+  return bad;
+}
+
 /* A daemon whose environment has var=value (none when var is NULL) and
  * whose command line has `flag fvalue` (none when flag is NULL), and two
  * ranks running fn against it. */
@@ -270,6 +343,11 @@ static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
 
 START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
   run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main, NULL);
+}
+END_TEST
+
+START_TEST(nccl_op_given_up_on_keeps_its_work_stuck) {
+  run_pair_with(NULL, NULL, "--nccl-timeout", "3", given_up_main, NULL);
 }
 END_TEST
 
@@ -335,6 +413,7 @@ int main(void) {
   if (ngpu >= 2) {
     tcase_add_test(tc, nccl_op_on_a_stuck_peer_is_aborted);
     tcase_add_test(tc, nccl_op_fails_before_its_stuck_peer_recovers);
+    tcase_add_test(tc, nccl_op_given_up_on_keeps_its_work_stuck);
   } else {
     printf("not run: the NCCL stuck-peer cases need 2 GPUs\n");
   }
