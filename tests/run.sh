@@ -3,7 +3,8 @@
 # Usage: tests/run.sh BUILD_DIR [client]
 #   client: only the client-side suites (used under valgrind).
 # SPC_VALGRIND=1 runs each binary under valgrind with leak checking.
-# Prints one closing line "suites: N passed, N failed, N skipped".
+# Prints one line per suite (with its seconds, to see where the time
+# goes) and a closing line "suites: N passed, N failed, N skipped".
 set -u
 BUILD=${1:-build}
 ONLY=${2:-}
@@ -17,6 +18,7 @@ export SPC_TEST_DATA="$(dirname "$0")/data"
 run() {
   name=${2:-$(basename "$1")}
   log="$BUILD/tests/$name.log"
+  t0=$(date +%s)
   if [ "${SPC_VALGRIND:-0}" = 1 ]; then
     CK_FORK=no valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
       --error-exitcode=99 --trace-children=no "$1" >"$log" 2>&1
@@ -24,13 +26,14 @@ run() {
     ${WRAP:-} "$1" >"$log" 2>&1
   fi
   rc=$?
+  secs=$(( $(date +%s) - t0 ))
   if [ $rc -eq 77 ]; then
     skip=$((skip + 1)); echo "SKIP $name: $(tail -n 1 "$log")"
   elif [ $rc -eq 0 ]; then
-    pass=$((pass + 1)); echo "PASS $name: $(grep -E '^[0-9]+%: Checks' "$log" | tail -n 1)"
+    pass=$((pass + 1)); echo "PASS $name: $(grep -E '^[0-9]+%: Checks' "$log" | tail -n 1) [${secs} s]"
   else
     fail=$((fail + 1)); failed="$failed $name"
-    echo "FAIL $name (exit $rc), last lines of $log:"; tail -n 30 "$log" | sed 's/^/    /'
+    echo "FAIL $name (exit $rc, ${secs} s), last lines of $log:"; tail -n 30 "$log" | sed 's/^/    /'
   fi
 }
 for t in "$BUILD"/tests/unit_*; do
