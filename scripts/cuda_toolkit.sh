@@ -9,7 +9,7 @@
 # There is no GPU driver in these wheels: a real GPU still needs the
 # machine's own (nor is there the driver's link stub, lib64/stubs).
 #
-# Made once (DIR/.installed); bounded by CUDA_INSTALL_TIMEOUT seconds. A
+# Made once per package list (DIR/.installed); bounded by CUDA_INSTALL_TIMEOUT seconds. A
 # failed install fails, naming its log, unless PyPI cannot be reached: then
 # it says so, the GPU suites SKIP, and it exits 0.
 # Usage: sh scripts/cuda_toolkit.sh DIR
@@ -25,7 +25,10 @@ LOG=$DIR.log
 VENV=$DIR/venv
 HOME_DIR=$DIR/home
 
-[ -f "$DIR/.installed" ] || [ -f "$DIR.offline" ] && exit 0
+# Made for this list of packages: a new list installs anew.
+[ -f "$DIR/.installed" ] && [ "$(head -n 1 "$DIR/.installed")" = "$PKGS" ] &&
+  exit 0
+[ -f "$DIR.offline" ] && exit 0
 rm -rf "$DIR" "$DIR.offline"
 mkdir -p "$DIR"
 echo "== installing the CUDA toolkit from PyPI into $DIR (once; no /usr/local/cuda) =="
@@ -66,5 +69,5 @@ ln -sfn "$CU/lib/libcudart.so.13" "$HOME_DIR/lib64/libcudart.so.13"
 ln -sfn libcudart.so.13 "$HOME_DIR/lib64/libcudart.so"
 ln -sfn "$NCCL/lib/libnccl.so.2" "$HOME_DIR/lib64/libnccl.so.2"
 ln -sfn libnccl.so.2 "$HOME_DIR/lib64/libnccl.so"
-"$HOME_DIR/bin/nvcc" --version | tail -n 1 > "$DIR/.installed"
-echo "CUDA toolkit: $(cat "$DIR/.installed") under $HOME_DIR"
+{ echo "$PKGS"; "$HOME_DIR/bin/nvcc" --version | tail -n 1; } > "$DIR/.installed"
+echo "CUDA toolkit: $(tail -n 1 "$DIR/.installed") under $HOME_DIR"
