@@ -318,6 +318,88 @@ static int given_up_main(int rank, int world, void *arg) {
   return bad;
 }
 
+/* ---- two NCCL sets, one client stream through both ----------------------- */
+
+/* One all-gather of 256 floats on group `name` as `rank` of 2 at byte off
+ * of d (input rank * 256 + i, output after it), queued on s. */
+static int gather_on(spc_client *c, const char *name, int rank,
+                     spc_buffer *d, size_t off, spc_group **g,
+                     spc_tensor *x, spc_tensor *y) {
+  float in[256];
+  for (int i = 0; i < 256; i++)
+    in[i] = (float)(rank * 256 + i);
+  if (spc_group_join(c, name, 2, rank, g) < 0) {
+    fprintf(stderr, "join %s: %s\n", name, spc_last_error(c));
+    return 1;
+  }
+  GPT_CUDA(cudaMemcpy((uint8_t *)spc_buffer_data(d) + off, in, sizeof(in),
+                      cudaMemcpyHostToDevice));
+  int64_t xs[1] = {256}, ys[1] = {512};
+  spc_tensor_init(x, d, off, SPC_FLOAT32, 1, xs);
+  spc_tensor_init(y, d, off + sizeof(in), SPC_FLOAT32, 1, ys);
+  return 0;
+}
+
+static int gather_check(spc_buffer *d, size_t off, const char *name) {
+  float out[512];
+  GPT_CUDA(cudaMemcpy(out, (uint8_t *)spc_buffer_data(d) + off + 1024,
+                      sizeof(out), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 512; i++)
+    if (out[i] != (float)i) {
+      fprintf(stderr, "%s: out[%d] = %g, want %d\n", name, i,
+              (double)out[i], i);
+      return 1;
+    }
+  return 0;
+}
+
+/* Process 1 (GPU 1) is in group P (GPUs 0, 1) and group Q (GPUs 1, 2) and
+ * queues an op of P, then one of Q, on one stream without waiting: its
+ * stream marks Q ready only after P's done. Process 2 issues Q at once,
+ * process 0 issues P 300 ms late, so Q's ranks are all in before P's. The
+ * daemon must not make P wait for Q (a queue order across sets would:
+ * each would wait for the other until the watchdog). */
+static int stream_order_main(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  int bad = 0;
+  GPT_CUDA(cudaSetDevice(rank));
+  cudaStream_t s;
+  GPT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_buffer *d;
+  if (c == NULL || spc_buffer_alloc_device(c, rank, 1 << 14, &d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  spc_group *gp = NULL, *gq = NULL;
+  spc_tensor px, py, qx, qy;
+  if (rank <= 1)
+    bad |= gather_on(c, "order-p", rank, d, 0, &gp, &px, &py);
+  if (rank >= 1)
+    bad |= gather_on(c, "order-q", rank - 1, d, 4096, &gq, &qx, &qy);
+  spc_op op = spc_op_all_gather(0, NULL);
+  if (!bad && rank == 0)
+    usleep(300 * 1000);
+  if (!bad && gp != NULL)
+    bad |= expect(c, rank, "P", spc_run_on_stream(gp, &op, &px, &py, s),
+                  SPC_OK, NULL);
+  if (!bad && gq != NULL)
+    bad |= expect(c, rank, "Q", spc_run_on_stream(gq, &op, &qx, &qy, s),
+                  SPC_OK, NULL);
+  GPT_CUDA(cudaStreamSynchronize(s));
+  if (!bad)
+    bad |= expect(c, rank, "the answers", spc_async_error(c, 1), SPC_OK,
+                  NULL);
+  if (!bad && gp != NULL)
+    bad |= gather_check(d, 0, "P");
+  if (!bad && gq != NULL)
+    bad |= gather_check(d, 4096, "Q");
+  bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
+  spc_disconnect(c);
+  GPT_CUDA(cudaStreamDestroy(s));
+  return bad;
+}
+
 /* A daemon whose environment has var=value (none when var is NULL) and
  * whose command line has `flag fvalue` (none when flag is NULL), and two
  * ranks running fn against it. */
@@ -343,6 +425,17 @@ static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
 
 START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
   run_pair_with(NULL, NULL, "--nccl-timeout", "1", hang_main, NULL);
+}
+END_TEST
+
+START_TEST(nccl_sets_follow_a_client_stream_through_both) {
+  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
+  int failed = spt_run_ranks(3, stream_order_main, NULL, 120);
+  gpt_keep_log(&daemon_);
+  if (failed)
+    spt_daemon_dump_log(&daemon_);
+  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
+  ck_assert_int_eq(failed, 0);
 }
 END_TEST
 
@@ -417,6 +510,11 @@ int main(void) {
   } else {
     printf("not run: the NCCL stuck-peer cases need 2 GPUs\n");
   }
+  if (ngpu >= 3)
+    tcase_add_test(tc, nccl_sets_follow_a_client_stream_through_both);
+  else
+    printf("not run: nccl_sets_follow_a_client_stream_through_both needs "
+           "3 GPUs\n");
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
