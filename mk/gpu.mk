@@ -30,7 +30,7 @@ GPU_DAEMON_OBJ := $(call obj,daemon/engine/engine_gpu.c daemon/gpu/gpu_ctx.c \
   daemon/gpu/gpu_desc_cache.c \
   daemon/engine/mover_cuda.c \
   daemon/engine/mover_nccl.c daemon/engine/mover_nccl_set.c \
-  daemon/engine/mover_nccl_watch.c \
+  daemon/engine/mover_nccl_watch.c daemon/engine/mover_nccl_gate.c \
   daemon/engine/xnode_stage.c)
 $(GPU_DAEMON_OBJ): CFLAGS += $(GPU_CFLAGS_SYS)
 $(BUILD)/tests/unit/unit_daemon_desc_cache.o: CFLAGS += $(GPU_CFLAGS_SYS)

@@ -242,7 +242,9 @@ static int run_route(nccl_job *nj, spk_err *err) {
   return rc;
 }
 
-int spd_nccl_run(nccl_job *nj, spk_err *err) {
+/* Queue nj's work on its set's streams; turns: a gated job, whose GPUs'
+ * parts take their turns (mover_nccl_gate.c). */
+static int run_now(nccl_job *nj, int turns, spk_err *err) {
   const spd_work *w = nj->w;
   spd_nccl_set *set = nj->set;
   int n = set->n, rc = SPK_OK;
@@ -251,6 +253,8 @@ int spd_nccl_run(nccl_job *nj, spk_err *err) {
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
+    if (rc == SPK_OK && turns)
+      rc = spd_nccl_turn_wait(set, i, err);
     if (rc == SPK_OK)
       rc = spd_gpu_wait_ready(w->rank_state, w->world, set->streams[i],
                               err);
@@ -271,12 +275,16 @@ int spd_nccl_run(nccl_job *nj, spk_err *err) {
     if (rc == SPK_OK)
       rc = spd_gpu_record_done(w->rank_state, w->world, set->devs[i],
                                w->partial, set->streams[i], err);
+    if (rc == SPK_OK && turns)
+      rc = spd_nccl_turn_end(set, i, err);
     if (rc == SPK_OK)
       rc = spd_gpu_job_watch(&nj->job, set->streams[i], err);
   }
   if (rc < 0) {
     /* What was queued reads the op's buffers: the op fails once it is
-     * done (or the NCCL watchdog aborts the set), never by waiting here. */
+     * done (or the NCCL watchdog aborts the set), never by waiting here.
+     * A turn not recorded on every GPU leaves older ones to wait for:
+     * later sets may then run beside this one's failing work. */
     spd_gpu_job_fail_after(&nj->job, set->streams, n, rc, err->msg);
     spd_nccl_inflight_add(nj);
     return SPK_OK;
@@ -284,6 +292,25 @@ int spd_nccl_run(nccl_job *nj, spk_err *err) {
   spd_nccl_inflight_add(nj);
   spd_gpu_job_arm(&nj->job);
   return SPK_OK;
+}
+
+int spd_nccl_run_turn(nccl_job *nj, spk_err *err) {
+  return run_now(nj, 1, err);
+}
+
+/* A set sharing a GPU gates its jobs until their ranks are ready (the
+ * turns' order); where the gate cannot be set up the job runs at once, as
+ * on a GPU of its own. */
+int spd_nccl_run(nccl_job *nj, spk_err *err) {
+  if (spd_nccl_shared(nj->set)) {
+    spk_err gerr = {{0}};
+    if (spd_nccl_gate(nj, &gerr) == SPK_OK)
+      return SPK_OK;
+    SPD_WARN(&nj->job.gpu->ctx->log, "group '%s' op %llu: not gated, so "
+             "not ordered with the other NCCL sets on its GPUs: %s",
+             nj->w->name, (unsigned long long)nj->w->seq, gerr.msg);
+  }
+  return run_now(nj, 0, err);
 }
 
 int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err) {

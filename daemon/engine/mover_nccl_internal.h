@@ -25,6 +25,7 @@ typedef struct nccl_job nccl_job;
  * an aborted clique's work there is over before a new clique's starts. */
 typedef struct spd_nccl_set {
   struct spd_nccl_set *next;
+  uint64_t id;                /* > 0, unique among the GPU state's sets */
   spd_gpu *gpu;               /* NULL once the GPU state is gone (stop):
                                * the pool's callbacks then take the set
                                * down and free it alone */
@@ -60,8 +61,16 @@ struct nccl_job {
   nccl_job *next_in;          /* in set->inflight */
   int in_flight;
   uint64_t start_ms;          /* uv_now when its work was queued */
+  /* Gated (mover_nccl_gate.c): its ranks' ready waits on a probe stream
+   * of GPU probe_dev, until the loop hears they passed. */
+  struct spd_nccl_gates *gates;
+  cudaStream_t probe;
+  int probe_dev;
+  nccl_job *next_fired;
 };
 
+/* Whether sets a and b have a GPU in common. */
+int spd_nccl_sets_overlap(const spd_nccl_set *a, const spd_nccl_set *b);
 /* "0,1,3": the set's GPUs, for messages. */
 void spd_nccl_set_str(const spd_nccl_set *set, char *buf, size_t len);
 void spd_nccl_set_free(spd_nccl_set *set);
@@ -90,6 +99,22 @@ void spd_nccl_inflight_add(nccl_job *nj);
 void spd_nccl_inflight_remove(nccl_job *nj);
 /* Close the watchdog's timer (at GPU teardown). */
 void spd_nccl_watch_stop(spd_gpu *gpu);
+
+/* Sets sharing a GPU take turns on it (mover_nccl_gate.c). shared:
+ * another usable set shares one of set's GPUs. gate: the job goes on once
+ * its ranks are ready, through spd_nccl_run_turn; < 0: not gated, err
+ * says why. turn_wait/turn_end: set's work on its i-th GPU (current) waits
+ * for, and then is, the last turn there. turns_forget: an aborted set's
+ * turns are not waited for. gates_stop: at GPU teardown. */
+int spd_nccl_shared(const spd_nccl_set *set);
+int spd_nccl_gate(nccl_job *nj, spk_err *err);
+int spd_nccl_turn_wait(spd_nccl_set *set, int i, spk_err *err);
+int spd_nccl_turn_end(spd_nccl_set *set, int i, spk_err *err);
+void spd_nccl_turns_forget(spd_nccl_set *set);
+void spd_nccl_gates_stop(spd_gpu *gpu);
+/* Queue a gated job's work, taking its turns (mover_nccl.c); < 0: nothing
+ * queued, the job is the caller's to fail. */
+int spd_nccl_run_turn(nccl_job *nj, spk_err *err);
 
 #endif /* SPC_HAVE_NCCL */
 #endif

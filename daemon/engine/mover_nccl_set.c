@@ -56,16 +56,19 @@ static void set_unlink(spd_gpu *gpu, spd_nccl_set *set) {
     }
 }
 
+int spd_nccl_sets_overlap(const spd_nccl_set *a, const spd_nccl_set *b) {
+  for (int i = 0; i < a->n; i++)
+    for (int j = 0; j < b->n; j++)
+      if (a->devs[i] == b->devs[j])
+        return 1;
+  return 0;
+}
+
 /* Whether a set being taken down shares a GPU with set. */
 static int waits_for_down(spd_gpu *gpu, const spd_nccl_set *set) {
-  for (const spd_nccl_set *s = gpu->nccl_sets; s != NULL; s = s->next) {
-    if (s == set || !s->down)
-      continue;
-    for (int i = 0; i < s->n; i++)
-      for (int j = 0; j < set->n; j++)
-        if (s->devs[i] == set->devs[j])
-          return 1;
-  }
+  for (const spd_nccl_set *s = gpu->nccl_sets; s != NULL; s = s->next)
+    if (s != set && s->down && spd_nccl_sets_overlap(s, set))
+      return 1;
   return 0;
 }
 
@@ -254,6 +257,7 @@ int spd_nccl_set_get(spd_gpu *gpu, const int *dev, int world,
                        "GPUs failed", n);
   }
   memcpy(set->devs, sorted, (size_t)n * sizeof(int));
+  set->id = ++gpu->nccl_set_ids;
   set->n = n;
   set->gpu = gpu;
   set->ctx = gpu->ctx;
@@ -281,6 +285,7 @@ int spd_nccl_set_get(spd_gpu *gpu, const int *dev, int world,
  * after the GPU state; the loop runs until they are gone. */
 void spd_mover_nccl_free(spd_gpu *gpu) {
   spd_nccl_watch_stop(gpu);
+  spd_nccl_gates_stop(gpu);
   while (gpu->nccl_sets != NULL) {
     spd_nccl_set *set = gpu->nccl_sets;
     gpu->nccl_sets = set->next;

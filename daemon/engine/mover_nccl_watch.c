@@ -53,6 +53,7 @@ static void set_abort(spd_nccl_set *set, const char *why) {
      * streams of the healthy GPUs, and their ranks' answers, wait for it. */
     spd_gpu_release_ready(nj->w->rank_state, nj->w->world);
   }
+  spd_nccl_turns_forget(set);
   spd_nccl_set_down(set, 1);
 }
 
@@ -96,6 +97,8 @@ static void watch_closed(uv_handle_t *h) {
 }
 
 void spd_nccl_inflight_add(nccl_job *nj) {
+  if (nj->in_flight)
+    return; /* gated first: watched since */
   spd_gpu *gpu = nj->job.gpu;
   nj->start_ms = uv_now(gpu->ctx->loop);
   nj->next_in = nj->set->inflight;

@@ -30,6 +30,10 @@ typedef struct {
   long long staged;            /* bytes of them reserved now */
   int memops;                  /* 64-bit stream memory operations: 0 not
                                 * asked yet, 1 yes, -1 no */
+  /* NCCL sets' turns here (mover_nccl_gate.c): an event recorded after the
+   * last gated job's work on this GPU, and its set's id (0: none). */
+  cudaEvent_t nccl_tail;
+  uint64_t nccl_tail_set;
 } spd_gpu_dev;
 
 /* An allocation of a client, opened with cudaIpcOpenMemHandle. */
@@ -56,6 +60,7 @@ typedef struct spd_gpu_event {
 } spd_gpu_event;
 
 struct spd_nccl_set;
+struct spd_nccl_gates;
 typedef struct spd_desc_cache spd_desc_cache;
 typedef struct spd_desc_entry spd_desc_entry;
 
@@ -68,6 +73,8 @@ typedef struct spd_gpu {
   int nevents;
   int range_warned;            /* cuMemGetAddressRange unavailable: said */
   struct spd_nccl_set *nccl_sets;
+  uint64_t nccl_set_ids;       /* the last id given to a set */
+  struct spd_nccl_gates *nccl_gates; /* mover_nccl_gate.c */
   struct spd_nccl_watch *nccl_watch; /* mover_nccl.c's watchdog */
   struct spd_gpu_pinned *pinned; /* free pinned blocks, for uploads */
   int npinned;

@@ -268,6 +268,9 @@ void spd_gpu_state_free(spd_gpu *gpu) {
     reap(r, b);
   }
   for (int d = 0; d < gpu->ndev; d++) {
+    if (gpu->dev[d].nccl_tail != NULL &&
+        cudaEventDestroy(gpu->dev[d].nccl_tail) != cudaSuccess)
+      cudaGetLastError(); /* nothing to answer: the state goes */
     for (int i = 0; i < gpu->dev[d].nstreams; i++)
       cudaStreamDestroy(gpu->dev[d].streams[i]);
     free(gpu->dev[d].streams);

@@ -171,6 +171,84 @@ static int rank1_heard(void) {
   return 0;
 }
 
+/* One rank of a 2-rank all-gather group on its own GPU (rank r on GPU r),
+ * with a stream. timeout_ms > 0: the client's op timeout. */
+typedef struct {
+  spc_client *c;
+  spc_group *g;
+  spc_buffer *d;
+  spc_tensor dx, dy;
+  spc_op op;
+  cudaStream_t s;
+  int p[2];                   /* rank 0's hold on its stream */
+  spc_request *req;
+} pair;
+
+static int pair_open(int rank, int world, const char *name, int timeout_ms,
+                     pair *a) {
+  memset(a, 0, sizeof(*a));
+  GPT_CUDA(cudaSetDevice(rank));
+  GPT_CUDA(cudaStreamCreateWithFlags(&a->s, cudaStreamNonBlocking));
+  a->c = spt_connect(daemon_.socket);
+  if (a->c == NULL ||
+      (timeout_ms > 0 && spc_set_op_timeout(a->c, timeout_ms) < 0) ||
+      spc_group_join(a->c, name, world, rank, &a->g) < 0 ||
+      spc_buffer_alloc_device(a->c, rank, 1 << 16, &a->d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank,
+            a->c ? spc_last_error(a->c) : "");
+    return 1;
+  }
+  int64_t in_s[1] = {64}, out_s[1] = {64 * 2};
+  spc_tensor_init(&a->dx, a->d, 0, SPC_FLOAT32, 1, in_s);
+  spc_tensor_init(&a->dy, a->d, 4096, SPC_FLOAT32, 1, out_s);
+  a->op = spc_op_all_gather(0, NULL);
+  return 0;
+}
+
+/* Rank 0: its stream held (until held_finish), then its op started. */
+static int held_start(pair *a) {
+  if (pipe(a->p) < 0)
+    return 1;
+  GPT_CUDA(cudaLaunchHostFunc(a->s, hold_stream, &a->p[0]));
+  return expect(a->c, 0, "start on a held stream",
+                spc_start_on_stream(a->g, &a->op, &a->dx, &a->dy, a->s,
+                                    &a->req), SPC_OK, NULL);
+}
+
+/* Rank 0: the stream let go; the op's status. Queue and return: the
+ * failure comes with the answer, which the stream (released by the failed
+ * op) does not wait for. */
+static int held_finish(pair *a) {
+  if (write(a->p[1], "x", 1) != 1)
+    return SPC_ESYSTEM;
+  int rc = spc_wait_on_stream(&a->req, a->s);
+  if (cudaStreamSynchronize(a->s) != cudaSuccess)
+    rc = SPC_EDEVICE;
+  if (rc == SPC_OK)
+    rc = spc_async_error(a->c, 1);
+  close(a->p[0]);
+  close(a->p[1]);
+  return rc;
+}
+
+/* Rank 1: says it has heard its op's answer (rank1_heard). */
+static int say_heard(void) {
+  char path[512];
+  heard_path(path, sizeof(path));
+  FILE *f = fopen(path, "w");
+  if (f != NULL && fclose(f) == 0)
+    return 0;
+  fprintf(stderr, "rank 1: cannot make %s\n", path);
+  return 1;
+}
+
+static int pair_close(int rank, pair *a, int bad) {
+  bad |= expect(a->c, rank, "free", spc_buffer_free(a->d), SPC_OK, NULL);
+  spc_disconnect(a->c);
+  GPT_CUDA(cudaStreamDestroy(a->s));
+  return bad;
+}
+
 /* Rank 0's stream is held before its ready event, so rank 1's NCCL part
  * waits for a peer that does not come: the daemon's watchdog aborts the
  * communicators, the op fails on both ranks naming why, and the next op
@@ -180,32 +258,12 @@ static int rank1_heard(void) {
  * healthy GPU without waiting for the stuck one. */
 static int hang_main(int rank, int world, void *arg) {
   int late = arg != NULL;
-  int bad = 0;
-  GPT_CUDA(cudaSetDevice(rank));
-  cudaStream_t s;
-  GPT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  spc_client *c = spt_connect(daemon_.socket);
-  spc_group *g;
-  spc_buffer *d;
-  if (c == NULL || spc_group_join(c, "gpu-hang", world, rank, &g) < 0 ||
-      spc_buffer_alloc_device(c, rank, 1 << 16, &d) < 0) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+  pair a;
+  int bad = pair_open(rank, world, "gpu-hang", 0, &a), rc = SPC_OK;
+  if (a.d == NULL)
     return 1;
-  }
-  int64_t in_s[1] = {64}, out_s[1] = {64 * 2};
-  spc_tensor dx, dy;
-  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
-  spc_tensor_init(&dy, d, 4096, SPC_FLOAT32, 1, out_s);
-  spc_op op = spc_op_all_gather(0, NULL);
-  int rc;
-  if (rank == 0) {
-    int p[2];
-    if (pipe(p) < 0)
-      return 1;
-    GPT_CUDA(cudaLaunchHostFunc(s, hold_stream, &p[0]));
-    spc_request *req;
-    rc = spc_start_on_stream(g, &op, &dx, &dy, s, &req);
-    bad |= expect(c, rank, "start on a held stream", rc, SPC_OK, NULL);
+  if (!bad && rank == 0) {
+    bad |= held_start(&a);
     if (!log_says_aborted()) {
       fprintf(stderr, "rank 0: the daemon never aborted the NCCL set\n");
       bad = 1;
@@ -215,34 +273,16 @@ static int hang_main(int rank, int world, void *arg) {
               "stream was held\n");
       bad = 1;
     }
-    if (write(p[1], "x", 1) != 1)
-      return 1;
-    rc = spc_wait_on_stream(&req, s);
-    /* Queue and return: the failure comes with the answer, which the
-     * stream (released by the failed op) does not wait for. */
-    GPT_CUDA(cudaStreamSynchronize(s));
-    if (rc == SPC_OK)
-      rc = spc_async_error(c, 1);
-    close(p[0]);
-    close(p[1]);
-  } else {
-    rc = spc_run(g, &op, &dx, &dy);
-    char path[512];
-    heard_path(path, sizeof(path));
-    FILE *f = late ? fopen(path, "w") : NULL;
-    if (late && (f == NULL || fclose(f) != 0)) {
-      fprintf(stderr, "rank 1: cannot make %s\n", path);
-      bad = 1;
-    }
+    rc = held_finish(&a);
+  } else if (!bad) {
+    rc = spc_run(a.g, &a.op, &a.dx, &a.dy);
+    if (late)
+      bad |= say_heard();
   }
-  bad |= expect(c, rank, "op on a stuck peer", rc, SPC_EDEVICE, "aborted");
-  rc = spc_run(g, &op, &dx, &dy);
-  bad |= expect(c, rank, "the next op, on new communicators", rc, SPC_OK,
-                NULL);
-  bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
-  spc_disconnect(c);
-  GPT_CUDA(cudaStreamDestroy(s));
-  return bad;
+  bad |= expect(a.c, rank, "op on a stuck peer", rc, SPC_EDEVICE, "aborted");
+  bad |= expect(a.c, rank, "the next op, on new communicators",
+                spc_run(a.g, &a.op, &a.dx, &a.dy), SPC_OK, NULL);
+  return pair_close(rank, &a, bad);
 }
 
 /* The op timeout (1 s) gives the op up before the NCCL watchdog (3 s)
@@ -253,33 +293,12 @@ static int hang_main(int rank, int world, void *arg) {
  * and ends then. */
 static int given_up_main(int rank, int world, void *arg) {
   (void)arg;
-  int bad = 0;
-  GPT_CUDA(cudaSetDevice(rank));
-  cudaStream_t s;
-  GPT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  spc_client *c = spt_connect(daemon_.socket);
-  spc_group *g;
-  spc_buffer *d;
-  if (c == NULL || spc_set_op_timeout(c, 1000) < 0 ||
-      spc_group_join(c, "gpu-given-up", world, rank, &g) < 0 ||
-      spc_buffer_alloc_device(c, rank, 1 << 16, &d) < 0) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+  pair a;
+  int bad = pair_open(rank, world, "gpu-given-up", 1000, &a), rc = SPC_OK;
+  if (a.d == NULL)
     return 1;
-  }
-  int64_t in_s[1] = {64}, out_s[1] = {64 * 2};
-  spc_tensor dx, dy;
-  spc_tensor_init(&dx, d, 0, SPC_FLOAT32, 1, in_s);
-  spc_tensor_init(&dy, d, 4096, SPC_FLOAT32, 1, out_s);
-  spc_op op = spc_op_all_gather(0, NULL);
-  int rc;
-  if (rank == 0) {
-    int p[2];
-    if (pipe(p) < 0)
-      return 1;
-    GPT_CUDA(cudaLaunchHostFunc(s, hold_stream, &p[0]));
-    spc_request *req;
-    rc = spc_start_on_stream(g, &op, &dx, &dy, s, &req);
-    bad |= expect(c, rank, "start on a held stream", rc, SPC_OK, NULL);
+  if (!bad && rank == 0) {
+    bad |= held_start(&a);
     if (!rank1_heard() || !log_says_aborted()) {
       fprintf(stderr, "rank 0: no timeout on rank 1, or no abort\n");
       bad = 1;
@@ -291,30 +310,121 @@ static int given_up_main(int rank, int world, void *arg) {
               running);
       bad = 1;
     }
-    if (write(p[1], "x", 1) != 1)
-      return 1;
-    rc = spc_wait_on_stream(&req, s);
-    GPT_CUDA(cudaStreamSynchronize(s));
-    if (rc == SPC_OK)
-      rc = spc_async_error(c, 1);
-    close(p[0]);
-    close(p[1]);
-  } else {
-    rc = spc_run(g, &op, &dx, &dy);
-    char path[512];
-    heard_path(path, sizeof(path));
-    FILE *f = fopen(path, "w");
-    if (f == NULL || fclose(f) != 0) {
-      fprintf(stderr, "rank 1: cannot make %s\n", path);
-      bad = 1;
-    }
+    rc = held_finish(&a);
+  } else if (!bad) {
+    rc = spc_run(a.g, &a.op, &a.dx, &a.dy);
+    bad |= say_heard();
   }
-  bad |= expect(c, rank, "op given up on", rc, SPC_ETIMEDOUT, "timed out");
+  bad |= expect(a.c, rank, "op given up on", rc, SPC_ETIMEDOUT, "timed out");
   for (int i = 0; i < 600 && gpt_stat(&daemon_, "running_ops") != 0; i++)
     usleep(50 * 1000);
+  return pair_close(rank, &a, bad);
+}
+
+/* ---- NCCL communicator sets sharing a GPU --------------------------------- */
+
+#define SHARE_N 1024
+#define SHARE_ITERS 16
+
+/* One rank of an all-gather group in the buffer at byte off: its input
+ * (SHARE_N floats, rank * SHARE_N + i) and its output (2 * SHARE_N). */
+typedef struct {
+  spc_group *g;
+  int rank;
+  size_t off;
+  spc_tensor x, y;
+  cudaStream_t s;
+} share_part;
+
+static int share_part_init(spc_client *c, const char *name, int rank,
+                           spc_buffer *d, size_t off, share_part *p) {
+  p->rank = rank;
+  p->off = off;
+  if (spc_group_join(c, name, 2, rank, &p->g) < 0) {
+    fprintf(stderr, "join %s as %d: %s\n", name, rank, spc_last_error(c));
+    return 1;
+  }
+  float in[SHARE_N];
+  for (int i = 0; i < SHARE_N; i++)
+    in[i] = (float)(rank * SHARE_N + i);
+  uint8_t *base = spc_buffer_data(d);
+  GPT_CUDA(cudaMemcpy(base + off, in, sizeof(in), cudaMemcpyHostToDevice));
+  int64_t xs[1] = {SHARE_N}, ys[1] = {2 * SHARE_N};
+  spc_tensor_init(&p->x, d, off, SPC_FLOAT32, 1, xs);
+  spc_tensor_init(&p->y, d, off + sizeof(in), SPC_FLOAT32, 1, ys);
+  GPT_CUDA(cudaStreamCreateWithFlags(&p->s, cudaStreamNonBlocking));
+  return 0;
+}
+
+/* Whether the part's output is 0 .. 2 * SHARE_N - 1. */
+static int share_part_check(spc_buffer *d, const share_part *p,
+                            const char *name) {
+  static float out[2 * SHARE_N];
+  GPT_CUDA(cudaMemcpy(out, (uint8_t *)spc_buffer_data(d) + p->off +
+                               SHARE_N * sizeof(float),
+                      sizeof(out), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 2 * SHARE_N; i++)
+    if (out[i] != (float)i) {
+      fprintf(stderr, "%s rank %d: out[%d] = %g, want %d\n", name, p->rank,
+              i, (double)out[i], i);
+      return 1;
+    }
+  return 0;
+}
+
+/* Group A over GPUs 0 and 1, group B over GPUs 1 and 2: process 1 is in
+ * both and keeps an op of each in flight at once, SHARE_ITERS times, each
+ * on a stream of its own. NCCL documents communicators of two cliques
+ * with operations in flight on one GPU at once as unsafe (they can
+ * deadlock): the daemon must take turns on GPU 1 (spcsim's rule
+ * nccl-concurrent-comms stops spcolld otherwise). Every result checked. */
+static int share_main(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  int bad = 0;
+  GPT_CUDA(cudaSetDevice(rank));
+  spc_client *c = spt_connect(daemon_.socket);
+  spc_buffer *d;
+  size_t part_bytes = 3 * SHARE_N * sizeof(float);
+  if (c == NULL || spc_buffer_alloc_device(c, rank, 2 * part_bytes, &d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+    return 1;
+  }
+  share_part parts[2];
+  const char *names[2];
+  int n = 0;
+  if (rank <= 1) { /* A: process 0 is its rank 0, process 1 its rank 1 */
+    names[n] = "share-a";
+    bad |= share_part_init(c, "share-a", rank, d, n * part_bytes, &parts[n]);
+    n++;
+  }
+  if (rank >= 1) { /* B: process 1 is its rank 0, process 2 its rank 1 */
+    names[n] = "share-b";
+    bad |= share_part_init(c, "share-b", rank - 1, d, n * part_bytes,
+                           &parts[n]);
+    n++;
+  }
+  spc_op op = spc_op_all_gather(0, NULL);
+  for (int it = 0; it < SHARE_ITERS && !bad; it++) {
+    spc_request *req[2] = {NULL, NULL};
+    for (int k = 0; k < n && !bad; k++)
+      bad |= expect(c, rank, "start", spc_start_on_stream(parts[k].g, &op,
+                    &parts[k].x, &parts[k].y, parts[k].s, &req[k]), SPC_OK,
+                    NULL);
+    for (int k = 0; k < n && !bad; k++)
+      bad |= expect(c, rank, "wait", spc_wait_on_stream(&req[k], parts[k].s),
+                    SPC_OK, NULL);
+  }
+  for (int k = 0; k < n; k++)
+    GPT_CUDA(cudaStreamSynchronize(parts[k].s));
+  if (!bad)
+    bad |= expect(c, rank, "the ops' answers", spc_async_error(c, 1), SPC_OK,
+                  NULL);
+  for (int k = 0; k < n && !bad; k++)
+    bad |= share_part_check(d, &parts[k], names[k]);
+  for (int k = 0; k < n; k++)
+    GPT_CUDA(cudaStreamDestroy(parts[k].s));
   bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
   spc_disconnect(c);
-  GPT_CUDA(cudaStreamDestroy(s));
   return bad;
 }
 
@@ -353,6 +463,49 @@ static int gather_check(spc_buffer *d, size_t off, const char *name) {
   return 0;
 }
 
+/* Process r of three on GPU r, in group P (processes 0 and 1, GPUs 0 and
+ * 1) and group Q (processes 1 and 2, GPUs 1 and 2), each an all-gather
+ * (gather_on) in its own part of one device buffer; a stream. */
+typedef struct {
+  spc_client *c;
+  spc_buffer *d;
+  cudaStream_t s;
+  spc_group *gp, *gq;         /* NULL where the process is not in it */
+  spc_tensor px, py, qx, qy;
+} two_sets;
+
+static int two_sets_open(int rank, const char *p_name, const char *q_name,
+                         two_sets *t) {
+  memset(t, 0, sizeof(*t));
+  GPT_CUDA(cudaSetDevice(rank));
+  GPT_CUDA(cudaStreamCreateWithFlags(&t->s, cudaStreamNonBlocking));
+  t->c = spt_connect(daemon_.socket);
+  if (t->c == NULL || spc_buffer_alloc_device(t->c, rank, 1 << 14, &t->d) < 0) {
+    fprintf(stderr, "rank %d setup: %s\n", rank,
+            t->c ? spc_last_error(t->c) : "");
+    return 1;
+  }
+  int bad = 0;
+  if (rank <= 1)
+    bad |= gather_on(t->c, p_name, rank, t->d, 0, &t->gp, &t->px, &t->py);
+  if (rank >= 1)
+    bad |= gather_on(t->c, q_name, rank - 1, t->d, 4096, &t->gq, &t->qx,
+                     &t->qy);
+  return bad;
+}
+
+/* The last outputs checked (unless bad already), then everything freed. */
+static int two_sets_close(int rank, two_sets *t, int bad) {
+  if (!bad && t->gp != NULL)
+    bad |= gather_check(t->d, 0, "P");
+  if (!bad && t->gq != NULL)
+    bad |= gather_check(t->d, 4096, "Q");
+  bad |= expect(t->c, rank, "free", spc_buffer_free(t->d), SPC_OK, NULL);
+  spc_disconnect(t->c);
+  GPT_CUDA(cudaStreamDestroy(t->s));
+  return bad;
+}
+
 /* Process 1 (GPU 1) is in group P (GPUs 0, 1) and group Q (GPUs 1, 2) and
  * queues an op of P, then one of Q, on one stream without waiting: its
  * stream marks Q ready only after P's done. Process 2 issues Q at once,
@@ -361,43 +514,79 @@ static int gather_check(spc_buffer *d, size_t off, const char *name) {
  * each would wait for the other until the watchdog). */
 static int stream_order_main(int rank, int world, void *arg) {
   (void)world, (void)arg;
-  int bad = 0;
-  GPT_CUDA(cudaSetDevice(rank));
-  cudaStream_t s;
-  GPT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  spc_client *c = spt_connect(daemon_.socket);
-  spc_buffer *d;
-  if (c == NULL || spc_buffer_alloc_device(c, rank, 1 << 14, &d) < 0) {
-    fprintf(stderr, "rank %d setup: %s\n", rank, c ? spc_last_error(c) : "");
+  two_sets t;
+  int bad = two_sets_open(rank, "order-p", "order-q", &t);
+  if (t.d == NULL)
     return 1;
-  }
-  spc_group *gp = NULL, *gq = NULL;
-  spc_tensor px, py, qx, qy;
-  if (rank <= 1)
-    bad |= gather_on(c, "order-p", rank, d, 0, &gp, &px, &py);
-  if (rank >= 1)
-    bad |= gather_on(c, "order-q", rank - 1, d, 4096, &gq, &qx, &qy);
   spc_op op = spc_op_all_gather(0, NULL);
   if (!bad && rank == 0)
     usleep(300 * 1000);
-  if (!bad && gp != NULL)
-    bad |= expect(c, rank, "P", spc_run_on_stream(gp, &op, &px, &py, s),
-                  SPC_OK, NULL);
-  if (!bad && gq != NULL)
-    bad |= expect(c, rank, "Q", spc_run_on_stream(gq, &op, &qx, &qy, s),
-                  SPC_OK, NULL);
-  GPT_CUDA(cudaStreamSynchronize(s));
-  if (!bad)
-    bad |= expect(c, rank, "the answers", spc_async_error(c, 1), SPC_OK,
+  if (!bad && t.gp != NULL)
+    bad |= expect(t.c, rank, "P",
+                  spc_run_on_stream(t.gp, &op, &t.px, &t.py, t.s), SPC_OK,
                   NULL);
-  if (!bad && gp != NULL)
-    bad |= gather_check(d, 0, "P");
-  if (!bad && gq != NULL)
-    bad |= gather_check(d, 4096, "Q");
-  bad |= expect(c, rank, "free", spc_buffer_free(d), SPC_OK, NULL);
-  spc_disconnect(c);
-  GPT_CUDA(cudaStreamDestroy(s));
-  return bad;
+  if (!bad && t.gq != NULL)
+    bad |= expect(t.c, rank, "Q",
+                  spc_run_on_stream(t.gq, &op, &t.qx, &t.qy, t.s), SPC_OK,
+                  NULL);
+  GPT_CUDA(cudaStreamSynchronize(t.s));
+  if (!bad)
+    bad |= expect(t.c, rank, "the answers", spc_async_error(t.c, 1), SPC_OK,
+                  NULL);
+  return two_sets_close(rank, &t, bad);
+}
+
+/* Groups P (GPUs 0, 1) and Q (GPUs 1, 2), Q in use first, so P's ops
+ * wait at their gate until their ranks are ready. Process 0's stream is
+ * held under an op of P: the watchdog (1 s) aborts P's set, the gated op
+ * fails on process 1, naming the abort; Q goes on untouched, and P's next
+ * op runs on new communicators once process 0 is back. */
+static int gated_abort_main(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  two_sets t;
+  int bad = two_sets_open(rank, "gated-p", "gated-q", &t);
+  if (t.d == NULL)
+    return 1;
+  spc_op op = spc_op_all_gather(0, NULL);
+  if (!bad && t.gq != NULL)
+    bad |= expect(t.c, rank, "Q first", spc_run(t.gq, &op, &t.qx, &t.qy),
+                  SPC_OK, NULL);
+  int rc = SPC_OK;
+  if (!bad && rank == 0) {
+    int p[2];
+    if (pipe(p) < 0)
+      return 1;
+    GPT_CUDA(cudaLaunchHostFunc(t.s, hold_stream, &p[0]));
+    spc_request *req;
+    bad |= expect(t.c, rank, "start P on a held stream",
+                  spc_start_on_stream(t.gp, &op, &t.px, &t.py, t.s, &req),
+                  SPC_OK, NULL);
+    if (!rank1_heard()) {
+      fprintf(stderr, "rank 0: rank 1's gated op did not fail\n");
+      bad = 1;
+    }
+    if (write(p[1], "x", 1) != 1)
+      return 1;
+    rc = spc_wait_on_stream(&req, t.s);
+    GPT_CUDA(cudaStreamSynchronize(t.s));
+    if (rc == SPC_OK)
+      rc = spc_async_error(t.c, 1);
+    close(p[0]);
+    close(p[1]);
+  } else if (!bad && rank == 1) {
+    rc = spc_run(t.gp, &op, &t.px, &t.py);
+    bad |= say_heard();
+  }
+  if (!bad && t.gp != NULL)
+    bad |= expect(t.c, rank, "P's gated op, set aborted", rc, SPC_EDEVICE,
+                  "aborted");
+  if (!bad && t.gq != NULL)
+    bad |= expect(t.c, rank, "Q again", spc_run(t.gq, &op, &t.qx, &t.qy),
+                  SPC_OK, NULL);
+  if (!bad && t.gp != NULL)
+    bad |= expect(t.c, rank, "P again, new communicators",
+                  spc_run(t.gp, &op, &t.px, &t.py), SPC_OK, NULL);
+  return two_sets_close(rank, &t, bad);
 }
 
 /* A daemon whose environment has var=value (none when var is NULL) and
@@ -428,14 +617,31 @@ START_TEST(nccl_op_on_a_stuck_peer_is_aborted) {
 }
 END_TEST
 
-START_TEST(nccl_sets_follow_a_client_stream_through_both) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, NULL), 0);
-  int failed = spt_run_ranks(3, stream_order_main, NULL, 120);
+/* A daemon with these extra arguments, and three ranks running fn. */
+static void run_three(const char *const *extra, spt_rank_fn fn) {
+  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
+  int failed = spt_run_ranks(3, fn, NULL, 120);
   gpt_keep_log(&daemon_);
   if (failed)
     spt_daemon_dump_log(&daemon_);
   ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
   ck_assert_int_eq(failed, 0);
+}
+
+START_TEST(nccl_sets_sharing_a_gpu_take_turns) {
+  run_three(NULL, share_main);
+}
+END_TEST
+
+START_TEST(nccl_sets_follow_a_client_stream_through_both) {
+  run_three(NULL, stream_order_main);
+}
+END_TEST
+
+START_TEST(nccl_gated_op_fails_when_its_set_is_aborted) {
+  const char *const extra[] = {"--nccl-timeout", "1", "--log-level", "debug",
+                               NULL};
+  run_three(extra, gated_abort_main);
 }
 END_TEST
 
@@ -510,11 +716,13 @@ int main(void) {
   } else {
     printf("not run: the NCCL stuck-peer cases need 2 GPUs\n");
   }
-  if (ngpu >= 3)
+  if (ngpu >= 3) {
+    tcase_add_test(tc, nccl_sets_sharing_a_gpu_take_turns);
     tcase_add_test(tc, nccl_sets_follow_a_client_stream_through_both);
+    tcase_add_test(tc, nccl_gated_op_fails_when_its_set_is_aborted);
+  }
   else
-    printf("not run: nccl_sets_follow_a_client_stream_through_both needs "
-           "3 GPUs\n");
+    printf("not run: the cases of NCCL sets sharing a GPU need 3 GPUs\n");
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
