@@ -16,6 +16,8 @@
 
 static void nccl_finish(spd_gpu_job *j) {
   nccl_job *nj = (nccl_job *)j;
+  if (nj->ungated && nj->set != NULL)
+    nj->set->ungated--;
   spd_nccl_inflight_remove(nj);
   if (nj->host != NULL)
     for (int i = 0; i < nj->ndev; i++)
@@ -251,6 +253,10 @@ static int run_now(nccl_job *nj, int turns, spk_err *err) {
   nj->host = calloc((size_t)n, sizeof(void *));
   if (nj->host == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc for %d GPUs failed", n);
+  if (!turns) { /* from here its work is on the set's streams */
+    nj->ungated = 1;
+    set->ungated++;
+  }
   for (int i = 0; rc == SPK_OK && i < n; i++) {
     rc = spd_gpu_set_device(set->devs[i], err);
     if (rc == SPK_OK && turns)

@@ -11,23 +11,24 @@
  * stream, then a host function that tells the loop (uv_async); the loop
  * then queues the job's work, each GPU's part behind the work the last
  * gated job of another set queued there (an event per GPU, turn_wait),
- * and records its own (turn_end). Jobs queued before their GPU was shared
- * are not waited for (they may wait for a gated one through a client's
- * stream): the turns start with the sharing. The price is a host hop per
- * op on a shared GPU. */
+ * and records its own (turn_end). A set's streams run in order, so a turn
+ * it records follows all its work there, ungated jobs too (queued before
+ * the GPU was shared, or where a gate could not be set up), which may
+ * wait, through a client's stream, for a gated job: a set records no turn
+ * while it has ungated work in flight (set->ungated), and the turns start
+ * once that is done. The price is a host hop per op on a shared GPU. */
 #include "mover_nccl_internal.h"
 
 #ifdef SPC_HAVE_NCCL
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 typedef struct spd_nccl_gates {
   uv_async_t async;
   spd_gpu *gpu;
-  pthread_mutex_t mu;
-  nccl_job *fired;            /* ready, for the loop; under mu */
+  nccl_job *fired;            /* ready, for the loop: a stack that CUDA
+                               * threads push on, the loop takes whole */
   int pending;                /* gated jobs not back on the loop yet */
 } spd_nccl_gates;
 
@@ -53,6 +54,8 @@ int spd_nccl_turn_wait(spd_nccl_set *set, int i, spk_err *err) {
 
 int spd_nccl_turn_end(spd_nccl_set *set, int i, spk_err *err) {
   spd_gpu_dev *d = &set->gpu->dev[set->devs[i]];
+  if (set->ungated > 0)
+    return SPK_OK; /* its turn would follow work that may wait for others */
   if (d->nccl_tail == NULL) {
     cudaError_t e = cudaEventCreateWithFlags(&d->nccl_tail,
                                              cudaEventDisableTiming);
@@ -75,24 +78,27 @@ void spd_nccl_turns_forget(spd_nccl_set *set) {
       set->gpu->dev[set->devs[i]].nccl_tail_set = 0;
 }
 
-/* A CUDA thread: no CUDA call here (CUDA's rule for host functions). */
-static void CUDART_CB gate_fired(void *arg) {
+/* A CUDA thread: no CUDA call here. A stream callback rather than a host
+ * function: after a device error it still runs, with the error, so the
+ * job fails instead of never leaving its gate. */
+static void CUDART_CB gate_fired(cudaStream_t s, cudaError_t status,
+                                 void *arg) {
+  (void)s;
   nccl_job *nj = arg;
   spd_nccl_gates *g = nj->gates;
-  pthread_mutex_lock(&g->mu);
-  nj->next_fired = g->fired;
-  g->fired = nj;
-  pthread_mutex_unlock(&g->mu);
-  uv_async_send(&g->async);
+  nj->gate_status = (int)status;
+  nccl_job *head = __atomic_load_n(&g->fired, __ATOMIC_ACQUIRE);
+  do
+    nj->next_fired = head;
+  while (!__atomic_compare_exchange_n(&g->fired, &head, nj, 1,
+                                      __ATOMIC_RELEASE, __ATOMIC_ACQUIRE));
+  (void)uv_async_send(&g->async); /* fails only for a closed handle */
 }
 
 /* The loop: the jobs whose ranks are ready take their turns. */
 static void on_fired(uv_async_t *a) {
   spd_nccl_gates *g = a->data;
-  pthread_mutex_lock(&g->mu);
-  nccl_job *list = g->fired;
-  g->fired = NULL;
-  pthread_mutex_unlock(&g->mu);
+  nccl_job *list = __atomic_exchange_n(&g->fired, NULL, __ATOMIC_ACQ_REL);
   /* Pushed newest first: run them oldest first. */
   nccl_job *rev = NULL;
   while (list != NULL) {
@@ -107,6 +113,14 @@ static void on_fired(uv_async_t *a) {
     spd_gpu_stream_put(g->gpu, nj->probe_dev, nj->probe);
     nj->probe = NULL;
     spd_nccl_set *set = nj->set;
+    if (nj->gate_status != cudaSuccess) { /* nothing queued but the waits */
+      char msg[160];
+      snprintf(msg, sizeof(msg), "waiting for the ranks on GPU %d: %s",
+               nj->probe_dev,
+               cudaGetErrorString((cudaError_t)nj->gate_status));
+      spd_gpu_job_fail(&nj->job, SPK_EDEVICE, msg);
+      continue;
+    }
     if (set->broken) { /* aborted while it waited: nothing was queued */
       char msg[sizeof(nj->job.fail_msg)]; /* fail() writes fail_msg */
       snprintf(msg, sizeof(msg), "%s", nj->job.fail_msg[0]
@@ -124,9 +138,7 @@ static void on_fired(uv_async_t *a) {
 }
 
 static void gates_closed(uv_handle_t *h) {
-  spd_nccl_gates *g = h->data;
-  pthread_mutex_destroy(&g->mu);
-  free(g);
+  free(h->data);
 }
 
 static int gates_of(spd_gpu *gpu, spd_nccl_gates **g_p, spk_err *err) {
@@ -136,15 +148,8 @@ static int gates_of(spd_gpu *gpu, spd_nccl_gates **g_p, spk_err *err) {
   if (g == NULL)
     return spk_err_set(err, SPK_ENO_MEMORY, "calloc of the NCCL gates "
                        "failed");
-  int rc = pthread_mutex_init(&g->mu, NULL);
-  if (rc != 0) {
-    free(g);
-    return spk_err_set(err, SPK_ESYSTEM, "pthread_mutex_init for the NCCL "
-                       "gates: error %d", rc);
-  }
-  rc = uv_async_init(gpu->ctx->loop, &g->async, on_fired);
+  int rc = uv_async_init(gpu->ctx->loop, &g->async, on_fired);
   if (rc < 0) {
-    pthread_mutex_destroy(&g->mu);
     free(g);
     return spk_err_set(err, SPK_ESYSTEM, "uv_async_init for the NCCL gates: "
                        "%s", uv_strerror(rc));
@@ -173,16 +178,18 @@ int spd_nccl_gate(nccl_job *nj, spk_err *err) {
   /* Before the launch: the function may run at once, on a CUDA thread. */
   nj->gates = g;
   if (rc == SPK_OK) {
-    cudaError_t e = cudaLaunchHostFunc(s, gate_fired, nj);
+    cudaError_t e = cudaStreamAddCallback(s, gate_fired, nj, 0);
     if (e != cudaSuccess)
-      rc = spk_err_set(err, SPK_EDEVICE, "cudaLaunchHostFunc for an NCCL "
-                       "gate on GPU %d: %s", dev, cudaGetErrorString(e));
+      rc = spk_err_set(err, SPK_EDEVICE, "cudaStreamAddCallback for an "
+                       "NCCL gate on GPU %d: %s", dev, cudaGetErrorString(e));
   }
   if (rc < 0) {
     /* Waits may be queued on it: not back to the pool, destroyed once
      * they pass (cudaStreamDestroy does not wait). */
-    if (s != NULL && cudaStreamDestroy(s) != cudaSuccess)
-      cudaGetLastError();
+    cudaError_t e = s != NULL ? cudaStreamDestroy(s) : cudaSuccess;
+    if (e != cudaSuccess)
+      SPD_WARN(&set->ctx->log, "cudaStreamDestroy of an NCCL gate's "
+               "stream on GPU %d: %s", dev, cudaGetErrorString(e));
     return rc;
   }
   nj->probe = s;
@@ -195,15 +202,13 @@ int spd_nccl_gate(nccl_job *nj, spk_err *err) {
   return SPK_OK;
 }
 
+/* The engines stop only with no op running, so no gate waits. */
 void spd_nccl_gates_stop(spd_gpu *gpu) {
   spd_nccl_gates *g = gpu->nccl_gates;
   if (g == NULL)
     return;
   gpu->nccl_gates = NULL;
-  /* A gate still waiting (a rank that never came) may yet fire on a CUDA
-   * thread: its state is left to the process's exit. */
-  if (g->pending == 0)
-    uv_close((uv_handle_t *)&g->async, gates_closed);
+  uv_close((uv_handle_t *)&g->async, gates_closed);
 }
 
 #endif /* SPC_HAVE_NCCL */

@@ -45,6 +45,8 @@ typedef struct spd_nccl_set {
   ncclResult_t down_rc;       /* the first failure of it, */
   int down_dev;               /* on this GPU */
   nccl_job *inflight;         /* jobs on the streams, oldest last */
+  int ungated;                /* of them, queued without a gate
+                               * (mover_nccl_gate.c): no turn recorded */
   ncclResult_t init_rc;
   uv_work_t work;
   nccl_job *waiting, **wait_tail; /* ops that came during the init */
@@ -66,7 +68,9 @@ struct nccl_job {
   struct spd_nccl_gates *gates;
   cudaStream_t probe;
   int probe_dev;
+  int gate_status;            /* the probe's cudaError_t */
   nccl_job *next_fired;
+  int ungated;                /* counted in set->ungated */
 };
 
 /* Whether sets a and b have a GPU in common. */

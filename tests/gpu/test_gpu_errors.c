@@ -536,6 +536,68 @@ static int stream_order_main(int rank, int world, void *arg) {
   return two_sets_close(rank, &t, bad);
 }
 
+/* Process 1 queues an op of P (GPUs 0, 1), then U of group Q (GPUs 1,
+ * 2), on one stream; Q's other rank comes at once, so U runs before P's
+ * set exists, ungated, and waits for process 1's stream, which waits for
+ * P. Process 0 issues P 100 ms late on a stream it holds for 600 ms, so P
+ * waits at its gate; meanwhile processes 1 and 2 run an op of group R
+ * (GPUs 1, 2 again: Q's set) on other streams, gated now that P's set
+ * shares GPU 1, and ready at once. R's turn would follow U on Q's set's
+ * stream, so P must not wait for it (a set records no turn while it has
+ * ungated work in flight): every op completes. */
+static int ungated_main(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  two_sets t;
+  int bad = two_sets_open(rank, "ungated-p", "ungated-q", &t);
+  if (t.d == NULL)
+    return 1;
+  spc_group *gr = NULL;
+  spc_tensor rx, ry;
+  cudaStream_t s2;
+  GPT_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  if (!bad && rank >= 1)
+    bad |= gather_on(t.c, "ungated-r", rank - 1, t.d, 8192, &gr, &rx, &ry);
+  spc_op op = spc_op_all_gather(0, NULL);
+  int p[2] = {-1, -1};
+  if (!bad && rank == 0) {
+    usleep(100 * 1000);
+    if (pipe(p) < 0)
+      return 1;
+    GPT_CUDA(cudaLaunchHostFunc(t.s, hold_stream, &p[0]));
+  }
+  if (!bad && t.gp != NULL)
+    bad |= expect(t.c, rank, "P",
+                  spc_run_on_stream(t.gp, &op, &t.px, &t.py, t.s), SPC_OK,
+                  NULL);
+  if (!bad && t.gq != NULL)
+    bad |= expect(t.c, rank, "U",
+                  spc_run_on_stream(t.gq, &op, &t.qx, &t.qy, t.s), SPC_OK,
+                  NULL);
+  if (!bad && gr != NULL) {
+    usleep(300 * 1000);
+    bad |= expect(t.c, rank, "R", spc_run_on_stream(gr, &op, &rx, &ry, s2),
+                  SPC_OK, NULL);
+  }
+  if (p[1] >= 0) {
+    usleep(600 * 1000);
+    if (write(p[1], "x", 1) != 1)
+      bad = 1;
+  }
+  GPT_CUDA(cudaStreamSynchronize(t.s));
+  GPT_CUDA(cudaStreamSynchronize(s2));
+  GPT_CUDA(cudaStreamDestroy(s2));
+  if (p[0] >= 0) {
+    close(p[0]);
+    close(p[1]);
+  }
+  if (!bad)
+    bad |= expect(t.c, rank, "the answers", spc_async_error(t.c, 1), SPC_OK,
+                  NULL);
+  if (!bad && gr != NULL)
+    bad |= gather_check(t.d, 8192, "R");
+  return two_sets_close(rank, &t, bad);
+}
+
 /* Groups P (GPUs 0, 1) and Q (GPUs 1, 2), Q in use first, so P's ops
  * wait at their gate until their ranks are ready. Process 0's stream is
  * held under an op of P: the watchdog (1 s) aborts P's set, the gated op
@@ -638,6 +700,12 @@ START_TEST(nccl_sets_follow_a_client_stream_through_both) {
 }
 END_TEST
 
+START_TEST(nccl_turns_skip_a_set_with_ungated_work) {
+  const char *const extra[] = {"--log-level", "debug", NULL};
+  run_three(extra, ungated_main);
+}
+END_TEST
+
 START_TEST(nccl_gated_op_fails_when_its_set_is_aborted) {
   const char *const extra[] = {"--nccl-timeout", "1", "--log-level", "debug",
                                NULL};
@@ -720,6 +788,7 @@ int main(void) {
     tcase_add_test(tc, nccl_sets_sharing_a_gpu_take_turns);
     tcase_add_test(tc, nccl_sets_follow_a_client_stream_through_both);
     tcase_add_test(tc, nccl_gated_op_fails_when_its_set_is_aborted);
+    tcase_add_test(tc, nccl_turns_skip_a_set_with_ungated_work);
   }
   else
     printf("not run: the cases of NCCL sets sharing a GPU need 3 GPUs\n");
