@@ -8,7 +8,7 @@
  * passed) does: a job that follows another on a client's stream becomes
  * ready only after the other's done. So a job whose set shares a GPU with
  * another usable set is gated: its ranks' ready waits go on a probe
- * stream, then a host function that tells the loop (uv_async); the loop
+ * stream, then a stream callback that tells the loop (uv_async); the loop
  * then queues the job's work, each GPU's part behind the work the last
  * gated job of another set queued there (an event per GPU, turn_wait),
  * and records its own (turn_end). A set's streams run in order, so a turn
