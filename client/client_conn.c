@@ -93,20 +93,25 @@ static int last_words(spc_client *c, int status) {
   return status;
 }
 
-static int send_all(spc_client *c, const uint8_t *buf, size_t len, int fd) {
-  char cbuf[CMSG_SPACE(sizeof(int))];
+static int send_all(spc_client *c, const uint8_t *buf, size_t len,
+                    const int *fds, int nfds) {
+  char cbuf[CMSG_SPACE(sizeof(int) * SPK_VMM_MAX_CHUNKS)];
+  if (nfds < 0 || nfds > SPK_VMM_MAX_CHUNKS)
+    return spc__fail(c, SPC_EINVAL, "%d file descriptors for one frame: at "
+                     "most %d", nfds, SPK_VMM_MAX_CHUNKS);
   while (len > 0) {
     struct iovec iov = {(void *)buf, len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
+    if (nfds > 0) {
+      size_t fl = sizeof(int) * (size_t)nfds;
       memset(cbuf, 0, sizeof(cbuf));
       msg.msg_control = cbuf;
-      msg.msg_controllen = sizeof(cbuf);
+      msg.msg_controllen = CMSG_SPACE(fl);
       struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
       cm->cmsg_level = SOL_SOCKET;
       cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+      cm->cmsg_len = CMSG_LEN(fl);
+      memcpy(CMSG_DATA(cm), fds, fl);
     }
     ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR)
@@ -114,12 +119,17 @@ static int send_all(spc_client *c, const uint8_t *buf, size_t len, int fd) {
     if (n < 0)
       return last_words(c, conn_broken(c, "sendmsg to spcolld", errno));
     buf += n, len -= (size_t)n;
-    fd = -1; /* the descriptor rides with the first bytes only */
+    nfds = 0; /* the descriptors ride with the first bytes only */
   }
   return SPC_OK;
 }
 
 int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p) {
+  return spc__send_fds(c, f, &fd, fd >= 0 ? 1 : 0, req_p);
+}
+
+int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
+                  spc_request **req_p) {
   if (c->broken)
     return spc__fail(c, SPC_ECONNECTION, "the connection to spcolld is "
                      "closed: %s", "reconnect with spc_connect");
@@ -136,7 +146,7 @@ int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p) {
     free(req);
     return spc__fail(c, rc, "%s", err.msg);
   }
-  rc = send_all(c, buf, len, fd);
+  rc = send_all(c, buf, len, fds, nfds);
   free(buf);
   if (rc < 0) {
     free(req);
@@ -352,8 +362,13 @@ int spc__finish(spc_client *c, spc_request *req, Spcoll__Frame **reply_p) {
 
 int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
               Spcoll__Frame **reply_p) {
+  return spc__call_fds(c, f, &fd, fd >= 0 ? 1 : 0, reply_p);
+}
+
+int spc__call_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
+                  Spcoll__Frame **reply_p) {
   spc_request *req;
-  int rc = spc__send(c, f, fd, &req);
+  int rc = spc__send_fds(c, f, fds, nfds, &req);
   if (rc < 0)
     return rc;
   return spc__finish(c, req, reply_p);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client_gpu.h"
 
@@ -158,6 +159,7 @@ void spc__gpu_client_free(spc_client *c) {
   while (g->allocs != NULL) {
     spc__gpu_alloc *a = g->allocs;
     g->allocs = a->next;
+    free(a->chunks);
     free(a);
   }
   free(g->devs);
@@ -174,12 +176,37 @@ typedef struct {
   spc__CUdeviceptr base;
   size_t size;
   unsigned long long alloc_id;
+  int nchunks;                /* cuMem memory: the mappings under the buffer */
+  spc__gpu_chunk chunks[SPK_VMM_MAX_CHUNKS];
 } ptr_info;
+
+/* cuMem memory belongs to no context: the device's primary one serves. */
+static int vmm_query(spc_client *c, const spc__cu_api *cu, void *ptr,
+                     size_t size, ptr_info *pi) {
+  spc__gpu_dev *d;
+  int rc = spc__gpu_dev_get(c, pi->device, &d);
+  if (rc == SPC_OK)
+    rc = spc__gpu_vmm_chunks(c, cu, (uint64_t)(uintptr_t)ptr, size,
+                             pi->chunks, &pi->nchunks);
+  if (rc < 0)
+    return rc;
+  pi->ctx = d->ctx;
+  pi->base = pi->chunks[0].base;
+  pi->size = 0;
+  for (int i = 0; i < pi->nchunks; i++)
+    pi->size += pi->chunks[i].size;
+  return SPC_OK;
+}
+
+static int legacy_query(spc_client *c, const spc__cu_api *cu, void *ptr,
+                        size_t size, ptr_info *pi);
 
 static int ptr_query(spc_client *c, const spc__cu_api *cu, void *ptr,
                      size_t size, ptr_info *pi) {
   spc__CUdeviceptr p = (spc__CUdeviceptr)(uintptr_t)ptr;
   unsigned type = 0, managed = 0;
+  int legacy = 1;
+  pi->nchunks = 0;
   spc__CUresult r = cu->PointerGetAttribute(
       &type, SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
   if (r != SPC__CUDA_SUCCESS || type != SPC__CU_MEMORYTYPE_DEVICE)
@@ -193,9 +220,26 @@ static int ptr_query(spc_client *c, const spc__cu_api *cu, void *ptr,
                      "cannot share: use cudaMalloc", ptr);
   r = cu->PointerGetAttribute(&pi->device,
                               SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
-  if (r == SPC__CUDA_SUCCESS)
-    r = cu->PointerGetAttribute(&pi->ctx, SPC__CU_POINTER_ATTRIBUTE_CONTEXT,
-                                p);
+  /* A driver that predates the attribute knows only legacy memory. */
+  if (r == SPC__CUDA_SUCCESS &&
+      cu->PointerGetAttribute(&legacy,
+                              SPC__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                              p) != SPC__CUDA_SUCCESS)
+    legacy = 1;
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuPointerGetAttribute(%p): %s", ptr,
+                     spc__cu_str(cu, r));
+  return legacy ? legacy_query(c, cu, ptr, size, pi)
+                : vmm_query(c, cu, ptr, size, pi);
+}
+
+/* cudaMalloc memory: the allocation (cuMemGetAddressRange) and its
+ * context. */
+static int legacy_query(spc_client *c, const spc__cu_api *cu, void *ptr,
+                        size_t size, ptr_info *pi) {
+  spc__CUdeviceptr p = (spc__CUdeviceptr)(uintptr_t)ptr;
+  spc__CUresult r = cu->PointerGetAttribute(
+      &pi->ctx, SPC__CU_POINTER_ATTRIBUTE_CONTEXT, p);
   if (r == SPC__CUDA_SUCCESS)
     r = cu->PointerGetAttribute(&pi->alloc_id,
                                 SPC__CU_POINTER_ATTRIBUTE_BUFFER_ID, p);
@@ -217,60 +261,117 @@ static int ptr_query(spc_client *c, const spc__cu_api *cu, void *ptr,
   return SPC_OK;
 }
 
-/* Register the whole allocation with the daemon. */
-static int alloc_register(spc_client *c, const spc__cu_api *cu,
-                          const ptr_info *pi, spc__gpu_alloc **a_p) {
-  spc__gpu_dev *d;
-  int rc = spc__gpu_dev_get(c, pi->device, &d);
-  if (rc < 0)
-    return rc;
+/* What travels with a registration: a legacy IPC handle of the
+ * allocation, or a file descriptor per cuMem allocation. */
+typedef struct {
   spc__CUipcMemHandle h;
-  spc__CUuuid uuid;
-  rc = spc__gpu_push(c, cu, pi->ctx);
+  int fds[SPK_VMM_MAX_CHUNKS];
+  uint64_t sizes[SPK_VMM_MAX_CHUNKS];
+  int nfds;
+} share;
+
+static int share_make(spc_client *c, const spc__cu_api *cu,
+                      const ptr_info *pi, share *sh,
+                      Spcoll__BufRegister *reg) {
+  int rc = spc__gpu_push(c, cu, pi->ctx);
   if (rc < 0)
     return rc;
-  spc__CUresult r = cu->IpcGetMemHandle(&h, pi->base);
+  if (pi->nchunks > 0) {
+    rc = spc__gpu_vmm_export(c, cu, pi->chunks, pi->nchunks, sh->fds);
+    spc__gpu_pop(cu);
+    if (rc < 0)
+      return rc;
+    sh->nfds = pi->nchunks;
+    for (int i = 0; i < sh->nfds; i++)
+      sh->sizes[i] = pi->chunks[i].size;
+    reg->n_vmm_sizes = (size_t)sh->nfds;
+    reg->vmm_sizes = sh->sizes;
+    return SPC_OK;
+  }
+  spc__CUresult r = cu->IpcGetMemHandle(&sh->h, pi->base);
   spc__gpu_pop(cu);
   if (r != SPC__CUDA_SUCCESS)
     return spc__fail(c, SPC_EDEVICE, "cuIpcGetMemHandle(0x%llx): %s (memory "
-                     "from cudaMallocAsync pools or cuMemCreate cannot be "
-                     "shared this way)", (unsigned long long)pi->base,
-                     spc__cu_str(cu, r));
-  r = cu->DeviceGetUuid(&uuid, d->cudev);
-  if (r != SPC__CUDA_SUCCESS)
-    return spc__fail(c, SPC_EDEVICE, "cuDeviceGetUuid(%d): %s", pi->device,
-                     spc__cu_str(cu, r));
+                     "from cudaMallocAsync pools cannot be shared this way)",
+                     (unsigned long long)pi->base, spc__cu_str(cu, r));
+  sh->nfds = 0;
+  reg->ipc_handle.len = sizeof(sh->h);
+  reg->ipc_handle.data = (uint8_t *)&sh->h;
+  return SPC_OK;
+}
+
+/* The record of what the daemon registered as buffer id. */
+static int alloc_record(spc_client *c, const ptr_info *pi, uint64_t id,
+                        spc__gpu_alloc **a_p) {
   spc__gpu_alloc *a = calloc(1, sizeof(*a));
+  size_t cb = (size_t)pi->nchunks * sizeof(*pi->chunks);
+  if (a != NULL && cb > 0 && (a->chunks = malloc(cb)) == NULL) {
+    free(a);
+    a = NULL;
+  }
   if (a == NULL)
     return spc__fail(c, SPC_ENOMEM, "calloc of an allocation record failed");
-  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  reg.size = pi->size;
-  reg.ipc_handle.len = sizeof(h);
-  reg.ipc_handle.data = (uint8_t *)&h;
-  reg.alloc_offset = 0;
-  reg.device_uuid.len = sizeof(uuid);
-  reg.device_uuid.data = (uint8_t *)&uuid;
-  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
-  f.buf_register = &reg;
-  rc = spc__call(c, &f, -1, &reply);
-  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
-    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
-                   spf_body_name(reply->body_case));
-  if (rc < 0) {
-    if (reply)
-      spcoll__frame__free_unpacked(reply, NULL);
-    free(a);
-    return rc;
-  }
-  a->daemon_id = reply->buf_registered->buffer_id;
-  spcoll__frame__free_unpacked(reply, NULL);
+  if (cb > 0)
+    memcpy(a->chunks, pi->chunks, cb);
+  a->nchunks = pi->nchunks;
+  a->daemon_id = id;
   a->base = pi->base;
   a->size = pi->size;
   a->alloc_id = pi->alloc_id;
   a->device = pi->device;
   *a_p = a;
   return SPC_OK;
+}
+
+/* Register the whole allocation (or run of cuMem mappings) with the
+ * daemon. */
+static int alloc_register(spc_client *c, const spc__cu_api *cu,
+                          const ptr_info *pi, spc__gpu_alloc **a_p) {
+  spc__gpu_dev *d;
+  spc__CUuuid uuid;
+  share sh;
+  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
+  int rc = spc__gpu_dev_get(c, pi->device, &d);
+  if (rc < 0)
+    return rc;
+  spc__CUresult r = cu->DeviceGetUuid(&uuid, d->cudev);
+  if (r != SPC__CUDA_SUCCESS)
+    return spc__fail(c, SPC_EDEVICE, "cuDeviceGetUuid(%d): %s", pi->device,
+                     spc__cu_str(cu, r));
+  if ((rc = share_make(c, cu, pi, &sh, &reg)) < 0)
+    return rc;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
+  reg.size = pi->size;
+  reg.alloc_offset = 0;
+  reg.device_uuid.len = sizeof(uuid);
+  reg.device_uuid.data = (uint8_t *)&uuid;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
+  f.buf_register = &reg;
+  rc = spc__call_fds(c, &f, sh.fds, sh.nfds, &reply);
+  for (int i = 0; i < sh.nfds; i++)
+    close(sh.fds[i]); /* the daemon has its own now */
+  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
+                   spf_body_name(reply->body_case));
+  if (rc == SPC_OK)
+    rc = alloc_record(c, pi, reply->buf_registered->buffer_id, a_p);
+  if (reply != NULL)
+    spcoll__frame__free_unpacked(reply, NULL);
+  return rc;
+}
+
+/* The registration a buffer inside pi can share, or NULL. A freed
+ * allocation's address may come back for a new one: the buffer id (the
+ * physical allocations, for cuMem memory) tells them apart. */
+static spc__gpu_alloc *alloc_find(spc__gpu_client *g, const ptr_info *pi) {
+  for (spc__gpu_alloc *a = g->allocs; a != NULL; a = a->next)
+    if (pi->nchunks > 0
+            ? a->chunks != NULL && a->device == pi->device &&
+                  spc__gpu_vmm_covers(a, pi->chunks, pi->nchunks)
+            : a->chunks == NULL && a->base == pi->base &&
+                  a->alloc_id == pi->alloc_id)
+      return a;
+  return NULL;
 }
 
 static int register_device(spc_client *c, void *ptr, size_t size, int owned,
@@ -287,11 +388,7 @@ static int register_device(spc_client *c, void *ptr, size_t size, int owned,
   int rc = ptr_query(c, cu, ptr, size, &pi);
   if (rc < 0)
     return rc;
-  /* A freed allocation's address may come back for a new one: the buffer
-   * id tells them apart. */
-  spc__gpu_alloc *a = g->allocs;
-  while (a != NULL && !(a->base == pi.base && a->alloc_id == pi.alloc_id))
-    a = a->next;
+  spc__gpu_alloc *a = alloc_find(g, &pi);
   spc_buffer *b = calloc(1, sizeof(*b));
   spc__gpu_buf *gb = calloc(1, sizeof(*gb));
   if (b == NULL || gb == NULL) {
@@ -369,6 +466,16 @@ int spc_buffer_alloc_device(spc_client *c, int device, size_t size,
   return rc;
 }
 
+int spc_buffer_device_range(const spc_buffer *b, void **base_p,
+                            size_t *size_p) {
+  if (b == NULL || b->gpu == NULL || base_p == NULL || size_p == NULL)
+    return SPC_EINVAL;
+  const spc__gpu_alloc *a = ((const spc__gpu_buf *)b->gpu)->alloc;
+  *base_p = (void *)(uintptr_t)a->base;
+  *size_p = (size_t)a->size;
+  return SPC_OK;
+}
+
 int spc_buffer_device(const spc_buffer *b) {
   if (b == NULL || b->gpu == NULL)
     return -1;
@@ -436,6 +543,7 @@ static int alloc_release(spc_client *c, spc__gpu_alloc *a) {
     rc = rc == SPC_OK ? frc : rc;
   }
   alloc_unlink(c->gpu, a);
+  free(a->chunks);
   free(a);
   return rc;
 }

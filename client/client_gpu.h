@@ -15,8 +15,16 @@ const spc__cu_api *spc__cu(spc_client *c);
 /* Name a driver result for messages. */
 const char *spc__cu_str(const spc__cu_api *cu, spc__CUresult r);
 
+/* One cuMem mapping: where it is, and the physical allocation mapped
+ * there (CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID). */
+typedef struct {
+  uint64_t base, size, block;
+} spc__gpu_chunk;
+
 /* A device allocation registered with the daemon (whole, once), shared by
- * every spc_buffer inside it. */
+ * every spc_buffer inside it. cuMem memory registers the run of mappings
+ * under a buffer instead (chunks), and a later buffer inside that run,
+ * with the same physical allocations, shares it. */
 typedef struct spc__gpu_alloc {
   struct spc__gpu_alloc *next;
   uint64_t base, size;
@@ -24,7 +32,23 @@ typedef struct spc__gpu_alloc {
   uint64_t daemon_id;         /* the daemon's buffer */
   int device, refs;
   int free_mem;               /* at disconnect: cuMemFree once released */
+  spc__gpu_chunk *chunks;     /* cuMem memory; NULL: legacy IPC */
+  int nchunks;
 } spc__gpu_alloc;
+
+/* client_gpu_vmm.c: the cuMem mappings holding [p, p + size), in address
+ * order (at most SPK_VMM_MAX_CHUNKS, each exportable as a file
+ * descriptor, else a failure naming why). */
+int spc__gpu_vmm_chunks(spc_client *c, const spc__cu_api *cu, uint64_t p,
+                        size_t size, spc__gpu_chunk *out, int *n_p);
+/* Each chunk's allocation exported as a POSIX file descriptor into fds
+ * (the caller closes them); on failure none is left open. */
+int spc__gpu_vmm_export(spc_client *c, const spc__cu_api *cu,
+                        const spc__gpu_chunk *ch, int n, int *fds);
+/* Whether a's chunks hold ch[0..n) in a row (same mappings, same
+ * physical allocations). */
+int spc__gpu_vmm_covers(const spc__gpu_alloc *a, const spc__gpu_chunk *ch,
+                        int n);
 
 /* spc_buffer->gpu of a device buffer. */
 typedef struct {

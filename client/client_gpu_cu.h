@@ -16,15 +16,23 @@ typedef struct spc__CUevent_st *spc__CUevent;
 typedef struct { char reserved[64]; } spc__CUipcMemHandle;
 typedef struct { char reserved[64]; } spc__CUipcEventHandle;
 typedef struct { char bytes[16]; } spc__CUuuid;
+typedef unsigned long long spc__CUmemGenericAllocationHandle;
 
 enum {
   SPC__CUDA_SUCCESS = 0,
+  SPC__CUDA_ERROR_INVALID_VALUE = 1,
   SPC__CUDA_ERROR_NOT_READY = 600,
   SPC__CU_POINTER_ATTRIBUTE_CONTEXT = 1,
   SPC__CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
   SPC__CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
   SPC__CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
   SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+  SPC__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10,
+  SPC__CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES = 14,
+  SPC__CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18,
+  SPC__CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19,
+  SPC__CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID = 20,
+  SPC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
   SPC__CU_MEMORYTYPE_DEVICE = 2,
   SPC__CU_EVENT_DISABLE_TIMING = 2,
   SPC__CU_EVENT_INTERPROCESS = 4,
@@ -72,8 +80,15 @@ enum {
     (spc__CUstream s, spc__CUevent e, unsigned flags))
 
 /* Entry points a driver may lack: NULL then, and the library orders ops
- * with events instead of stream flags (client_gpu_flags.c). */
+ * with events instead of stream flags (client_gpu_flags.c), or cannot
+ * share cuMem memory (client_gpu_vmm.c). */
 #define SPC__CU_OPT_FUNCS(X)                                                 \
+  X(MemRetainAllocationHandle, "cuMemRetainAllocationHandle",                \
+    (spc__CUmemGenericAllocationHandle * h, void *p))                        \
+  X(MemExportToShareableHandle, "cuMemExportToShareableHandle",              \
+    (void *shareable, spc__CUmemGenericAllocationHandle h, int type,         \
+     unsigned long long flags))                                              \
+  X(MemRelease, "cuMemRelease", (spc__CUmemGenericAllocationHandle h))       \
   X(DeviceGetAttribute, "cuDeviceGetAttribute",                              \
     (int *v, int attr, spc__CUdevice d))                                     \
   X(MemHostRegister, "cuMemHostRegister_v2",                                 \

@@ -107,6 +107,10 @@ char *spc__connect_error(void);
 /* Send f (with fd attached when fd >= 0) as a new request; on success the
  * request is outstanding and must be completed by spc__wait_req. */
 int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p);
+/* The same with nfds descriptors attached (SCM_RIGHTS, in order; at most
+ * SPK_VMM_MAX_CHUNKS). The caller keeps its copies. */
+int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
+                  spc_request **req_p);
 
 /* Read frames until req is answered (block = 1) or until none is left to
  * read without blocking (block = 0). Returns the status of the transport;
@@ -132,6 +136,8 @@ int spc__finish(spc_client *c, spc_request *req, Spcoll__Frame **reply_p);
 /* Send and finish in one go. */
 int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
               Spcoll__Frame **reply_p);
+int spc__call_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
+                  Spcoll__Frame **reply_p);
 
 /* ---- client_wrap.c: caller memory (spc_buffer_wrap) on the daemon's
  * path, which knows no such buffer: spc_run copies it through a buffer

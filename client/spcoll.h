@@ -504,9 +504,27 @@ int spc_gpu_probe(int *ndev_p);
  * holding it (cuMemGetAddressRange) is registered with the daemon once
  * (cudaIpcGetMemHandle of its base) and shared by every buffer inside it
  * until the last is freed. spc_buffer_data gives ptr back (a device
- * address). Free the buffers of an allocation before the memory itself. */
+ * address). Free the buffers of an allocation before the memory itself.
+ *
+ * Memory of CUDA's virtual memory management (cuMemCreate + cuMemMap, as
+ * torch's expandable segments make it), which legacy IPC cannot share:
+ * the run of mappings under [ptr, ptr + size) is registered instead, each
+ * physical allocation exported as a POSIX file descriptor (it must have
+ * been created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR among its
+ * requestedHandleTypes; SPC_EINVAL names it otherwise), at most 64
+ * allocations per buffer. A later buffer inside that run, over the same
+ * physical allocations, shares the registration. Descriptors also reach a
+ * daemon in another PID namespace. The daemon keeps what it mapped alive
+ * until the buffer is freed, even if the caller unmaps it first. */
 int spc_buffer_register_device(spc_client *client, void *ptr, size_t size,
                                spc_buffer **buf_p);
+
+/* The whole device range the daemon registered for device buffer buf
+ * (the allocation, or the run of cuMem mappings, holding it): a buffer
+ * registered anywhere inside it shares that registration, with no call to
+ * the daemon. SPC_EINVAL for host buffers. */
+int spc_buffer_device_range(const spc_buffer *buf, void **base_p,
+                            size_t *size_p);
 
 /* Allocate `size` bytes on `device` (a CUDA ordinal of this process),
  * zero-filled, and register them. spc_buffer_free frees the memory too,

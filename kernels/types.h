@@ -11,6 +11,10 @@
 #include "status.h"
 
 #define SPK_MAX_DIMS 8
+/* cuMem allocations one device buffer registration may span (one file
+ * descriptor each, all in one frame: BufRegister.vmm_sizes; libuv takes at
+ * most 64 descriptors from one message). */
+#define SPK_VMM_MAX_CHUNKS 64
 
 typedef enum {
   SPK_F32 = 0,

@@ -180,7 +180,7 @@ void Backend::check_live(const char* name) const {
 
 Span Backend::scratch(int64_t bytes, Pending& p) {
   if (p.dev >= 0) {  // from torch's CUDA allocator, on the current stream
-    // (from spcoll's pool where expandable segments keep the rest out)
+    // (from spcoll's pool where SPCOLL_CUDA_DIRECT=0 keeps the rest out)
     at::Tensor t;
     {
       std::optional<PoolScratch> route;
@@ -395,8 +395,8 @@ int Backend::place(const char* name, const std::vector<const at::Tensor*>& ts,
 // the Python backend's device path (a second group); else each waits in
 // its own group for the others until the timeout. Where every rank's
 // cuda_direct() holds, every CUDA op is direct everywhere: asked once, at
-// the first. Otherwise (expandable segments or SPCOLL_CUDA_DIRECT=0 on
-// some rank, where only pool tensors go in place) each CUDA op asks: an
+// the first. Otherwise (SPCOLL_CUDA_DIRECT=0 on some rank, where only
+// pool tensors go in place) each CUDA op asks: an
 // all_reduce MIN of one int on the host, a wait for the other ranks' hosts
 // to reach the op.
 bool Backend::agree_direct(const char* name, bool mine) {

@@ -140,7 +140,7 @@ class Backend final : public c10d::Backend {
   // Where an op's tensors are: -1 all on the CPU, the CUDA device when all
   // are on one GPU; ValueError naming the op when they mix. *direct:
   // whether its CUDA tensors run here (cuda.hpp) rather than on the Python
-  // backend's device path: torch's allocator without expandable segments,
+  // backend's device path: torch's allocator (unless SPCOLL_CUDA_DIRECT=0),
   // or every tensor in spcoll's pool, on every rank (agree_direct).
   int place(const char* name, const std::vector<const at::Tensor*>& ts,
             bool* direct);

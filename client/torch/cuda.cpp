@@ -14,7 +14,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <climits>
+#include <cstdint>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <utility>
 
@@ -32,9 +35,13 @@ struct Seg {
   spc_buffer* buf;
 };
 
+// (conn, base, size): a segment of the allocator, or under expandable
+// segments the run of cuMem mappings a tensor lay in (runs may overlap).
+using SegKey = std::tuple<Conn*, uintptr_t, size_t>;
+
 struct Segments {
   std::mutex mu;
-  std::map<std::pair<Conn*, uintptr_t>, Seg> map;  // (conn, segment base)
+  std::map<SegKey, Seg> map;
 };
 
 Segments& segments() {
@@ -42,7 +49,7 @@ Segments& segments() {
   return *s;
 }
 
-// Each registration for which pick(conn, base, seg) returns its Conn is
+// Each registration for which pick(conn, base, size, seg) returns its Conn is
 // released there (spc_buffer_free under that Conn's lock; nothing to do
 // if it fails) and forgotten; nullptr keeps it. pick runs under the
 // table's lock.
@@ -51,7 +58,8 @@ void release_where(Pick pick) {
   Segments& s = segments();
   std::lock_guard<std::mutex> g(s.mu);
   for (auto it = s.map.begin(); it != s.map.end();) {
-    Conn* c = pick(it->first.first, it->first.second, it->second);
+    Conn* c = pick(std::get<0>(it->first), std::get<1>(it->first),
+                   std::get<2>(it->first), it->second);
     if (c == nullptr) {
       ++it;
       continue;
@@ -62,14 +70,16 @@ void release_where(Pick pick) {
   }
 }
 
-// The allocator gives a segment back to CUDA: release it in every Conn
+// The allocator gives [base, base + size) back to CUDA (a segment, or
+// part of an expandable one): release what overlaps it in every Conn
 // first (spc_buffer_free waits for the daemon's ops still running, then
 // the daemon closes its mapping). Conns are dropped after the table's
 // lock, since the last reference may destroy one (cuda_forget).
-void segment_freed(uintptr_t base) {
+void segment_freed(uintptr_t base, size_t size) {
   std::vector<std::shared_ptr<Conn>> held;
-  release_where([&](Conn* conn, uintptr_t b, const Seg& seg) -> Conn* {
-    if (b != base)
+  release_where([&](Conn* conn, uintptr_t b, size_t n,
+                    const Seg& seg) -> Conn* {
+    if (b >= base + size || base >= b + n)
       return nullptr;
     auto c = seg.conn.lock();
     if (c == nullptr)
@@ -86,7 +96,7 @@ void attach_hook() {
     CA::attachAllocatorTraceTracker([](const CA::TraceEntry& te) {
       if (te.action_ == CA::TraceEntry::SEGMENT_FREE ||
           te.action_ == CA::TraceEntry::SEGMENT_UNMAP)
-        segment_freed((uintptr_t)te.addr_);
+        segment_freed((uintptr_t)te.addr_, te.size_ > 0 ? te.size_ : 1);
     });
   });
 }
@@ -111,16 +121,93 @@ bool cuda_direct() {
     const char* v = std::getenv("SPCOLL_CUDA_DIRECT");
     return v != nullptr && std::strcmp(v, "0") == 0;
   }();
-  return !off && !CA::CUDAAllocatorConfig::expandable_segments();
+  return !off;
 }
+
+namespace {
+
+bool expandable() { return CA::CUDAAllocatorConfig::expandable_segments(); }
+
+// A block of torch's caching allocator (not spcoll's pool, not memory
+// from elsewhere, whose frees no hook reports).
+bool in_caching_allocator(const at::Tensor& t) {
+  return t.storage().data_ptr().get_deleter() == CA::get()->raw_deleter();
+}
+
+// Under expandable segments: the registration of ss's table that holds
+// [p, p + n) for conn, or end().
+std::map<SegKey, Seg>::iterator run_of(Segments& ss, Conn* conn, uintptr_t p,
+                                       size_t n) {
+  auto it = ss.map.upper_bound(SegKey{conn, p, SIZE_MAX});
+  while (it != ss.map.begin()) {
+    --it;
+    if (std::get<0>(it->first) != conn)
+      break;
+    uintptr_t b = std::get<1>(it->first);
+    if (p + n <= b + std::get<2>(it->first))
+      return it;
+  }
+  return ss.map.end();
+}
+
+void throw_register(Conn& conn, int rc, uintptr_t p, size_t n,
+                    const char* what) {
+  C10_THROW_ERROR(DistBackendError,
+                  "spcoll: registering torch's CUDA " + std::string(what) +
+                      " at " + c10::str((void*)p) + " (" + std::to_string(n) +
+                      " bytes) with spcolld: " +
+                      status_text(rc, spc_last_error(conn.client())));
+}
+
+// Expandable segments are cuMem memory: the run of mappings under the
+// tensor is registered (libspclient sends each as a file descriptor) and
+// kept until the allocator unmaps any of it (SEGMENT_UNMAP).
+bool take_expandable(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
+                     Span* s) {
+  if (!in_caching_allocator(t))
+    return false;
+  attach_hook();
+  char* p = static_cast<char*>(t.data_ptr());
+  size_t n = t.nbytes();
+  Segments& ss = segments();
+  std::lock_guard<std::mutex> g(ss.mu);
+  auto it = run_of(ss, conn.get(), (uintptr_t)p, n);
+  if (it == ss.map.end()) {
+    Conn::Lock l(*conn);
+    spc_buffer *part = nullptr, *run = nullptr;
+    void* base = nullptr;
+    size_t size = 0;
+    int rc = spc_buffer_register_device(conn->client(), p, n, &part);
+    if (rc < 0)
+      throw_register(*conn, rc, (uintptr_t)p, n, "expandable segment memory");
+    (void)spc_buffer_device_range(part, &base, &size);
+    rc = spc_buffer_register_device(conn->client(), base, size, &run);
+    (void)spc_buffer_free(part);  // run shares its registration
+    if (rc < 0)
+      throw_register(*conn, rc, (uintptr_t)base, size, "cuMem mappings");
+    it = ss.map.emplace(SegKey{conn.get(), (uintptr_t)base, size},
+                        Seg{conn, run}).first;
+    conn->counts().segments++;
+  }
+  uintptr_t base = std::get<1>(it->first);
+  *s = Span{it->second.buf, (uint64_t)((uintptr_t)p - base), p, (int64_t)n,
+            false, (int)t.get_device()};
+  return true;
+}
+
+}  // namespace
 
 bool cuda_in_segment(const at::Tensor& t) {
   uintptr_t base;
   size_t size;
   if (!t.is_cuda() || t.nbytes() == 0 || !t.is_contiguous())
     return false;
-  return cuda_direct() ? cuda_segment_of(t, &base, &size)
-                       : cuda_pool_holds(t);
+  if (cuda_pool_holds(t))
+    return true;
+  if (!cuda_direct())
+    return false;
+  return expandable() ? in_caching_allocator(t)
+                      : cuda_segment_of(t, &base, &size);
 }
 
 bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
@@ -128,9 +215,10 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
   int64_t n = (int64_t)t.nbytes();
   uintptr_t base;
   size_t size;
-  if (!t.is_cuda() || n == 0 || !t.is_contiguous() ||
-      !cuda_segment_of(t, &base, &size))
+  if (!t.is_cuda() || n == 0 || !t.is_contiguous())
     return false;
+  if (!cuda_segment_of(t, &base, &size))  // throws for expandable segments
+    return cuda_direct() && expandable() && take_expandable(conn, t, s);
   char* p = static_cast<char*>(t.data_ptr());
   spc_buffer* pooled;
   if (cuda_pool_find(conn.get(), base, size, &pooled)) {
@@ -139,31 +227,27 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
     return true;
   }
   if (!cuda_direct())
-    return false;  // expandable segments: VMM memory IPC cannot share
+    return false;
   attach_hook();
   Segments& ss = segments();
   std::lock_guard<std::mutex> g(ss.mu);
-  auto key = std::make_pair(conn.get(), base);
-  auto it = ss.map.find(key);
-  if (it != ss.map.end() && spc_buffer_size(it->second.buf) != size) {
+  auto it = ss.map.lower_bound(SegKey{conn.get(), base, 0});
+  if (it != ss.map.end() && std::get<0>(it->first) == conn.get() &&
+      std::get<1>(it->first) == base && std::get<2>(it->first) != size) {
     // Another segment at the same address: the hook missed the old one's
     // free (it should not), so its registration is stale. Drop it.
     Conn::Lock l(*conn);
     (void)spc_buffer_free(it->second.buf);
     ss.map.erase(it);
-    it = ss.map.end();
   }
+  it = ss.map.find(SegKey{conn.get(), base, size});
   if (it == ss.map.end()) {
     spc_buffer* buf = nullptr;
     Conn::Lock l(*conn);
     int rc = spc_buffer_register_device(conn->client(), (void*)base, size, &buf);
     if (rc < 0)
-      C10_THROW_ERROR(DistBackendError,
-                      "spcoll: registering torch's CUDA segment at " +
-                          c10::str((void*)base) + " (" + std::to_string(size) +
-                          " bytes) with spcolld: " +
-                          status_text(rc, spc_last_error(conn->client())));
-    it = ss.map.emplace(key, Seg{conn, buf}).first;
+      throw_register(*conn, rc, base, size, "segment");
+    it = ss.map.emplace(SegKey{conn.get(), base, size}, Seg{conn, buf}).first;
     conn->counts().segments++;
   }
   *s = Span{it->second.buf, (uint64_t)((uintptr_t)p - base), p, n, false,
@@ -172,7 +256,7 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
 }
 
 void cuda_forget(Conn* conn) {
-  release_where([conn](Conn* c, uintptr_t, const Seg&) {
+  release_where([conn](Conn* c, uintptr_t, size_t, const Seg&) {
     return c == conn ? c : nullptr;  // its weak reference is gone already
   });
 }

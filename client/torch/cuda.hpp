@@ -9,10 +9,16 @@
 // in the daemon), so the daemon never maps memory that torch freed:
 // torch.cuda.empty_cache and the retry after an out-of-memory stay safe.
 //
-// Not in place: expandable segments (VMM memory, which CUDA IPC cannot
-// share) outside spcoll's pool (cuda_pool_use), and memory outside the
-// caching allocator; those ops take the
-// Python backend's device path or a staged copy (backend.cpp).
+// Expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+// are cuMem memory, which legacy IPC cannot share: there the run of
+// mappings under a tensor is registered (libspclient exports each as a
+// file descriptor), later tensors inside it share it, and a SEGMENT_UNMAP
+// of any of it releases it (the daemon's own mapping keeps the physical
+// memory alive until then, whatever torch does).
+//
+// Not in place: memory outside the caching allocator, and everything but
+// spcoll's pool under SPCOLL_CUDA_DIRECT=0; those ops take the Python
+// backend's device path or a staged copy (backend.cpp).
 //
 // Built with SPC_TORCH_CUDA where torch has CUDA and its headers are
 // found (mk/torch_ext.mk); without, cuda_direct() is false and every
@@ -37,8 +43,7 @@ class Conn;
 struct Span;
 
 // Whether this process's CUDA tensors can go in place: built with CUDA,
-// torch's allocator without expandable segments, and not turned off with
-// SPCOLL_CUDA_DIRECT=0 (then no segment of torch's allocator is exported
+// and not turned off with SPCOLL_CUDA_DIRECT=0 (then no segment of torch's allocator is exported
 // to the daemon; read once). (Tensors in spcoll's pool go in place
 // regardless: cuda_pool_holds.)
 bool cuda_direct();

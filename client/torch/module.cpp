@@ -81,7 +81,8 @@ PYBIND11_MODULE(_c10d, m) {
   // allocates through conn: spcoll.c10d.mem_pool.
   m.def("pool_use", [](std::shared_ptr<Conn> c, int dev, int64_t a,
                        int64_t b) { cuda_pool_use(std::move(c), dev, a, b); });
-  // Whether torch's own CUDA segments go in place (no expandable ones).
+  // Whether torch's own CUDA memory goes in place (expandable segments
+  // too: cuMem memory, sent to the daemon as file descriptors).
   m.def("cuda_direct", [] { return cuda_direct(); });
   m.def("built_with_cuda", [] {
 #ifdef SPC_TORCH_CUDA

@@ -53,6 +53,11 @@ typedef struct {
     "Bytes written by completed ops since start.")                           \
   X(buffers_registered, spcoll_buffers_registered_total,                     \
     "Buffers registered since start.")                                       \
+  X(buffers_ipc, spcoll_device_buffers_ipc_total,                            \
+    "Device buffers registered through legacy CUDA IPC handles.")            \
+  X(buffers_vmm, spcoll_device_buffers_vmm_total,                            \
+    "Device buffers registered as cuMem allocations sent as file "           \
+    "descriptors (torch's expandable segments, other PID namespaces).")      \
   X(peer_streams_sent, spcoll_peer_streams_sent_total,                       \
     "Op data streams (UCX messages) sent to other nodes.")                   \
   X(peer_refused, spcoll_peer_refused_total,                                 \

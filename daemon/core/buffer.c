@@ -144,18 +144,17 @@ out_close:
   return rc;
 }
 
-int spd_buffer_open_device(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
-                           const uint8_t *uuid, size_t ulen, uint64_t offset,
-                           uint64_t size, spd_buffer **buf_p, spk_err *err) {
+int spd_buffer_of_device(spd_ctx *ctx, void *mem, uint8_t *base, int dev,
+                         uint64_t size, spd_buffer **buf_p, spk_err *err) {
   spd_buffer *buf = calloc(1, sizeof(*buf));
-  if (buf == NULL)
-    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a buffer record failed");
-  int rc = spd_gpu_ipc_open(ctx, handle, hlen, uuid, ulen, offset, size,
-                            &buf->gpu_mem, &buf->base, &buf->device, err);
-  if (rc < 0) {
-    free(buf);
-    return rc;
+  if (buf == NULL) {
+    spd_gpu_ipc_close(ctx, mem);
+    return spk_err_set(err, SPK_ENO_MEMORY, "calloc of a buffer record "
+                       "failed");
   }
+  buf->gpu_mem = mem;
+  buf->base = base;
+  buf->device = dev;
   buf->kind = SPD_BUF_DEVICE;
   buf->id = spd_next_id(ctx);
   buf->size = size;
@@ -163,6 +162,20 @@ int spd_buffer_open_device(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
   ctx->stats.buffers_registered++;
   *buf_p = buf;
   return SPK_OK;
+}
+
+int spd_buffer_open_device(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
+                           const uint8_t *uuid, size_t ulen, uint64_t offset,
+                           uint64_t size, spd_buffer **buf_p, spk_err *err) {
+  void *mem;
+  uint8_t *base;
+  int dev;
+  int rc = spd_gpu_ipc_open(ctx, handle, hlen, uuid, ulen, offset, size,
+                            &mem, &base, &dev, err);
+  if (rc < 0)
+    return rc;
+  ctx->stats.buffers_ipc++;
+  return spd_buffer_of_device(ctx, mem, base, dev, size, buf_p, err);
 }
 
 void spd_buffer_ref(spd_buffer *buf) {

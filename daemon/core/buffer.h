@@ -52,6 +52,12 @@ int spd_buffer_open_device(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
                            const uint8_t *uuid, size_t ulen, uint64_t offset,
                            uint64_t size, spd_buffer **buf_p, spk_err *err);
 
+/* The buffer for [base, base + size) of a device mapping already open
+ * (mem, from spd_gpu_vmm_open's answer): takes mem's reference, which
+ * failure drops. */
+int spd_buffer_of_device(spd_ctx *ctx, void *mem, uint8_t *base, int dev,
+                         uint64_t size, spd_buffer **buf_p, spk_err *err);
+
 void spd_buffer_ref(spd_buffer *buf);
 /* Drop a reference; the last one unmaps (or closes the IPC mapping) and
  * frees. */

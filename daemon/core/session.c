@@ -2,16 +2,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "group.h"
+#include "types.h"
 
 /* A client that sends more descriptors than it registers buffers is bad;
  * the cap bounds the fds libuv holds for it. */
-#define SESSION_MAX_PENDING_FDS 16
+#define SESSION_MAX_PENDING_FDS SPK_VMM_MAX_CHUNKS
 /* Past the daemon-wide reply budget, only clients with more than this
  * queued are dropped: one that reads its replies never is. */
 #define SESSION_SMALL_QUEUE ((size_t)1 << 20)
@@ -283,9 +285,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
   }
   spf_reader_commit(&s->reader, (size_t)nread);
   if (uv_pipe_pending_count(&s->pipe) > SESSION_MAX_PENDING_FDS) {
-    spd_session_fail(s, 0, SPK_EPROTOCOL,
-                     "more than 16 file descriptors sent ahead of their "
-                     "buf_register frames");
+    char msg[96];
+    snprintf(msg, sizeof(msg), "more than %d file descriptors sent ahead of "
+             "their buf_register frames", SESSION_MAX_PENDING_FDS);
+    spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
     return;
   }
   session_drain(s);

@@ -40,6 +40,7 @@ typedef struct spd_session {
   gid_t groups[32];           /* supplementary groups (SO_PEERGROUPS) */
   int ngroups_sup;
   int ngroups, nbuffers, pending; /* counted against the client limits */
+  int vmm_pending;            /* cuMem registrations mapping now */
   uint64_t registered_bytes;
   double frame_tokens;        /* frame-rate bucket, refilled over time */
   uint64_t frame_ns;
@@ -92,6 +93,10 @@ void spd_session_buffer_drop(spd_session *s, spd_buffer *b);
 
 spd_member *spd_session_member(spd_session *s, uint64_t id);
 spd_buffer *spd_session_buffer(spd_session *s, uint64_t id);
+
+/* BufRegister (session_buffer.c): answered at once, or for cuMem
+ * allocations once they are mapped. */
+void spd_session_buf_register(spd_session *s, const Spcoll__Frame *f);
 
 /* Handle one decoded frame (session_dispatch.c). */
 void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f);

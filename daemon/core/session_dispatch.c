@@ -77,97 +77,6 @@ static void on_join(spd_session *s, const Spcoll__Frame *f) {
   spd_group_join(s->ctx, s, f->id, f->group_join);
 }
 
-/* A host buffer registered for stream flags: an engine makes its words
- * reachable by its streams. On failure the buffer is dropped. */
-static int flags_open(spd_session *s, spd_buffer *buf, spk_err *err) {
-  if (buf->kind != SPD_BUF_HOST || buf->size % 16 != 0)
-    return spk_err_set(err, SPK_EINVAL, "a stream flags buffer must be host "
-                       "memory of a multiple of 16 bytes, not %zu bytes of "
-                       "%s memory", buf->size,
-                       buf->kind == SPD_BUF_HOST ? "host" : "device");
-  int rc = spd_engines_flags_open(s->ctx, buf->base, buf->size,
-                                  buf->engine_state, err);
-  if (rc < 0) {
-    spd_buffer_unref(s->ctx, buf);
-    return rc;
-  }
-  buf->stream_flags = 1;
-  return SPK_OK;
-}
-
-/* A registration is host memory (a memfd sent with the frame) or, when it
- * carries a CUDA IPC handle, a client's device allocation. */
-static void on_buf_register(spd_session *s, const Spcoll__Frame *f) {
-  const Spcoll__BufRegister *reg = f->buf_register;
-  int device = reg->ipc_handle.len != 0;
-  spk_err err;
-  int fd = -1, rc;
-  if (!device && (rc = spd_session_take_fd(s, &fd, &err)) < 0) {
-    spd_session_fail(s, f->id, rc, err.msg);
-    return;
-  }
-  const spd_config *cfg = &s->ctx->cfg;
-  uint64_t size = reg->size;
-  /* Device memory costs the daemon no RAM: only the buffer count limits
-   * it, not client_max_bytes. */
-  if (s->nbuffers >= cfg->client_max_buffers ||
-      (!device &&
-       size > (uint64_t)cfg->client_max_bytes - s->registered_bytes)) {
-    char msg[192];
-    snprintf(msg, sizeof(msg), "client limit: %d buffers and %llu bytes "
-             "registered, %llu more asked; limits %d buffers "
-             "(client_max_buffers), %lld bytes (client_max_bytes)",
-             s->nbuffers, (unsigned long long)s->registered_bytes,
-             (unsigned long long)size, cfg->client_max_buffers,
-             cfg->client_max_bytes);
-    if (fd >= 0)
-      close(fd);
-    spd_session_send_error(s, f->id, SPK_ENO_MEMORY, msg);
-    return;
-  }
-  char msg[200];
-  uint64_t charge = device ? 0 : size;
-  rc = spd_quota_take(&s->ctx->quotas, cfg, s->uid, SPD_Q_BUFFERS, 1, msg,
-                      sizeof(msg));
-  if (rc == SPK_OK &&
-      (rc = spd_quota_take(&s->ctx->quotas, cfg, s->uid, SPD_Q_BYTES,
-                           (long long)charge, msg, sizeof(msg))) < 0)
-    spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
-  if (rc < 0) {
-    if (fd >= 0)
-      close(fd);
-    spd_session_send_error(s, f->id, rc, msg);
-    return;
-  }
-  spd_buffer *buf;
-  if (device)
-    rc = spd_buffer_open_device(s->ctx, reg->ipc_handle.data,
-                                reg->ipc_handle.len, reg->device_uuid.data,
-                                reg->device_uuid.len, reg->alloc_offset, size,
-                                &buf, &err);
-  else
-    rc = spd_buffer_map(s->ctx, fd, size, &buf, &err);
-  if (rc == SPK_OK && reg->stream_flags)
-    rc = flags_open(s, buf, &err);
-  if (rc < 0) {
-    spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
-    spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BYTES, (long long)charge);
-    spd_session_send_error(s, f->id, rc, err.msg);
-    return;
-  }
-  TAILQ_INSERT_TAIL(&s->buffers, buf, link);
-  s->nbuffers++;
-  if (!device)
-    s->registered_bytes += buf->size;
-  Spcoll__BufRegistered out = SPCOLL__BUF_REGISTERED__INIT;
-  Spcoll__Frame r = SPCOLL__FRAME__INIT;
-  out.buffer_id = buf->id;
-  r.id = f->id;
-  r.body_case = SPCOLL__FRAME__BODY_BUF_REGISTERED;
-  r.buf_registered = &out;
-  spd_session_send(s, &r);
-}
-
 static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
   spd_buffer *buf = spd_session_buffer(s, f->buf_release->buffer_id);
   if (buf == NULL) {
@@ -310,7 +219,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   case SPCOLL__FRAME__BODY_HELLO: on_hello(s, f); return;
   case SPCOLL__FRAME__BODY_GROUP_JOIN: on_join(s, f); return;
   case SPCOLL__FRAME__BODY_GROUP_LEAVE: on_leave(s, f); return;
-  case SPCOLL__FRAME__BODY_BUF_REGISTER: on_buf_register(s, f); return;
+  case SPCOLL__FRAME__BODY_BUF_REGISTER: spd_session_buf_register(s, f); return;
   case SPCOLL__FRAME__BODY_BUF_RELEASE: on_buf_release(s, f); return;
   case SPCOLL__FRAME__BODY_OP: on_op(s, f); return;
   case SPCOLL__FRAME__BODY_GROUP_SPLIT: on_group_split(s, f); return;

@@ -36,7 +36,8 @@ typedef struct {
   uint64_t nccl_tail_set;
 } spd_gpu_dev;
 
-/* An allocation of a client, opened with cudaIpcOpenMemHandle. */
+/* An allocation of a client, opened with cudaIpcOpenMemHandle or mapped
+ * from cuMem file descriptors (gpu_vmm.c). */
 typedef struct spd_gpu_mem {
   struct spd_gpu_mem *next;
   uint8_t handle[SPD_GPU_HANDLE];
@@ -44,7 +45,13 @@ typedef struct spd_gpu_mem {
   uint8_t *base;
   uint64_t size;               /* 0: cuMemGetAddressRange could not tell */
   int refs;                    /* buffers registered on it */
+  struct spd_gpu_vmm *vmm;     /* cuMem allocations (gpu_vmm.c); NULL: a
+                                * legacy IPC mapping of `handle` */
 } spd_gpu_mem;
+
+/* Unmap m's cuMem allocations on libuv's thread pool (m is then free to
+ * go). */
+void spd_gpu_vmm_close(spd_gpu_mem *m);
 
 /* A client's IPC event, opened with cudaIpcOpenEventHandle; cached per
  * session, least recently used first out. */

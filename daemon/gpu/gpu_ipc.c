@@ -69,7 +69,8 @@ static uint64_t alloc_size(spd_gpu *gpu, uint8_t *base) {
 static int mem_open(spd_gpu *gpu, const uint8_t *handle, int dev,
                     spd_gpu_mem **mem_p, spk_err *err) {
   for (spd_gpu_mem *m = gpu->mems; m != NULL; m = m->next)
-    if (m->dev == dev && memcmp(m->handle, handle, SPD_GPU_HANDLE) == 0) {
+    if (m->vmm == NULL && m->dev == dev &&
+        memcmp(m->handle, handle, SPD_GPU_HANDLE) == 0) {
       *mem_p = m;
       return SPK_OK;
     }
@@ -111,6 +112,11 @@ static void mem_close(spd_gpu *gpu, spd_gpu_mem *m) {
       *p = m->next;
       break;
     }
+  if (m->vmm != NULL) {
+    spd_gpu_vmm_close(m);
+    free(m);
+    return;
+  }
   spk_err err;
   cudaError_t e = cudaSuccess;
   if (spd_gpu_set_device(m->dev, &err) == SPK_OK)
@@ -164,8 +170,9 @@ void spd_gpu_free(spd_ctx *ctx) {
   if (gpu == NULL)
     return;
   while (gpu->mems != NULL) {
-    SPD_WARN(&ctx->log, "GPU %d: an IPC mapping still open at exit (%d "
-             "buffers): closing it", gpu->mems->dev, gpu->mems->refs);
+    SPD_WARN(&ctx->log, "GPU %d: %s mapping still open at exit (%d "
+             "buffers): closing it", gpu->mems->dev,
+             gpu->mems->vmm ? "a cuMem" : "an IPC", gpu->mems->refs);
     mem_close(gpu, gpu->mems);
   }
   spd_gpu_desc_cache_free(gpu);

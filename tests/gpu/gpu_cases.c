@@ -167,7 +167,7 @@ int gpc_rank_fail(gpc_rank *k, const char *cs, const char *what, int rc) {
 int gpc_device_run(gpc_rank *k, const gpc_case *c, const spc_op *op,
                    const spc_tensor *hin, const int64_t *oshape, size_t in_b,
                    size_t out_b, int use_stream) {
-  int big = out_b >= 8 * GPC_MB, bad = 0;
+  int big = out_b >= 8 * GPC_MB && k->vmm_chunk == 0, bad = 0;
   size_t out_at = (in_b + 4095) & ~(size_t)4095;
   spc_buffer *bin, *bout;
   int rc = spc_buffer_register_device(k->c, k->dev, in_b, &bin);
@@ -263,7 +263,12 @@ int gpc_rank_open(gpc_rank *k, const char *socket, const char *group,
   k->dev_bytes = dev_bytes;
   GPT_CUDA(cudaSetDevice(dev));
   GPT_CUDA(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking));
-  GPT_CUDA(cudaMalloc((void **)&k->dev, dev_bytes));
+  if (k->vmm_chunk > 0) {
+    if (gpt_vmm_alloc(dev, dev_bytes, k->vmm_chunk, (void **)&k->dev))
+      return gpc_rank_fail(k, group, "cuMem allocation", -1);
+  } else {
+    GPT_CUDA(cudaMalloc((void **)&k->dev, dev_bytes));
+  }
   GPT_CUDA(cudaMallocHost((void **)&k->got, dev_bytes));
   k->c = spt_connect(socket);
   int rc = k->c ? spc_group_join(k->c, group, k->world, k->rank, &k->g) : -1;
@@ -277,6 +282,13 @@ int gpc_rank_open(gpc_rank *k, const char *socket, const char *group,
     return gpc_rank_fail(k, group, "setup", rc);
   if (spc_buffer_device(k->dev_all) != dev || spc_buffer_device(k->host) != -1)
     return gpc_rank_fail(k, group, "spc_buffer_device", -1);
+  /* Registered whole: the allocation, or every cuMem mapping of it. */
+  void *base;
+  size_t size;
+  if (spc_buffer_device_range(k->dev_all, &base, &size) != SPC_OK ||
+      base != k->dev || size < dev_bytes ||
+      spc_buffer_device_range(k->host, &base, &size) != SPC_EINVAL)
+    return gpc_rank_fail(k, group, "spc_buffer_device_range", -1);
   return 0;
 }
 
@@ -285,7 +297,10 @@ void gpc_rank_close(gpc_rank *k) {
   spc_buffer_free(k->host);
   spc_group_leave(k->g);
   spc_disconnect(k->c);
-  cudaFree(k->dev);
+  if (k->vmm_chunk > 0)
+    gpt_vmm_free(k->dev, k->dev_bytes, k->vmm_chunk);
+  else
+    cudaFree(k->dev);
   cudaFreeHost(k->got);
   cudaStreamDestroy(k->stream);
 }

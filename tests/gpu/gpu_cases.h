@@ -70,6 +70,9 @@ typedef struct {
   spc_group *g;
   spc_buffer *host, *dev_all;
   uint8_t *dev;            /* cudaMalloc'd, registered whole as dev_all */
+  size_t vmm_chunk;        /* set before gpc_rank_open: dev is cuMem
+                            * memory in allocations of this many bytes
+                            * (gpt_vmm_alloc), and big outputs stay in it */
   cudaStream_t stream;
   uint8_t *got;
   int rank, world;

@@ -39,6 +39,20 @@ void gpt_keep_log(const spt_daemon *d);
       return 1;                                                              \
     }                                                                        \
   } while (0)
+
+/* Device memory made as torch's expandable segments make it: an address
+ * range reserved, then `bytes` of cuMem allocations of `chunk` bytes each
+ * (multiples of 2 MiB) created exportable as POSIX file descriptors,
+ * mapped back to back and made accessible from dev. Through the driver's
+ * entry points (the tests link libcudart alone). 0, or 1 having said why
+ * on stderr. */
+int gpt_vmm_alloc(int dev, size_t bytes, size_t chunk, void **p);
+/* The same with the allocations' requestedHandleTypes given (a
+ * CUmemAllocationHandleType mask; 0: not exportable). */
+int gpt_vmm_alloc_as(int dev, size_t bytes, size_t chunk, int handle_types,
+                     void **p);
+/* Unmap, release and unreserve what gpt_vmm_alloc made. */
+int gpt_vmm_free(void *p, size_t bytes, size_t chunk);
 #endif
 
 #endif

@@ -9,12 +9,18 @@
  * spc_run on the legacy default stream instead. Runs with the CUDA mover
  * (4 ranks), NCCL forced (4 ranks through send/recv to itself; 1 rank
  * through NCCL's collectives), 3 ranks, and across GPUs when there are
- * several. The cases and what runs one are gpu_cases.c's, shared with
+ * several; and on cuMem device memory (as torch's expandable segments
+ * make it), with the CUDA mover, with NCCL, and from ranks in a PID
+ * namespace of their own. The cases and what runs one are gpu_cases.c's, shared with
  * test_gpu_multinode.c. Without a GPU: "skipped: no GPU", exit 77. */
 #include <check.h>
+#include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check_run.h"
 #include "gpu_cases.h"
@@ -29,13 +35,42 @@ typedef struct {
   int ngpu;           /* rank r on GPU r % ngpu; 0: all on GPU 0 */
   const char *mover;  /* counter that must have moved: mover_cuda_ops... */
   const char *other;  /* counter that must not have */
+  size_t vmm_chunk;   /* > 0: device memory made with cuMem, in allocations
+                       * of this size */
+  int pidns;          /* the ranks run in a PID namespace of their own */
 } mode_t_;
 
 static spt_daemon daemon_;
 
+/* Registrations by kind: cuMem memory registered once per rank (each
+ * case's buffers share it), none through legacy IPC; or the reverse. */
+static int registrations_ok(const mode_t_ *m, int world) {
+  long long vmm = gpt_stat(&daemon_, "buffers_vmm");
+  long long ipc = gpt_stat(&daemon_, "buffers_ipc");
+  fprintf(stderr, "[%s] device buffers: %lld cuMem, %lld legacy IPC\n",
+          m->group, vmm, ipc);
+  return m->vmm_chunk > 0 ? vmm == world && ipc == 0 : vmm == 0 && ipc > 0;
+}
+
+/* Whether this process is in another PID namespace than the daemon. */
+static int other_pid_namespace(void) {
+  char mine[64], its[64], path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)daemon_.pid);
+  ssize_t a = readlink("/proc/self/ns/pid", mine, sizeof(mine) - 1);
+  ssize_t b = readlink(path, its, sizeof(its) - 1);
+  if (a <= 0 || b <= 0)
+    return 0; /* the daemon's pid means nothing here: same check fails */
+  mine[a] = its[b] = '\0';
+  return strcmp(mine, its) != 0;
+}
+
 static int rank_main(int rank, int world, void *arg) {
   const mode_t_ *m = arg;
-  gpc_rank k = {.rank = rank, .world = world};
+  if (m->pidns && !other_pid_namespace()) {
+    fprintf(stderr, "rank %d: not in a PID namespace of its own\n", rank);
+    return 1;
+  }
+  gpc_rank k = {.rank = rank, .world = world, .vmm_chunk = m->vmm_chunk};
   int dev = m->ngpu ? rank % m->ngpu : 0;
   if (gpc_rank_open(&k, daemon_.socket, m->group, dev, GPC_HOST_BYTES,
                     GPC_DEV_BYTES))
@@ -46,7 +81,8 @@ static int rank_main(int rank, int world, void *arg) {
     long long other = gpt_stat(&daemon_, m->other);
     fprintf(stderr, "[%s] %s %lld, %s %lld\n", m->group, m->mover, moved,
             m->other, other);
-    if (moved < (long long)gpc_ncases || other != 0)
+    if (moved < (long long)gpc_ncases || other != 0 ||
+        !registrations_ok(m, world))
       bad++;
   }
   gpc_rank_close(&k);
@@ -72,11 +108,40 @@ static long contexts_of(pid_t pid) {
   return mask;
 }
 
+/* The ranks in a new PID namespace (as trainers in a container, the
+ * daemon outside it): a child enters it, and its first child, the
+ * namespace's init, runs them. Needs CAP_SYS_ADMIN (root). */
+static int run_ranks_pidns(int world, mode_t_ *m) {
+  fflush(NULL);
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    if (unshare(CLONE_NEWPID) < 0) {
+      fprintf(stderr, "unshare(CLONE_NEWPID): %s (the test needs root)\n",
+              strerror(errno));
+      _exit(100);
+    }
+    pid_t init = fork();
+    if (init == 0)
+      _exit(spt_run_ranks(world, rank_main, m, 240));
+    int st = 0;
+    if (init < 0 || waitpid(init, &st, 0) != init)
+      _exit(101);
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 102);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(p, &st, 0), p);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 100,
+                "the PID namespace of the ranks failed (status 0x%x)", st);
+  return WEXITSTATUS(st);
+}
+
 static void run_mode(const char *mover, int world, mode_t_ *m) {
   const char *const extra[] = {"--log-level", "debug", "--mover",
                                mover ? mover : "auto", NULL};
   ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
-  int failed = spt_run_ranks(world, rank_main, m, 240);
+  int failed = m->pidns ? run_ranks_pidns(world, m)
+                        : spt_run_ranks(world, rank_main, m, 240);
   gpt_keep_log(&daemon_);
   if (failed)
     spt_daemon_dump_log(&daemon_);
@@ -93,33 +158,60 @@ static void run_mode(const char *mover, int world, mode_t_ *m) {
 }
 
 START_TEST(cuda_mover_4_ranks_one_gpu) {
-  mode_t_ m = {"gpu-cuda-4", 0, "mover_cuda_ops", "mover_nccl_ops"};
+  mode_t_ m = {"gpu-cuda-4", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
 
 START_TEST(cuda_mover_3_ranks_one_gpu) {
-  mode_t_ m = {"gpu-cuda-3", 0, "mover_cuda_ops", "mover_nccl_ops"};
+  mode_t_ m = {"gpu-cuda-3", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0};
   run_mode(NULL, 3, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_4_ranks_one_gpu) {
-  mode_t_ m = {"gpu-nccl-4", 0, "mover_nccl_ops", "mover_cuda_ops"};
+  mode_t_ m = {"gpu-nccl-4", 0, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
   run_mode("nccl", 4, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_1_rank_collectives) {
-  mode_t_ m = {"gpu-nccl-1", 0, "mover_nccl_ops", "mover_cuda_ops"};
+  mode_t_ m = {"gpu-nccl-1", 0, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
   run_mode("nccl", 1, &m);
+}
+END_TEST
+
+/* Device memory from cuMem (torch's expandable segments), in 4 MiB
+ * allocations that many buffers straddle: shared as file descriptors. */
+START_TEST(cuda_mover_4_ranks_cumem) {
+  mode_t_ m = {"gpu-cuda-4-cumem", 0, "mover_cuda_ops", "mover_nccl_ops",
+               4 * GPC_MB, 0};
+  run_mode(NULL, 4, &m);
+}
+END_TEST
+
+START_TEST(nccl_forced_4_ranks_cumem) {
+  mode_t_ m = {"gpu-nccl-4-cumem", 0, "mover_nccl_ops", "mover_cuda_ops",
+               4 * GPC_MB, 0};
+  run_mode("nccl", 4, &m);
+}
+END_TEST
+
+/* Trainers in a PID namespace of their own, the daemon outside it: their
+ * cuMem memory goes through. (Legacy handles are not tried: spcsim
+ * refuses them across PID namespaces, the stricter reading, while the one
+ * real GPU run opened one across a PID namespace alone: docs/spcsim.md.) */
+START_TEST(cuda_mover_ranks_in_another_pid_namespace) {
+  mode_t_ m = {"gpu-cuda-pidns", 0, "mover_cuda_ops", "mover_nccl_ops",
+               4 * GPC_MB, 1};
+  run_mode(NULL, 2, &m);
 }
 END_TEST
 
 /* One rank per GPU: NCCL's collectives where a plan is one, else grouped
  * send/recv between the GPUs. */
 START_TEST(nccl_4_ranks_4_gpus) {
-  mode_t_ m = {"gpu-nccl-4x4", 4, "mover_nccl_ops", "mover_cuda_ops"};
+  mode_t_ m = {"gpu-nccl-4x4", 4, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
@@ -127,7 +219,7 @@ END_TEST
 /* Two ranks on each of two GPUs (rank r on GPU r % 2): NCCL between the
  * GPUs, the kernel for what stays on one. */
 START_TEST(mixed_2x2) {
-  mode_t_ m = {"gpu-mixed-2x2", 2, "mover_nccl_ops", "mover_cuda_ops"};
+  mode_t_ m = {"gpu-mixed-2x2", 2, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
@@ -141,6 +233,9 @@ int main(void) {
   tcase_add_test(tc, cuda_mover_3_ranks_one_gpu);
   tcase_add_test(tc, nccl_forced_4_ranks_one_gpu);
   tcase_add_test(tc, nccl_forced_1_rank_collectives);
+  tcase_add_test(tc, cuda_mover_4_ranks_cumem);
+  tcase_add_test(tc, nccl_forced_4_ranks_cumem);
+  tcase_add_test(tc, cuda_mover_ranks_in_another_pid_namespace);
   /* Placements that need more GPUs are not run (and not counted) here. */
   if (ngpu >= 4)
     tcase_add_test(tc, nccl_4_ranks_4_gpus);

@@ -166,31 +166,6 @@ ABSENT(cuGreenCtxStreamCreate, (CUstream * phStream, CUgreenCtx greenCtx,
 ABSENT(cuLogsRegisterCallback, (CUlogsCallback callbackFunc, void *userData,
                                 CUlogsCallbackHandle *callback_out))
 ABSENT(cuLogsUnregisterCallback, (CUlogsCallbackHandle callback))
-ABSENT(cuMemAddressFree, (CUdeviceptr ptr, size_t size))
-ABSENT(cuMemAddressReserve, (CUdeviceptr * ptr, size_t size, size_t alignment,
-                             CUdeviceptr addr, unsigned long long flags))
-ABSENT(cuMemCreate, (CUmemGenericAllocationHandle * handle, size_t size,
-                     const CUmemAllocationProp *prop, unsigned long long flags))
-ABSENT(cuMemExportToShareableHandle,
-       (void *shareableHandle, CUmemGenericAllocationHandle handle,
-        CUmemAllocationHandleType handleType, unsigned long long flags))
-ABSENT(cuMemGetAllocationGranularity,
-       (size_t * granularity, const CUmemAllocationProp *prop,
-        CUmemAllocationGranularity_flags option))
-ABSENT(cuMemGetAllocationPropertiesFromHandle,
-       (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))
-ABSENT(cuMemImportFromShareableHandle,
-       (CUmemGenericAllocationHandle * handle, void *osHandle,
-        CUmemAllocationHandleType shHandleType))
-ABSENT(cuMemMap,
-       (CUdeviceptr ptr, size_t size, size_t offset,
-        CUmemGenericAllocationHandle handle, unsigned long long flags))
-ABSENT(cuMemRelease, (CUmemGenericAllocationHandle handle))
-ABSENT(cuMemRetainAllocationHandle,
-       (CUmemGenericAllocationHandle * handle, void *addr))
-ABSENT(cuMemSetAccess, (CUdeviceptr ptr, size_t size,
-                        const CUmemAccessDesc *desc, size_t count))
-ABSENT(cuMemUnmap, (CUdeviceptr ptr, size_t size))
 ABSENT(cuMemsetD32Async,
        (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream))
 ABSENT(cuMulticastAddDevice,

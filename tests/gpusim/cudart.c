@@ -281,11 +281,11 @@ API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 API cudaError_t cudaMemset(void *p, int v, size_t n) {
   sim_no_block("cudaMemset", "may wait for the GPU (a synchronous memset; "
                "cudaMemsetAsync queues it on a stream)");
-  return R(sim_memset(p, v, n, NULL, 0));
+  return R(sim_memset(p, v, n, NULL, 0, "cudaMemset"));
 }
 
 API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-  return R(sim_memset(p, v, n, (sim_stream *)s, 1));
+  return R(sim_memset(p, v, n, (sim_stream *)s, 1, "cudaMemsetAsync"));
 }
 
 typedef int (*range_fn)(unsigned long long *, size_t *, unsigned long long);

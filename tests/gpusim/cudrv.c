@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cudrv.h"
 #include "sim.h"
 
 #define API __attribute__((visibility("default")))
@@ -39,6 +40,9 @@ static CUresult C(int e) {
     return CUDA_ERROR_INVALID_VALUE;
   }
 }
+
+/* C, for cudrv_vmm.c. */
+CUresult cudrv_result(int e) { return C(e); }
 
 static CUcontext ctx_of(int d) { return (CUcontext)(uintptr_t)(0x2000 + d); }
 
@@ -227,8 +231,14 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
   case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
     *v = sim_cfg()->no_memops != SIM_MEMOPS_NONE;
     break;
+  /* Virtual memory management (sim_vmm.c), shareable as file
+   * descriptors; not as fabric handles (no IMEX channels here). */
+  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    *v = 1;
+    break;
   default:
-    *v = 0; /* features the simulator does not have (VMM, multicast) */
+    *v = 0; /* features the simulator does not have (multicast, fabric) */
     sim_attr_unmodelled("cuDeviceGetAttribute", (int)a);
   }
   return CUDA_SUCCESS;
@@ -241,13 +251,97 @@ API CUresult cuCtxSynchronize(void) {
   return C(sim_device_sync(sim_cur_dev()));
 }
 
+/* An address reserved (cuMemAddressReserve) with nothing mapped there:
+ * not mapped, in the reservation's range; no other attribute. */
+static CUresult unmapped_attribute(void *data, CUpointer_attribute attr,
+                                   const void *p) {
+  uint8_t *base;
+  uint64_t size;
+  if (sim_vmm_reservation(p, &base, &size) != SIM_OK)
+    return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+  case CU_POINTER_ATTRIBUTE_MAPPED:
+    *(unsigned *)data = 0;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)base;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    *(size_t *)data = size;
+    return CUDA_SUCCESS;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+/* Access of the current context's GPU (CUmemAccess_flags values). */
+static unsigned access_flags(const sim_map *m, const void *p) {
+  int flags = 0;
+  if (m->kind != SIM_M_VMM)
+    return sim_accessible(m, sim_cur_dev()) ? 3 : 0;
+  return sim_vmm_get_access(p, sim_cur_dev(), &flags) == SIM_OK ? flags : 0;
+}
+
+/* Where memory sits and how it may be shared. Mapping: the cuMemMap
+ * mapping for cuMem memory, the allocation for the others; range: the
+ * reservation for cuMem memory (CUDA: "not necessarily the address of
+ * the mapped region"). The memory block is the physical allocation: one
+ * id for every mapping of it. Booleans are unsigned ints, as IS_MANAGED
+ * is (the callers in this tree pass one). */
+static CUresult mapping_attribute(void *data, CUpointer_attribute attr,
+                                  const sim_map *m, const void *p) {
+  int vmm = m->kind == SIM_M_VMM;
+  uint8_t *base = m->ptr;
+  uint64_t size = m->size;
+  switch (attr) {
+  case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    *(unsigned *)data = m->kind == SIM_M_DEVICE;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPED:
+    *(unsigned *)data = 1;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+    *(void **)data = m->ptr;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+    *(size_t *)data = m->size;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+  case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    if (vmm)
+      (void)sim_vmm_reservation(p, &base, &size);
+    if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+      *(size_t *)data = size;
+    else
+      *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)base;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    *(unsigned *)data = vmm ? (unsigned)m->handle_types : 0;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+    *(unsigned long long *)data = vmm ? m->block_id : m->buffer_id;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+    *(unsigned *)data = access_flags(m, p);
+    return CUDA_SUCCESS;
+  default:
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+/* cuMem (VMM) memory is device memory of its allocation's GPU that
+ * belongs to no context (the CONTEXT attribute fails, as CUDA's does);
+ * its buffer id is the mapping's. */
 API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
                                    CUdeviceptr p) {
   sim_map m;
+  const void *a = (const void *)(uintptr_t)p;
   if (sim_sticky(SIM_OK) != SIM_OK)
     return C(SIM_OK);
-  if (!sim_lookup((const void *)(uintptr_t)p, 1, &m))
+  if (data == NULL)
     return CUDA_ERROR_INVALID_VALUE;
+  if (!sim_lookup(a, 1, &m))
+    return unmapped_attribute(data, attr, a);
   switch (attr) {
   case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
     *(unsigned *)data =
@@ -260,13 +354,15 @@ API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
     *(int *)data = m.dev;
     return m.dev >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   case CU_POINTER_ATTRIBUTE_CONTEXT:
+    if (m.dev < 0 || m.kind == SIM_M_VMM)
+      return CUDA_ERROR_INVALID_VALUE;
     *(CUcontext *)data = ctx_of(m.dev);
-    return m.dev >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
   case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     *(unsigned long long *)data = m.buffer_id;
     return CUDA_SUCCESS;
   default:
-    return CUDA_ERROR_INVALID_VALUE;
+    return mapping_attribute(data, attr, &m, a);
   }
 }
 
@@ -304,7 +400,7 @@ API CUresult cuMemFree(CUdeviceptr p) {
 API CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
   sim_no_block("cuMemsetD8", "may wait for the GPU (a synchronous memset; "
                "cuMemsetD8Async queues it on a stream)");
-  return C(sim_memset((void *)(uintptr_t)p, v, n, NULL, 1));
+  return C(sim_memset((void *)(uintptr_t)p, v, n, NULL, 1, "cuMemsetD8"));
 }
 
 API CUresult cuEventCreate(CUevent *e, unsigned flags) {

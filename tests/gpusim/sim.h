@@ -124,14 +124,24 @@ int sim_launch_should_fault(void);
 /* PINNED: cudaMallocHost/cudaHostAlloc memory the simulator mapped;
  * HOSTREG: the caller's memory registered with cudaHostRegister (never
  * unmapped by the simulator). Both are host memory the GPUs reach at the
- * same address (unified addressing). */
-enum { SIM_M_DEVICE, SIM_M_IMPORT, SIM_M_POOL, SIM_M_PINNED, SIM_M_HOSTREG };
+ * same address (unified addressing). VMM: one cuMemMap mapping of a
+ * cuMemCreate allocation (sim_vmm.c), device memory of the allocation's
+ * GPU that a GPU reaches only once cuMemSetAccess granted it. */
+enum {
+  SIM_M_DEVICE,
+  SIM_M_IMPORT,
+  SIM_M_POOL,
+  SIM_M_PINNED,
+  SIM_M_HOSTREG,
+  SIM_M_VMM
+};
 
 static inline int sim_is_host(int kind) {
   return kind == SIM_M_PINNED || kind == SIM_M_HOSTREG;
 }
 
 /* The shared header of a cudaMalloc allocation (first page of its memfd). */
+#define SIM_MHDR_MAGIC 0x73706373696d4d45ull /* "spcsimME" */
 typedef struct {
   uint64_t magic;
   uint64_t id;
@@ -159,6 +169,14 @@ typedef struct sim_map {
   int ctx_dev;
   int refs;
   uint64_t buffer_id;
+  /* VMM: the physical allocation's process-wide id
+   * (CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID; other kinds use buffer_id),
+   * the handle types it may be exported as, and the GPUs granted access
+   * by cuMemSetAccess: bit d of access, and of readonly when only for
+   * reading (both written and read atomically). */
+  uint64_t block_id;
+  int handle_types;
+  uint32_t access, readonly;
 } sim_map;
 
 int sim_malloc(int dev, uint64_t size, void **p_out);
@@ -176,12 +194,34 @@ int sim_host_unregister(void *p);
 /* cudaHostGetDevicePointer: host memory the GPUs reach has the same
  * address there; anything else is SIM_EINVAL. */
 int sim_host_device_ptr(void *p, void **dev_p);
-/* The mapping holding [p, p+len), or NULL; *m_p is a snapshot copy. */
+/* Whether [p, p+len) is in one mapping, or in cuMem (VMM) mappings laid
+ * back to back (a GPU sees one range there, as CUDA's do); *m_out is a
+ * snapshot copy of the mapping holding p. */
 int sim_lookup(const void *p, uint64_t len, sim_map *m_out);
-/* Whether device `dev` may dereference mapping m (a snapshot). */
+/* Whether device `dev` may dereference mapping m (a snapshot; for VMM
+ * memory only that mapping: sim_check_access covers a whole range). */
 int sim_accessible(const sim_map *m, int dev);
 /* Whole-range check for a device access; violation when not allowed. */
 void sim_check_access(const void *p, uint64_t len, int dev, const char *call);
+/* The check of a copy or memset touching [p, p+len) (device memory or
+ * not): cuMem (VMM) memory no GPU was granted (cuMemSetAccess) is out of
+ * every copy engine's reach, a violation (access-from-device). */
+void sim_check_copy(const void *p, uint64_t len, const char *call);
+/* For sim_vmm.c: record m (given a buffer id) / forget it, under the
+ * memory lock; a new process-wide id (buffer and memory block ids). */
+void sim_map_add(sim_map *m);
+void sim_map_remove(sim_map *m);
+uint64_t sim_new_id(void);
+/* The lock of the mapping records, for the code outside sim_mem.c that
+ * looks through them (sim_ipc.c): the first record (->next: the others),
+ * the one holding [p, p+len), unlinking one. */
+void sim_maps_lock(void);
+void sim_maps_unlock(void);
+sim_map *sim_maps_first_locked(void);
+sim_map *sim_maps_find_locked(const void *p, uint64_t len);
+void sim_maps_unlink_locked(sim_map *m);
+/* munmap itself, past the interposed check (sim_munmap). */
+int sim_raw_munmap(void *p, size_t len);
 int sim_pool_set_access(int pool_dev, int dev, int on);
 
 typedef struct {
@@ -194,6 +234,62 @@ int sim_ipc_close(void *p, const char *call);
 int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p);
 /* munmap with the device-memory check (cudart.c interposes munmap). */
 int sim_munmap(void *addr, size_t len);
+/* The inode of this process's PID namespace (/proc/self/ns/pid), or 0
+ * when it cannot be told (said on stderr). Legacy CUDA IPC handles carry
+ * their exporter's: CUDA opens them only in the same PID namespace. */
+uint64_t sim_pidns(void);
+/* Whether a handle exported from PID namespace `exporter` (0: unknown)
+ * is opened in another one, said on stderr for call (what: "memory",
+ * "event"); the open then fails with SIM_EMAPFAIL. */
+int sim_ipc_pidns_differs(uint64_t exporter, const char *what,
+                          const char *call);
+
+/* ---- virtual memory management (sim_vmm.c) --------------------------------
+ * cuMemCreate allocations are memfds with a shared header page (magic,
+ * global id, GPU, size, handle types), so one exported as a file
+ * descriptor maps in any process that receives it. A handle value stands
+ * for one physical allocation in this process, with a count of
+ * references (cuMemCreate, cuMemImportFromShareableHandle,
+ * cuMemRetainAllocationHandle each add one, cuMemRelease takes one); each
+ * cuMemMap mapping holds the allocation too, which lives until both are
+ * gone. Reservations (cuMemAddressReserve) are PROT_NONE mappings that
+ * cuMemMap maps into and cuMemUnmap gives back. The allocation creating
+ * process counts it against its GPU (sim_dev_reserve) while it lives
+ * there. Allocation sizes, and mappings' addresses, sizes and offsets,
+ * are multiples of SIM_VMM_GRAN (reservations: of the host page). */
+#define SIM_VMM_GRAN ((uint64_t)2 << 20)
+enum { SIM_VMM_FD = 1 }; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+typedef struct {
+  int dev;
+  int flags; /* 0 none, 1 read, 3 read-write (CUmemAccess_flags) */
+} sim_vmm_access;
+int sim_vmm_create(int dev, uint64_t size, int handle_types, uint64_t *h_out);
+int sim_vmm_release(uint64_t h, const char *call);
+int sim_vmm_reserve(uint64_t size, uint64_t align, uint64_t hint,
+                    void **p_out);
+int sim_vmm_addr_free(void *p, uint64_t size, const char *call);
+int sim_vmm_map(void *p, uint64_t size, uint64_t offset, uint64_t h);
+int sim_vmm_unmap(void *p, uint64_t size);
+int sim_vmm_set_access(void *p, uint64_t size, const sim_vmm_access *a,
+                       int n);
+int sim_vmm_get_access(const void *p, int dev, int *flags_out);
+int sim_vmm_retain(const void *p, uint64_t *h_out);
+int sim_vmm_props(uint64_t h, int *dev_out, int *handle_types_out);
+int sim_vmm_export_fd(uint64_t h, int *fd_out);
+int sim_vmm_import_fd(int fd, uint64_t *h_out, const char *call);
+/* The reservation holding p (CU_POINTER_ATTRIBUTE_RANGE_*), SIM_EINVAL
+ * when none does. */
+int sim_vmm_reservation(const void *p, uint8_t **base_p, uint64_t *size_p);
+/* Whether [p, p+len) overlaps a reservation (munmap's check). */
+int sim_vmm_overlaps(const void *p, uint64_t len, uint8_t **base_p);
+/* Between sim_vmm.c and sim_vmm_resv.c: whether [p, p+len) is within one
+ * reservation; the reservation takes [p, p+size) back (PROT_NONE; -1
+ * after saying why, for call); the first mapping in [p, p+len), or NULL;
+ * the reservations' part of the leak report. */
+int sim_vmm_in_reservation(const void *p, uint64_t len);
+int sim_vmm_give_back(void *p, uint64_t size, const char *call);
+uint8_t *sim_vmm_mapped_in(const void *p, uint64_t len);
+void sim_vmm_resv_leaks(void);
 
 /* ---- streams and events ------------------------------------------------ */
 
@@ -257,7 +353,8 @@ int sim_event_ipc_open(const sim_handle64 *h, sim_event **e_p,
  * SPCSIM_FORBID_PAGEABLE_ASYNC=1. */
 int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
                const char *call);
-int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async);
+int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async,
+               const char *call);
 
 /* ---- kernels --------------------------------------------------------------
  */

@@ -2,8 +2,9 @@
  * async copy touching pageable host memory is synchronous, as CUDA makes
  * it (the stream drains first), which is how a loop thread ends up
  * waiting on clients' streams: SPCSIM_FORBID_PAGEABLE_ASYNC=1 makes it a
- * violation for processes that must never block. A faulted device
- * (sim_poison) copies nothing. */
+ * violation for processes that must never block. A copy touching cuMem
+ * (VMM) memory no GPU was granted is a violation (sim_check_copy). A
+ * faulted device (sim_poison) copies nothing. */
 #include "sim.h"
 
 #include <errno.h>
@@ -39,7 +40,12 @@ int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
     return SIM_EILLEGAL;
   if (n == 0)
     return SIM_OK;
-  int pg = pageable(dst, n) || pageable(src, n);
+  int pg_dst = pageable(dst, n), pg_src = pageable(src, n);
+  int pg = pg_dst || pg_src;
+  if (!pg_dst)
+    sim_check_copy(dst, n, call);
+  if (!pg_src)
+    sim_check_copy(src, n, call);
   s = sim_stream_resolve(s);
   if (s == NULL)
     return SIM_ENOMEM;
@@ -65,12 +71,14 @@ int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
   return sim_enqueue(s, run_copy, c, 1);
 }
 
-int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async) {
+int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async,
+               const char *call) {
   sim_map m;
   if (n == 0)
     return SIM_OK;
   if (!sim_lookup(dst, n, &m) || sim_is_host(m.kind))
     return SIM_EINVAL;
+  sim_check_copy(dst, n, call);
   copy_op *c = malloc(sizeof(*c));
   if (c == NULL)
     return SIM_ENOMEM;

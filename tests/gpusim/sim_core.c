@@ -336,6 +336,7 @@ void sim_leak_note(const char *fmt, ...) {
 void sim_mem_leaks(void);
 void sim_stream_leaks(void);
 void sim_memop_leaks(void);
+void sim_vmm_leaks(void);
 
 /* At exit: what the process still holds of the simulated GPUs, and the
  * stream memory waits still unsatisfied (a stream left stuck). With
@@ -346,6 +347,7 @@ static void leak_report(void) {
   sim_mem_leaks();
   sim_stream_leaks();
   sim_memop_leaks();
+  sim_vmm_leaks();
   if (leaks > 0 && sim_applies_here("SPCSIM_LEAKS_FATAL")) {
     fprintf(stderr, "spcsim: %d leak(s) at exit (pid %d)\n", leaks,
             (int)getpid());

@@ -1,12 +1,13 @@
 /* Simulated device memory: every cudaMalloc allocation is a memfd with a
  * shared header page (who imported it, whether its exporter freed it), so
- * CUDA IPC handles open in other processes (through /proc/<pid>/fd, the
- * way pidfd_getfd would) and misuse across processes is seen. Pool
- * (cudaMallocAsync) memory and pinned host memory are plain mappings the
- * process records; host memory registered with cudaHostRegister is the
- * caller's, recorded as it is. munmap is interposed: device memory is
- * unmapped only by cudaFree or cudaIpcCloseMemHandle, registered memory
- * only after cudaHostUnregister. */
+ * CUDA IPC handles open in other processes (sim_ipc.c) and misuse across
+ * processes is seen. Pool (cudaMallocAsync) memory and pinned host memory
+ * are plain mappings the process records; host memory registered with
+ * cudaHostRegister is the caller's, recorded as it is; cuMem (VMM)
+ * mappings are sim_vmm.c's, recorded here so every access check sees
+ * them. munmap is interposed: device memory is unmapped only by cudaFree,
+ * cudaIpcCloseMemHandle or cuMemUnmap, registered memory only after
+ * cudaHostUnregister. */
 #include "sim.h"
 
 #include <errno.h>
@@ -19,22 +20,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define MAGIC 0x73706373696d4d45ull /* "spcsimME" */
-#define HMAGIC 0x53504353u
+#define MAGIC SIM_MHDR_MAGIC
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static sim_map *maps;
 static uint64_t next_id = 1;
 static uint32_t pool_access[SIM_MAX_DEV]; /* bit d: device d granted */
-
-/* The handle's bytes (64, as CUDA's). */
-typedef struct {
-  uint32_t magic;
-  int32_t pid, fd, dev;
-  uint64_t ino, id, size;
-  uint8_t pad[24];
-} ipc_mem_handle;
-_Static_assert(sizeof(ipc_mem_handle) == 64, "a CUDA IPC handle has 64 bytes");
 
 static void *raw_mmap(size_t len, int fd) {
   return mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -45,9 +36,32 @@ static int raw_munmap(void *p, size_t len) {
   return (int)syscall(SYS_munmap, p, len);
 }
 
+int sim_raw_munmap(void *p, size_t len) { return raw_munmap(p, len); }
+
 static void link_map(sim_map *m) {
   m->next = maps;
   maps = m;
+}
+
+/* The VMM mapping holding a (whole: at == its start), or NULL. */
+static sim_map *vmm_at_locked(const uint8_t *a, int whole) {
+  for (sim_map *m = maps; m != NULL; m = m->next)
+    if (m->kind == SIM_M_VMM && (whole ? a == m->ptr
+                                       : a >= m->ptr && a < m->ptr + m->size))
+      return m;
+  return NULL;
+}
+
+/* The first of the VMM mappings that lie back to back over [a, a+len),
+ * or NULL: a GPU sees one range there, whatever mapping each byte is in
+ * (cuMemMap chunks laid end to end, as torch's expandable segments do). */
+static sim_map *vmm_span_locked(const uint8_t *a, uint64_t len) {
+  sim_map *first = vmm_at_locked(a, 0), *m = first;
+  if (first == NULL || (uintptr_t)a + len < (uintptr_t)a)
+    return NULL;
+  while (m != NULL && m->ptr + m->size < a + len)
+    m = vmm_at_locked(m->ptr + m->size, 1);
+  return m != NULL ? first : NULL;
 }
 
 static sim_map *find_locked(const void *p, uint64_t len) {
@@ -56,7 +70,7 @@ static sim_map *find_locked(const void *p, uint64_t len) {
     if (a >= m->ptr && a < m->ptr + m->size &&
         len <= m->size - (uint64_t)(a - m->ptr))
       return m;
-  return NULL;
+  return vmm_span_locked(a, len);
 }
 
 /* The mapping overlapping [a, a+len) (headers included), or NULL. */
@@ -251,6 +265,7 @@ int sim_host_alloc(uint64_t size, void **p_out) {
   m->size = size ? size : 1;
   m->fd = -1;
   pthread_mutex_lock(&mu);
+  m->buffer_id = next_id++; /* BUFFER_ID, MEMORY_BLOCK_ID */
   link_map(m);
   pthread_mutex_unlock(&mu);
   *p_out = map;
@@ -305,6 +320,7 @@ int sim_host_register(void *p, uint64_t size) {
     free(m);
     return SIM_EREGISTERED;
   }
+  m->buffer_id = next_id++;
   link_map(m);
   pthread_mutex_unlock(&mu);
   return SIM_OK;
@@ -342,6 +358,8 @@ int sim_lookup(const void *p, uint64_t len, sim_map *m_out) {
 
 int sim_accessible(const sim_map *m, int dev) {
   switch (m->kind) {
+  case SIM_M_VMM: /* cuMemSetAccess's grants, nothing else */
+    return (__atomic_load_n(&m->access, __ATOMIC_ACQUIRE) >> dev) & 1u;
   case SIM_M_PINNED:
   case SIM_M_HOSTREG:
     return 1;
@@ -358,11 +376,47 @@ int sim_accessible(const sim_map *m, int dev) {
   }
 }
 
+/* Whether a copy engine reaches m: memory of a cuMem mapping only when
+ * some GPU was granted access to it. */
+static int copy_reaches(const sim_map *m) {
+  return m->kind != SIM_M_VMM || __atomic_load_n(&m->access, __ATOMIC_ACQUIRE);
+}
+
+/* Where [p, p+len) stands for GPU dev (-1: a copy engine): 0 not in
+ * simulated memory, 1 reachable, 2 not, *bad the mapping refused (for
+ * VMM memory, the first refused mapping of the span). */
+static int reach(const void *p, uint64_t len, int dev, sim_map *bad) {
+  pthread_mutex_lock(&mu);
+  sim_map *m = find_locked(p, len);
+  int r = m != NULL;
+  if (m != NULL && m->kind == SIM_M_VMM) {
+    const uint8_t *end = (const uint8_t *)p + len;
+    for (; r == 1 && m != NULL && m->ptr < end;
+         m = vmm_at_locked(m->ptr + m->size, 1))
+      if (dev >= 0 ? !sim_accessible(m, dev) : !copy_reaches(m)) {
+        *bad = *m;
+        r = 2;
+      }
+  } else if (m != NULL && dev >= 0 && !sim_accessible(m, dev)) {
+    *bad = *m;
+    r = 2;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+static const char *kind_name(int kind) {
+  return kind == SIM_M_POOL  ? "pool (cudaMallocAsync)"
+         : kind == SIM_M_VMM ? "cuMem (VMM)"
+                             : "device";
+}
+
 void sim_check_access(const void *p, uint64_t len, int dev, const char *call) {
   if (len == 0)
     return;
   sim_map m;
-  if (!sim_lookup(p, len, &m)) {
+  int r = reach(p, len, dev, &m);
+  if (r == 0) {
     sim_violation("access-not-device-memory", call,
                   "%llu bytes at %p are "
                   "not (wholly) in one allocation of a simulated GPU, "
@@ -370,16 +424,54 @@ void sim_check_access(const void *p, uint64_t len, int dev, const char *call) {
                   (unsigned long long)len, p);
     return;
   }
-  if (!sim_accessible(&m, dev))
+  if (r == 2)
     sim_violation("access-from-device", call,
-                  "%s memory of GPU %d at %p "
+                  "%s memory of GPU %d at %p (the mapping at %p) "
                   "dereferenced from GPU %d, which has no access to it (%s)",
-                  m.kind == SIM_M_POOL ? "pool (cudaMallocAsync)" : "device",
-                  m.dev, p, dev,
-                  m.kind == SIM_M_POOL ? "cudaMemPoolSetAccess was not "
-                                         "called for it"
-                                       : "peer access not enabled");
+                  kind_name(m.kind), m.dev, p, (void *)m.ptr, dev,
+                  m.kind == SIM_M_POOL  ? "cudaMemPoolSetAccess was not "
+                                          "called for it"
+                  : m.kind == SIM_M_VMM ? "cuMemSetAccess did not grant it"
+                                        : "peer access not enabled");
 }
+
+void sim_check_copy(const void *p, uint64_t len, const char *call) {
+  sim_map m;
+  if (len > 0 && reach(p, len, -1, &m) == 2)
+    sim_violation("access-from-device", call,
+                  "%llu bytes at %p: the cuMem (VMM) mapping at %p (GPU %d) "
+                  "is accessible from no GPU (cuMemSetAccess was not called "
+                  "for it), so no copy can reach it",
+                  (unsigned long long)len, p, (void *)m.ptr, m.dev);
+}
+
+void sim_map_add(sim_map *m) {
+  pthread_mutex_lock(&mu);
+  m->buffer_id = next_id++;
+  link_map(m);
+  pthread_mutex_unlock(&mu);
+}
+
+void sim_map_remove(sim_map *m) {
+  pthread_mutex_lock(&mu);
+  unlink_map(m);
+  pthread_mutex_unlock(&mu);
+}
+
+uint64_t sim_new_id(void) {
+  pthread_mutex_lock(&mu);
+  uint64_t id = next_id++;
+  pthread_mutex_unlock(&mu);
+  return id;
+}
+
+void sim_maps_lock(void) { pthread_mutex_lock(&mu); }
+void sim_maps_unlock(void) { pthread_mutex_unlock(&mu); }
+sim_map *sim_maps_first_locked(void) { return maps; }
+sim_map *sim_maps_find_locked(const void *p, uint64_t len) {
+  return find_locked(p, len);
+}
+void sim_maps_unlink_locked(sim_map *m) { unlink_map(m); }
 
 int sim_pool_set_access(int pool_dev, int dev, int on) {
   if (pool_dev < 0 || pool_dev >= sim_cfg()->ndev || dev < 0 ||
@@ -395,136 +487,6 @@ int sim_pool_set_access(int pool_dev, int dev, int on) {
   return SIM_OK;
 }
 
-/* ---- CUDA IPC ------------------------------------------------------------ */
-
-int sim_ipc_get(const void *p, sim_handle64 *hout, const char *call) {
-  sim_map m;
-  if (!sim_lookup(p, 1, &m))
-    return SIM_EINVAL;
-  if (m.kind != SIM_M_DEVICE || m.ptr != p) {
-    sim_violation("ipc-handle-not-base", call,
-                  "%p is %s: CUDA IPC shares "
-                  "only the base of a cudaMalloc allocation",
-                  p,
-                  m.kind == SIM_M_POOL     ? "stream-ordered pool memory"
-                  : m.kind == SIM_M_IMPORT ? "an imported mapping"
-                  : m.kind == SIM_M_PINNED ? "pinned host memory"
-                  : m.kind == SIM_M_HOSTREG ? "registered host memory"
-                                            : "inside an allocation");
-    return SIM_EINVAL;
-  }
-  ipc_mem_handle h = {.magic = HMAGIC,
-                      .pid = getpid(),
-                      .fd = m.fd,
-                      .dev = m.dev,
-                      .ino = m.ino,
-                      .id = m.hdr->id,
-                      .size = m.size};
-  memcpy(hout, &h, sizeof(h));
-  return SIM_OK;
-}
-
-int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
-                 const char *call) {
-  if (sim_sticky(SIM_OK) != SIM_OK)
-    return SIM_EILLEGAL;
-  sim_ctx_touch(sim_cur_dev());
-  ipc_mem_handle h;
-  memcpy(&h, hin, sizeof(h));
-  if (h.magic != HMAGIC)
-    return SIM_EMAPFAIL; /* garbage: an error, as CUDA returns one */
-  if (h.pid == getpid()) {
-    sim_violation("ipc-open-own-process", call,
-                  "the handle of allocation "
-                  "%llx was made by this process: CUDA IPC handles open "
-                  "only in another process",
-                  (unsigned long long)h.id);
-    return SIM_EINVAL;
-  }
-  /* Opened before by this context: CUDA counts the open and hands back
-   * the same pointer (cudaIpcOpenMemHandle: "the reference count on the
-   * handle is incremented by 1 and the existing device pointer is
-   * returned"). Another device's context maps it anew. */
-  int ctx = sim_cur_dev();
-  pthread_mutex_lock(&mu);
-  for (sim_map *m = maps; m != NULL; m = m->next)
-    if (m->kind == SIM_M_IMPORT && m->hdr->id == h.id && m->ctx_dev == ctx) {
-      m->refs++;
-      *p_out = m->ptr;
-      pthread_mutex_unlock(&mu);
-      return SIM_OK;
-    }
-  pthread_mutex_unlock(&mu);
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_ino != h.ino) {
-    fprintf(stderr, "spcsim: %s: cannot open the exporter's memory %s: %s\n",
-            call, path, fd < 0 ? strerror(errno) : "inode differs (freed?)");
-    if (fd >= 0)
-      close(fd);
-    return SIM_EMAPFAIL;
-  }
-  uint64_t map_size = (uint64_t)st.st_size;
-  uint8_t *map = raw_mmap(map_size, fd);
-  close(fd);
-  if (map == MAP_FAILED)
-    return SIM_EMAPFAIL;
-  sim_mhdr *hdr = (sim_mhdr *)map;
-  if (hdr->magic != MAGIC || hdr->id != h.id ||
-      __atomic_load_n(&hdr->freed, __ATOMIC_ACQUIRE)) {
-    raw_munmap(map, map_size);
-    return SIM_EMAPFAIL;
-  }
-  sim_map *m = calloc(1, sizeof(*m));
-  if (m == NULL) {
-    raw_munmap(map, map_size);
-    return SIM_ENOMEM;
-  }
-  __atomic_add_fetch(&hdr->importers, 1, __ATOMIC_ACQ_REL);
-  m->kind = SIM_M_IMPORT;
-  m->dev = hdr->dev;
-  m->map = map;
-  m->map_size = map_size;
-  m->ptr = map + SIM_HDR;
-  m->size = hdr->size;
-  m->hdr = hdr;
-  m->fd = -1;
-  m->peer_lazy = lazy_peer;
-  m->ctx_dev = ctx;
-  m->refs = 1;
-  pthread_mutex_lock(&mu);
-  m->buffer_id = next_id++;
-  link_map(m);
-  pthread_mutex_unlock(&mu);
-  *p_out = m->ptr;
-  return SIM_OK;
-}
-
-int sim_ipc_close(void *p, const char *call) {
-  pthread_mutex_lock(&mu);
-  sim_map *m = find_locked(p, 1);
-  if (m == NULL || m->ptr != p || m->kind != SIM_M_IMPORT) {
-    pthread_mutex_unlock(&mu);
-    sim_violation("ipc-close-not-open", call,
-                  "%p is not the address "
-                  "cudaIpcOpenMemHandle returned",
-                  p);
-    return SIM_EINVAL;
-  }
-  if (--m->refs > 0) { /* other opens of the handle still hold it */
-    pthread_mutex_unlock(&mu);
-    return SIM_OK;
-  }
-  unlink_map(m);
-  pthread_mutex_unlock(&mu);
-  __atomic_sub_fetch(&m->hdr->importers, 1, __ATOMIC_ACQ_REL);
-  raw_munmap(m->map, m->map_size);
-  free(m);
-  return SIM_OK;
-}
-
 int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p) {
   sim_map m;
   if (!sim_lookup(p, 1, &m) || sim_is_host(m.kind))
@@ -534,10 +496,19 @@ int sim_range(const void *p, uint8_t **base_p, uint64_t *size_p) {
   return SIM_OK;
 }
 
+/* What unmaps memory of kind k properly. */
+static const char *unmapper(int kind) {
+  return kind == SIM_M_IMPORT ? "cudaIpcCloseMemHandle"
+         : kind == SIM_M_VMM  ? "cuMemUnmap"
+         : kind == SIM_M_POOL ? "cudaFreeAsync"
+                              : "cudaFree";
+}
+
 /* munmap's check (the wrapper is in libcudart.so.13, a direct dependency
  * of the programs, so it comes before libc's in symbol lookup): a process
  * unmapping simulated device memory by hand (not cudaFree, not
- * cudaIpcCloseMemHandle) is the misuse CUDA leaves undefined. */
+ * cudaIpcCloseMemHandle, not cuMemUnmap), or a range it reserved with
+ * cuMemAddressReserve, is the misuse CUDA leaves undefined. */
 int sim_munmap(void *addr, size_t len) {
   if (getenv("SPCSIM_TRACE_MUNMAP"))
     fprintf(stderr, "spcsim: munmap(%p, %zu)\n", addr, len);
@@ -546,6 +517,7 @@ int sim_munmap(void *addr, size_t len) {
   int kind = hit ? hit->kind : -1;
   void *ptr = hit ? hit->ptr : NULL;
   pthread_mutex_unlock(&mu);
+  uint8_t *resv = NULL;
   if (kind == SIM_M_HOSTREG)
     sim_violation("unmap-registered-memory", "munmap",
                   "%zu bytes at %p overlap memory registered with "
@@ -554,15 +526,21 @@ int sim_munmap(void *addr, size_t len) {
   else if (hit != NULL)
     sim_violation(
         kind == SIM_M_IMPORT ? "ipc-unmap-not-close" : "unmap-device-memory",
-        "munmap",
-        "%zu bytes at %p overlap %s at %p: unmap it with "
-        "%s",
-        len, addr,
-        kind == SIM_M_IMPORT ? "a CUDA IPC mapping" : "simulated device memory",
-        ptr, kind == SIM_M_IMPORT ? "cudaIpcCloseMemHandle" : "cudaFree");
+        "munmap", "%zu bytes at %p overlap %s at %p: unmap it with %s", len,
+        addr,
+        kind == SIM_M_IMPORT ? "a CUDA IPC mapping"
+        : kind == SIM_M_VMM  ? "a cuMemMap mapping"
+                             : "simulated device memory",
+        ptr, unmapper(kind));
+  else if (sim_vmm_overlaps(addr, len, &resv))
+    sim_violation("unmap-device-memory", "munmap",
+                  "%zu bytes at %p overlap the cuMemAddressReserve range at "
+                  "%p: free it with cuMemAddressFree",
+                  len, addr, (void *)resv);
   return raw_munmap(addr, len);
 }
 
+/* What this process still holds (cuMem mappings: sim_vmm_leaks). */
 void sim_mem_leaks(void) {
   pthread_mutex_lock(&mu);
   for (sim_map *m = maps; m != NULL; m = m->next) {
@@ -570,9 +548,10 @@ void sim_mem_leaks(void) {
         "cudaMalloc allocation", "cudaIpcOpenMemHandle mapping",
         "cudaMallocAsync allocation", "cudaMallocHost memory",
         "cudaHostRegister registration"};
-    sim_leak_note("%s of %llu bytes at %p (GPU %d) never released",
-                  what[m->kind], (unsigned long long)m->size, (void *)m->ptr,
-                  m->dev);
+    if (m->kind != SIM_M_VMM)
+      sim_leak_note("%s of %llu bytes at %p (GPU %d) never released",
+                    what[m->kind], (unsigned long long)m->size,
+                    (void *)m->ptr, m->dev);
   }
   pthread_mutex_unlock(&mu);
 }

@@ -6,7 +6,9 @@
  * simulator (tests/gpusim/simrun.sh); elsewhere it skips (exit 77).
  * Stream memory operations and host registration are in
  * sim_rules_memops.c, calls that may block in sim_rules_block.c, NCCL in
- * sim_rules_nccl.c; the helpers they share are declared in sim_rules.h. */
+ * sim_rules_nccl.c, cuMem (VMM) memory and IPC across PID namespaces in
+ * sim_rules_vmm.c and sim_rules_vmm_rules.c; the helpers they share are
+ * declared in sim_rules.h. */
 #include <check.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -293,10 +295,7 @@ START_TEST(pool_memory_from_another_device) {
 }
 END_TEST
 
-/* Queue on s the plan kernel (nvcc's own object, run by the simulator's
- * host build of the same source) copying 64 bytes src -> dst, its
- * descriptor uploaded to descs first. */
-static void queue_copy(void *descs, void *src, void *dst, cudaStream_t s) {
+void queue_copy(void *descs, void *src, void *dst, cudaStream_t s) {
   spk_cdesc d;
   memset(&d, 0, sizeof(d));
   d.src = (uint64_t)(uintptr_t)src;
@@ -769,6 +768,7 @@ int main(void) {
     return strcmp(checks, "nopeer") == 0       ? no_peer_checks()
            : strcmp(checks, "nomemops") == 0   ? no_memops_checks()
            : strcmp(checks, "nomemopsv1") == 0 ? no_v1_memops_checks()
+           : strcmp(checks, "vmmnopeer") == 0  ? vmm_no_peer_checks()
                                                : 2;
   Suite *s = suite_create("spcsim_rules");
   TCase *tc = tcase_create("rules");
@@ -795,6 +795,7 @@ int main(void) {
   tcase_add_test(tc, legacy_stream_waits_for_blocking_streams);
   tcase_add_test(tc, non_blocking_streams_do_not_wait);
   sim_rules_memops(tc);
+  sim_rules_vmm(tc);
   tcase_add_test(tc, gpus_without_peer_access);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);

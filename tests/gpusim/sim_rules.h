@@ -70,6 +70,61 @@ void CUDART_CB hold_a(void *arg);
 void CUDART_CB note_b(void *arg);
 int ran_within(order_t *o, int ms);
 
+/* Queue on s the plan kernel (nvcc's own object, run by the simulator's
+ * host build of the same source) copying 64 bytes src -> dst, its
+ * descriptor uploaded to descs (device memory) first. */
+void queue_copy(void *descs, void *src, void *dst, cudaStream_t s);
+
+/* ---- cuMem (VMM) memory: sim_rules_vmm.c, sim_rules_vmm_rules.c ---------
+ * The driver's virtual memory management entry points, found as torch
+ * finds them (cudaGetDriverEntryPointByVersion, CUDA 12 ABI); a missing
+ * one is a failed setup (die). */
+typedef struct {
+  CUresult (*granularity)(size_t *, const CUmemAllocationProp *,
+                          CUmemAllocationGranularity_flags);
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t,
+                     const CUmemAllocationProp *, unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+                      unsigned long long);
+  CUresult (*addr_free)(CUdeviceptr, size_t);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*get_access)(unsigned long long *, const CUmemLocation *,
+                         CUdeviceptr);
+  CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
+  CUresult (*props)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+  CUresult (*export_fd)(void *, CUmemGenericAllocationHandle,
+                        CUmemAllocationHandleType, unsigned long long);
+  CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *,
+                        CUmemAllocationHandleType);
+  CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr);
+  CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+} vmm_api;
+extern const char *const vmm_names[]; /* in vmm_api's order */
+vmm_api vmm(void);
+#define VMM_G ((size_t)2 << 20) /* the granularity */
+/* Pinned memory of GPU dev, exportable as the given handle types. */
+CUmemAllocationProp vmm_prop(int dev, int handle_types);
+/* A cuMemCreate allocation of size bytes on dev (die on failure). */
+CUmemGenericAllocationHandle vmm_make(int dev, size_t size, int handle_types);
+/* cuMemSetAccess of [p, p+size) for GPU dev with flags (die). */
+void vmm_grant(CUdeviceptr p, size_t size, int dev, int flags);
+/* Two 2 MiB allocations of GPU dev mapped back to back at the start of
+ * a 6 MiB reservation, granted to GPU dev (both when both, else only the
+ * first); and undoing all of it. */
+typedef struct {
+  CUdeviceptr base;
+  CUmemGenericAllocationHandle h[2];
+} vmm_pair;
+void vmm_pair_make(vmm_pair *t, int dev, int both);
+void vmm_pair_free(vmm_pair *t);
+void sim_rules_vmm(TCase *tc);
+void sim_rules_vmm_rules(TCase *tc);
+int vmm_no_peer_checks(void);
+
 /* sim_rules_memops.c: its tests, and its checks run anew without stream
  * memory operations. */
 void sim_rules_memops(TCase *tc);

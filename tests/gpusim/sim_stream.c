@@ -464,11 +464,13 @@ struct sim_event {
   struct timespec t_done; /* timing events: when the record completed */
 };
 
+/* pidns: the exporter's PID namespace (sim_pidns; 0: unknown). */
 typedef struct {
   uint32_t magic;
   int32_t pid, fd, dev;
   uint64_t ino, id;
-  uint8_t pad[32];
+  uint64_t pidns;
+  uint8_t pad[24];
 } ipc_ev_handle;
 _Static_assert(sizeof(ipc_ev_handle) == 64, "a CUDA IPC handle has 64 bytes");
 
@@ -674,7 +676,8 @@ int sim_event_ipc_get(sim_event *e, sim_handle64 *hout, const char *call) {
                      .fd = e->fd,
                      .dev = e->sh->dev,
                      .ino = e->ino,
-                     .id = e->sh->id};
+                     .id = e->sh->id,
+                     .pidns = sim_pidns()};
   memcpy(hout, &h, sizeof(h));
   return SIM_OK;
 }
@@ -686,6 +689,10 @@ int sim_event_ipc_open(const sim_handle64 *hin, sim_event **e_p,
   memcpy(&h, hin, sizeof(h));
   if (h.magic != EMAGIC)
     return SIM_EHANDLE;
+  /* As memory handles (sim_ipc.c): only in the exporter's PID namespace,
+   * checked before its pid is read. */
+  if (sim_ipc_pidns_differs(h.pidns, "event", call))
+    return SIM_EMAPFAIL;
   if (h.pid == getpid()) {
     sim_violation("ipc-open-own-process", call,
                   "event %llx was made by "

@@ -427,8 +427,8 @@ def backend_empty_cache_with_ops_in_flight(c):
 def _pool_ops(c, pool):
     """all_reduce and all_gather_into_tensor on tensors allocated in pool
     (no scratch), then all_gather into a list of pool tensors outside
-    use_mem_pool (it needs scratch: from the pool where expandable
-    segments are on, else from torch's allocator), each compared with the
+    use_mem_pool (it needs scratch: from the pool under
+    SPCOLL_CUDA_DIRECT=0, else from torch's allocator), each compared with the
     same op on CPU tensors. The counts' change over the first two, and
     over all three."""
     w, cuda = c.world, c.dev
@@ -479,11 +479,66 @@ def backend_mem_pool_tensors_in_place(c):
                           % c10d.counts())
 
 
-def pool_expandable_rank(rank, world, sock, store):
-    """A process whose allocator uses expandable segments (whose memory
-    legacy CUDA IPC cannot share; spcsim cannot even make it, so every
-    CUDA allocation outside spcoll's pool fails here): tensors of spcoll's
-    pool still go through the C++ backend in place."""
+def _expandable_ordinary(ctx):
+    """Ordinary tensors of an expandable-segments allocator (cuMem memory,
+    sent to the daemon as file descriptors) go in place, bitwise right:
+    nothing staged, the runs of mappings registered; one of them spans two
+    of the allocator's 20 MiB mappings."""
+    w, dev = ctx.world, ctx.dev
+    before = _cxx_counts()
+    t = ctx.mine([1 << 12]).to(dev)
+    dist.all_reduce(t)
+    big = ctx.mine([6 << 20]).to(dev)          # 24 MiB: two mappings
+    bout = torch.empty([w * (6 << 20)], device=dev)
+    dist.all_gather_into_tensor(bout, big)
+    a = ctx.mine([8 * w, 16]).to(dev)
+    ao = torch.empty_like(a)
+    dist.all_to_all_single(ao, a)
+    d = _delta(before, _cxx_counts())
+    ref = ctx.mine([1 << 12])
+    dist.all_reduce(ref)
+    _bsame(ctx, "all_reduce", t, ref)
+    rb = torch.empty([w * (6 << 20)])
+    dist.all_gather_into_tensor(rb, ctx.mine([6 << 20]))
+    _bsame(ctx, "all_gather_into_tensor over two mappings", bout, rb)
+    ra = torch.empty([8 * w, 16])
+    dist.all_to_all_single(ra, ctx.mine([8 * w, 16]))
+    _bsame(ctx, "all_to_all_single", ao, ra)
+    if d["staged_in_bytes"] or d["staged_out_bytes"]:
+        ctx.failures.append("expandable-segment tensors were staged: %s" % d)
+    if d["cuda_segments"] < 1:
+        ctx.failures.append("no run of cuMem mappings registered: %s" % d)
+
+
+def _expandable_unmapped_in_flight(ctx):
+    """torch unmaps expandable-segment memory (empty_cache) while an async
+    op on other memory runs: what the daemon registered there is released
+    first, the op completes right."""
+    w, dev = ctx.world, ctx.dev
+    for i in range(2):
+        before = _cxx_counts()
+        old = ctx.mine([6 << 20], salt=i).to(dev)
+        dist.all_reduce(old)
+        x = ctx.mine([1 << 16], salt=i).to(dev)
+        out = torch.empty([w << 16], device=dev)
+        h = dist.all_gather_into_tensor(out, x, async_op=True)
+        del old
+        torch.cuda.empty_cache()               # unmaps old's mappings
+        h.wait()
+        ref = torch.empty([w << 16])
+        dist.all_gather_into_tensor(ref, ctx.mine([1 << 16], salt=i))
+        _bsame(ctx, "all_gather across empty_cache, round %d" % i, out, ref)
+        d = _delta(before, _cxx_counts())
+        if d["cuda_segments_released"] < 1:
+            ctx.failures.append("round %d: nothing released when "
+                                "empty_cache unmapped it: %s" % (i, d))
+        del x, out, h
+
+
+def expandable_rank(rank, world, sock, store):
+    """A process whose allocator uses expandable segments: its ordinary
+    CUDA tensors go through the C++ backend in place, also across
+    empty_cache; spcoll's pool tensors too."""
     torch.set_num_threads(1)
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -492,15 +547,15 @@ def pool_expandable_rank(rank, world, sock, store):
     dist.init_process_group("spcoll", init_method="file://" + store,
                             rank=rank, world_size=world)
     ctx = Ctx(rank, world, dev, None, None)
-    ctx.name = "pool_expandable"
+    ctx.name = "expandable"
     try:
         from spcoll import c10d
+        _expandable_ordinary(ctx)
+        _expandable_unmapped_in_flight(ctx)
         _, d = _pool_ops(ctx, c10d.mem_pool(dev))
-        if d["staged_in_bytes"] or d["cuda_segments"]:
-            ctx.failures.append("staged or registered as segments: %s" % d)
-        if d["direct_bytes"] == 0:
-            ctx.failures.append("nothing taken in place: %s" % d)
-        e = c10d.empty([64], device=dev)       # from the pool here
+        if d["staged_in_bytes"]:
+            ctx.failures.append("pool tensors were staged: %s" % d)
+        e = c10d.empty([64], device=dev)
         if not c10d.in_place(e):
             ctx.failures.append("spcoll.c10d.empty(device=cuda) is not in "
                                 "place under expandable segments")

@@ -118,13 +118,12 @@ def test_cuda(results, placement, name):
         pytest.skip("; ".join(sorted(skips)))
 
 
-def test_mem_pool_under_expandable_segments(daemon, workdir):
-    """spcoll's MemPool in processes whose allocator uses expandable
-    segments: its tensors go in place, bitwise right (on spcsim, which
-    cannot make expandable segments, any CUDA memory outside the pool
-    fails: the ops stay in it)."""
-    _cxx_ranks(daemon, workdir, "pool-expandable",
-               cuda_checks.pool_expandable_rank)
+def test_expandable_segments_in_place(daemon, workdir):
+    """Processes whose allocator uses expandable segments (cuMem memory):
+    ordinary CUDA tensors go in place, bitwise right, none staged, also a
+    tensor over two of its mappings and across empty_cache with an op in
+    flight; spcoll's MemPool tensors too (cuda_checks.expandable_rank)."""
+    _cxx_ranks(daemon, workdir, "expandable", cuda_checks.expandable_rank)
 
 
 def _cxx_ranks(daemon, workdir, name, fn):

@@ -44,12 +44,29 @@ _Static_assert((int)SPC__CUDA_SUCCESS == (int)CUDA_SUCCESS &&
                    (int)SPC__CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS ==
                        (int)CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
                "client_gpu_cu.h constants differ from cuda.h");
+_Static_assert((int)SPC__CUDA_ERROR_INVALID_VALUE ==
+                       (int)CUDA_ERROR_INVALID_VALUE &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE ==
+                       (int)CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES ==
+                       (int)CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_MAPPING_SIZE ==
+                       (int)CU_POINTER_ATTRIBUTE_MAPPING_SIZE &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR ==
+                       (int)CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR &&
+                   (int)SPC__CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID ==
+                       (int)CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID &&
+                   (int)SPC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ==
+                       (int)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+               "client_gpu_cu.h's cuMem constants differ from cuda.h");
 _Static_assert(sizeof(spc__CUipcMemHandle) == sizeof(CUipcMemHandle) &&
                    sizeof(spc__CUipcEventHandle) == sizeof(CUipcEventHandle) &&
                    sizeof(spc__CUuuid) == sizeof(CUuuid) &&
                    sizeof(spc__CUdeviceptr) == sizeof(CUdeviceptr) &&
                    sizeof(spc__CUdevice) == sizeof(CUdevice) &&
-                   sizeof(spc__CUresult) == sizeof(CUresult),
+                   sizeof(spc__CUresult) == sizeof(CUresult) &&
+                   sizeof(spc__CUmemGenericAllocationHandle) ==
+                       sizeof(CUmemGenericAllocationHandle),
                "client_gpu_cu.h types differ from cuda.h");
 #endif
 
@@ -77,6 +94,9 @@ END_TEST
 /* Host buffers are not device memory; NULL arguments are refused. */
 START_TEST(public_checks) {
   ck_assert_int_eq(spc_buffer_device(NULL), -1);
+  void *base;
+  size_t size;
+  ck_assert_int_eq(spc_buffer_device_range(NULL, &base, &size), SPC_EINVAL);
   ck_assert_int_eq(spc_gpu_probe(NULL), SPC_EINVAL);
   ck_assert_int_eq(spc_buffer_register_device(NULL, NULL, 0, NULL),
                    SPC_EINVAL);

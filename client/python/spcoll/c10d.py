@@ -164,16 +164,16 @@ _allocator_pid = None
 def empty(shape, dtype=torch.float32, device=None):
     """A tensor the C++ backend takes in place: on the CPU, in this
     process's spcoll memory; on a GPU, from torch's caching allocator,
-    whose segments the backend registers itself (torch.empty), or from
-    spcoll's pool (mem_pool) where the allocator uses expandable
-    segments."""
+    whose segments (or, with expandable segments, cuMem mappings) the
+    backend registers itself (torch.empty), or from spcoll's pool
+    (mem_pool) where SPCOLL_CUDA_DIRECT=0 keeps torch's memory out."""
     d = torch.device(device) if device is not None else torch.device("cpu")
     if d.type == "cuda":
         ext = load()
         if ext is None or not ext.built_with_cuda() or ext.cuda_direct() or \
                 not hasattr(torch.cuda, "use_mem_pool"):
             return torch.empty(shape, dtype=dtype, device=d)
-        # expandable segments: torch's own memory cannot go in place
+        # SPCOLL_CUDA_DIRECT=0: torch's own memory does not go in place
         with torch.cuda.use_mem_pool(mem_pool(d), device=d):
             return torch.empty(shape, dtype=dtype, device=d)
     count = 1
@@ -189,8 +189,8 @@ def mem_pool(device=None):
     tensors allocated under ``torch.cuda.use_mem_pool(mem_pool())`` live
     in device memory that spcoll allocated and registered with the daemon,
     so the C++ backend takes them in place with no registration on first
-    use, also in processes whose allocator uses expandable segments (whose
-    own memory CUDA IPC cannot share). One pool per GPU and process; it
+    use, also in processes run with SPCOLL_CUDA_DIRECT=0 (whose own memory
+    is then not registered). One pool per GPU and process; it
     allocates through this process's spcoll connection."""
     ext = load()
     if ext is None:
