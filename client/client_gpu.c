@@ -187,7 +187,7 @@ static int vmm_query(spc_client *c, const spc__cu_api *cu, void *ptr,
   int rc = spc__gpu_dev_get(c, pi->device, &d);
   if (rc == SPC_OK)
     rc = spc__gpu_vmm_chunks(c, cu, (uint64_t)(uintptr_t)ptr, size,
-                             pi->chunks, &pi->nchunks);
+                             pi->device, pi->chunks, &pi->nchunks);
   if (rc < 0)
     return rc;
   pi->ctx = d->ctx;

@@ -37,10 +37,11 @@ typedef struct spc__gpu_alloc {
 } spc__gpu_alloc;
 
 /* client_gpu_vmm.c: the cuMem mappings holding [p, p + size), in address
- * order (at most SPK_VMM_MAX_CHUNKS, each exportable as a file
- * descriptor, else a failure naming why). */
+ * order (at most SPK_VMM_MAX_CHUNKS, each on `device` and exportable as a
+ * file descriptor, else a failure naming why). */
 int spc__gpu_vmm_chunks(spc_client *c, const spc__cu_api *cu, uint64_t p,
-                        size_t size, spc__gpu_chunk *out, int *n_p);
+                        size_t size, int device, spc__gpu_chunk *out,
+                        int *n_p);
 /* Each chunk's allocation exported as a POSIX file descriptor into fds
  * (the caller closes them); on failure none is left open. */
 int spc__gpu_vmm_export(spc_client *c, const spc__cu_api *cu,

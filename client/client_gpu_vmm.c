@@ -15,13 +15,17 @@ static int attr(const spc__cu_api *cu, void *out, int which, uint64_t p) {
   return cu->PointerGetAttribute(out, which, (spc__CUdeviceptr)p);
 }
 
-/* The mapping that holds address a, and the physical allocation there. */
+/* The mapping that holds address a, and the physical allocation there,
+ * which must be on `device`. */
 static int chunk_at(spc_client *c, const spc__cu_api *cu, uint64_t a,
-                    spc__gpu_chunk *ch) {
+                    int device, spc__gpu_chunk *ch) {
   unsigned long long base = 0, block = 0, types = 0;
   size_t size = 0;
+  int dev = -1;
   spc__CUresult r = attr(cu, &base,
                          SPC__CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, a);
+  if (r == SPC__CUDA_SUCCESS)
+    r = attr(cu, &dev, SPC__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a);
   if (r == SPC__CUDA_SUCCESS)
     r = attr(cu, &size, SPC__CU_POINTER_ATTRIBUTE_MAPPING_SIZE, a);
   if (r == SPC__CUDA_SUCCESS)
@@ -38,6 +42,11 @@ static int chunk_at(spc_client *c, const spc__cu_api *cu, uint64_t a,
                      "in its requestedHandleTypes (allowed types 0x%llx): "
                      "it cannot be shared with spcolld",
                      (unsigned long long)a, types);
+  if (dev != device)
+    return spc__fail(c, SPC_EINVAL, "the cuMem allocation at 0x%llx is on "
+                     "CUDA device %d, the buffer's first on %d: one buffer "
+                     "is memory of one GPU", (unsigned long long)a, dev,
+                     device);
   if (size == 0 || base > a || a - base >= size)
     return spc__fail(c, SPC_EDEVICE, "the driver places 0x%llx in a mapping "
                      "of %zu bytes at 0x%llx", (unsigned long long)a, size,
@@ -47,15 +56,19 @@ static int chunk_at(spc_client *c, const spc__cu_api *cu, uint64_t a,
 }
 
 int spc__gpu_vmm_chunks(spc_client *c, const spc__cu_api *cu, uint64_t p,
-                        size_t size, spc__gpu_chunk *out, int *n_p) {
+                        size_t size, int device, spc__gpu_chunk *out,
+                        int *n_p) {
   int n = 0;
+  if (size == 0 || size > UINT64_MAX - p)
+    return spc__fail(c, SPC_EINVAL, "%zu bytes at 0x%llx: not a range of "
+                     "memory", size, (unsigned long long)p);
   for (uint64_t a = p; a < p + size; a = out[n - 1].base + out[n - 1].size) {
     if (n == SPK_VMM_MAX_CHUNKS)
       return spc__fail(c, SPC_EINVAL, "%zu bytes at 0x%llx span more than "
                        "%d cuMem allocations, the most one buffer may: "
                        "register it in parts", size, (unsigned long long)p,
                        SPK_VMM_MAX_CHUNKS);
-    int rc = chunk_at(c, cu, a, &out[n]);
+    int rc = chunk_at(c, cu, a, device, &out[n]);
     if (rc < 0)
       return rc;
     n++;
@@ -83,13 +96,14 @@ int spc__gpu_vmm_export(spc_client *c, const spc__cu_api *cu,
       cu->MemRelease(h);
     }
     if (r != SPC__CUDA_SUCCESS || fd < 0) {
+      int rc = spc__fail(c, SPC_EDEVICE, "exporting the cuMem allocation at "
+                         "0x%llx as a file descriptor "
+                         "(cuMemRetainAllocationHandle, "
+                         "cuMemExportToShareableHandle): %s",
+                         (unsigned long long)ch[i].base, spc__cu_str(cu, r));
       while (i > 0)
         close(fds[--i]);
-      return spc__fail(c, SPC_EDEVICE, "exporting the cuMem allocation at "
-                       "0x%llx as a file descriptor "
-                       "(cuMemRetainAllocationHandle, "
-                       "cuMemExportToShareableHandle): %s",
-                       (unsigned long long)ch[i].base, spc__cu_str(cu, r));
+      return rc;
     }
     fds[i] = fd;
   }

@@ -193,8 +193,8 @@ Span Backend::scratch(int64_t bytes, Pending& p) {
     Span s;
     if (!cuda_take(conn_, t, &s))
       C10_THROW_ERROR(DistBackendError,
-                      "spcoll: torch's CUDA allocator gave staging memory "
-                      "that is not in one of its segments");
+                      "spcoll: staging memory from torch's CUDA allocator "
+                      "cannot be registered either: " + cuda_refused());
     p.keep.push_back(t);
     s.bytes = bytes;
     return s;

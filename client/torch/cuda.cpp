@@ -159,9 +159,27 @@ void throw_register(Conn& conn, int rc, uintptr_t p, size_t n,
                       status_text(rc, spc_last_error(conn.client())));
 }
 
+// Why the last tensor of this thread was not taken in place (cuda_refused).
+thread_local std::string refusal;
+
+// A registration of expandable-segment memory the daemon or the library
+// refused: the tensor is staged instead (false), and why is kept. Lost
+// connections still throw.
+bool refused(Conn& conn, int rc, const char* what, void* p, size_t n) {
+  if (rc == SPC_ECONNECTION || rc == SPC_ESHUTDOWN)
+    throw_register(conn, rc, (uintptr_t)p, n, what);
+  refusal = std::string(what) + " at " + c10::str(p) + " (" +
+            std::to_string(n) + " bytes) not registered: " +
+            status_text(rc, spc_last_error(conn.client()));
+  TORCH_WARN_ONCE("spcoll: ", refusal, "; such tensors are staged");
+  return false;
+}
+
 // Expandable segments are cuMem memory: the run of mappings under the
 // tensor is registered (libspclient sends each as a file descriptor) and
-// kept until the allocator unmaps any of it (SEGMENT_UNMAP).
+// kept until the allocator unmaps any of it (SEGMENT_UNMAP). Where that
+// is refused (more mappings than one registration carries, memory not
+// exportable, a daemon without CUDA), false: the tensor is staged.
 bool take_expandable(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
                      Span* s) {
   if (!in_caching_allocator(t))
@@ -179,12 +197,12 @@ bool take_expandable(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
     size_t size = 0;
     int rc = spc_buffer_register_device(conn->client(), p, n, &part);
     if (rc < 0)
-      throw_register(*conn, rc, (uintptr_t)p, n, "expandable segment memory");
+      return refused(*conn, rc, "expandable segment memory", p, n);
     (void)spc_buffer_device_range(part, &base, &size);
     rc = spc_buffer_register_device(conn->client(), base, size, &run);
     (void)spc_buffer_free(part);  // run shares its registration
     if (rc < 0)
-      throw_register(*conn, rc, (uintptr_t)base, size, "cuMem mappings");
+      return refused(*conn, rc, "cuMem mappings", base, size);
     it = ss.map.emplace(SegKey{conn.get(), (uintptr_t)base, size},
                         Seg{conn, run}).first;
     conn->counts().segments++;
@@ -196,6 +214,8 @@ bool take_expandable(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
 }
 
 }  // namespace
+
+std::string cuda_refused() { return refusal; }
 
 bool cuda_in_segment(const at::Tensor& t) {
   uintptr_t base;
@@ -315,6 +335,7 @@ c10::intrusive_ptr<c10d::Work> cuda_work(c10d::OpType type, int dev,
 namespace spcoll {
 
 bool cuda_direct() { return false; }
+std::string cuda_refused() { return "built without CUDA"; }
 bool cuda_in_segment(const at::Tensor&) { return false; }
 bool cuda_segment_of(const at::Tensor&, uintptr_t*, size_t*) { return false; }
 bool cuda_take(const std::shared_ptr<Conn>&, const at::Tensor&, Span*) {

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -55,6 +56,10 @@ bool cuda_direct();
 // allocator's hook takes the Conn's).
 bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
                Span* s);
+
+// Why this thread's last CUDA tensor that cuda_take could not register
+// was refused ("" when none was).
+std::string cuda_refused();
 
 // Whether cuda_take would take t in place (without registering it).
 bool cuda_in_segment(const at::Tensor& t);

@@ -38,6 +38,11 @@ typedef struct {
     "clients at once (default: the fd limit less 256 kept for the daemon)")  \
   X(uid_max_connections, "uid-max-connections", 256, 1, 1 << 24,            \
     "clients of one uid at once")                                            \
+  X(max_fds_in_flight, "max-fds-in-flight", 128, 1, 1 << 20,                \
+    "file descriptors clients sent that the daemon has not yet mapped and "  \
+    "closed, all clients (from the daemon's own reserve of 256)")           \
+  X(uid_max_fds_in_flight, "uid-max-fds-in-flight", 96, 1, 1 << 20,         \
+    "file descriptors of one uid in flight")                                 \
   X(max_stats_connections, "max-stats-connections", 64, 1, 128,              \
     "stats-socket clients at once, taken from the daemon's own reserve so "  \
     "operators get in during a flood of clients")                            \

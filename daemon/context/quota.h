@@ -1,6 +1,6 @@
 /* What each uid, and the daemon as a whole, holds on behalf of clients:
- * connections, mapped buffers, registered bytes, pending ops and the
- * memory of their requests. Counted here and bounded by the uid_max_* and
+ * connections, mapped buffers, registered bytes, file descriptors sent
+ * and not yet closed, pending ops and the memory of their requests. Counted here and bounded by the uid_max_* and
  * max_* limits, so no local user can make the daemon hold more than its
  * share, and all of them together no more than the daemon can give.
  * Loop thread only. */
@@ -20,6 +20,8 @@
     max_stats_connections)                                                   \
   X(BUFFERS, "buffers", uid_max_buffers, max_buffers)                        \
   X(BYTES, "registered bytes", uid_max_bytes, max_bytes)                     \
+  X(FDS, "file descriptors in flight", uid_max_fds_in_flight,                \
+    max_fds_in_flight)                                                       \
   X(PENDING, "pending ops", uid_max_pending, uid_max_pending)                \
   X(REQUEST_BYTES, "bytes of pending op requests", uid_max_request_bytes,    \
     max_request_bytes)

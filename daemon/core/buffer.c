@@ -183,21 +183,28 @@ void spd_buffer_ref(spd_buffer *buf) {
 }
 
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
+  (void)spd_buffer_unref_then(ctx, buf, NULL, NULL);
+}
+
+int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
+                          spd_gpu_closed_fn fn, void *arg) {
   if (--buf->refs > 0)
-    return;
+    return 0;
   spd_engines_forget_buffer(ctx, buf->engine_state);
   if (buf->kind == SPD_BUF_DEVICE) {
     /* An IPC mapping is undone only by cudaIpcCloseMemHandle (once its
      * allocation's last buffer goes), never by munmap: the client frees
-     * the memory after this release returns. */
-    spd_gpu_ipc_close(ctx, buf->gpu_mem);
+     * the memory after this release returns. A cuMem mapping is unmapped
+     * on the thread pool: fn follows. */
+    int later = spd_gpu_ipc_close_then(ctx, buf->gpu_mem, fn, arg);
     free(buf);
-    return;
+    return later;
   }
   if (munmap(buf->base, buf->size) < 0)
     SPD_ERROR(&ctx->log, "munmap(buffer %llu, %zu bytes) failed: %m",
               (unsigned long long)buf->id, buf->size);
   free(buf);
+  return 0;
 }
 
 int spd_buffer_check_range(const spd_buffer *buf, uint64_t offset,

@@ -11,6 +11,7 @@
 
 #include "daemon.h"
 #include "engine.h"
+#include "gpu_ipc.h"
 #include "status.h"
 
 typedef enum { SPD_BUF_HOST = 0, SPD_BUF_DEVICE = 1 } spd_buffer_kind;
@@ -62,6 +63,11 @@ void spd_buffer_ref(spd_buffer *buf);
 /* Drop a reference; the last one unmaps (or closes the IPC mapping) and
  * frees. */
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf);
+/* The same; 1 when the last reference's device mapping is closed after
+ * the call (a cuMem one, unmapped on the thread pool): fn(arg) then
+ * follows once it is. */
+int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
+                          spd_gpu_closed_fn fn, void *arg);
 
 /* Check that [offset, offset + bytes) lies inside the buffer. */
 int spd_buffer_check_range(const spd_buffer *buf, uint64_t offset,

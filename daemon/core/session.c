@@ -38,6 +38,8 @@ static void session_give_back(spd_session *s) {
   s->counted = 0;
   spd_quota_give(q, s->uid, SPD_Q_REQUEST_BYTES, s->reader_charge);
   s->reader_charge = 0;
+  spd_quota_give(q, s->uid, SPD_Q_FDS, s->fds_queued); /* libuv closes them */
+  s->fds_queued = 0;
 }
 
 static void session_release(spd_session *s) {
@@ -53,13 +55,26 @@ static void session_release(spd_session *s) {
 }
 
 void spd_session_buffer_drop(spd_session *s, spd_buffer *b) {
+  (void)spd_session_buffer_drop_then(s, b, NULL, NULL);
+}
+
+int spd_session_buffer_drop_then(spd_session *s, spd_buffer *b,
+                                 spd_gpu_closed_fn fn, void *arg) {
   long long bytes = b->kind == SPD_BUF_HOST ? (long long)b->size : 0;
   TAILQ_REMOVE(&s->buffers, b, link);
   s->nbuffers--;
   s->registered_bytes -= (uint64_t)bytes;
   spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BUFFERS, 1);
   spd_quota_give(&s->ctx->quotas, s->uid, SPD_Q_BYTES, bytes);
-  spd_buffer_unref(s->ctx, b);
+  return spd_buffer_unref_then(s->ctx, b, fn, arg);
+}
+
+spd_session *spd_session_find(spd_ctx *ctx, uint64_t id) {
+  spd_session *s;
+  TAILQ_FOREACH(s, &ctx->sessions, link)
+    if (s->id == id)
+      return s;
+  return NULL;
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
@@ -269,6 +284,28 @@ static void session_drain(spd_session *s) {
   }
 }
 
+/* Descriptors that came with this read count against the client's cap
+ * and its uid's SPD_Q_FDS until taken and closed: past either, the client
+ * is dropped (libuv closes what it holds). */
+static int fds_count(spd_session *s) {
+  int n = uv_pipe_pending_count(&s->pipe);
+  char msg[200];
+  int rc = SPK_OK;
+  if (n > SESSION_MAX_PENDING_FDS) {
+    rc = SPK_EPROTOCOL;
+    snprintf(msg, sizeof(msg), "more than %d file descriptors sent ahead "
+             "of their buf_register frames", SESSION_MAX_PENDING_FDS);
+  } else if (n > s->fds_queued) {
+    rc = spd_quota_take(&s->ctx->quotas, &s->ctx->cfg, s->uid, SPD_Q_FDS,
+                        n - s->fds_queued, msg, sizeof(msg));
+    if (rc == SPK_OK)
+      s->fds_queued = n;
+  }
+  if (rc < 0)
+    spd_session_fail(s, 0, rc, msg);
+  return rc;
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
   spd_session *s = stream->data;
   (void)b;
@@ -284,13 +321,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
     return;
   }
   spf_reader_commit(&s->reader, (size_t)nread);
-  if (uv_pipe_pending_count(&s->pipe) > SESSION_MAX_PENDING_FDS) {
-    char msg[96];
-    snprintf(msg, sizeof(msg), "more than %d file descriptors sent ahead of "
-             "their buf_register frames", SESSION_MAX_PENDING_FDS);
-    spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
+  if (fds_count(s) < 0)
     return;
-  }
   session_drain(s);
   if (s->closing || s->doomed)
     return;
@@ -423,11 +455,18 @@ int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err) {
   if (rc < 0)
     return spk_err_set(err, SPK_ESYSTEM, "taking the sent descriptor: %s",
                        uv_strerror(rc));
-  if (dup_fd < 0)
+  s->fds_queued--; /* off the queue: the caller's to give back */
+  if (dup_fd < 0) {
+    spd_session_fds_give(s->ctx, s->uid, 1);
     return spk_err_set(err, SPK_ESYSTEM, "fcntl(%d, F_DUPFD_CLOEXEC): %s", fd,
                        strerror(saved));
+  }
   *fd_p = dup_fd;
   return SPK_OK;
+}
+
+void spd_session_fds_give(spd_ctx *ctx, uid_t uid, int n) {
+  spd_quota_give(&ctx->quotas, uid, SPD_Q_FDS, n);
 }
 
 spd_member *spd_session_member(spd_session *s, uint64_t id) {

@@ -41,6 +41,10 @@ typedef struct spd_session {
   int ngroups_sup;
   int ngroups, nbuffers, pending; /* counted against the client limits */
   int vmm_pending;            /* cuMem registrations mapping now */
+  int fds_queued;             /* sent descriptors libuv holds for it, taken
+                               * from its uid's SPD_Q_FDS; one taken with
+                               * spd_session_take_fd is its caller's to give
+                               * back once closed */
   uint64_t registered_bytes;
   double frame_tokens;        /* frame-rate bucket, refilled over time */
   uint64_t frame_ns;
@@ -85,11 +89,24 @@ void spd_session_deadlines(spd_ctx *ctx, uint64_t now);
  * operator_uid / operator_gid (its primary or a supplementary group)? */
 int spd_session_is_operator(const spd_session *s);
 
-/* Take the next file descriptor the client sent with SCM_RIGHTS. */
+/* Take the next file descriptor the client sent with SCM_RIGHTS: the
+ * caller gives back its SPD_Q_FDS (spd_session_fds_give) once it has
+ * closed it. */
 int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err);
+
+/* n descriptors of uid taken with spd_session_take_fd are closed. */
+void spd_session_fds_give(spd_ctx *ctx, uid_t uid, int n);
 
 /* The client releases b (or goes): off its list and its uid's accounts. */
 void spd_session_buffer_drop(spd_session *s, spd_buffer *b);
+/* The same; 1 when b's device mapping is closed after the call (a cuMem
+ * one, unmapped on the thread pool): fn(arg) follows once it is. */
+int spd_session_buffer_drop_then(spd_session *s, spd_buffer *b,
+                                 spd_gpu_closed_fn fn, void *arg);
+
+/* The live session with this id, or NULL (closed ones are off the list;
+ * ids are never reused). */
+spd_session *spd_session_find(spd_ctx *ctx, uint64_t id);
 
 spd_member *spd_session_member(spd_session *s, uint64_t id);
 spd_buffer *spd_session_buffer(spd_session *s, uint64_t id);

@@ -38,7 +38,7 @@ static int flags_open(spd_session *s, spd_buffer *buf, spk_err *err) {
 static int admit(spd_session *s, uint64_t id, uint64_t size,
                  uint64_t charge) {
   const spd_config *cfg = &s->ctx->cfg;
-  if (s->nbuffers >= cfg->client_max_buffers ||
+  if (s->nbuffers + s->vmm_pending >= cfg->client_max_buffers ||
       charge > (uint64_t)cfg->client_max_bytes - s->registered_bytes) {
     char msg[192];
     snprintf(msg, sizeof(msg), "client limit: %d buffers and %llu bytes "
@@ -91,20 +91,14 @@ typedef struct {
   uint64_t session, req;
   uid_t uid;
   uint64_t size;
+  int nfds;                   /* SPD_Q_FDS its descriptors hold */
 } vmm_pending;
-
-static spd_session *session_of(spd_ctx *ctx, uint64_t id) {
-  spd_session *s;
-  TAILQ_FOREACH(s, &ctx->sessions, link)
-    if (s->id == id)
-      return s;
-  return NULL;
-}
 
 static void vmm_mapped(void *arg, int rc, void *mem, uint8_t *base, int dev,
                        const spk_err *err) {
   vmm_pending *p = arg;
-  spd_session *s = session_of(p->ctx, p->session);
+  spd_session *s = spd_session_find(p->ctx, p->session);
+  spd_session_fds_give(p->ctx, p->uid, p->nfds); /* all closed by now */
   if (s != NULL)
     s->vmm_pending--;
   spd_buffer *buf = NULL;
@@ -126,6 +120,13 @@ static void vmm_mapped(void *arg, int rc, void *mem, uint8_t *base, int dev,
   free(p);
 }
 
+/* fds[0..n), taken from s's queue, closed: their quota goes back. */
+static void close_fds(spd_session *s, const int *fds, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    close(fds[i]);
+  spd_session_fds_give(s->ctx, s->uid, (int)n);
+}
+
 /* The n descriptors that came with f, taken from the pipe's queue. */
 static int take_fds(spd_session *s, int *fds, size_t n, spk_err *err) {
   for (size_t i = 0; i < n; i++) {
@@ -133,8 +134,7 @@ static int take_fds(spd_session *s, int *fds, size_t n, spk_err *err) {
     if (rc < 0) {
       spk_err_set(err, rc, "buf_register lists %zu cuMem allocations but "
                   "came with %zu file descriptors", n, i);
-      while (i > 0)
-        close(fds[--i]);
+      close_fds(s, fds, i);
       return rc;
     }
   }
@@ -158,8 +158,7 @@ static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
     return;
   }
   if (reg->ipc_handle.len != 0 || reg->stream_flags) {
-    for (size_t i = 0; i < n; i++)
-      close(fds[i]);
+    close_fds(s, fds, n);
     spk_err_set(&err, SPK_EINVAL, "buf_register with vmm_sizes carries %s",
                 reg->stream_flags ? "stream_flags (host memory only)"
                                   : "an ipc_handle too");
@@ -176,12 +175,11 @@ static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
     rc = spk_err_set(&err, SPK_ENO_MEMORY, "calloc of a registration failed");
   } else if ((rc = admit(s, f->id, reg->size, 0)) < 0) {
     free(p);
-    for (size_t i = 0; i < n; i++)
-      close(fds[i]);
+    close_fds(s, fds, n);
     return;
   }
   if (rc == SPK_OK) {
-    *p = (vmm_pending){s->ctx, s->id, f->id, s->uid, reg->size};
+    *p = (vmm_pending){s->ctx, s->id, f->id, s->uid, reg->size, (int)n};
     spd_gpu_vmm_req q = {fds, reg->vmm_sizes, n, reg->device_uuid.data,
                          reg->device_uuid.len, reg->alloc_offset, reg->size};
     if ((rc = spd_gpu_vmm_open(s->ctx, &q, vmm_mapped, p, &err)) == SPK_OK) {
@@ -189,11 +187,11 @@ static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
       return;
     }
     unadmit(s->ctx, s->uid, 0);
+    spd_session_fds_give(s->ctx, s->uid, (int)n); /* closed by the open */
     free(p);
   } else {
     free(p);
-    for (size_t i = 0; i < n; i++)
-      close(fds[i]);
+    close_fds(s, fds, n);
   }
   spd_session_send_error(s, f->id, rc, err.msg);
 }
@@ -213,6 +211,8 @@ void spd_session_buf_register(spd_session *s, const Spcoll__Frame *f) {
     spd_session_fail(s, f->id, rc, err.msg);
     return;
   }
+  if (fd >= 0) /* closed below, whatever happens */
+    spd_session_fds_give(s->ctx, s->uid, 1);
   uint64_t charge = device ? 0 : reg->size;
   if (admit(s, f->id, reg->size, charge) < 0) {
     if (fd >= 0)

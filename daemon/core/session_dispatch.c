@@ -77,13 +77,35 @@ static void on_join(spd_session *s, const Spcoll__Frame *f) {
   spd_group_join(s->ctx, s, f->id, f->group_join);
 }
 
+/* A release answered once the daemon's mapping is gone. */
+typedef struct {
+  spd_ctx *ctx;
+  uint64_t session, req;
+} release_wait;
+
+static void released(void *arg) {
+  release_wait *w = arg;
+  spd_session *s = spd_session_find(w->ctx, w->session);
+  if (s != NULL)
+    spd_session_send_done(s, w->req, NULL);
+  free(w);
+}
+
+/* The answer waits for a cuMem mapping's unmap: a client may free or
+ * reuse the memory once answered (torch's retry after an out-of-memory
+ * needs the physical memory back). */
 static void on_buf_release(spd_session *s, const Spcoll__Frame *f) {
   spd_buffer *buf = spd_session_buffer(s, f->buf_release->buffer_id);
   if (buf == NULL) {
     reply_not_found(s, f->id, "buffer", f->buf_release->buffer_id);
     return;
   }
-  spd_session_buffer_drop(s, buf);
+  release_wait *w = malloc(sizeof(*w));
+  if (w != NULL)
+    *w = (release_wait){s->ctx, s->id, f->id};
+  if (spd_session_buffer_drop_then(s, buf, w ? released : NULL, w) == 1)
+    return;
+  free(w);
   spd_session_send_done(s, f->id, NULL);
 }
 

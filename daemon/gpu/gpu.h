@@ -14,6 +14,7 @@
 
 #include "daemon.h"
 #include "gpu_desc.h"
+#include "gpu_ipc.h"
 
 #define SPD_GPU_MAX_DEV 64
 #define SPD_GPU_HANDLE 64 /* bytes of a CUDA IPC memory or event handle */
@@ -50,8 +51,8 @@ typedef struct spd_gpu_mem {
 } spd_gpu_mem;
 
 /* Unmap m's cuMem allocations on libuv's thread pool (m is then free to
- * go). */
-void spd_gpu_vmm_close(spd_gpu_mem *m);
+ * go); fn(arg), when not NULL, once they are unmapped. */
+void spd_gpu_vmm_close(spd_gpu_mem *m, spd_gpu_closed_fn fn, void *arg);
 
 /* A client's IPC event, opened with cudaIpcOpenEventHandle; cached per
  * session, least recently used first out. */
@@ -128,6 +129,10 @@ void spd_gpu_state_free(spd_gpu *gpu);
 /* The daemon's ordinal of the GPU with this UUID. */
 int spd_gpu_dev_of_uuid(spd_gpu *gpu, const uint8_t *uuid, size_t len,
                         int *dev_p, spk_err *err);
+
+/* The driver's entry point sym (its CUDA 12 version), or NULL with why
+ * (len bytes) filled unless it already says something (gpu_driver.c). */
+void *spd_gpu_driver_entry(const char *sym, char *why, size_t len);
 
 /* "set device" with the call named on failure. */
 int spd_gpu_set_device(int dev, spk_err *err);

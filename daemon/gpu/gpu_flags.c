@@ -18,17 +18,7 @@ typedef CUresult (*memop_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
 typedef CUresult (*attr_fn)(int *, CUdevice_attribute, CUdevice);
 
 static void *entry(spd_gpu *gpu, const char *sym) {
-  void *p = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSuccess;
-  cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &p, 12000,
-                                                   cudaEnableDefault, &q);
-  if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && p != NULL)
-    return p;
-  if (gpu->memops_why[0] == '\0')
-    snprintf(gpu->memops_why, sizeof(gpu->memops_why),
-             "the CUDA driver has no %s (cudaGetDriverEntryPointByVersion: "
-             "%s, query result %d)", sym, cudaGetErrorString(e), (int)q);
-  return NULL;
+  return spd_gpu_driver_entry(sym, gpu->memops_why, sizeof(gpu->memops_why));
 }
 
 static int memops_load(spd_gpu *gpu, spk_err *err) {

@@ -25,33 +25,13 @@ _Static_assert(SPD_GPU_HANDLE == 64, "args_check knows the handle size");
 
 typedef CUresult (*mem_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 
-/* cuMemGetAddressRange through the runtime's driver entry points, so the
- * daemon links libcudart alone. NULL when the driver does not offer it. */
-static mem_range_fn range_fn(spk_err *err) {
-  static mem_range_fn fn;
-  static int looked;
-  if (!looked) {
-    void *p = NULL;
-    enum cudaDriverEntryPointQueryResult q;
-    cudaError_t e = cudaGetDriverEntryPointByVersion(
-        "cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &q);
-    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess)
-      fn = (mem_range_fn)p;
-    else
-      spk_err_set(err, SPK_EDEVICE, "cudaGetDriverEntryPointByVersion("
-                  "cuMemGetAddressRange): %s, query result %d",
-                  cudaGetErrorString(e), (int)q);
-    looked = 1;
-  }
-  return fn;
-}
-
 /* The bytes of the allocation from base on, as the driver knows it; 0
  * when it cannot tell (then the client's size is taken on trust, said
  * once in the log). */
 static uint64_t alloc_size(spd_gpu *gpu, uint8_t *base) {
-  spk_err err = {{0}};
-  mem_range_fn fn = range_fn(&err);
+  char why[200] = "";
+  mem_range_fn fn = (mem_range_fn)spd_gpu_driver_entry("cuMemGetAddressRange",
+                                                      why, sizeof(why));
   CUdeviceptr start = 0;
   size_t size = 0;
   CUresult r = fn ? fn(&start, &size, (CUdeviceptr)(uintptr_t)base)
@@ -61,7 +41,7 @@ static uint64_t alloc_size(spd_gpu *gpu, uint8_t *base) {
   if (!gpu->range_warned)
     SPD_WARN(&gpu->ctx->log, "cannot bound-check device buffers: "
              "cuMemGetAddressRange on an IPC mapping gave %d %s; sizes "
-             "clients give are trusted", (int)r, err.msg);
+             "clients give are trusted", (int)r, why);
   gpu->range_warned = 1;
   return 0;
 }
@@ -105,7 +85,10 @@ static int mem_open(spd_gpu *gpu, const uint8_t *handle, int dev,
   return SPK_OK;
 }
 
-static void mem_close(spd_gpu *gpu, spd_gpu_mem *m) {
+/* Close m; a cuMem mapping's unmap tells fn(arg) (when not NULL) once it
+ * is done: 1 then, else 0. */
+static int mem_close_then(spd_gpu *gpu, spd_gpu_mem *m, spd_gpu_closed_fn fn,
+                          void *arg) {
   spd_gpu_events_drop_mem(gpu, m);
   for (spd_gpu_mem **p = &gpu->mems; *p != NULL; p = &(*p)->next)
     if (*p == m) {
@@ -113,9 +96,9 @@ static void mem_close(spd_gpu *gpu, spd_gpu_mem *m) {
       break;
     }
   if (m->vmm != NULL) {
-    spd_gpu_vmm_close(m);
+    spd_gpu_vmm_close(m, fn, arg);
     free(m);
-    return;
+    return fn != NULL;
   }
   spk_err err;
   cudaError_t e = cudaSuccess;
@@ -125,6 +108,11 @@ static void mem_close(spd_gpu *gpu, spd_gpu_mem *m) {
     SPD_ERROR(&gpu->ctx->log, "cudaIpcCloseMemHandle(%p) on GPU %d: %s",
               (void *)m->base, m->dev, cudaGetErrorString(e));
   free(m);
+  return 0;
+}
+
+static void mem_close(spd_gpu *gpu, spd_gpu_mem *m) {
+  (void)mem_close_then(gpu, m, NULL, NULL);
 }
 
 int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
@@ -160,9 +148,13 @@ int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
 }
 
 void spd_gpu_ipc_close(spd_ctx *ctx, void *mem) {
+  (void)spd_gpu_ipc_close_then(ctx, mem, NULL, NULL);
+}
+
+int spd_gpu_ipc_close_then(spd_ctx *ctx, void *mem, spd_gpu_closed_fn fn,
+                           void *arg) {
   spd_gpu_mem *m = mem;
-  if (--m->refs == 0)
-    mem_close(ctx->gpu, m);
+  return --m->refs == 0 ? mem_close_then(ctx->gpu, m, fn, arg) : 0;
 }
 
 void spd_gpu_free(spd_ctx *ctx) {
@@ -198,6 +190,12 @@ int spd_gpu_ipc_open(spd_ctx *ctx, const uint8_t *handle, size_t hlen,
 
 void spd_gpu_ipc_close(spd_ctx *ctx, void *mem) {
   (void)ctx, (void)mem;
+}
+
+int spd_gpu_ipc_close_then(spd_ctx *ctx, void *mem, spd_gpu_closed_fn fn,
+                           void *arg) {
+  (void)ctx, (void)mem, (void)fn, (void)arg;
+  return 0;
 }
 
 void spd_gpu_free(spd_ctx *ctx) {

@@ -49,6 +49,14 @@ int spd_gpu_vmm_open(spd_ctx *ctx, const spd_gpu_vmm_req *q,
 /* Drop one reference; the last closes the mapping. */
 void spd_gpu_ipc_close(spd_ctx *ctx, void *mem);
 
+/* The same, and 1 when the close goes on after the call (a cuMem mapping
+ * is unmapped on the thread pool): fn(arg) then follows on the loop
+ * thread once it is done. 0: closed now, or still referenced; fn is not
+ * called. */
+typedef void (*spd_gpu_closed_fn)(void *arg);
+int spd_gpu_ipc_close_then(spd_ctx *ctx, void *mem, spd_gpu_closed_fn fn,
+                           void *arg);
+
 /* At exit, once no op runs: NCCL communicators, streams, cached events
  * and mappings still open are released and ctx->gpu freed. A no-op when
  * no device buffer was ever registered. */

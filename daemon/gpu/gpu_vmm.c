@@ -61,6 +61,8 @@ typedef struct spd_gpu_vmm {
   uint64_t total, offset, size;
   spd_gpu_vmm_done done;
   void *arg;
+  spd_gpu_closed_fn closed;    /* unmap: told once it is done, or NULL */
+  void *closed_arg;
   spk_err err;
   int rc;
 } vmm_job;
@@ -73,16 +75,11 @@ static const char *cu_str(const vmm_api *a, CUresult r) {
 }
 
 static void *entry(const char *sym, spk_err *err) {
-  void *p = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSuccess;
-  cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &p, 12000,
-                                                   cudaEnableDefault, &q);
-  if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && p != NULL)
-    return p;
-  spk_err_set(err, SPK_EUNSUPPORTED, "the CUDA driver has no %s "
-              "(cudaGetDriverEntryPointByVersion: %s, query result %d): "
-              "no cuMem device buffers", sym, cudaGetErrorString(e), (int)q);
-  return NULL;
+  char why[200] = "";
+  void *p = spd_gpu_driver_entry(sym, why, sizeof(why));
+  if (p == NULL)
+    spk_err_set(err, SPK_EUNSUPPORTED, "%s: no cuMem device buffers", why);
+  return p;
 }
 
 static int api_load(vmm_api *a, spk_err *err) {
@@ -166,6 +163,8 @@ static void map_work(uv_work_t *w) {
       job_fail(j, "cuMemImportFromShareableHandle", nh, r);
       break;
     }
+    close(j->fds[nh]); /* the handle holds the memory */
+    j->fds[nh] = -1;
   }
   CUresult r = CUDA_SUCCESS;
   if (j->rc == SPK_OK &&
@@ -215,6 +214,8 @@ static void unmap_done(uv_work_t *w, int status) {
               "run: %s", j->dev, uv_strerror(status));
   else if (j->rc != SPK_OK)
     SPD_ERROR(&j->ctx->log, "unmapping a cuMem buffer: %s", j->err.msg);
+  if (j->closed != NULL)
+    j->closed(j->closed_arg);
   job_free(j);
 }
 
@@ -228,6 +229,8 @@ static void unmap_queue(vmm_job *j) {
     SPD_ERROR(&j->ctx->log, "uv_queue_work to unmap a cuMem buffer: %s; "
               "its %llu bytes stay mapped until exit", uv_strerror(rc),
               (unsigned long long)j->total);
+    if (j->closed != NULL)
+      j->closed(j->closed_arg);
     free(j);
   }
 }
@@ -235,7 +238,8 @@ static void unmap_queue(vmm_job *j) {
 static void map_done(uv_work_t *w, int status) {
   vmm_job *j = w->data;
   for (int i = 0; i < j->n; i++) {
-    close(j->fds[i]);
+    if (j->fds[i] >= 0)
+      close(j->fds[i]);
     j->fds[i] = -1;
   }
   spd_gpu *gpu = j->ctx->gpu;
@@ -353,9 +357,11 @@ int spd_gpu_vmm_open(spd_ctx *ctx, const spd_gpu_vmm_req *q,
   return rc;
 }
 
-void spd_gpu_vmm_close(spd_gpu_mem *m) {
+void spd_gpu_vmm_close(spd_gpu_mem *m, spd_gpu_closed_fn fn, void *arg) {
   vmm_job *j = m->vmm;
   m->vmm = NULL;
+  j->closed = fn;
+  j->closed_arg = arg;
   unmap_queue(j);
 }
 

@@ -1,5 +1,7 @@
 #include "gpu_testlib.h"
 
+#include <check.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +67,17 @@ void gpt_keep_log(const spt_daemon *d) {
   const char *keep = getenv("SPCOLL_GPU_LOGS");
   if (keep != NULL && strcmp(keep, "1") == 0)
     spt_daemon_dump_log(d);
+}
+
+void gpt_run_on_daemon(spt_daemon *d, const char *const *extra, int world,
+                       spt_rank_fn fn, void *arg, int guard_s) {
+  ck_assert_int_eq(spt_daemon_start(d, extra), 0);
+  int failed = spt_run_ranks(world, fn, arg, guard_s);
+  gpt_keep_log(d);
+  if (failed)
+    spt_daemon_dump_log(d);
+  ck_assert_int_eq(spt_daemon_stop(d), 0);
+  ck_assert_msg(failed == 0, "%d rank(s) failed", failed);
 }
 
 #ifdef SPC_HAVE_CUDA

@@ -26,6 +26,12 @@ long long gpt_stat(const spt_daemon *d, const char *name);
  * them), before it is stopped and removed. */
 void gpt_keep_log(const spt_daemon *d);
 
+/* Start d with extra arguments, run fn on world ranks (guard_s seconds
+ * at most), keep or dump its log, stop it; a check failure when it did not
+ * start or stop cleanly or a rank failed. */
+void gpt_run_on_daemon(spt_daemon *d, const char *const *extra, int world,
+                       spt_rank_fn fn, void *arg, int guard_s);
+
 #ifdef SPC_HAVE_CUDA
 #include <cuda_runtime.h>
 

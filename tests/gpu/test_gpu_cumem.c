@@ -163,13 +163,7 @@ static int rank_main(int rank, int world, void *arg) {
 
 START_TEST(cumem_registrations_fail_clearly) {
   const char *const extra[] = {"--log-level", "debug", NULL};
-  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
-  int failed = spt_run_ranks(1, rank_main, NULL, 120);
-  gpt_keep_log(&daemon_);
-  if (failed)
-    spt_daemon_dump_log(&daemon_);
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-  ck_assert_int_eq(failed, 0);
+  gpt_run_on_daemon(&daemon_, extra, 1, rank_main, NULL, 120);
 }
 END_TEST
 

@@ -658,16 +658,10 @@ static void run_pair_with(const char *var, const char *value, const char *flag,
                           const char *fvalue, spt_rank_fn fn, void *arg) {
   const char *const extra[] = {"--log-level", "debug", flag, fvalue, NULL};
   if (var != NULL)
-    setenv(var, value, 1);
-  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
+    setenv(var, value, 1); /* "PROGRAM:N": the ranks inherit it, unused */
+  gpt_run_on_daemon(&daemon_, extra, 2, fn, arg, 120);
   if (var != NULL)
     unsetenv(var);
-  int failed = spt_run_ranks(2, fn, arg, 120);
-  gpt_keep_log(&daemon_);
-  if (failed)
-    spt_daemon_dump_log(&daemon_);
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-  ck_assert_int_eq(failed, 0);
 }
 
 static void run_pair(const char *var, const char *value, spt_rank_fn fn) {
@@ -681,13 +675,7 @@ END_TEST
 
 /* A daemon with these extra arguments, and three ranks running fn. */
 static void run_three(const char *const *extra, spt_rank_fn fn) {
-  ck_assert_int_eq(spt_daemon_start(&daemon_, extra), 0);
-  int failed = spt_run_ranks(3, fn, NULL, 120);
-  gpt_keep_log(&daemon_);
-  if (failed)
-    spt_daemon_dump_log(&daemon_);
-  ck_assert_int_eq(spt_daemon_stop(&daemon_), 0);
-  ck_assert_int_eq(failed, 0);
+  gpt_run_on_daemon(&daemon_, extra, 3, fn, NULL, 120);
 }
 
 START_TEST(nccl_sets_sharing_a_gpu_take_turns) {

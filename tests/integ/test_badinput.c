@@ -299,6 +299,67 @@ START_TEST(bad_buffer_fds) {
 }
 END_TEST
 
+/* A stats request carrying n descriptors, which nothing takes. */
+static int stats_with_fds(spc_client *c, const int *fds, int n) {
+  Spcoll__StatsRequest q = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &q;
+  Spcoll__Frame *reply = NULL;
+  int rc = spc__call_fds(c, &f, fds, n, &reply);
+  if (reply)
+    spcoll__frame__free_unpacked(reply, NULL);
+  return rc;
+}
+
+/* A new client that got n descriptors in: the daemon gives a gone
+ * client's share back when it has seen it go, so this retries (5 s). */
+static spc_client *client_holding(const int *fds, int n) {
+  for (int i = 0; i < 500; i++) {
+    spc_client *c = spt_connect(daemon_.socket);
+    if (stats_with_fds(c, fds, n) == SPC_OK)
+      return c;
+    spc_disconnect(c);
+    usleep(10000);
+  }
+  return NULL;
+}
+
+/* Descriptors sent ahead of any frame that takes them count against the
+ * client's cap (64) and its uid's share (uid_max_fds_in_flight, 96 by
+ * default): past either, that client is dropped naming why; the others
+ * go on, and a client's share comes back when it goes. */
+START_TEST(fds_in_flight_are_bounded) {
+  int fds[65];
+  for (int i = 0; i < 65; i++)
+    ck_assert_int_ge(fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC), 0);
+  spc_client *c = spt_connect(daemon_.socket);
+  ck_assert_int_eq(stats_with_fds(c, fds, 60), SPC_OK);
+  ck_assert_int_lt(stats_with_fds(c, fds, 5), 0);
+  ck_assert_msg(strstr(spc_last_error(c), "more than 64 file descriptors"),
+                "%s", spc_last_error(c));
+  spc_disconnect(c);
+  spc_client *a = client_holding(fds, 64);
+  ck_assert_msg(a != NULL, "a dropped client's descriptors still count");
+  spc_client *b = spt_connect(daemon_.socket);
+  ck_assert_int_lt(stats_with_fds(b, fds, 40), 0);
+  ck_assert_msg(strstr(spc_last_error(b), "uid_max_fds_in_flight"), "%s",
+                spc_last_error(b));
+  spc_disconnect(b);
+  ck_assert_int_eq(stats_with_fds(a, NULL, 0), SPC_OK); /* a goes on */
+  spc_disconnect(a);
+  spc_client *d = client_holding(fds, 64);
+  ck_assert_msg(d != NULL, "a gone client's descriptors still count");
+  spc_buffer *buf;
+  spc_client *e = spt_connect(daemon_.socket);
+  ck_assert_int_eq(spc_buffer_alloc(e, 4096, &buf), SPC_OK);
+  spc_disconnect(d);
+  spc_disconnect(e);
+  for (int i = 0; i < 65; i++)
+    close(fds[i]);
+}
+END_TEST
+
 /* Rank 2 joins, then goes away while ranks 0 and 1 wait in an op. */
 static int lost_rank(int rank, int world, void *arg) {
   (void)arg;
@@ -452,6 +513,7 @@ int main(void) {
   tcase_add_test(tc, tensor_outside_buffer);
   tcase_add_test(tc, foreign_buffer_id);
   tcase_add_test(tc, bad_buffer_fds);
+  tcase_add_test(tc, fds_in_flight_are_bounded);
   tcase_add_test(tc, client_lost_mid_op);
   tcase_add_test(tc, reduce_unknown_dtype);
   tcase_add_test(tc, gather_size_overflow);

@@ -398,30 +398,38 @@ def backend_ordinary_cuda_tensors_in_place(c):
                           % d)
 
 
-@backend_check
-def backend_empty_cache_with_ops_in_flight(c):
-    """torch gives registered segments back to CUDA while an async op
-    runs: each is released first (the simulator fails a cudaFree of memory
-    the daemon still maps), the op completes right."""
+def _empty_cache_rounds(c, rounds, elems):
+    """Rounds in which torch gives memory the daemon registered back to
+    CUDA (a segment's cudaFree, or an expandable segment's unmap) while
+    an async op on other memory runs: it is released first, the op
+    completes right."""
     w = c.world
-    for i in range(3):
+    for i in range(rounds):
         before = _cxx_counts()
-        old = c.mine([3 << 20], salt=i).to(c.dev)   # a segment of its own
+        old = c.mine([elems], salt=i).to(c.dev)     # memory of its own
         dist.all_reduce(old)
         x = c.mine([1 << 16], salt=i).to(c.dev)
         out = torch.empty([w << 16], device=c.dev)
         h = dist.all_gather_into_tensor(out, x, async_op=True)
         del old
-        torch.cuda.empty_cache()          # cudaFree of old's segment
+        torch.cuda.empty_cache()          # old's memory back to CUDA
         h.wait()
         ref = torch.empty([w << 16])
         dist.all_gather_into_tensor(ref, c.mine([1 << 16], salt=i))
         _bsame(c, "all_gather across empty_cache, round %d" % i, out, ref)
         d = _delta(before, _cxx_counts())
         if d["cuda_segments_released"] < 1:
-            c.failures.append("round %d: no segment released before "
-                              "empty_cache freed it: %s" % (i, d))
+            c.failures.append("round %d: nothing released before "
+                              "empty_cache gave it back: %s" % (i, d))
         del x, out, h
+
+
+@backend_check
+def backend_empty_cache_with_ops_in_flight(c):
+    """torch gives registered segments back to CUDA while an async op
+    runs: each is released first (the simulator fails a cudaFree of memory
+    the daemon still maps), the op completes right."""
+    _empty_cache_rounds(c, 3, 3 << 20)
 
 
 def _pool_ops(c, pool):
@@ -510,31 +518,6 @@ def _expandable_ordinary(ctx):
         ctx.failures.append("no run of cuMem mappings registered: %s" % d)
 
 
-def _expandable_unmapped_in_flight(ctx):
-    """torch unmaps expandable-segment memory (empty_cache) while an async
-    op on other memory runs: what the daemon registered there is released
-    first, the op completes right."""
-    w, dev = ctx.world, ctx.dev
-    for i in range(2):
-        before = _cxx_counts()
-        old = ctx.mine([6 << 20], salt=i).to(dev)
-        dist.all_reduce(old)
-        x = ctx.mine([1 << 16], salt=i).to(dev)
-        out = torch.empty([w << 16], device=dev)
-        h = dist.all_gather_into_tensor(out, x, async_op=True)
-        del old
-        torch.cuda.empty_cache()               # unmaps old's mappings
-        h.wait()
-        ref = torch.empty([w << 16])
-        dist.all_gather_into_tensor(ref, ctx.mine([1 << 16], salt=i))
-        _bsame(ctx, "all_gather across empty_cache, round %d" % i, out, ref)
-        d = _delta(before, _cxx_counts())
-        if d["cuda_segments_released"] < 1:
-            ctx.failures.append("round %d: nothing released when "
-                                "empty_cache unmapped it: %s" % (i, d))
-        del x, out, h
-
-
 def expandable_rank(rank, world, sock, store):
     """A process whose allocator uses expandable segments: its ordinary
     CUDA tensors go through the C++ backend in place, also across
@@ -551,7 +534,7 @@ def expandable_rank(rank, world, sock, store):
     try:
         from spcoll import c10d
         _expandable_ordinary(ctx)
-        _expandable_unmapped_in_flight(ctx)
+        _empty_cache_rounds(ctx, 2, 6 << 20)    # unmaps whole mappings
         _, d = _pool_ops(ctx, c10d.mem_pool(dev))
         if d["staged_in_bytes"]:
             ctx.failures.append("pool tensors were staged: %s" % d)
