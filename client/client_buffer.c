@@ -12,10 +12,6 @@
 #include "client_gpu.h"
 #include "tensor_check.h"
 
-size_t spc_dtype_size(spc_dtype dtype) {
-  return spk_dtype_size((spk_dtype)dtype);
-}
-
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
@@ -241,17 +237,4 @@ int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
   return SPC_OK;
-}
-
-uint64_t spc__tensor_bytes(const spc_tensor *t) {
-  uint64_t n = spc_dtype_size(t->dtype);
-  for (int i = 0; i < t->ndim && i < SPC_MAX_DIMS; i++)
-    if (t->shape[i] < 0 ||
-        __builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
-      return UINT64_MAX;
-  return n;
-}
-
-void *spc_tensor_data(const spc_tensor *t) {
-  return t && t->buf ? (uint8_t *)t->buf->data + t->offset : NULL;
 }

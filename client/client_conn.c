@@ -1,8 +1,7 @@
 /* Connection to the daemon: connect and Hello, frame send/receive, reply
- * routing to outstanding requests, errors. */
+ * routing to outstanding requests (a client's errors: client_base.c). */
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +11,6 @@
 
 #include "client_fast.h"
 #include "client_gpu.h"
-
-/* spc_connect has no client to hold its message yet. */
-static __thread char connect_error[512];
 
 /* Every status of the one list (kernels/status.h) has the same number in
  * spcoll.h and on the wire. */
@@ -30,22 +26,6 @@ _Static_assert((int)SPC_INT64 == (int)SPK_I64 &&
 
 const char *spc_strerror(int status) {
   return spk_strerror(status);
-}
-
-int spc__fail(spc_client *c, int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-const char *spc_last_error(const spc_client *c) {
-  return c ? c->last_error : connect_error;
-}
-
-char *spc__connect_error(void) {
-  return connect_error;
 }
 
 const char *spc_default_socket(char *buf, size_t len) {

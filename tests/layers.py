@@ -27,6 +27,15 @@ rule with the file that breaks it.
      (client_fast*): the rest of the client reaches it through
      client_fast.h.
 
+  10. The client's calls: client_base.c (a client's error, a tensor's
+     bytes and data) calls no other function of the client, and the fast
+     path's files (client_fast*.c) call, of the rest of the client, only
+     what client_base.c defines; so the fast path stands below the
+     connection, buffers, GPU and op code, in no call loop with them.
+     The loop those four still make among themselves is listed in
+     CLIENT_LOOP, which may only shrink (loops inside the fast path, one
+     component, are its own).
+
 EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
 edges rule 4 leaves out, each with why; both may only shrink: an
 exception no longer needed is an error too, so the lists stay true."""
@@ -85,6 +94,65 @@ def includes(path, by_name):
             out.append(cand)
         elif os.path.basename(n) in by_name:
             out.append(by_name[os.path.basename(n)])
+    return out
+
+
+# The client's files that still call one another in a loop (rule 10
+# reports a loop with any other file, and an entry no longer in one).
+CLIENT_LOOP = {
+    "client_buffer.c", "client_conn.c", "client_gpu.c", "client_gpu_flags.c",
+    "client_gpu_op.c", "client_gpu_vmm.c", "client_op.c", "client_wrap.c",
+}
+
+
+def client_calls(files):
+    """{client file: {client file it calls a function of}}, over spc_ and
+    spc__ functions defined in client/*.c."""
+    srcs = [p for p in files if p.startswith("client/") and p.endswith(".c")
+            and os.path.dirname(p) == "client"]
+    defined = {}
+    for p in srcs:
+        text = open(os.path.join(ROOT, p)).read()
+        for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spc_\w+)\s*\([^;]*?\)\s*\{",
+                               text, re.M | re.S):
+            defined[name] = p
+    call = re.compile(r"\b(spc_\w+)\s*\(")
+    out = {}
+    for p in srcs:
+        text = open(os.path.join(ROOT, p)).read()
+        out[p] = {defined[n] for n in call.findall(text)
+                  if n in defined and defined[n] != p}
+    return out
+
+
+def call_loops(graph):
+    """The strongly connected parts of graph with more than one file."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
     return out
 
 
@@ -265,6 +333,34 @@ def main():
                           "reaches the fast path through client_fast.h"
                           % (p, ", ".join(priv)))
 
+    # 10. the client's calls
+    calls = client_calls(files)
+    base = "client/client_base.c"
+    for callee in sorted(calls.get(base, ())):
+        broken.append("rule 10: %s calls into %s: it uses nothing of the "
+                      "client" % (base, callee))
+    for p, callees in sorted(calls.items()):
+        if not os.path.basename(p).startswith("client_fast"):
+            continue
+        up = sorted(c for c in callees if c != base and
+                    not os.path.basename(c).startswith("client_fast"))
+        if up:
+            broken.append("rule 10: %s calls into %s: the fast path uses, of "
+                          "the rest of the client, only client_base.c"
+                          % (p, ", ".join(up)))
+    in_loops = set()
+    for part in call_loops(calls):
+        names = {os.path.basename(p) for p in part}
+        if all(n.startswith("client_fast") for n in names):
+            continue  # within the fast path, one component
+        in_loops |= names
+        if not names <= CLIENT_LOOP:
+            broken.append("rule 10: a call loop in the client: %s"
+                          % ", ".join(sorted(names)))
+    for name in sorted(CLIENT_LOOP - in_loops):
+        broken.append("rule 10: %s is in CLIENT_LOOP but in no call loop "
+                      "now: remove it" % name)
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -278,7 +374,7 @@ def main():
     print("PASS layers: %d engine files below the op layer, table-only calls, "
           "no include loop, no loop across %d folders, UCX in the transport, "
           "kernels/ pure, the client on kernels/ and its fast path behind "
-          "client_fast.h (%d known exceptions, "
+          "client_fast.h and below the rest of the client (%d known exceptions, "
           "%d allowed calls, %d folder exceptions)" % (
               sum(1 for p in files if is_engine(p)),
               len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),

@@ -235,6 +235,7 @@ bool cuda_take(const std::shared_ptr<Conn>& conn, const at::Tensor& t,
   int64_t n = (int64_t)t.nbytes();
   uintptr_t base;
   size_t size;
+  refusal.clear();
   if (!t.is_cuda() || n == 0 || !t.is_contiguous())
     return false;
   if (!cuda_segment_of(t, &base, &size))  // throws for expandable segments

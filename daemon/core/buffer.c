@@ -188,17 +188,26 @@ void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
 
 int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
                           spd_gpu_closed_fn fn, void *arg) {
+  int mine = fn != NULL && buf->kind == SPD_BUF_DEVICE;
+  if (mine) { /* one release per buffer: it is off its session's list */
+    buf->closed = fn;
+    buf->closed_arg = arg;
+  }
   if (--buf->refs > 0)
-    return 0;
+    return mine;
   spd_engines_forget_buffer(ctx, buf->engine_state);
   if (buf->kind == SPD_BUF_DEVICE) {
     /* An IPC mapping is undone only by cudaIpcCloseMemHandle (once its
      * allocation's last buffer goes), never by munmap: the client frees
      * the memory after this release returns. A cuMem mapping is unmapped
-     * on the thread pool: fn follows. */
-    int later = spd_gpu_ipc_close_then(ctx, buf->gpu_mem, fn, arg);
+     * on the thread pool: its release's fn follows. */
+    spd_gpu_closed_fn closed = buf->closed;
+    void *closed_arg = buf->closed_arg;
+    int later = spd_gpu_ipc_close_then(ctx, buf->gpu_mem, closed, closed_arg);
     free(buf);
-    return later;
+    if (!later && closed != NULL && !mine)
+      closed(closed_arg); /* a release an op held back: closed now */
+    return mine && later;
   }
   if (munmap(buf->base, buf->size) < 0)
     SPD_ERROR(&ctx->log, "munmap(buffer %llu, %zu bytes) failed: %m",

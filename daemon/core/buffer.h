@@ -31,6 +31,11 @@ typedef struct spd_buffer {
   int device;                     /* device buffers: the daemon's CUDA
                                    * ordinal of their GPU */
   void *gpu_mem;                  /* device buffers: the IPC mapping */
+  spd_gpu_closed_fn closed;       /* device buffers released while an op
+                                   * still held them: told once the
+                                   * mapping is closed (the release's
+                                   * answer waits for it) */
+  void *closed_arg;
   int stream_flags;               /* host buffers: registered to hold
                                    * stream flags (an engine opened them) */
   uint64_t file_dev, file_ino;    /* host buffers: the memfd's identity.
@@ -63,9 +68,10 @@ void spd_buffer_ref(spd_buffer *buf);
 /* Drop a reference; the last one unmaps (or closes the IPC mapping) and
  * frees. */
 void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf);
-/* The same; 1 when the last reference's device mapping is closed after
- * the call (a cuMem one, unmapped on the thread pool): fn(arg) then
- * follows once it is. */
+/* The same for a release: 1 when fn(arg) follows, once the device
+ * mapping is closed after the call: a cuMem one is unmapped on the thread
+ * pool, and a device buffer an op still holds is closed when that op
+ * drops it. 0 (host memory, or closed now): fn is not called. */
 int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
                           spd_gpu_closed_fn fn, void *arg);
 

@@ -38,7 +38,9 @@ static void session_give_back(spd_session *s) {
   s->counted = 0;
   spd_quota_give(q, s->uid, SPD_Q_REQUEST_BYTES, s->reader_charge);
   s->reader_charge = 0;
-  spd_quota_give(q, s->uid, SPD_Q_FDS, s->fds_queued); /* libuv closes them */
+  for (int i = 0; i < s->fds_queued; i++) /* libuv closes them */
+    if (s->fd_charged[(s->fd_head + i) % SPK_VMM_MAX_CHUNKS])
+      spd_quota_give(q, s->uid, SPD_Q_FDS, 1);
   s->fds_queued = 0;
 }
 
@@ -284,26 +286,42 @@ static void session_drain(spd_session *s) {
   }
 }
 
-/* Descriptors that came with this read count against the client's cap
- * and its uid's SPD_Q_FDS until taken and closed: past either, the client
- * is dropped (libuv closes what it holds). */
+/* Descriptors that came with this read: more than one frame's worth
+ * queued drops the client; each counts against its uid's SPD_Q_FDS until
+ * taken and closed, and one past that quota is marked, so that the frame
+ * it came with is refused (a limit, not a fault: others of the uid may
+ * hold theirs only for a moment). */
 static int fds_count(spd_session *s) {
   int n = uv_pipe_pending_count(&s->pipe);
-  char msg[200];
-  int rc = SPK_OK;
   if (n > SESSION_MAX_PENDING_FDS) {
-    rc = SPK_EPROTOCOL;
+    char msg[96];
     snprintf(msg, sizeof(msg), "more than %d file descriptors sent ahead "
              "of their buf_register frames", SESSION_MAX_PENDING_FDS);
-  } else if (n > s->fds_queued) {
-    rc = spd_quota_take(&s->ctx->quotas, &s->ctx->cfg, s->uid, SPD_Q_FDS,
-                        n - s->fds_queued, msg, sizeof(msg));
-    if (rc == SPK_OK)
-      s->fds_queued = n;
+    spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
+    return SPK_EPROTOCOL;
   }
-  if (rc < 0)
-    spd_session_fail(s, 0, rc, msg);
-  return rc;
+  for (; s->fds_queued < n; s->fds_queued++) {
+    char msg[sizeof(s->fds_why)];
+    int ok = spd_quota_take(&s->ctx->quotas, &s->ctx->cfg, s->uid, SPD_Q_FDS,
+                            1, msg, sizeof(msg)) == SPK_OK;
+    if (!ok)
+      memcpy(s->fds_why, msg, sizeof(msg));
+    s->fd_charged[(s->fd_head + s->fds_queued) % SPK_VMM_MAX_CHUNKS] =
+        (uint8_t)ok;
+  }
+  return SPK_OK;
+}
+
+/* Descriptors left after every whole frame was handled came with frames
+ * that take none: the client is dropped, so none is parked. */
+static void fds_unclaimed(spd_session *s) {
+  if (s->closing || s->doomed || s->reader.len != 0 ||
+      uv_pipe_pending_count(&s->pipe) == 0)
+    return;
+  char msg[112];
+  snprintf(msg, sizeof(msg), "%d file descriptors came with frames that "
+           "take none", uv_pipe_pending_count(&s->pipe));
+  spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
@@ -324,6 +342,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b) {
   if (fds_count(s) < 0)
     return;
   session_drain(s);
+  fds_unclaimed(s);
   if (s->closing || s->doomed)
     return;
   /* The partial-frame deadline runs from the first byte of a frame. */
@@ -433,7 +452,8 @@ static void on_scratch_closed(uv_handle_t *h) {
 /* libuv queues the descriptors that came with SCM_RIGHTS on the pipe; the
  * public way to take one is to accept it into a handle. We keep a dup of
  * it and let the scratch handle close the original. */
-int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err) {
+int spd_session_take_fd(spd_session *s, int *fd_p, int *charged,
+                        spk_err *err) {
   if (uv_pipe_pending_count(&s->pipe) == 0)
     return spk_err_set(err, SPK_EPROTOCOL,
                        "buf_register came without a file descriptor");
@@ -455,9 +475,12 @@ int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err) {
   if (rc < 0)
     return spk_err_set(err, SPK_ESYSTEM, "taking the sent descriptor: %s",
                        uv_strerror(rc));
-  s->fds_queued--; /* off the queue: the caller's to give back */
+  *charged = s->fd_charged[s->fd_head]; /* off the queue: the caller's */
+  s->fd_head = (s->fd_head + 1) % SPK_VMM_MAX_CHUNKS;
+  s->fds_queued--;
   if (dup_fd < 0) {
-    spd_session_fds_give(s->ctx, s->uid, 1);
+    if (*charged)
+      spd_session_fds_give(s->ctx, s->uid, 1);
     return spk_err_set(err, SPK_ESYSTEM, "fcntl(%d, F_DUPFD_CLOEXEC): %s", fd,
                        strerror(saved));
   }

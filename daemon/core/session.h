@@ -11,6 +11,7 @@
 #include "buffer.h"
 #include "daemon.h"
 #include "frame.h"
+#include "types.h"
 
 struct spd_group;
 
@@ -41,10 +42,13 @@ typedef struct spd_session {
   int ngroups_sup;
   int ngroups, nbuffers, pending; /* counted against the client limits */
   int vmm_pending;            /* cuMem registrations mapping now */
-  int fds_queued;             /* sent descriptors libuv holds for it, taken
-                               * from its uid's SPD_Q_FDS; one taken with
-                               * spd_session_take_fd is its caller's to give
-                               * back once closed */
+  int fds_queued;             /* sent descriptors libuv holds for it */
+  /* Whether each queued descriptor, oldest first, is charged to its uid's
+   * SPD_Q_FDS (ring of fds_queued from fd_head); one past the quota is
+   * not, and the registration it came with is refused (fds_why). */
+  uint8_t fd_charged[SPK_VMM_MAX_CHUNKS];
+  int fd_head;
+  char fds_why[200];
   uint64_t registered_bytes;
   double frame_tokens;        /* frame-rate bucket, refilled over time */
   uint64_t frame_ns;
@@ -89,10 +93,12 @@ void spd_session_deadlines(spd_ctx *ctx, uint64_t now);
  * operator_uid / operator_gid (its primary or a supplementary group)? */
 int spd_session_is_operator(const spd_session *s);
 
-/* Take the next file descriptor the client sent with SCM_RIGHTS: the
- * caller gives back its SPD_Q_FDS (spd_session_fds_give) once it has
- * closed it. */
-int spd_session_take_fd(spd_session *s, int *fd_p, spk_err *err);
+/* Take the next file descriptor the client sent with SCM_RIGHTS. *charged:
+ * whether it holds its uid's SPD_Q_FDS, which the caller gives back
+ * (spd_session_fds_give) once it has closed it; 0: it came past the
+ * quota, and the caller refuses what it came with (s->fds_why). */
+int spd_session_take_fd(spd_session *s, int *fd_p, int *charged,
+                        spk_err *err);
 
 /* n descriptors of uid taken with spd_session_take_fd are closed. */
 void spd_session_fds_give(spd_ctx *ctx, uid_t uid, int n);

@@ -120,30 +120,51 @@ static void vmm_mapped(void *arg, int rc, void *mem, uint8_t *base, int dev,
   free(p);
 }
 
-/* fds[0..n), taken from s's queue, closed: their quota goes back. */
-static void close_fds(spd_session *s, const int *fds, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    close(fds[i]);
-  spd_session_fds_give(s->ctx, s->uid, (int)n);
+/* Descriptors a frame came with, taken from the pipe's queue; `charged`
+ * of them hold their uid's SPD_Q_FDS. */
+typedef struct {
+  int fd[SPK_VMM_MAX_CHUNKS];
+  int n, charged;
+} taken;
+
+/* Close t's descriptors: their quota goes back. */
+static void close_fds(spd_session *s, taken *t) {
+  for (int i = 0; i < t->n; i++)
+    close(t->fd[i]);
+  spd_session_fds_give(s->ctx, s->uid, t->charged);
+  t->n = t->charged = 0;
 }
 
-/* The n descriptors that came with f, taken from the pipe's queue. */
-static int take_fds(spd_session *s, int *fds, size_t n, spk_err *err) {
-  for (size_t i = 0; i < n; i++) {
-    int rc = spd_session_take_fd(s, &fds[i], err);
+/* The n descriptors that came with a frame. */
+static int take_fds(spd_session *s, taken *t, size_t n, spk_err *err) {
+  for (t->n = t->charged = 0; (size_t)t->n < n; t->n++) {
+    int charged = 0;
+    int rc = spd_session_take_fd(s, &t->fd[t->n], &charged, err);
     if (rc < 0) {
-      spk_err_set(err, rc, "buf_register lists %zu cuMem allocations but "
-                  "came with %zu file descriptors", n, i);
-      close_fds(s, fds, i);
+      spk_err_set(err, rc, "buf_register lists %zu file descriptors but "
+                  "came with %d", n, t->n);
+      close_fds(s, t);
       return rc;
     }
+    t->charged += charged;
   }
   return SPK_OK;
 }
 
+/* Some of t came past the uid's or the daemon's SPD_Q_FDS: the request is
+ * refused, naming the limit (the client may try again), and t closed.
+ * 1 then, else 0. */
+static int over_quota(spd_session *s, uint64_t req, taken *t) {
+  if (t->charged == t->n)
+    return 0;
+  close_fds(s, t);
+  spd_session_send_error(s, req, SPK_ENO_MEMORY, s->fds_why);
+  return 1;
+}
+
 static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
   const Spcoll__BufRegister *reg = f->buf_register;
-  int fds[SPK_VMM_MAX_CHUNKS];
+  taken t;
   spk_err err;
   size_t n = reg->n_vmm_sizes;
   if (n > SPK_VMM_MAX_CHUNKS) {
@@ -152,13 +173,15 @@ static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
     spd_session_fail(s, f->id, SPK_EPROTOCOL, err.msg);
     return;
   }
-  int rc = take_fds(s, fds, n, &err);
+  int rc = take_fds(s, &t, n, &err);
   if (rc < 0) {
     spd_session_fail(s, f->id, SPK_EPROTOCOL, err.msg);
     return;
   }
+  if (over_quota(s, f->id, &t))
+    return;
   if (reg->ipc_handle.len != 0 || reg->stream_flags) {
-    close_fds(s, fds, n);
+    close_fds(s, &t);
     spk_err_set(&err, SPK_EINVAL, "buf_register with vmm_sizes carries %s",
                 reg->stream_flags ? "stream_flags (host memory only)"
                                   : "an ipc_handle too");
@@ -175,23 +198,23 @@ static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
     rc = spk_err_set(&err, SPK_ENO_MEMORY, "calloc of a registration failed");
   } else if ((rc = admit(s, f->id, reg->size, 0)) < 0) {
     free(p);
-    close_fds(s, fds, n);
+    close_fds(s, &t);
     return;
   }
   if (rc == SPK_OK) {
-    *p = (vmm_pending){s->ctx, s->id, f->id, s->uid, reg->size, (int)n};
-    spd_gpu_vmm_req q = {fds, reg->vmm_sizes, n, reg->device_uuid.data,
+    *p = (vmm_pending){s->ctx, s->id, f->id, s->uid, reg->size, t.charged};
+    spd_gpu_vmm_req q = {t.fd, reg->vmm_sizes, n, reg->device_uuid.data,
                          reg->device_uuid.len, reg->alloc_offset, reg->size};
     if ((rc = spd_gpu_vmm_open(s->ctx, &q, vmm_mapped, p, &err)) == SPK_OK) {
       s->vmm_pending++;
       return;
     }
     unadmit(s->ctx, s->uid, 0);
-    spd_session_fds_give(s->ctx, s->uid, (int)n); /* closed by the open */
+    spd_session_fds_give(s->ctx, s->uid, t.charged); /* closed by the open */
     free(p);
   } else {
     free(p);
-    close_fds(s, fds, n);
+    close_fds(s, &t);
   }
   spd_session_send_error(s, f->id, rc, err.msg);
 }
@@ -207,12 +230,18 @@ void spd_session_buf_register(spd_session *s, const Spcoll__Frame *f) {
   int device = reg->ipc_handle.len != 0;
   spk_err err;
   int fd = -1, rc;
-  if (!device && (rc = spd_session_take_fd(s, &fd, &err)) < 0) {
-    spd_session_fail(s, f->id, rc, err.msg);
-    return;
+  taken t = {.n = 0};
+  if (!device) {
+    if ((rc = spd_session_take_fd(s, &t.fd[0], &t.charged, &err)) < 0) {
+      spd_session_fail(s, f->id, rc, err.msg);
+      return;
+    }
+    t.n = 1;
+    if (over_quota(s, f->id, &t))
+      return;
+    fd = t.fd[0]; /* closed below, whatever happens */
+    spd_session_fds_give(s->ctx, s->uid, t.charged);
   }
-  if (fd >= 0) /* closed below, whatever happens */
-    spd_session_fds_give(s->ctx, s->uid, 1);
   uint64_t charge = device ? 0 : reg->size;
   if (admit(s, f->id, reg->size, charge) < 0) {
     if (fd >= 0)

@@ -29,7 +29,6 @@ typedef struct spd_nccl_gates {
   spd_gpu *gpu;
   nccl_job *fired;            /* ready, for the loop: a stack that CUDA
                                * threads push on, the loop takes whole */
-  int pending;                /* gated jobs not back on the loop yet */
 } spd_nccl_gates;
 
 /* Whether another usable set shares one of set's GPUs. */
@@ -109,7 +108,6 @@ static void on_fired(uv_async_t *a) {
   }
   for (nccl_job *nj = rev, *next; nj != NULL; nj = next) {
     next = nj->next_fired;
-    g->pending--;
     spd_gpu_stream_put(g->gpu, nj->probe_dev, nj->probe);
     nj->probe = NULL;
     spd_nccl_set *set = nj->set;
@@ -194,7 +192,6 @@ int spd_nccl_gate(nccl_job *nj, spk_err *err) {
   }
   nj->probe = s;
   nj->probe_dev = dev;
-  g->pending++;
   SPD_DEBUG(&set->ctx->log, "group '%s' op %llu: gated until its ranks are "
             "ready (its NCCL set shares a GPU)", w->name,
             (unsigned long long)w->seq);

@@ -4,15 +4,19 @@
  * may carry, memory created without an exportable handle type, a
  * descriptor that is not cuMem memory, a registration that lists more
  * allocations than descriptors came with (a protocol error: that
- * connection alone is closed). A registration shared by a later buffer
+ * connection alone is closed), descriptors short for a moment (the
+ * registration goes through once they are back). A registration shared by a later buffer
  * inside it, and the range it covers. After all of them the same rank
  * runs an op on cuMem memory. (The op suites run every case on cuMem
  * memory: test_gpu_ops.) Without a GPU: "skipped: no GPU", exit 77. */
 #include <check.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -126,6 +130,60 @@ static int op_works(spc_client *c, uint8_t *p) {
   return bad;
 }
 
+/* n descriptors held by the daemon for a raw connection (one byte of a
+ * frame that never comes whole). */
+static int park(int n) {
+  int s = spt_raw_connect(daemon_.socket);
+  int fds[64];
+  for (int i = 0; i < n; i++)
+    fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  char cbuf[CMSG_SPACE(sizeof(int) * 64)] = {0}, byte = 0;
+  struct iovec iov = {&byte, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+  memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
+  ssize_t sent = s >= 0 ? sendmsg(s, &m, MSG_NOSIGNAL) : -1;
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+  return sent == 1 ? s : -1;
+}
+
+static void *unpark(void *arg) {
+  int *socks = arg;
+  usleep(200000);
+  close(socks[0]);
+  close(socks[1]);
+  return NULL;
+}
+
+/* With this user's descriptor share (uid_max_fds_in_flight, 96) held by
+ * others, a registration of 2 allocations is refused; libspclient tries
+ * again, and it goes through once they are closed. */
+static int waits_for_descriptors(spc_client *c, uint8_t *p) {
+  int before = spt_daemon_fds(&daemon_);
+  int socks[2] = {park(64), park(31)};
+  pthread_t t;
+  spc_buffer *b;
+  /* the daemon holds them (and the two connections) before we go on */
+  for (int i = 0; i < 1000 && spt_daemon_fds(&daemon_) < before + 97; i++)
+    usleep(1000);
+  if (socks[0] < 0 || socks[1] < 0 ||
+      spt_daemon_fds(&daemon_) < before + 97 ||
+      pthread_create(&t, NULL, unpark, socks) != 0)
+    return expect(c, "parking 95 descriptors in the daemon", -1, 0, NULL);
+  int bad = expect(c, "registration while descriptors are short",
+                   spc_buffer_register_device(c, p, 4 * MB, &b), SPC_OK,
+                   NULL);
+  pthread_join(t, NULL);
+  if (!bad)
+    spc_buffer_free(b);
+  return bad;
+}
+
 static int rank_main(int rank, int world, void *arg) {
   (void)rank, (void)world, (void)arg;
   struct cudaDeviceProp prop;
@@ -143,6 +201,7 @@ static int rank_main(int rank, int world, void *arg) {
                 register_raw(c, prop.uuid.bytes, 1, &memfd, 1), SPC_EDEVICE,
                 "cuMemImportFromShareableHandle");
   bad |= shared(c, p);
+  bad |= waits_for_descriptors(c, p);
   bad |= op_works(c, p);
   /* Two allocations listed, one descriptor sent: this connection is
    * closed for it, the daemon goes on. */
@@ -151,7 +210,7 @@ static int rank_main(int rank, int world, void *arg) {
   if (liar != NULL) {
     int rc = register_raw(liar, prop.uuid.bytes, 2, &memfd, 1);
     bad |= expect(liar, "fewer descriptors than allocations", rc,
-                  SPC_EPROTOCOL, "came with 1 file descriptors");
+                  SPC_EPROTOCOL, "2 file descriptors but came with 1");
     spc_disconnect(liar);
   }
   bad |= op_works(c, p);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -312,50 +313,86 @@ static int stats_with_fds(spc_client *c, const int *fds, int n) {
   return rc;
 }
 
-/* A new client that got n descriptors in: the daemon gives a gone
- * client's share back when it has seen it go, so this retries (5 s). */
-static spc_client *client_holding(const int *fds, int n) {
-  for (int i = 0; i < 500; i++) {
-    spc_client *c = spt_connect(daemon_.socket);
-    if (stats_with_fds(c, fds, n) == SPC_OK)
-      return c;
-    spc_disconnect(c);
-    usleep(10000);
-  }
-  return NULL;
+/* One byte of a frame, with n descriptors, on raw connection s: the
+ * daemon holds them until the frame is whole (or its deadline). */
+static void send_fds(int s, const int *fds, int n, char byte) {
+  char cbuf[CMSG_SPACE(sizeof(int) * 64)] = {0};
+  struct iovec iov = {&byte, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+  memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
+  ck_assert_int_eq(sendmsg(s, &m, MSG_NOSIGNAL), 1);
 }
 
-/* Descriptors sent ahead of any frame that takes them count against the
- * client's cap (64) and its uid's share (uid_max_fds_in_flight, 96 by
- * default): past either, that client is dropped naming why; the others
- * go on, and a client's share comes back when it goes. */
+static int park(const int *fds, int n) {
+  int s = spt_raw_connect(daemon_.socket);
+  ck_assert_int_ge(s, 0);
+  send_fds(s, fds, n, 0);
+  return s;
+}
+
+/* Descriptors in flight are bounded:
+ * - sent with a frame that takes none: that client is dropped;
+ * - more than one frame's worth (64) ahead of their frames: dropped;
+ * - held by a frame not whole yet: counted until it is (or its deadline);
+ * - past its uid's share (uid_max_fds_in_flight, 96 by default): the
+ *   registration they came with is refused naming the key, the client
+ *   goes on, and registers once the others' descriptors are closed. */
 START_TEST(fds_in_flight_are_bounded) {
-  int fds[65];
-  for (int i = 0; i < 65; i++)
+  int fds[64];
+  for (int i = 0; i < 64; i++)
     ck_assert_int_ge(fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC), 0);
-  spc_client *c = spt_connect(daemon_.socket);
-  ck_assert_int_eq(stats_with_fds(c, fds, 60), SPC_OK);
-  ck_assert_int_lt(stats_with_fds(c, fds, 5), 0);
-  ck_assert_msg(strstr(spc_last_error(c), "more than 64 file descriptors"),
-                "%s", spc_last_error(c));
-  spc_disconnect(c);
-  spc_client *a = client_holding(fds, 64);
-  ck_assert_msg(a != NULL, "a dropped client's descriptors still count");
-  spc_client *b = spt_connect(daemon_.socket);
-  ck_assert_int_lt(stats_with_fds(b, fds, 40), 0);
-  ck_assert_msg(strstr(spc_last_error(b), "uid_max_fds_in_flight"), "%s",
-                spc_last_error(b));
-  spc_disconnect(b);
-  ck_assert_int_eq(stats_with_fds(a, NULL, 0), SPC_OK); /* a goes on */
-  spc_disconnect(a);
-  spc_client *d = client_holding(fds, 64);
-  ck_assert_msg(d != NULL, "a gone client's descriptors still count");
+  /* A whole stats request with 2 descriptors: answered, then an error
+   * naming why, then the connection is closed. */
+  int c = spt_raw_connect(daemon_.socket);
+  ck_assert_int_eq(spt_raw_hello(c), 0);
+  Spcoll__StatsRequest q = SPCOLL__STATS_REQUEST__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT, *r;
+  f.id = 2;
+  f.body_case = SPCOLL__FRAME__BODY_STATS_REQUEST;
+  f.stats_request = &q;
+  uint8_t *bytes;
+  size_t len;
+  spk_err err;
+  ck_assert_int_eq(spf_encode(&f, &bytes, &len, &err), 0);
+  send_fds(c, fds, 2, (char)bytes[0]);    /* its first byte */
+  ck_assert_int_eq(spt_raw_send_bytes(c, bytes + 1, len - 1), 0);
+  free(bytes);
+  int said = 0;
+  while ((r = spt_raw_recv(c, 5)) != NULL) {
+    said |= r->body_case == SPCOLL__FRAME__BODY_ERROR &&
+            strstr(r->error->message, "came with frames that take none");
+    spcoll__frame__free_unpacked(r, NULL);
+  }
+  ck_assert_msg(said, "no error naming the descriptors no frame took");
+  close(c);
+  int capped = park(fds, 64);
+  send_fds(capped, fds, 1, 0);
+  ck_assert_int_eq(spt_raw_closed(capped, 5), 1); /* 65 ahead: dropped */
+  close(capped);
+  int over = park(fds, 40);
+  int more = park(fds, 25);
+  ck_assert_int_eq(spt_raw_closed(over, 1), 0); /* 40 held: fine */
+  int a = park(fds, 32);  /* 40 + 25 + 32 > 96 */
+  spc_client *d = spt_connect(daemon_.socket);
   spc_buffer *buf;
-  spc_client *e = spt_connect(daemon_.socket);
-  ck_assert_int_eq(spc_buffer_alloc(e, 4096, &buf), SPC_OK);
+  ck_assert_int_eq(spc_buffer_alloc(d, 4096, &buf), SPC_ENOMEM);
+  ck_assert_msg(strstr(spc_last_error(d), "uid_max_fds_in_flight"), "%s",
+                spc_last_error(d));
+  ck_assert_int_eq(stats_with_fds(d, NULL, 0), SPC_OK); /* d goes on */
+  close(a), close(over), close(more);
+  int rc = SPC_ENOMEM;
+  for (int i = 0; i < 500 && rc == SPC_ENOMEM; i++) {
+    usleep(10000); /* their descriptors go back once the daemon sees them go */
+    rc = spc_buffer_alloc(d, 4096, &buf);
+  }
+  ck_assert_msg(rc == SPC_OK, "%s", spc_last_error(d));
   spc_disconnect(d);
-  spc_disconnect(e);
-  for (int i = 0; i < 65; i++)
+  for (int i = 0; i < 64; i++)
     close(fds[i]);
 }
 END_TEST

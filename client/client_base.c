@@ -1,0 +1,44 @@
+/* What every part of the client uses and which uses nothing of it: a
+ * client's last error (and spc_connect's, which has no client yet), and a
+ * tensor's bytes and data. The fast path reaches the rest of the client
+ * only through these (tests/layers.py, rule 10). */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "client_internal.h"
+
+/* spc_connect has no client to hold its message yet. */
+static __thread char connect_error[512];
+
+int spc__fail(spc_client *c, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+const char *spc_last_error(const spc_client *c) {
+  return c ? c->last_error : connect_error;
+}
+
+char *spc__connect_error(void) {
+  return connect_error;
+}
+
+size_t spc_dtype_size(spc_dtype dtype) {
+  return spk_dtype_size((spk_dtype)dtype);
+}
+
+uint64_t spc__tensor_bytes(const spc_tensor *t) {
+  uint64_t n = spc_dtype_size(t->dtype);
+  for (int i = 0; i < t->ndim && i < SPC_MAX_DIMS; i++)
+    if (t->shape[i] < 0 ||
+        __builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
+      return UINT64_MAX;
+  return n;
+}
+
+void *spc_tensor_data(const spc_tensor *t) {
+  return t && t->buf ? (uint8_t *)t->buf->data + t->offset : NULL;
+}
