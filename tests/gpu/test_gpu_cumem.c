@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "check_run.h"
@@ -137,19 +136,10 @@ static int park(int n) {
   int fds[64];
   for (int i = 0; i < n; i++)
     fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  char cbuf[CMSG_SPACE(sizeof(int) * 64)] = {0}, byte = 0;
-  struct iovec iov = {&byte, 1};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-  memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
-  ssize_t sent = s >= 0 ? sendmsg(s, &m, MSG_NOSIGNAL) : -1;
+  int rc = s >= 0 ? spt_raw_send_fds(s, fds, n, 0) : -1;
   for (int i = 0; i < n; i++)
     close(fds[i]);
-  return sent == 1 ? s : -1;
+  return rc == 0 ? s : -1;
 }
 
 static void *unpark(void *arg) {

@@ -34,6 +34,17 @@ void die(const char *what) __attribute__((noreturn));
 int expect(const char *what, int got, int want);
 /* Run checks in a child process; its exit status (0: all held). */
 int in_child(int (*checks)(void));
+
+/* A call that may block the host on the GPU, and a scenario that makes it
+ * (its setup first; forbid() just before the call). */
+typedef struct {
+  const char *call;
+  void (*scenario)(void);
+} blocking_case;
+/* Every scenario of cases[0..n), run in a child on a thread other than
+ * its main one, where rule host-sync lets them be: 0 when they all
+ * passed (sim_rules_block.c). */
+int blocking_elsewhere(const blocking_case *cases, int n);
 /* The exit status of this program run anew with var=value, running only
  * the checks named `checks` (main's SIM_RULES_CHECKS). */
 int run_anew(const char *var, const char *value, const char *checks);

@@ -175,10 +175,7 @@ static void b_addr_free(void) {
   vmm().addr_free(b, VMM_G);
 }
 
-static const struct {
-  const char *call;
-  void (*scenario)(void);
-} blocking[] = {
+static const blocking_case blocking[] = {
     {"cuMemCreate", b_create}, {"cuMemRelease", b_release},
     {"cuMemMap", b_map},       {"cuMemSetAccess", b_set_access},
     {"cuMemUnmap", b_unmap},   {"cuMemAddressFree", b_addr_free},
@@ -191,24 +188,8 @@ START_TEST(vmm_host_sync) {
 }
 END_TEST
 
-static void *every_blocking_call(void *arg) {
-  (void)arg;
-  for (int i = 0; i < NBLOCKING; i++) {
-    unsetenv("SPCSIM_FORBID_SYNC");
-    blocking[i].scenario();
-  }
-  return NULL;
-}
-
-static int blocking_calls_elsewhere(void) {
-  pthread_t t;
-  if (pthread_create(&t, NULL, every_blocking_call, NULL) != 0)
-    die("pthread_create");
-  return pthread_join(t, NULL) == 0 ? 0 : 1;
-}
-
 START_TEST(vmm_blocking_calls_off_the_main_thread) {
-  ck_assert_int_eq(in_child(blocking_calls_elsewhere), 0);
+  ck_assert_int_eq(blocking_elsewhere(blocking, NBLOCKING), 0);
 }
 END_TEST
 

@@ -307,6 +307,22 @@ int spt_raw_send_bytes(int fd, const void *buf, size_t len) {
   return 0;
 }
 
+int spt_raw_send_fds(int fd, const int *fds, int n, char byte) {
+  char cbuf[CMSG_SPACE(sizeof(int) * 64)];
+  if (n < 1 || n > 64)
+    return -1;
+  memset(cbuf, 0, sizeof(cbuf));
+  struct iovec iov = {&byte, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+  memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
+  return sendmsg(fd, &m, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
 int spt_raw_send(int fd, Spcoll__Frame *f) {
   uint8_t *buf;
   size_t len;

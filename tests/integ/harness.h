@@ -95,6 +95,9 @@ spc_group *spt_join_finish(spc_client *c, spc_request *req, int world,
 int spt_raw_connect(const char *socket);
 int spt_raw_send_bytes(int fd, const void *buf, size_t len);
 int spt_raw_send(int fd, Spcoll__Frame *f);
+/* One byte (`byte`: a frame's first, say) with n descriptors (at most
+ * 64) attached by SCM_RIGHTS; 0 when sent. */
+int spt_raw_send_fds(int fd, const int *fds, int n, char byte);
 /* Next frame, or NULL on EOF/error (within guard seconds). */
 Spcoll__Frame *spt_raw_recv(int fd, int guard_s);
 /* 1 when the peer closed the connection (within guard seconds). */

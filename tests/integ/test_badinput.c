@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -313,25 +312,12 @@ static int stats_with_fds(spc_client *c, const int *fds, int n) {
   return rc;
 }
 
-/* One byte of a frame, with n descriptors, on raw connection s: the
- * daemon holds them until the frame is whole (or its deadline). */
-static void send_fds(int s, const int *fds, int n, char byte) {
-  char cbuf[CMSG_SPACE(sizeof(int) * 64)] = {0};
-  struct iovec iov = {&byte, 1};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                     .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-  memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n);
-  ck_assert_int_eq(sendmsg(s, &m, MSG_NOSIGNAL), 1);
-}
-
+/* The daemon holds descriptors sent with one byte of a frame until the
+ * frame is whole (or its deadline). */
 static int park(const int *fds, int n) {
   int s = spt_raw_connect(daemon_.socket);
   ck_assert_int_ge(s, 0);
-  send_fds(s, fds, n, 0);
+  ck_assert_int_eq(spt_raw_send_fds(s, fds, n, 0), 0);
   return s;
 }
 
@@ -359,7 +345,7 @@ START_TEST(fds_in_flight_are_bounded) {
   size_t len;
   spk_err err;
   ck_assert_int_eq(spf_encode(&f, &bytes, &len, &err), 0);
-  send_fds(c, fds, 2, (char)bytes[0]);    /* its first byte */
+  ck_assert_int_eq(spt_raw_send_fds(c, fds, 2, (char)bytes[0]), 0);
   ck_assert_int_eq(spt_raw_send_bytes(c, bytes + 1, len - 1), 0);
   free(bytes);
   int said = 0;
@@ -371,7 +357,7 @@ START_TEST(fds_in_flight_are_bounded) {
   ck_assert_msg(said, "no error naming the descriptors no frame took");
   close(c);
   int capped = park(fds, 64);
-  send_fds(capped, fds, 1, 0);
+  ck_assert_int_eq(spt_raw_send_fds(capped, fds, 1, 0), 0);
   ck_assert_int_eq(spt_raw_closed(capped, 5), 1); /* 65 ahead: dropped */
   close(capped);
   int over = park(fds, 40);
