@@ -99,7 +99,7 @@ int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
   f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
   f.buf_register = &reg;
   Spcoll__Frame *reply = NULL;
-  rc = spc__call(c, &f, b->memfd, &reply);
+  rc = spc__register_call(c, &f, &b->memfd, 1, &reply);
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
     rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
                    spf_body_name(reply->body_case));

@@ -354,6 +354,17 @@ int spc__call_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
   return spc__finish(c, req, reply_p);
 }
 
+int spc__register_call(spc_client *c, Spcoll__Frame *f, const int *fds,
+                       int nfds, Spcoll__Frame **reply_p) {
+  for (int tries = 0;; tries++) {
+    int rc = spc__call_fds(c, f, fds, nfds, reply_p);
+    if (rc != SPC_ENOMEM || nfds == 0 || tries == 200 ||
+        strstr(c->last_error, "fds_in_flight") == NULL)
+      return rc;
+    usleep(10000);
+  }
+}
+
 int spc_client_fd(const spc_client *c) {
   return c == NULL ? -1 : c->fd;
 }

@@ -338,27 +338,18 @@ static int alloc_register(spc_client *c, const spc__cu_api *cu,
   if (r != SPC__CUDA_SUCCESS)
     return spc__fail(c, SPC_EDEVICE, "cuDeviceGetUuid(%d): %s", pi->device,
                      spc__cu_str(cu, r));
+  if ((rc = share_make(c, cu, pi, &sh, &reg)) < 0)
+    return rc;
   Spcoll__Frame f = SPCOLL__FRAME__INIT, *reply = NULL;
-  /* Descriptors past the daemon's share for this user are refused, and
-   * others' go back within moments (their mappings being made): try
-   * again for up to about 2 s. */
-  for (int tries = 0;; tries++) {
-    if ((rc = share_make(c, cu, pi, &sh, &reg)) < 0)
-      return rc;
-    reg.size = pi->size;
-    reg.alloc_offset = 0;
-    reg.device_uuid.len = sizeof(uuid);
-    reg.device_uuid.data = (uint8_t *)&uuid;
-    f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
-    f.buf_register = &reg;
-    rc = spc__call_fds(c, &f, sh.fds, sh.nfds, &reply);
-    for (int i = 0; i < sh.nfds; i++)
-      close(sh.fds[i]); /* the daemon has its own now */
-    if (rc != SPC_ENOMEM || sh.nfds == 0 || tries == 200 ||
-        strstr(spc_last_error(c), "fds_in_flight") == NULL)
-      break;
-    usleep(10000);
-  }
+  reg.size = pi->size;
+  reg.alloc_offset = 0;
+  reg.device_uuid.len = sizeof(uuid);
+  reg.device_uuid.data = (uint8_t *)&uuid;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
+  f.buf_register = &reg;
+  rc = spc__register_call(c, &f, sh.fds, sh.nfds, &reply);
+  for (int i = 0; i < sh.nfds; i++)
+    close(sh.fds[i]); /* the daemon has its own now */
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
     rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
                    spf_body_name(reply->body_case));

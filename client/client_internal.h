@@ -138,6 +138,11 @@ int spc__call(spc_client *c, Spcoll__Frame *f, int fd,
               Spcoll__Frame **reply_p);
 int spc__call_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
                   Spcoll__Frame **reply_p);
+/* A registration with its descriptors: sent again, for up to about 2 s,
+ * while the daemon refuses them for this user's share of descriptors in
+ * flight (uid_max_fds_in_flight; others' go back within moments). */
+int spc__register_call(spc_client *c, Spcoll__Frame *f, const int *fds,
+                       int nfds, Spcoll__Frame **reply_p);
 
 /* ---- client_wrap.c: caller memory (spc_buffer_wrap) on the daemon's
  * path, which knows no such buffer: spc_run copies it through a buffer

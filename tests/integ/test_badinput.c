@@ -326,8 +326,9 @@ static int park(const int *fds, int n) {
  * - more than one frame's worth (64) ahead of their frames: dropped;
  * - held by a frame not whole yet: counted until it is (or its deadline);
  * - past its uid's share (uid_max_fds_in_flight, 96 by default): the
- *   registration they came with is refused naming the key, the client
- *   goes on, and registers once the others' descriptors are closed. */
+ *   registration they came with is refused naming the key (after
+ *   libspclient has sent it again for about 2 s), the client goes on, and
+ *   registers once the others' descriptors are closed. */
 START_TEST(fds_in_flight_are_bounded) {
   int fds[64];
   for (int i = 0; i < 64; i++)
