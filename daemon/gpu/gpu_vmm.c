@@ -58,7 +58,7 @@ typedef struct spd_gpu_vmm {
   uint64_t sizes[SPK_VMM_MAX_CHUNKS];
   int n, nmapped;
   CUdeviceptr base;
-  uint64_t total, offset, size;
+  uint64_t total, offset;     /* the mapped bytes; the buffer's start */
   spd_gpu_vmm_done done;
   void *arg;
   spd_gpu_closed_fn closed;    /* unmap: told once it is done, or NULL */
@@ -173,12 +173,13 @@ static void map_work(uv_work_t *w) {
                         "bytes): %s", (unsigned long long)j->total,
                         cu_str(&j->api, r));
   uint64_t off = 0;
-  for (int i = 0; j->rc == SPK_OK && i < j->n; i++, off += j->sizes[i - 1]) {
+  for (int i = 0; j->rc == SPK_OK && i < j->n; i++) {
     if ((r = j->api.map(j->base + off, j->sizes[i], 0, h[i], 0)) !=
         CUDA_SUCCESS)
       job_fail(j, "cuMemMap", i, r);
     else
       j->nmapped++;
+    off += j->sizes[i];
   }
   if (j->rc == SPK_OK)
     grant(j);
@@ -330,7 +331,6 @@ static int job_make(spd_ctx *ctx, const spd_gpu_vmm_req *q, vmm_job **j_p,
   j->n = (int)q->n;
   j->total = total;
   j->offset = q->offset;
-  j->size = q->size;
   memcpy(j->sizes, q->sizes, q->n * sizeof(*q->sizes));
   *j_p = j;
   return SPK_OK;
