@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lifecycle.h"
 #include "daemon.h"
 #include "gpu_probe.h"
 #include "engine.h"
@@ -34,6 +35,9 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
   /* The layers above core, reached from it only through these. */
   ctx->hooks = (spd_hooks){.stats_render = spd_stats_render,
                            .metrics_stop = spd_metrics_http_stop};
+  /* core's lower layers reach its lifecycle only through these. */
+  ctx->up = (spd_core_up){.drain_check = spd_drain_check,
+                          .stop_continue = spd_shutdown_continue};
   rc = spd_engines_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_watchdog_start(ctx, err);

@@ -36,6 +36,14 @@ rule with the file that breaks it.
      CLIENT_LOOP, which may only shrink (loops inside the fast path, one
      component, are its own).
 
+  11. daemon/core has a direction: its files are in CORE_LAYERS, top
+     first (the lifecycle and the clients' requests, then groups, then
+     ops, then the records and frames out every layer uses); a call from
+     a file to a function defined in a file of a higher layer is an
+     error unless CORE_UP lists that pair of files with why. Calls up go
+     through hooks (spd_core_up, done callbacks), which are no call.
+     CORE_UP may only shrink; a core file in no layer is an error.
+
 EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
 edges rule 4 leaves out, each with why; both may only shrink: an
 exception no longer needed is an error too, so the lists stay true."""
@@ -61,6 +69,100 @@ ALLOWED_CALLS = {
 # out. None now: the context (daemon/context/) depends on no layer.
 FOLDER_EXCEPTIONS = {
 }
+
+
+# daemon/core's layers, top first (rule 11): file names of daemon/core.
+CORE_LAYERS = [
+    ("lifecycle and requests",
+     {"server.c", "shutdown.c", "watchdog.c", "control.c", "session.c",
+      "session_dispatch.c", "session_guard.c", "session_buffer.c"}),
+    ("groups", {"group.c", "group_split.c", "group_peer.c", "group_seg.c"}),
+    ("ops", {"op.c", "op_p2p.c", "op_p2p_peer.c", "op_peer.c", "op_overlap.c",
+             "op_engine.c", "op_plan.c"}),
+    ("records and frames out",
+     {"buffer.c", "group_state.c", "session_out.c", "sd.c", "config.c",
+      "config_fast.c", "config_limits.c", "config_peers.c"}),
+]
+
+# (caller, callee) -> why: calls up CORE_LAYERS (rule 11) still made by
+# name. May only shrink.
+CORE_UP = {
+    ("op.c", "group.c"):
+        "an op's end starts the group's next op, fails its queue or frees "
+        "the group: the group owns its queue of ops (kick, fail_pending, "
+        "maybe_free)",
+    ("op_p2p.c", "group.c"):
+        "a point-to-point run's end fails the group's queue or frees the "
+        "group, as op.c's",
+    ("op_p2p_peer.c", "group.c"):
+        "a cross-node pair's end frees the group, as op.c's",
+    ("op_peer.c", "group.c"):
+        "a cross-node op's failure starts the group's next op, as op.c's",
+    ("op.c", "group_split.c"):
+        "a split rides on the op matcher: its ranks meet as an op's do",
+    ("op_peer.c", "group_split.c"):
+        "a split whose cross-node op failed abandons its sub-groups",
+    ("op.c", "group_seg.c"):
+        "the fast path's segment hears of each daemon-path answer before "
+        "the reply (fast_protocol.h's `answered`)",
+    ("op_peer.c", "group_peer.c"):
+        "a cross-node op asks the group's node set and reports a refused "
+        "peer",
+    ("op_p2p_peer.c", "group_peer.c"):
+        "a cross-node pair reports a refused peer",
+    ("op_plan.c", "group_peer.c"):
+        "an op whose plan failed is reported to the other nodes",
+    ("session_out.c", "session_guard.c"):
+        "a client that does not read its replies is doomed: closed later "
+        "from the loop, never from the sender's stack",
+}
+
+
+def core_calls(files):
+    """{core file name: {core file name it calls a function of}}."""
+    srcs = [p for p in files if p.startswith("daemon/core/") and p.endswith(".c")]
+    defined = {}
+    for p in srcs:
+        text = open(os.path.join(ROOT, p)).read()
+        for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spd_\w+)\s*\([^;]*?\)\s*\{",
+                               text, re.M | re.S):
+            defined[name] = os.path.basename(p)
+    call = re.compile(r"\b(spd_\w+)\s*\(")
+    out = {}
+    for p in srcs:
+        me = os.path.basename(p)
+        text = open(os.path.join(ROOT, p)).read()
+        out[me] = {defined[n] for n in call.findall(text)
+                   if n in defined and defined[n] != me}
+    return out
+
+
+def core_direction(files, broken):
+    """Rule 11 over core_calls; the number of calls down."""
+    layer = {}
+    for i, (_, names) in enumerate(CORE_LAYERS):
+        for n in names:
+            layer[n] = i
+    calls, used, down = core_calls(files), set(), 0
+    for me in sorted(calls):
+        if me not in layer:
+            broken.append("rule 11: daemon/core/%s is in no layer of "
+                          "CORE_LAYERS: place it" % me)
+            continue
+        for callee in sorted(calls[me]):
+            if callee not in layer or layer[callee] >= layer[me]:
+                down += 1
+            elif (me, callee) in CORE_UP:
+                used.add((me, callee))
+            else:
+                broken.append("rule 11: daemon/core/%s (%s) calls up into %s "
+                              "(%s): go through a hook" % (
+                                  me, CORE_LAYERS[layer[me]][0], callee,
+                                  CORE_LAYERS[layer[callee]][0]))
+    for key in sorted(set(CORE_UP) - used):
+        broken.append("rule 11: %s -> %s is in CORE_UP but no such call up "
+                      "now: remove it" % key)
+    return down
 
 
 def is_engine(path):
@@ -361,6 +463,9 @@ def main():
         broken.append("rule 10: %s is in CLIENT_LOOP but in no call loop "
                       "now: remove it" % name)
 
+    # 11. daemon/core's direction
+    core_down = core_direction(files, broken)
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -374,10 +479,12 @@ def main():
     print("PASS layers: %d engine files below the op layer, table-only calls, "
           "no include loop, no loop across %d folders, UCX in the transport, "
           "kernels/ pure, the client on kernels/ and its fast path behind "
-          "client_fast.h and below the rest of the client (%d known exceptions, "
+          "client_fast.h and below the rest of the client, daemon/core in %d "
+          "layers (%d calls down or within a layer, %d listed up) (%d known exceptions, "
           "%d allowed calls, %d folder exceptions)" % (
               sum(1 for p in files if is_engine(p)),
               len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),
+              len(CORE_LAYERS), core_down, len(CORE_UP),
               len(used), len(ALLOWED_CALLS), len(folder_used)))
     return 0
 

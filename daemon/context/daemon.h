@@ -106,9 +106,21 @@ typedef struct spd_hooks {
   void (*metrics_stop)(struct spd_ctx *ctx);
 } spd_hooks;
 
+/* Calls up daemon/core's own layers (tests/layers.py rule 11): the group
+ * and op layers tell the daemon's lifecycle (core/lifecycle.h) that work
+ * ended, through these, set by main.c at start. NULL: no lifecycle (a
+ * unit suite's context). */
+typedef struct spd_core_up {
+  /* Draining: stop once nothing is under way (spd_drain_check). */
+  void (*drain_check)(struct spd_ctx *ctx);
+  /* Stopping: the last running op ended (spd_shutdown_continue). */
+  void (*stop_continue)(struct spd_ctx *ctx);
+} spd_core_up;
+
 typedef struct spd_ctx {
   uv_loop_t *loop;
   spd_hooks hooks;
+  spd_core_up up;
   spd_config cfg;
   spd_logger log;
   spd_listener control, stats_listener;
@@ -161,31 +173,14 @@ static inline uint64_t spd_next_id(spd_ctx *ctx) {
   return ++ctx->next_id;
 }
 
-/* Begin an orderly stop: no new clients, pending ops fail with "daemon
- * shutting down", running ops finish, then every handle closes. */
-void spd_shutdown(spd_ctx *ctx);
-/* Start/stop the stuck-op watchdog (watchdog.c). */
-int spd_watchdog_start(spd_ctx *ctx, spk_err *err);
-void spd_watchdog_stop(spd_ctx *ctx);
-
-/* Operator commands (control.c). */
-int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err);
-/* A command of a client that is not an operator: counted, and logged with
- * its words escaped, a bounded number of times a minute. */
-void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
-                         const char *command, const char *group);
-/* Tell the refused commands not logged, once their minute is over (the
- * watchdog's tick). */
-void spd_control_tick(spd_ctx *ctx, uint64_t now);
-void spd_drain(spd_ctx *ctx);
-/* While draining: stop once no group has an op left. */
-void spd_drain_check(spd_ctx *ctx);
-
-/* Called when the last running op finished during a stop. */
-void spd_shutdown_continue(spd_ctx *ctx);
-
-/* Bind and listen on both sockets; close them (removing the files). */
-int spd_server_listen(spd_ctx *ctx, spk_err *err);
-void spd_server_close(spd_ctx *ctx);
+/* The calls up of spd_core_up, where set. */
+static inline void spd_up_drain_check(spd_ctx *ctx) {
+  if (ctx->up.drain_check != NULL)
+    ctx->up.drain_check(ctx);
+}
+static inline void spd_up_stop_continue(spd_ctx *ctx) {
+  if (ctx->up.stop_continue != NULL)
+    ctx->up.stop_continue(ctx);
+}
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lifecycle.h"
 #include "group.h"
 #include "op_p2p.h"
 #include "group_seg.h"

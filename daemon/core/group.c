@@ -254,15 +254,6 @@ void spd_group_fail_pending(spd_group *g, int status, const char *msg) {
   spd_p2p_fail_pending(g, status, msg);
 }
 
-void spd_group_break(spd_group *g, int status, const char *reason) {
-  if (!g->ready || g->broken)
-    return;
-  g->broken = 1;
-  g->broken_status = status;
-  snprintf(g->broken_reason, sizeof(g->broken_reason), "%s", reason);
-  SPD_WARN(&g->ctx->log, "group '%s' broken: %s", g->name, reason);
-}
-
 void spd_group_depart(spd_group *g, spd_member *m, int lost) {
   spd_rank_slot *slot = &g->ranks[m->rank];
   spd_session *s = slot->session;
@@ -302,7 +293,7 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
                                                      * its place */
   else
     spd_group_maybe_free(g);
-  spd_drain_check(ctx);
+  spd_up_drain_check(ctx);
 }
 
 void spd_group_kick(spd_group *g) {

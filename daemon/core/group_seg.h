@@ -93,8 +93,4 @@ int spd_gseg_busy(const struct spd_group *g);
 
 void spd_gseg_destroy(struct spd_group *g);
 
-/* Send frame f to s with fd attached (SCM_RIGHTS). fd is the send's from
- * here (a dup the caller made): closed once sent, or on failure. */
-int spd_session_send_fd(spd_session *s, const Spcoll__Frame *f, int fd);
-
 #endif

@@ -264,7 +264,7 @@ void spd_op_rank_arrived(spd_op *op) {
   if (++op->arrived == g->world)
     op->started_ns = spd_now_ns(); /* latency counts from the last arrival */
   spd_group_kick(g);
-  spd_drain_check(g->ctx);
+  spd_up_drain_check(g->ctx);
 }
 
 void spd_op_free(spd_op *op) {
@@ -324,12 +324,12 @@ void spd_op_after(spd_group *g) {
     spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
     spd_group_maybe_free(g);
     if (ctx->running_ops == 0)
-      spd_shutdown_continue(ctx);
+      spd_up_stop_continue(ctx);
     return;
   }
   spd_group_kick(g);
   spd_group_maybe_free(g);
-  spd_drain_check(ctx);
+  spd_up_drain_check(ctx);
 }
 
 static void op_done(void *arg) {

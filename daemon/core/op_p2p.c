@@ -208,7 +208,7 @@ static void run_done(void *arg, int status, const char *msg) {
     return; /* a send waits for its receiver's word */
   spd_p2p_run_end(run, status, msg);
   spd_group_maybe_free(g);
-  spd_drain_check(ctx);
+  spd_up_drain_check(ctx);
 }
 
 /* Rank i of the work item: this node's half's tensor t, or (h NULL) the

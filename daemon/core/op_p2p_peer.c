@@ -425,7 +425,7 @@ void spd_p2p_peer_msg(spd_group *g, int node, const Spcoll__Peer__P2p *m) {
               "ignored", node, (int)m->kind);
   }
   spd_group_maybe_free(g);
-  spd_drain_check(ctx);
+  spd_up_drain_check(ctx);
 }
 
 void spd_p2p_node_lost(spd_group *g, int node, const char *msg) {

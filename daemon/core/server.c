@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "lifecycle.h"
 #include "daemon.h"
 #include "sd.h"
 #include "session.h"

@@ -14,15 +14,6 @@
 /* A client that sends more descriptors than it registers buffers is bad;
  * the cap bounds the fds libuv holds for it. */
 #define SESSION_MAX_PENDING_FDS SPK_VMM_MAX_CHUNKS
-/* Past the daemon-wide reply budget, only clients with more than this
- * queued are dropped: one that reads its replies never is. */
-#define SESSION_SMALL_QUEUE ((size_t)1 << 20)
-
-typedef struct {
-  uv_write_t req;
-  uint8_t *buf;
-  size_t len;
-} session_write;
 
 static void on_closed(uv_handle_t *h) {
   spd_session *s = h->data;
@@ -107,97 +98,6 @@ void spd_session_close(spd_session *s) {
     free(req);
   }
   uv_close((uv_handle_t *)&s->pipe, on_closed);
-}
-
-static void on_written(uv_write_t *req, int status) {
-  session_write *w = (session_write *)req;
-  spd_session *s = req->data;
-  s->ctx->queued_bytes -= w->len;
-  if (status < 0 && status != UV_ECANCELED && !s->closing)
-    SPD_DEBUG(&s->ctx->log, "write to client %llu failed: %s",
-              (unsigned long long)s->id, uv_strerror(status));
-  free(w->buf);
-  free(w);
-}
-
-
-/* The reply caps are checked as replies are queued: a client that asks
- * and never reads is dropped before its replies cost more than its cap. */
-static int send_allowed(spd_session *s, size_t len) {
-  const spd_config *cfg = &s->ctx->cfg;
-  size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&s->pipe);
-  char why[160];
-  if ((long long)(queued + len) > cfg->client_max_queued)
-    snprintf(why, sizeof(why), "does not read its replies: %zu bytes queued "
-             "(client_max_queued %lld)", queued, cfg->client_max_queued);
-  else if ((long long)(s->ctx->queued_bytes + len) > cfg->max_queued &&
-           queued > SESSION_SMALL_QUEUE)
-    snprintf(why, sizeof(why), "holds %zu bytes of unread replies while "
-             "every client's together pass max_queued %lld", queued,
-             cfg->max_queued);
-  else
-    return 1;
-  spd_session_doom(s, why);
-  return 0;
-}
-
-void spd_session_send(spd_session *s, const Spcoll__Frame *f) {
-  if (s->closing || s->doomed)
-    return;
-  spk_err err;
-  session_write *w = calloc(1, sizeof(*w));
-  size_t len;
-  if (w == NULL || spf_encode(f, &w->buf, &len, &err) < 0) {
-    SPD_ERROR(&s->ctx->log, "cannot encode a reply to client %llu: %s",
-              (unsigned long long)s->id, w ? err.msg : "out of memory");
-    free(w);
-    /* The request must still be answered, or its caller waits forever. */
-    if (f->body_case != SPCOLL__FRAME__BODY_ERROR)
-      spd_session_send_error(s, f->id, SPK_ENO_MEMORY,
-                             "the reply does not fit in a frame (1 MiB)");
-    return;
-  }
-  if (!send_allowed(s, len)) {
-    free(w->buf);
-    free(w);
-    return;
-  }
-  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)len);
-  w->req.data = s;
-  w->len = len;
-  int rc = uv_write(&w->req, (uv_stream_t *)&s->pipe, &b, 1, on_written);
-  if (rc == 0)
-    s->ctx->queued_bytes += len;
-  if (rc < 0) {
-    SPD_DEBUG(&s->ctx->log, "uv_write to client %llu failed: %s",
-              (unsigned long long)s->id, uv_strerror(rc));
-    free(w->buf);
-    free(w);
-  }
-}
-
-void spd_session_send_error(spd_session *s, uint64_t id, int status,
-                            const char *msg) {
-  Spcoll__Error e = SPCOLL__ERROR__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  e.status = (Spcoll__Status)(-status);
-  e.message = (char *)msg;
-  f.id = id;
-  f.body_case = SPCOLL__FRAME__BODY_ERROR;
-  f.error = &e;
-  spd_session_send(s, &f);
-}
-
-void spd_session_send_done(spd_session *s, uint64_t id,
-                           const Spcoll__Done *timing) {
-  Spcoll__Done d = SPCOLL__DONE__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  if (timing != NULL)
-    d = *timing;
-  f.id = id;
-  f.body_case = SPCOLL__FRAME__BODY_DONE;
-  f.done = &d;
-  spd_session_send(s, &f);
 }
 
 void spd_session_fail(spd_session *s, uint64_t id, int status,
@@ -490,20 +390,4 @@ int spd_session_take_fd(spd_session *s, int *fd_p, int *charged,
 
 void spd_session_fds_give(spd_ctx *ctx, uid_t uid, int n) {
   spd_quota_give(&ctx->quotas, uid, SPD_Q_FDS, n);
-}
-
-spd_member *spd_session_member(spd_session *s, uint64_t id) {
-  spd_member *m;
-  TAILQ_FOREACH(m, &s->members, link)
-    if (m->id == id)
-      return m;
-  return NULL;
-}
-
-spd_buffer *spd_session_buffer(spd_session *s, uint64_t id) {
-  spd_buffer *b;
-  TAILQ_FOREACH(b, &s->buffers, link)
-    if (b->id == id)
-      return b;
-  return NULL;
 }

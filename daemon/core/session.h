@@ -61,13 +61,22 @@ typedef struct spd_session {
 /* Accept a connection from the listener and start reading. */
 void spd_session_accept(spd_ctx *ctx, uv_stream_t *server, int stats_only);
 
+/* Frames out and lookups (session_out.c): what the layers below the
+ * session call of it. */
+
 /* Queue a frame to the client. Dropped silently once the session closes. */
 void spd_session_send(spd_session *s, const Spcoll__Frame *f);
+/* Send frame f to s with fd attached (SCM_RIGHTS). fd is the send's from
+ * here (a dup the caller made): closed once sent, or on failure. */
+int spd_session_send_fd(spd_session *s, const Spcoll__Frame *f, int fd);
 void spd_session_send_error(spd_session *s, uint64_t id, int status,
                             const char *msg);
 /* Done for request id; timing (may be NULL) says where an op's time went. */
 void spd_session_send_done(spd_session *s, uint64_t id,
                            const Spcoll__Done *timing);
+/* The client's membership or buffer with this id, or NULL. */
+spd_member *spd_session_member(spd_session *s, uint64_t id);
+spd_buffer *spd_session_buffer(spd_session *s, uint64_t id);
 
 /* Protocol error: reply with Error, count it, then close once the reply is
  * written. The daemon and every other client go on. */
@@ -114,8 +123,6 @@ int spd_session_buffer_drop_then(spd_session *s, spd_buffer *b,
  * ids are never reused). */
 spd_session *spd_session_find(spd_ctx *ctx, uint64_t id);
 
-spd_member *spd_session_member(spd_session *s, uint64_t id);
-spd_buffer *spd_session_buffer(spd_session *s, uint64_t id);
 
 /* BufRegister (session_buffer.c): answered at once, or for cuMem
  * allocations once they are mapped. */

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lifecycle.h"
 #include "group.h"
 #include "op.h"
 #include "op_p2p.h"

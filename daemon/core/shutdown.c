@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lifecycle.h"
 #include "daemon.h"
 #include "gpu_ipc.h"
 #include "group.h"

@@ -7,6 +7,7 @@
  * a drain past its deadline stops the daemon. */
 #include <stdio.h>
 
+#include "lifecycle.h"
 #include "group.h"
 #include "group_seg.h"
 #include "op.h"

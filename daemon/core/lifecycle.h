@@ -1,0 +1,42 @@
+/* The daemon's lifecycle, the top of daemon/core (tests/layers.py rule
+ * 11): the listening sockets (server.c), the watchdog's tick
+ * (watchdog.c), operator commands and the drain (control.c), and the
+ * stop (shutdown.c). The layers below reach the drain and the stop only
+ * through spd_core_up (daemon.h). Loop thread only. */
+#ifndef SPD_LIFECYCLE_H
+#define SPD_LIFECYCLE_H
+
+#include <sys/types.h>
+
+#include "daemon.h"
+
+/* Bind and listen on both sockets; close them (removing the files). */
+int spd_server_listen(spd_ctx *ctx, spk_err *err);
+void spd_server_close(spd_ctx *ctx);
+
+/* Start/stop the stuck-op watchdog. */
+int spd_watchdog_start(spd_ctx *ctx, spk_err *err);
+void spd_watchdog_stop(spd_ctx *ctx);
+
+/* Operator commands. */
+int spd_abort_group(spd_ctx *ctx, const char *name, uid_t uid, spk_err *err);
+/* A command of a client that is not an operator: counted, and logged with
+ * its words escaped, a bounded number of times a minute. */
+void spd_control_refused(spd_ctx *ctx, int pid, uid_t uid, gid_t gid,
+                         const char *command, const char *group);
+/* Tell the refused commands not logged, once their minute is over (the
+ * watchdog's tick). */
+void spd_control_tick(spd_ctx *ctx, uint64_t now);
+/* Drain: no new groups or ops; stop once nothing is under way, or at the
+ * drain deadline. */
+void spd_drain(spd_ctx *ctx);
+/* While draining: stop once no group has an op left. */
+void spd_drain_check(spd_ctx *ctx);
+
+/* Begin an orderly stop: no new clients, pending ops fail with "daemon
+ * shutting down", running ops finish, then every handle closes. */
+void spd_shutdown(spd_ctx *ctx);
+/* Called when the last running op finished during a stop. */
+void spd_shutdown_continue(spd_ctx *ctx);
+
+#endif
