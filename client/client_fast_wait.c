@@ -110,7 +110,7 @@ static int daemon_alive(spc_client *c) {
  * sleep on the futex word that every publish bumps. */
 static int wait_for(spc_group *g, size_t field, uint64_t v);
 
-/* The daemon's watchdog sees which ranks wait (see group_seg.c). */
+/* The daemon's watchdog sees which ranks wait (daemon/fast/fast_watch.c). */
 int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
   if (all_at(g->fast, g->world, field, v, 1))

@@ -1,5 +1,5 @@
 /* The shared segment of a group whose ranks are all on this node: the
- * layout the daemon creates (daemon/group_seg.c) and the clients map
+ * layout the daemon creates (daemon/fast/engine_fast.c) and the clients map
  * (client/client_fast.c). Small ops run through it with no message to the
  * daemon: each rank publishes its op descriptor and its input in its own
  * rank area, every rank checks and plans the op from all descriptors with

@@ -43,6 +43,11 @@ rule with the file that breaks it.
      error unless CORE_UP lists that pair of files with why. Calls up go
      through hooks (spd_core_up, done callbacks), which are no call.
      CORE_UP may only shrink; a core file in no layer is an error.
+  12. The fast path is one component: of the daemon, only daemon/fast/
+     (its row of the engine table) includes, directly or through other
+     headers, the shared segment's headers (kernels/fast_*.h) or its own
+     private one (fast_internal.h); the rest reaches it through the
+     table's group hooks.
 
 EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
 edges rule 4 leaves out, each with why; both may only shrink: an
@@ -55,7 +60,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIRS = ["daemon", "kernels", "client", "proto"]
 CORE_HEADERS = {"op.h", "group.h", "session.h"}
-TABLE = {"engine.c", "engine.h", "op_engine.c", "op_engine.h"}
+TABLE = {"engine.c", "engine.h", "engine_group.c", "op_engine.c", "op_engine.h"}
 
 # (rule, file name) -> why; file names are unique across daemon/.
 EXCEPTIONS = {
@@ -76,7 +81,7 @@ CORE_LAYERS = [
     ("lifecycle and requests",
      {"server.c", "shutdown.c", "watchdog.c", "control.c", "session.c",
       "session_dispatch.c", "session_guard.c", "session_buffer.c"}),
-    ("groups", {"group.c", "group_split.c", "group_peer.c", "group_seg.c"}),
+    ("groups", {"group.c", "group_split.c", "group_peer.c"}),
     ("ops", {"op.c", "op_p2p.c", "op_p2p_peer.c", "op_peer.c", "op_overlap.c",
              "op_engine.c", "op_plan.c"}),
     ("records and frames out",
@@ -102,9 +107,6 @@ CORE_UP = {
         "a split rides on the op matcher: its ranks meet as an op's do",
     ("op_peer.c", "group_split.c"):
         "a split whose cross-node op failed abandons its sub-groups",
-    ("op.c", "group_seg.c"):
-        "the fast path's segment hears of each daemon-path answer before "
-        "the reply (fast_protocol.h's `answered`)",
     ("op_peer.c", "group_peer.c"):
         "a cross-node op asks the group's node set and reports a refused "
         "peer",
@@ -166,12 +168,13 @@ def core_direction(files, broken):
 
 
 def is_engine(path):
-    """An engine or mover file: daemon/engine/ but the table itself (or,
-    in a flat daemon/, engine* and mover_* files)."""
+    """An engine or mover file: daemon/engine/ but the table itself, and
+    daemon/fast/, the fast path's row (or, in a flat daemon/, engine* and
+    mover_* files)."""
     base = os.path.basename(path)
     if base in TABLE or not path.startswith("daemon/"):
         return False
-    if path.startswith("daemon/engine/"):
+    if path.startswith("daemon/engine/") or path.startswith("daemon/fast/"):
         return True
     return os.path.dirname(path) == "daemon" and (
         base.startswith("engine") or base.startswith("mover_"))
@@ -466,6 +469,17 @@ def main():
     # 11. daemon/core's direction
     core_down = core_direction(files, broken)
 
+    # 12. the fast path behind the table
+    for p in files:
+        if not p.startswith("daemon/") or p.startswith("daemon/fast/"):
+            continue
+        bad = sorted(os.path.basename(h) for h in closure(p)
+                     if os.path.basename(h) == "fast_internal.h" or
+                     (h.startswith("kernels/fast_") and h.endswith(".h")))
+        if bad:
+            broken.append("rule 12: %s includes %s: the daemon reaches the "
+                          "fast path through the engine table" % (p, ", ".join(bad)))
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -480,7 +494,8 @@ def main():
           "no include loop, no loop across %d folders, UCX in the transport, "
           "kernels/ pure, the client on kernels/ and its fast path behind "
           "client_fast.h and below the rest of the client, daemon/core in %d "
-          "layers (%d calls down or within a layer, %d listed up) (%d known exceptions, "
+          "layers (%d calls down or within a layer, %d listed up), the "
+          "daemon's fast path in daemon/fast/ (%d known exceptions, "
           "%d allowed calls, %d folder exceptions)" % (
               sum(1 for p in files if is_engine(p)),
               len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),

@@ -74,13 +74,14 @@ static int parse_gid(spd_config *cfg, const char *arg, spk_err *err) {
   return SPK_OK;
 }
 
-/* "auto" or the name of an engine this spcolld was built with. */
+/* "auto" or the name of an engine this spcolld was built with that runs
+ * daemon work (not the fast row, whose ops the ranks run themselves). */
 static int parse_mover(spd_config *cfg, const char *arg, spk_err *err) {
   int k = spd_engine_find(arg);
   if (strcmp(arg, "auto") != 0 && k < 0) {
     char names[128] = "auto";
     for (int i = 0; i < SPD_ENGINE_COUNT; i++)
-      if (spd_engines[i]->built)
+      if (spd_engine_runs(i))
         snprintf(names + strlen(names), sizeof(names) - strlen(names),
                  ", %s", spd_engine_name(i));
     return spk_err_set(err, SPK_EINVAL, "--mover: '%s' is not one of %s",
@@ -89,6 +90,9 @@ static int parse_mover(spd_config *cfg, const char *arg, spk_err *err) {
   if (k >= 0 && !spd_engines[k]->built)
     return spk_err_set(err, SPK_EINVAL, "--mover: %s, but spcolld was built "
                        "without it", arg);
+  if (k >= 0 && !spd_engine_runs(k))
+    return spk_err_set(err, SPK_EINVAL, "--mover: %s runs no daemon work "
+                       "(its ops run in the clients); name a mover", arg);
   snprintf(cfg->mover, sizeof(cfg->mover), "%s", arg);
   return SPK_OK;
 }
@@ -138,7 +142,7 @@ static void usage(FILE *out) {
   fprintf(out, "  --mover M          the engine an op goes to when it can run "
           "it, or auto\n                     (default); engines:");
   for (int i = 0; i < SPD_ENGINE_COUNT; i++)
-    if (spd_engines[i]->built)
+    if (spd_engine_runs(i))
       fprintf(out, " %s", spd_engine_name(i));
   fputc('\n', out);
   fprintf(out, "  --fast-op-bytes OP=B,...  fast-path threshold of these ops "

@@ -65,20 +65,6 @@ int spd_config_fast_ops(spd_config *cfg, const char *arg, spk_err *err) {
   return SPK_OK;
 }
 
-long long spd_config_fast_limit(const spd_config *cfg, int kind) {
-  long long v = kind >= 0 && kind < SPK_OP_COUNT ? cfg->fast_op_bytes[kind]
-                                                 : -1;
-  return v >= 0 ? v : cfg->fast_bytes;
-}
-
-long long spd_config_fast_stage(const spd_config *cfg) {
-  long long m = 0;
-  for (int k = 0; k < SPK_OP_COUNT; k++)
-    if (spd_config_fast_limit(cfg, k) > m)
-      m = spd_config_fast_limit(cfg, k);
-  return m;
-}
-
 void spd_config_fast_dump(const spd_config *cfg, FILE *out) {
   int any = 0;
   fprintf(out, "fast_op_bytes ");

@@ -6,7 +6,6 @@
 #include "lifecycle.h"
 #include "group.h"
 #include "op_p2p.h"
-#include "group_seg.h"
 
 /* An operator names a group as its owner would, "@UID/NAME", or by NAME
  * alone when one uid has a group of that name. */
@@ -93,7 +92,9 @@ void spd_drain(spd_ctx *ctx) {
   if (ctx->draining || ctx->stopping)
     return;
   ctx->draining = 1;
-  spd_gseg_close_all(ctx); /* fast-path ops too (issue 18) */
+  spd_group *g;
+  TAILQ_FOREACH(g, &ctx->groups, link)
+    spd_engines_group_drain(&g->shared); /* the fast path's ops too */
   ctx->drain_started_ns = spd_now_ns();
   SPD_INFO(&ctx->log, "draining: no new groups or ops; exiting when the "
            "ops in flight are done, at most %lld s from now (drain_timeout)",
@@ -115,11 +116,12 @@ void spd_drain_check(spd_ctx *ctx) {
   spd_group *g;
   int segs = 0;
   TAILQ_FOREACH(g, &ctx->groups, link) {
-    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g) || spd_gseg_busy(g)) {
+    if (!TAILQ_EMPTY(&g->ops) || spd_p2p_busy(g) ||
+        spd_engines_group_busy(&g->shared)) {
       ctx->drain_quiet_ns = 0;
       return; /* the watchdog's tick looks again */
     }
-    segs |= g->seg != NULL;
+    segs |= spd_engines_group_shares(&g->shared);
   }
   /* A rank that read `closed` unset just before the drain set it may not
    * show its op in the segment yet (its stores are on their way): with

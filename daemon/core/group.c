@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <string.h>
 
-#include "group_seg.h"
 #include "op.h"
 
 /* The record a local join goes to: one still gathering ranks first, else
@@ -139,13 +138,51 @@ static int join_args_check(const spd_config *cfg, const spd_session *s,
   return SPK_OK;
 }
 
+/* A row's own op of g past the op timeout (the fast path's): g breaks
+ * and its pending ops fail, as the daemon path's timeouts do. */
+static void fail_from_row(void *group, int status, const char *msg) {
+  spd_group_break(group, status, msg);
+  spd_group_fail_pending(group, status, msg);
+}
+
+/* Memory shared with the ranks (the fast path's segment), for a group
+ * whose ranks are all here: the row with group hooks makes it. */
+static void shared_open(spd_group *g) {
+  if (g->multinode || g->nlocal != g->world)
+    return;
+  g->view = (spd_group_view){.ctx = g->ctx, .name = g->name,
+                             .world = g->world, .owner = g->owner,
+                             .op_timeout_ns = g->op_timeout_ns,
+                             .broken = &g->broken, .ops_done = &g->ops_done,
+                             .op_stats = g->op_stats, .fail = fail_from_row,
+                             .group = g};
+  spd_engines_group_open(&g->view, &g->shared);
+}
+
+/* GroupJoined f to s, with the shared memory's descriptor where g has
+ * one (f's fast_seg_size set). A descriptor that cannot be sent closes
+ * the shared memory for every rank (group_fd_lost). */
+static void send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
+  uint64_t size = 0;
+  int fd = spd_engines_group_fd(&g->shared, (int)f->group_joined->rank,
+                                &size);
+  if (fd >= 0) {
+    f->group_joined->fast_seg_size = size;
+    if (spd_session_send_fd(s, f, fd) == SPK_OK)
+      return;
+    spd_engines_group_fd_lost(&g->shared);
+    f->group_joined->fast_seg_size = 0;
+  }
+  spd_session_send(s, f);
+}
+
 void spd_group_announce_ready(spd_group *g) {
   g->ready = 1;
   SPD_INFO(&g->ctx->log, "group '%s' ready: %d ranks (%d here)", g->name,
            g->world, g->nlocal);
   if (g->nlocal == 0)
     g->detached = 1; /* none of it is ours: kept only to hear it leave */
-  spd_gseg_create(g); /* issue 18: the shared-memory fast path */
+  shared_open(g);
   for (int r = 0; r < g->world; r++) {
     spd_rank_slot *slot = &g->ranks[r];
     if (slot->session == NULL)
@@ -159,7 +196,7 @@ void spd_group_announce_ready(spd_group *g) {
     f.id = slot->join_req;
     f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
     f.group_joined = &joined;
-    spd_gseg_send_joined(g, slot->session, &f); /* with the segment's fd */
+    send_joined(g, slot->session, &f);
   }
   spd_group_kick(g); /* ops of other nodes' ranks may be waiting */
 }
@@ -236,9 +273,9 @@ int spd_group_add(spd_group *g, spd_session *s, int rank, uint64_t req) {
 static void fail_pending_ops(spd_group *g, int status, const char *msg) {
   /* Fast-path ops fail with the same error (issue 18). */
   if (g->broken)
-    spd_gseg_break(g, g->broken_status, g->broken_reason);
+    spd_engines_group_break(&g->shared, g->broken_status, g->broken_reason);
   else if (status == SPK_ESHUTDOWN)
-    spd_gseg_break(g, status, msg);
+    spd_engines_group_break(&g->shared, status, msg);
   spd_op *op = TAILQ_FIRST(&g->ops), *next;
   for (; op != NULL; op = next) {
     next = TAILQ_NEXT(op, link);
@@ -314,7 +351,7 @@ void spd_group_maybe_free(spd_group *g) {
   spd_group_fail_pending(g, SPK_EPEER_LOST, "every rank left the group");
   TAILQ_REMOVE(&g->ctx->groups, g, link);
   SPD_DEBUG(&g->ctx->log, "group '%s' freed", g->name);
-  spd_gseg_destroy(g);
+  spd_engines_group_close(&g->shared);
   free(g->ranks);
   free(g);
 }

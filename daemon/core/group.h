@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 
 #include "daemon.h"
+#include "engine.h"
 #include "session.h"
 
 struct spd_op;
@@ -48,7 +49,11 @@ typedef struct spd_group {
   int running;                /* an op of this group is in the mover */
   uint64_t ops_done;
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* this group's share */
-  struct spd_gseg *seg;       /* shared segment (group_seg.c), or NULL */
+  /* What the engine row with group hooks keeps of it (the fast path's
+   * shared segment), for a group of this node's ranks only, and the view
+   * of the group that row gets (set at ready). */
+  spd_group_state shared;
+  spd_group_view view;
   /* Point to point (op_p2p.c): halves not yet matched, in arrival order,
    * and the halves of pairs in an engine. */
   struct spd_p2p_list p2p_sends, p2p_recvs, p2p_run;

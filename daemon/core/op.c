@@ -5,7 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "group_seg.h"
 #include "op_engine.h"
 #include "op_overlap.h"
 #include "planner.h"
@@ -299,7 +298,7 @@ void spd_op_fail(spd_op *op, int status, const char *msg) {
   for (int i = 0; i < op->group->world; i++) {
     spd_op_rank *r = &op->ranks[i];
     if (r->arrived && r->session != NULL) {
-      spd_gseg_answered(op->group, i, r->req);
+      spd_engines_group_answered(&op->group->shared, i, r->req);
       spd_session_send_error(r->session, r->req, status, msg);
     }
   }
@@ -366,7 +365,7 @@ static void op_done(void *arg) {
     t.plan_ns = op->submitted_ns - op->started_ns;
     t.move_ns = now - op->submitted_ns;
     t.done_event_recorded = spd_engines_rank_recorded(&r->eng);
-    spd_gseg_answered(g, i, r->req);
+    spd_engines_group_answered(&g->shared, i, r->req);
     spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);

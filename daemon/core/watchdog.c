@@ -1,6 +1,7 @@
 /* The daemon's clock: stuck ops are logged once, naming the ranks that
  * have not issued them (stats show them with their age all along), those
- * of a group's shared segment too (group_seg.c, once a stall); an op
+ * of a group's shared segment too (the fast row's group_tick, once a
+ * stall); an op
  * waiting past its group's op timeout, or running in its engine past it,
  * fails on every rank and breaks the group; groups that never complete fail their joins at the join
  * deadline; connections past their hello or partial-frame deadline go;
@@ -9,7 +10,6 @@
 
 #include "lifecycle.h"
 #include "group.h"
-#include "group_seg.h"
 #include "op.h"
 #include "op_engine.h"
 #include "session.h"
@@ -76,7 +76,8 @@ static void running_timed_out(spd_group *g, spd_op *op, uint64_t now) {
 
 static void group_tick(spd_group *g, uint64_t now) {
   spd_ctx *ctx = g->ctx;
-  spd_gseg_tick(g, now); /* fast-path ops: stuck, or past the op timeout */
+  spd_engines_group_tick(&g->shared, now); /* the fast path's ops: stuck,
+                                          * or past the op timeout */
   if (!g->broken)
     spd_p2p_tick(g, now);
   uint64_t stuck = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;

@@ -36,13 +36,18 @@ int spd_engine_find(const char *name) {
   return -1;
 }
 
+int spd_engine_runs(int kind) {
+  return kind >= 0 && kind < SPD_ENGINE_COUNT && spd_engines[kind]->built &&
+         spd_engines[kind]->wants != NULL && spd_engines[kind]->submit != NULL;
+}
+
 int spd_engine_pick(const spd_work *w, int prefer) {
-  if (prefer >= 0 && prefer < SPD_ENGINE_COUNT && spd_engines[prefer]->built &&
+  if (prefer >= 0 && prefer < SPD_ENGINE_COUNT && spd_engine_runs(prefer) &&
       spd_engines[prefer]->wants(w) > 0)
     return prefer;
   int best = -1, score = 0;
   for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
-    int s = spd_engines[k]->built ? spd_engines[k]->wants(w) : 0;
+    int s = spd_engine_runs(k) ? spd_engines[k]->wants(w) : 0;
     if (s > score)
       best = k, score = s;
   }
@@ -50,26 +55,38 @@ int spd_engine_pick(const spd_work *w, int prefer) {
 }
 
 /* The per-rank hooks keep state every row that runs device work reads
- * (w->rank_state): one row may define them. A second would be called
- * never, so the table is refused instead. */
-static int rank_hooks_unique(spk_err *err) {
+ * (w->rank_state), and a group's shared memory goes out in its one
+ * GroupJoined descriptor: one row may define each set. A second would be
+ * called never, so the table is refused instead. */
+static int rank_hooks(const spd_engine *e) {
+  return e->rank_open != NULL || e->flags_open != NULL;
+}
+
+static int group_hooks(const spd_engine *e) {
+  return e->group_open != NULL;
+}
+
+static int hooks_unique(int (*has)(const spd_engine *), const char *what,
+                        spk_err *err) {
   int first = -1;
   for (int k = 0; k < SPD_ENGINE_COUNT; k++) {
     const spd_engine *e = spd_engines[k];
-    if (!e->built || (e->rank_open == NULL && e->flags_open == NULL))
+    if (!e->built || !has(e))
       continue;
     if (first >= 0)
       return spk_err_set(err, SPK_EINVAL, "engine rows %s and %s both "
-                         "define the per-rank hooks (rank_open, flags_open); "
-                         "one row keeps the state every row shares",
-                         spd_engine_name(first), spd_engine_name(k));
+                         "define the %s; one row may", spd_engine_name(first),
+                         spd_engine_name(k), what);
     first = k;
   }
   return SPK_OK;
 }
 
 int spd_engines_start(struct spd_ctx *ctx, spk_err *err) {
-  int rc = rank_hooks_unique(err);
+  int rc = hooks_unique(rank_hooks, "per-rank hooks (rank_open, "
+                        "flags_open)", err);
+  if (rc == SPK_OK)
+    rc = hooks_unique(group_hooks, "group hooks (group_open)", err);
   if (rc < 0)
     return rc;
   for (int k = 0; k < SPD_ENGINE_COUNT; k++) {

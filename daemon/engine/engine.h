@@ -8,7 +8,11 @@
 #define SPD_ENGINE_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
+#include "daemon.h"
+#include "op_stats.h"
 #include "plan.h"
 #include "status.h"
 
@@ -30,7 +34,10 @@ struct spd_ctx;
   X(UCX, ucx, "Ops whose cross-node part ran over UCX.",                     \
     "Bytes sent to peer daemons over UCX.")                                  \
   X(SERIAL, serial, "Plans executed by the serial (loop-thread) engine.",    \
-    "Bytes written by the serial engine.")
+    "Bytes written by the serial engine.")                                   \
+  X(FAST, fast, "Ops the ranks ran among themselves in their group's "       \
+    "shared segment (the fast path; rank 0's count).",                       \
+    "Bytes per rank of the fast path's ops (rank 0's count).")
 
 typedef enum {
 #define SPD_ENGINE_ENUM(kind, name, ops_help, bytes_help) SPD_ENGINE_##kind,
@@ -128,10 +135,47 @@ typedef struct spd_rank_state {
   void *p;                    /* NULL: none */
 } spd_rank_state;
 
+/* A group whose ranks are all on this node, as a row's group hooks see
+ * it: kept by the group, valid from group_open to group_close. */
+typedef struct spd_group_view {
+  struct spd_ctx *ctx;
+  const char *name;
+  int world;
+  uid_t owner;                /* memory held for it counts against this uid */
+  uint64_t op_timeout_ns;
+  const int *broken;          /* the group's mark: nonzero once broken */
+  uint64_t *ops_done;         /* the group's counters, which the row's own */
+  spd_op_stats *op_stats;     /* ops add to ([SPD_OP_SLOTS]) */
+  /* Break the group and fail its pending ops with status and msg (a
+   * row's own op past the group's op timeout). */
+  void (*fail)(void *group, int status, const char *msg);
+  void *group;
+} spd_group_view;
+
+/* A row's own op of a group that some rank started and another has not
+ * reached: its sequence number and kind (as its ranks wrote them: only
+ * printed), how long no rank moved, the ranks it waits for, and whether
+ * the watchdog logged it as stuck. */
+typedef struct spd_group_wait {
+  uint64_t seq;
+  int kind;
+  uint64_t age_ns;
+  int stuck;
+  char missing[200];
+} spd_group_wait;
+
+/* What a row keeps of a group (spd_engines_group_open). */
+typedef struct spd_group_state {
+  int kind;                   /* the row that made it */
+  void *p;                    /* NULL: none */
+} spd_group_state;
+
 /* A row of the table (its name and counter help are in SPD_ENGINES).
  * wants: 0 cannot run w, 1 can, 2 is the engine for
  * it. submit: SPK_OK, then done() runs once; < 0: nothing started, err
- * says why. The rest may be NULL. */
+ * says why. A row whose work the daemon never runs (the fast row: its
+ * ranks run their ops themselves) has neither, and --mover refuses its
+ * name. The rest may be NULL. */
 typedef struct spd_engine {
   int built;                  /* 0: compiled out (config refuses its name) */
   int counts_own_bytes;       /* 1: it adds to its bytes counter itself */
@@ -166,6 +210,40 @@ typedef struct spd_engine {
   /* What a submitted work is waiting for, one line for stats (NULL: the
    * engine says nothing); snprintf's return. */
   int (*describe)(const spd_work *w, char *buf, size_t len);
+  /* Group hooks, of a row whose ops the ranks of a group run among
+   * themselves in memory the row shares with them (the fast row: the
+   * group's shared segment). One row may define them (spd_engines_start
+   * refuses a table where two do). Every group of this node's ranks only
+   * gets group_open once ready: *state_p (NULL: the row does not serve
+   * it); counters: the row's own, which it adds its ops to as it learns
+   * of them (group_harvest). The rest take that state. */
+  void (*group_open)(const spd_group_view *g, spd_engine_counters *counters,
+                     void **state_p);
+  /* The descriptor to hand rank with its GroupJoined (the caller's from
+   * here), *size what it maps; -1: none. group_fd_lost: one could not be
+   * sent, so no rank may run ops in the shared memory. */
+  int (*group_fd)(void *state, int rank, uint64_t *size);
+  void (*group_fd_lost)(void *state);
+  /* The daemon is about to answer rank's daemon-path request req. */
+  void (*group_answered)(void *state, int rank, uint64_t req);
+  /* The group broke or the daemon stops: the row's ops in progress fail
+   * with status and msg (once). */
+  void (*group_break)(void *state, int status, const char *msg);
+  /* The watchdog's look, each second: an op stalled past stuck_seconds
+   * is logged, one past the op timeout fails the group (view->fail). */
+  void (*group_tick)(void *state, uint64_t now);
+  /* 1 and *w filled when a row's op waits (stats), else 0. */
+  int (*group_waiting)(void *state, uint64_t now, spd_group_wait *w);
+  /* Add the row's ops completed since the last call to the group's and
+   * the daemon's counters. */
+  void (*group_harvest)(void *state);
+  /* One line for the text stats (label: the group's), or nothing. */
+  void (*group_line)(void *state, const char *label, FILE *out);
+  /* The daemon drains: the row's ops go to the daemon from now on. */
+  void (*group_drain)(void *state);
+  /* 1: a row's op is under way (a drain waits for it). */
+  int (*group_busy)(void *state);
+  void (*group_close)(void *state);
 } spd_engine;
 
 /* The rows, each defined in its engine's file as spd_engine_<name>. */
@@ -181,6 +259,8 @@ const char *spd_engine_name(int kind);
 const char *spd_engine_help(int kind, int bytes);
 /* The kind named name, -1 when none. */
 int spd_engine_find(const char *name);
+/* Whether row kind is built and runs daemon work (wants and submit). */
+int spd_engine_runs(int kind);
 
 /* The engine for w: `prefer` (a kind, or -1 for the best) when it can run
  * w, else the one that wants it most; -1 when none can. */
@@ -207,5 +287,27 @@ int spd_engines_rank_recorded(const spd_rank_state *st);
  * row with flags_open opens it; SPK_EUNSUPPORTED when no row can. */
 int spd_engines_flags_open(struct spd_ctx *ctx, uint8_t *base, size_t size,
                            void **state, spk_err *err);
+
+/* A group's side of the group hooks (engine_group.c): the row with them
+ * keeps its state of the group in st (st->p NULL: none, and every call
+ * below does nothing, answering -1 or 0). */
+void spd_engines_group_open(const spd_group_view *g, spd_group_state *st);
+int spd_engines_group_fd(spd_group_state *st, int rank, uint64_t *size);
+void spd_engines_group_fd_lost(spd_group_state *st);
+void spd_engines_group_answered(spd_group_state *st, int rank, uint64_t req);
+void spd_engines_group_break(spd_group_state *st, int status, const char *msg);
+void spd_engines_group_tick(spd_group_state *st, uint64_t now);
+int spd_engines_group_waiting(spd_group_state *st, uint64_t now,
+                              spd_group_wait *w);
+void spd_engines_group_harvest(spd_group_state *st);
+void spd_engines_group_line(spd_group_state *st, const char *label,
+                            FILE *out);
+void spd_engines_group_drain(spd_group_state *st);
+int spd_engines_group_busy(spd_group_state *st);
+void spd_engines_group_close(spd_group_state *st);
+/* Whether some row shares memory with the group's ranks (st->p set). */
+static inline int spd_engines_group_shares(const spd_group_state *st) {
+  return st->p != NULL;
+}
 
 #endif

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "group.h"
-#include "group_seg.h"
 #include "op.h"
 #include "op_engine.h"
 #include "peer.h"
@@ -30,7 +29,7 @@ char *spd_stats_render(spd_ctx *ctx, const char *format, uid_t viewer) {
   ctx->stats_viewer = viewer;
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
-    spd_gseg_harvest(g); /* fast-path ops count too (issue 18) */
+    spd_engines_group_harvest(&g->shared); /* the fast path's ops count too */
   static const struct {
     const char *name;
     void (*render)(spd_ctx *, FILE *);
@@ -126,13 +125,13 @@ static void text_groups(spd_ctx *ctx, FILE *out, uint64_t now) {
         fprintf(out, " engine=%s %s", spd_engine_name(op->engine), eng);
       fputc('\n', out);
     }
-    spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
-    if (spd_gseg_pending(g, now, &fw))
+    spd_group_wait fw; /* an op of the fast path waiting */
+    if (spd_engines_group_waiting(&g->shared, now, &fw))
       fprintf(out, "pending %s seq=%llu op=%s age_s=%.3f running=0 stuck=%d "
               "waiting_for=%s path=shm\n", label, (unsigned long long)fw.seq,
               spd_op_slot_name(spd_op_slot(fw.kind)),
               (double)fw.age_ns * 1e-9, fw.stuck, fw.missing);
-    spd_gseg_line(g, label, out); /* "shm LABEL ops=..." (issue 18) */
+    spd_engines_group_line(&g->shared, label, out); /* "shm LABEL ops=..." */
     char prefix[160];
     snprintf(prefix, sizeof(prefix), "group_op %s ", label);
     text_ops(out, prefix, g->op_stats);

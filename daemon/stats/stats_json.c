@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "group.h"
-#include "group_seg.h"
 #include "op.h"
 #include "peer.h"
 #include "session.h"
@@ -77,8 +76,8 @@ static void json_pending(FILE *out, const spd_group *g, uint64_t now) {
             op->running ? "true" : "false",
             op->stuck_reported ? "true" : "false",
             spd_op_missing(op, miss, sizeof(miss)));
-  spd_gseg_wait fw; /* a fast-path op waiting (issue 18) */
-  if (spd_gseg_pending((spd_group *)g, now, &fw))
+  spd_group_wait fw; /* an op of the fast path waiting */
+  if (spd_engines_group_waiting(&((spd_group *)g)->shared, now, &fw))
     fprintf(out, "%s{\"seq\":%llu,\"op\":\"%s\",\"age_s\":%.3f,"
             "\"running\":false,\"stuck\":%s,\"waiting_for\":[%s],"
             "\"path\":\"shm\"}",

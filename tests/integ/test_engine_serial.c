@@ -73,12 +73,21 @@ START_TEST(unknown_engine_is_refused_at_start) {
 }
 END_TEST
 
+/* The fast row runs no daemon work (its ranks run their ops): not a
+ * mover. */
+START_TEST(fast_row_is_no_mover) {
+  const char *const extra[] = {"--mover", "fast", NULL};
+  ck_assert_int_ne(spt_daemon_start(&daemon_, extra), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("engine_serial");
   TCase *tc = tcase_create("serial");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, ops_run_on_the_configured_engine);
   tcase_add_test(tc, unknown_engine_is_refused_at_start);
+  tcase_add_test(tc, fast_row_is_no_mover);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

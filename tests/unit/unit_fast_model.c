@@ -364,7 +364,7 @@ static void drain_rank(int me) {
   spk_fsync_op_leave(a);
 }
 
-/* The daemon, as spd_gseg_close_all and then spd_gseg_busy: closed, then
+/* The daemon, as its fast row's group_drain and group_busy: closed, then
  * the look at the rank; not busy means drained. */
 static void drain_daemon(int me) {
   (void)me;
@@ -383,7 +383,8 @@ static void drain_daemon(int me) {
 
 #define BREAK_MSG "op 1 timed out after 3.0 s: rank 0 never published it"
 
-/* The daemon, as spd_gseg_break: the message, broken, the wake. */
+/* The daemon, as its fast row's group_break: the message, broken, the
+ * wake. */
 static void break_daemon(int me) {
   (void)me;
   spk_fsync_break(hdr(), -7, BREAK_MSG);
