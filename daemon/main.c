@@ -37,7 +37,8 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
                            .metrics_stop = spd_metrics_http_stop};
   /* core's lower layers reach its lifecycle only through these. */
   ctx->up = (spd_core_up){.drain_check = spd_drain_check,
-                          .stop_continue = spd_shutdown_continue};
+                          .stop_continue = spd_shutdown_continue,
+                          .split_run = spd_group_split_run};
   rc = spd_engines_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_watchdog_start(ctx, err);

@@ -103,10 +103,6 @@ CORE_UP = {
         "a cross-node pair's end frees the group, as op.c's",
     ("op_peer.c", "group.c"):
         "a cross-node op's failure starts the group's next op, as op.c's",
-    ("op.c", "group_split.c"):
-        "a split rides on the op matcher: its ranks meet as an op's do",
-    ("op_peer.c", "group_split.c"):
-        "a split whose cross-node op failed abandons its sub-groups",
     ("op_peer.c", "group_peer.c"):
         "a cross-node op asks the group's node set and reports a refused "
         "peer",

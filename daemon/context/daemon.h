@@ -17,6 +17,7 @@
 
 struct spd_session;
 struct spd_group;
+struct spd_op;
 struct spd_gpu;
 struct spd_peers;
 
@@ -106,15 +107,18 @@ typedef struct spd_hooks {
   void (*metrics_stop)(struct spd_ctx *ctx);
 } spd_hooks;
 
-/* Calls up daemon/core's own layers (tests/layers.py rule 11): the group
- * and op layers tell the daemon's lifecycle (core/lifecycle.h) that work
- * ended, through these, set by main.c at start. NULL: no lifecycle (a
+/* Calls up daemon/core's own layers (tests/layers.py rule 11), set by
+ * main.c at start: the group and op layers tell the daemon's lifecycle
+ * (core/lifecycle.h) that work ended, and the op layer hands a group
+ * split whose ranks all arrived to the group layer. NULL: not there (a
  * unit suite's context). */
 typedef struct spd_core_up {
   /* Draining: stop once nothing is under way (spd_drain_check). */
   void (*drain_check)(struct spd_ctx *ctx);
   /* Stopping: the last running op ended (spd_shutdown_continue). */
   void (*stop_continue)(struct spd_ctx *ctx);
+  /* Run a group split every rank asked for (spd_group_split_run). */
+  void (*split_run)(struct spd_op *op);
 } spd_core_up;
 
 typedef struct spd_ctx {

@@ -157,8 +157,22 @@ void spd_group_peer_refused_tick(spd_ctx *ctx, uint64_t now);
 /* The record whose id on node is rec (NULL: none). */
 spd_group *spd_group_by_peer_rec(spd_ctx *ctx, int node, uint64_t rec);
 
-/* Group split across nodes (group_split.c). Does g, a sub-group of a
- * split still gathering ranks, wait for a rank of node? */
+/* Group split (group_split.c), the GroupSplit request's handler. Rank's
+ * split arrives from client s: it keeps an op's place in g's sequence
+ * (every rank's arrives as an op's, across nodes in the Args), and a
+ * place in the client's client_max_groups is held for it until the split
+ * runs, or the rank's status says the limit is reached (failing the split
+ * on every rank, every node, alike). */
+void spd_group_split_arrive(spd_group *g, int rank, spd_session *s,
+                            uint64_t req, const Spcoll__GroupSplit *gs);
+/* Run a split whose ranks have all arrived (the op layer's
+ * ctx->up.split_run): makes the sub-groups holding this node's ranks,
+ * answers them (a sub-group across nodes once its every rank joined) and
+ * frees the op. */
+struct spd_op;
+void spd_group_split_run(struct spd_op *op);
+/* Across nodes: does g, a sub-group of a split still gathering ranks,
+ * wait for a rank of node? */
 int spd_group_split_awaits(const spd_group *g, int node);
 /* Sub-group g of a split cannot complete (a node lost, a member gone, the
  * split failed on another node): every local rank's split fails with

@@ -280,6 +280,38 @@ static void remote_leave(spd_ctx *ctx, int node, const Spcoll__Peer__Leave *l) {
     spd_group_maybe_free(g);
 }
 
+/* 1 when every rank of this node is past op seq (it ran here). */
+static int done_here(const spd_group *g, uint64_t seq) {
+  int local = 0;
+  for (int r = 0; r < g->world; r++) {
+    if (g->ranks[r].session == NULL)
+      continue;
+    local++;
+    if (g->ranks[r].next_seq <= seq)
+      return 0;
+  }
+  return local > 0;
+}
+
+/* Node failed op seq of g. Here: it fails here too (op_peer.c). Not here
+ * yet (no rank of this node reached it): g breaks, so its ranks are
+ * refused when they do and this node never starts an op that node will
+ * post no stream of. Done here: only a group split can have left
+ * something waiting (sub-groups for that node's ranks), and a failed
+ * split leaves its parent usable. */
+static void op_failed_there(spd_group *g, int node,
+                            const Spcoll__Peer__OpFail *f) {
+  char msg[320];
+  snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
+  int status = spk_error_or(f->status, SPK_ENODE_LOST);
+  if (spd_op_peer_fail(g, node, f->seq, status, msg))
+    return;
+  int done = done_here(g, f->seq);
+  spd_group_split_failed(g, f->seq, status, msg);
+  if (!done)
+    spd_group_break(g, status, msg);
+}
+
 static void on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
   spd_group *g;
   switch (m->body_case) {
@@ -302,7 +334,7 @@ static void on_msg(spd_ctx *ctx, int node, const Spcoll__Peer__Msg *m) {
     break;
   case SPCOLL__PEER__MSG__BODY_OP_FAIL:
     if ((g = spd_group_by_peer_rec(ctx, node, m->op_fail->rec)) != NULL)
-      spd_op_peer_fail(g, node, m->op_fail);
+      op_failed_there(g, node, m->op_fail);
     break;
   default:
     SPD_DEBUG(&ctx->log, "node %d sent message %d: ignored", node,

@@ -43,13 +43,35 @@ static void reply_no_group(spd_op_rank *r) {
 }
 
 /* A rank's request holds a place in its client's client_max_groups from
- * arrival (spd_group_split_reserve) so every node knows, from the Args, that
+ * arrival (reserve, below) so every node knows, from the Args, that
  * the split fits on every rank before any sub-group is made; the place
  * turns into the membership here. */
-static void unreserve(spd_op_rank *r) {
-  if (r->group_reserved && r->session != NULL)
-    r->session->ngroups--;
-  r->group_reserved = 0;
+static void reserve(spd_op_rank *r, int rank, spd_session *s, int color) {
+  if (color < 0)
+    return;
+  if (s->ngroups >= s->ctx->cfg.client_max_groups) {
+    r->status = spk_err_set(&r->err, SPK_ENO_MEMORY, "group split: rank %d "
+                            "(pid %d) is in %d groups, the client limit "
+                            "(client_max_groups)", rank, (int)s->pid,
+                            s->ngroups);
+    return;
+  }
+  s->ngroups++;
+  r->group_reserved = 1;
+}
+
+void spd_group_split_arrive(spd_group *g, int rank, spd_session *s,
+                            uint64_t req, const Spcoll__GroupSplit *gs) {
+  spd_op *op = spd_op_take(g, rank, s, req, 0);
+  if (op == NULL)
+    return;
+  spd_op_rank *r = &op->ranks[rank];
+  r->group_split = 1;
+  r->args.ndims = 2;
+  r->args.dims[0] = gs->color;
+  r->args.dims[1] = gs->key;
+  reserve(r, rank, s, gs->color);
+  spd_op_rank_in(op, rank);
 }
 
 /* The record that this node's ranks of sub-group `name` join: for one
@@ -94,7 +116,7 @@ static int split_make(spd_op *op, const split_entry *e, int n, int self) {
     spd_op_rank *r = &op->ranks[e[i].rank];
     if (spd_group_add(g, r->session, i, r->req) < 0)
       return SPK_ENO_MEMORY; /* still reserved: split_undo answers it */
-    unreserve(r);
+    spd_op_rank_unreserve(r);
   }
   /* A rank of another node that left the parent before its join came
    * here never joins: its node's Join would have come before its Leave. */
@@ -211,23 +233,6 @@ void spd_group_split_run(spd_op *op) {
   free(e);
   split_done(op, rc < 0);
 }
-
-void spd_group_split_reserve(spd_op_rank *r, int rank, spd_session *s,
-                             int color) {
-  if (color < 0)
-    return;
-  if (s->ngroups >= s->ctx->cfg.client_max_groups) {
-    r->status = spk_err_set(&r->err, SPK_ENO_MEMORY, "group split: rank %d "
-                            "(pid %d) is in %d groups, the client limit "
-                            "(client_max_groups)", rank, (int)s->pid,
-                            s->ngroups);
-    return;
-  }
-  s->ngroups++;
-  r->group_reserved = 1;
-}
-
-void spd_group_split_release(spd_op_rank *r) { unreserve(r); }
 
 int spd_group_split_awaits(const spd_group *g, int node) {
   if (!g->split || g->ready)

@@ -177,8 +177,8 @@ spd_op *spd_op_get_charged(spd_group *g, uint64_t seq, int rank, uid_t uid,
  * (an Error to req, NULL) when the group is broken, the client has too
  * many ops pending, the daemon drains or a quota is spent; else the op,
  * with the rank's slot marked arrived and charged `lists` bytes more. */
-static spd_op *op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
-                       long long lists) {
+spd_op *spd_op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
+                    long long lists) {
   if (g->broken) {
     spd_session_send_error(s, req, g->broken_status, g->broken_reason);
     return NULL;
@@ -216,7 +216,7 @@ static spd_op *op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
 }
 
 /* The rank's request is recorded: tell the other nodes, count it. */
-static void op_rank_in(spd_op *op, int rank) {
+void spd_op_rank_in(spd_op *op, int rank) {
   if (op->group->multinode)
     spd_op_peer_send_args(op, rank);
   spd_op_rank_arrived(op);
@@ -225,28 +225,20 @@ static void op_rank_in(spd_op *op, int rank) {
 void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                    const Spcoll__OpRequest *rq) {
   long long lists = (long long)(rq->n_sizes + rq->n_sizes2) * sizeof(int64_t);
-  spd_op *op = op_take(g, rank, s, req, lists);
+  spd_op *op = spd_op_take(g, rank, s, req, lists);
   if (op == NULL)
     return;
   spd_op_rank *r = &op->ranks[rank];
   /* A rank's own error still counts as its arrival: the op then fails on
    * every rank together, so no rank waits for one that gave up. */
   r->status = rank_fill(r, s, rq, &r->err);
-  op_rank_in(op, rank);
+  spd_op_rank_in(op, rank);
 }
 
-void spd_op_arrive_split(spd_group *g, int rank, spd_session *s, uint64_t req,
-                         const Spcoll__GroupSplit *gs) {
-  spd_op *op = op_take(g, rank, s, req, 0);
-  if (op == NULL)
-    return;
-  spd_op_rank *r = &op->ranks[rank];
-  r->group_split = 1;
-  r->args.ndims = 2;
-  r->args.dims[0] = gs->color;
-  r->args.dims[1] = gs->key;
-  spd_group_split_reserve(r, rank, s, gs->color);
-  op_rank_in(op, rank);
+void spd_op_rank_unreserve(spd_op_rank *r) {
+  if (r->group_reserved && r->session != NULL)
+    r->session->ngroups--;
+  r->group_reserved = 0;
 }
 
 int spd_op_slot_of(const spd_op *op) {
@@ -280,7 +272,7 @@ void spd_op_free(spd_op *op) {
         spd_buffer_unref(ctx, r->buf[t]);
     free(r->sizes);
     free(r->sizes2);
-    spd_group_split_release(r);
+    spd_op_rank_unreserve(r);
     spd_engines_rank_close(&r->eng); /* may set the done flag: */
     if (r->flags_buf != NULL)        /* the buffer goes after */
       spd_buffer_unref(ctx, r->flags_buf);
@@ -313,7 +305,7 @@ void spd_op_forget_session(spd_op *op, int rank) {
   spd_op_rank *r = &op->ranks[rank];
   if (r->session != NULL)
     r->session->pending--;
-  spd_group_split_release(r); /* a client that left goes on */
+  spd_op_rank_unreserve(r); /* a client that left goes on */
   r->session = NULL;
 }
 
@@ -446,8 +438,12 @@ void spd_op_start(spd_op *op) {
   spk_err err;
   int rc = op_rank_error(op, &err);
   if (rc == SPK_OK && op_is_group_split(op, &rc, &err)) {
-    spd_group_split_run(op); /* on every node alike: group_split.c */
-    return;
+    if (g->ctx->up.split_run != NULL) {
+      g->ctx->up.split_run(op); /* on every node alike: group_split.c */
+      return;
+    }
+    rc = spk_err_set(&err, SPK_EUNSUPPORTED, "group split: no group layer "
+                     "runs it here");
   }
   if (rc == SPK_OK && g->world >= SPD_PLAN_OFF_LOOP_WORLD &&
       spd_op_plan_off_loop(op) == SPK_OK)

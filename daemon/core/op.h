@@ -75,10 +75,17 @@ int spd_op_tensor(spd_session *s, const Spcoll__Tensor *t, const char *what,
 void spd_op_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
                    const Spcoll__OpRequest *rq);
 
-/* Record rank's group split, in sequence with its ops (group_split.c runs
- * it once every rank has asked). */
-void spd_op_arrive_split(spd_group *g, int rank, spd_session *s, uint64_t req,
-                         const Spcoll__GroupSplit *gs);
+/* Tie rank's request req of client s to its next op of g (the op, its
+ * rank's slot arrived and charged), or reply Error at once and return
+ * NULL. Then fill the rank's slot and call spd_op_rank_in. For requests
+ * that keep an op's place in the group's sequence without being a data
+ * op (a group split, group_split.c); spd_op_arrive is both for an op. */
+spd_op *spd_op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
+                    long long lists);
+void spd_op_rank_in(spd_op *op, int rank);
+/* Give back the place in its client's client_max_groups that r holds
+ * (group_reserved: a group split's, until the split runs). */
+void spd_op_rank_unreserve(spd_op_rank *r);
 
 /* The stats slot of op (op_stats.h): its kind's, or the group split's. */
 int spd_op_slot_of(const spd_op *op);
@@ -107,17 +114,6 @@ void spd_op_after(spd_group *g);
 /* Reply `status` with msg to every rank still present and free the op. */
 void spd_op_fail(spd_op *op, int status, const char *msg);
 
-/* Run a group split whose ranks have all arrived (group_split.c): makes
- * the sub-groups holding this node's ranks, answers them (a sub-group
- * across nodes once its every rank joined) and frees the op. */
-void spd_group_split_run(spd_op *op);
-/* Rank's split request (color) arrives from client s: a place in the
- * client's client_max_groups is held for it until the split runs, or the
- * rank's status says the limit is reached (failing the split on every
- * rank, every node, alike). Release gives a place still held back. */
-void spd_group_split_reserve(spd_op_rank *r, int rank, spd_session *s,
-                             int color);
-void spd_group_split_release(spd_op_rank *r);
 
 /* The op of g with sequence number seq, made when new (NULL: no memory). */
 spd_op *spd_op_get(spd_group *g, uint64_t seq);
@@ -140,7 +136,10 @@ void spd_op_rank_arrived(spd_op *op);
  * rank's arrival; take another node's; fail on its word; a lost node. */
 void spd_op_peer_send_args(spd_op *op, int rank);
 void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a);
-void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f);
+/* Node failed op seq of g, which is here: g breaks and the op fails (or
+ * its engine aborts it) with status and msg; 1. 0: no such op here. */
+int spd_op_peer_fail(spd_group *g, int node, uint64_t seq, int status,
+                     const char *msg);
 void spd_op_peer_node_lost(spd_group *g, int node, const char *msg);
 /* Tell the other nodes of op's group that this node will not run op. */
 void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg);

@@ -218,39 +218,14 @@ void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a) {
   spd_op_rank_arrived(op);
 }
 
-/* 1 when every rank of this node is past op seq (it ran here). */
-static int done_here(const spd_group *g, uint64_t seq) {
-  int local = 0;
-  for (int r = 0; r < g->world; r++) {
-    if (g->ranks[r].session == NULL)
-      continue;
-    local++;
-    if (g->ranks[r].next_seq <= seq)
-      return 0;
-  }
-  return local > 0;
-}
-
-/* Node failed op seq. Not here yet (no rank of this node reached it):
- * the group breaks, so its ranks are refused when they do and this node
- * never starts an op that node will post no stream of. Done here: only a
- * group split can have left something waiting (sub-groups for that
- * node's ranks), and a failed split leaves its parent usable. */
-void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
-  char msg[320];
-  snprintf(msg, sizeof(msg), "node %d: %s", node, f->reason ? f->reason : "");
-  int status = spk_error_or(f->status, SPK_ENODE_LOST);
+int spd_op_peer_fail(spd_group *g, int node, uint64_t seq, int status,
+                     const char *msg) {
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
-    if (op->seq == f->seq)
+    if (op->seq == seq)
       break;
-  if (op == NULL) {
-    int done = done_here(g, f->seq);
-    spd_group_split_failed(g, f->seq, status, msg);
-    if (!done)
-      spd_group_break(g, status, msg);
-    return;
-  }
+  if (op == NULL)
+    return 0;
   spd_group_break(g, status, msg);
   /* Not started here: the nodes that did start it would wait for this
    * node's streams, so they hear it will not run here either. */
@@ -260,6 +235,7 @@ void spd_op_peer_fail(spd_group *g, int node, const Spcoll__Peer__OpFail *f) {
     spd_engine_abort(op, status, msg, node);
   else
     spd_op_fail(op, status, msg);
+  return 1;
 }
 
 /* A lost node posts nothing more: receives from it are cancelled (a

@@ -137,7 +137,7 @@ static void on_op(spd_session *s, const Spcoll__Frame *f) {
 static void on_group_split(spd_session *s, const Spcoll__Frame *f) {
   spd_member *m = ready_member(s, f->id, f->group_split->group_id);
   if (m != NULL)
-    spd_op_arrive_split(m->group, m->rank, s, f->id, f->group_split);
+    spd_group_split_arrive(m->group, m->rank, s, f->id, f->group_split);
 }
 
 static void on_p2p(spd_session *s, const Spcoll__Frame *f) {
