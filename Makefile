@@ -45,7 +45,7 @@ DAEMON_DIRS := daemon $(patsubst %/,%,$(sort $(dir $(wildcard daemon/*/*.c daemo
 # Symbols are hidden unless declared public: libspclient.so exports only
 # what spcoll.h declares (SPC_API), not the kernels, protobuf or internals.
 BASE_CFLAGS := -std=gnu11 -g $(OPT) -fPIC -fvisibility=hidden -D_GNU_SOURCE -pthread $(SAN_FLAGS) \
-  -I$(BUILD)/proto -Iproto -Ikernels -Iclient $(addprefix -I,$(DAEMON_DIRS)) $(PBC_CFLAGS) $(UV_CFLAGS)
+  -I$(BUILD)/proto -Iproto -Ikernels -Iclient -Iclient/fast $(addprefix -I,$(DAEMON_DIRS)) $(PBC_CFLAGS) $(UV_CFLAGS)
 WARN      := -Wall -Wextra -Werror -Wno-format-truncation
 CFLAGS_ALL = $(BASE_CFLAGS) $(WARN) $(CFLAGS)
 LDFLAGS_ALL = -pthread $(SAN_FLAGS) $(LDFLAGS)
@@ -53,7 +53,7 @@ LDFLAGS_ALL = -pthread $(SAN_FLAGS) $(LDFLAGS)
 KERNEL_SRC := $(wildcard kernels/*.c)
 PROTO_SRC  := proto/frame.c
 DAEMON_SRC := $(wildcard $(addsuffix /*.c,$(DAEMON_DIRS)))
-CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c))
+CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c client/fast/*.c))
 UNIT_SRC   := $(filter-out tests/unit/plan_testlib.c,$(wildcard tests/unit/*.c))
 INTEG_SRC  := $(wildcard tests/integ/test_*.c)
 HARNESS_SRC:= tests/integ/harness.c tests/integ/harness_nodes.c

@@ -1,10 +1,10 @@
 /* The shared segment of a group whose ranks are all on this node: the
- * layout the daemon creates (daemon/fast/engine_fast.c) and the clients map
- * (client/client_fast.c). Small ops run through it with no message to the
- * daemon: each rank publishes its op descriptor and its input in its own
- * rank area, every rank checks and plans the op from all descriptors with
- * the same planners the daemon runs, and copies into its output from the
- * other ranks' staging areas.
+ * layout the daemon creates (daemon/fast/engine_fast.c) and the clients
+ * map (client/fast/client_fast.c). Small ops run through it with no
+ * message to the daemon: each rank publishes its op descriptor and its
+ * input in its own rank area, every rank checks and plans the op from all
+ * descriptors with the same planners the daemon runs, and copies into its
+ * output from the other ranks' staging areas.
  *
  * Who writes each shared word, with which memory order, and the
  * invariants that make reuse safe: kernels/fast_protocol.h. A process that

@@ -1,7 +1,7 @@
 /* The fast path's publish, its sleep/wake handshake, the drain's and the
  * break's (kernels/fast_protocol.h: pub, invariants 5, 6 and 7), as the
  * ranks and the daemon run them
- * (client/client_fast_wait.c, with FUTEX_WAIT and FUTEX_WAKE on `wake`)
+ * (client/fast/client_fast_wait.c, with FUTEX_WAIT and FUTEX_WAKE on `wake`)
  * and as the protocol checker runs them (tests/unit/unit_fast_model.c,
  * with its model of both). */
 #ifndef SPK_FAST_SYNC_H

@@ -24,12 +24,12 @@ rule with the file that breaks it.
      includes, directly or through other headers, a header of daemon/;
      and the fast path's private headers (client_fast_internal.h,
      client_fast_tune.h) are included only by the fast path's own files
-     (client_fast*): the rest of the client reaches it through
+     (client/fast/): the rest of the client reaches it through
      client_fast.h.
 
   10. The client's calls: client_base.c (a client's error, a tensor's
      bytes and data) calls no other function of the client, and the fast
-     path's files (client_fast*.c) call, of the rest of the client, only
+     path's files (client/fast/) call, of the rest of the client, only
      what client_base.c defines; so the fast path stands below the
      connection, buffers, GPU and op code, in no call loop with them.
      The loop those four still make among themselves is listed in
@@ -206,11 +206,19 @@ CLIENT_LOOP = {
 }
 
 
+# The client's fast path, one component (rules 9 and 10).
+FAST_DIR = "client/fast"
+
+
+def is_fast(path):
+    return os.path.dirname(path) == FAST_DIR
+
+
 def client_calls(files):
     """{client file: {client file it calls a function of}}, over spc_ and
-    spc__ functions defined in client/*.c."""
-    srcs = [p for p in files if p.startswith("client/") and p.endswith(".c")
-            and os.path.dirname(p) == "client"]
+    spc__ functions defined in client/*.c and client/fast/*.c."""
+    srcs = [p for p in files if p.endswith(".c")
+            and os.path.dirname(p) in ("client", FAST_DIR)]
     defined = {}
     for p in srcs:
         text = open(os.path.join(ROOT, p)).read()
@@ -425,7 +433,7 @@ def main():
         if bad:
             broken.append("rule 9: %s includes %s: the client stands on "
                           "kernels/ and proto/ only" % (p, ", ".join(bad)))
-        if os.path.basename(p).startswith("client_fast"):
+        if is_fast(p):
             continue
         priv = sorted(os.path.basename(h) for h in inc.get(p, [])
                       if os.path.basename(h) in fast_private)
@@ -441,10 +449,9 @@ def main():
         broken.append("rule 10: %s calls into %s: it uses nothing of the "
                       "client" % (base, callee))
     for p, callees in sorted(calls.items()):
-        if not os.path.basename(p).startswith("client_fast"):
+        if not is_fast(p):
             continue
-        up = sorted(c for c in callees if c != base and
-                    not os.path.basename(c).startswith("client_fast"))
+        up = sorted(c for c in callees if c != base and not is_fast(c))
         if up:
             broken.append("rule 10: %s calls into %s: the fast path uses, of "
                           "the rest of the client, only client_base.c"
@@ -452,7 +459,7 @@ def main():
     in_loops = set()
     for part in call_loops(calls):
         names = {os.path.basename(p) for p in part}
-        if all(n.startswith("client_fast") for n in names):
+        if all(is_fast(p) for p in part):
             continue  # within the fast path, one component
         in_loops |= names
         if not names <= CLIENT_LOOP:

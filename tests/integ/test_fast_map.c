@@ -1,4 +1,4 @@
-/* Fast-path ops read in place (issue 18, client/client_fast_map.c): ranks
+/* Fast-path ops read in place (issue 18, client/fast/client_fast_map.c): ranks
  * that may take each other's buffer fds read each other's inputs and
  * outputs where the callers keep them, for ops from 64 KiB up to
  * fast_map_bytes per rank (8 MiB by default: past fast_bytes). Here: such

@@ -1,6 +1,6 @@
 /* Caller memory as spcoll buffers (spc_buffer_wrap): ops on plain malloc'd
  * memory, read in place by the other ranks with process_vm_readv
- * (client/client_fast_cma.c) or staged, checked against the same ops on
+ * (client/fast/client_fast_cma.c) or staged, checked against the same ops on
  * spcoll buffers. Every op kind the torch backend uses, at sizes that
  * stage through the segment, that are read in place, and past
  * fast_map_bytes (read in place too: caller memory would otherwise be
