@@ -216,47 +216,57 @@ static void claim_next(const spc_fast *f, int me, uint64_t s) {
   }
 }
 
-/* Run op s of the descriptors read. */
-static int fast_exec(spc_group *g, uint64_t s, const spc_tensor *in,
-                     const spc_tensor *out, uint64_t t0, int repeat) {
+/* run: op fo->seq of the descriptors read, planned alike on every rank,
+ * its moves into this rank's output done. */
+static int fast_exec(spc_group *g, spc_fast_op *fo) {
   spc_fast *f = g->fast;
+  uint64_t s = fo->seq;
   int mine = f->inplace[g->rank]; /* this rank's op is read in place */
   uint8_t *bases[2 * SPK_FSEG_MAXWORLD];
-  int direct = 0, any = 0, skip = 0, failed = 0;
-  int rc = spc__fast_plan_get(g, repeat);
+  int direct = 0;
+  int rc = spc__fast_plan_get(g, fo->repeat);
   if (rc == SPC_OK) {
-    int mrc = spc__fast_bases(g, s, in, out, bases, &any);
-    skip = mrc < 0;
-    rc = spc__fast_plan_run(g, s, out, bases, mine, &skip, &direct);
-    if (rc == SPC_OK && skip)
+    int mrc = spc__fast_bases(g, s, fo->in, fo->out, bases, &fo->any);
+    fo->skip = mrc < 0;
+    rc = spc__fast_plan_run(g, s, fo->out, bases, mine, &fo->skip, &direct);
+    if (rc == SPC_OK && fo->skip)
       rc = mrc;
   }
   if (rc == SPC_OK && !direct)
-    memcpy(spc_tensor_data(out), spc__fast_stage(f, g->rank, SPK_T_OUT, s),
-           spc__tensor_bytes(out));
+    memcpy(spc_tensor_data(fo->out),
+           spc__fast_stage(f, g->rank, SPK_T_OUT, s),
+           spc__tensor_bytes(fo->out));
   if (!mine) { /* mine: the staging was not used */
     if (f->staging.small[g->rank])
       f->staging.last_use[s & 1] = s;
     else
       f->staging.last_use[0] = f->staging.last_use[1] = s;
   }
-  /* Failed or not, this rank is done with every staging area and every
-   * descriptor of s: said by its next publish, or before it waits (see
-   * pending); at once after a failure, which may end the group, or when
-   * some rank waits for everyone to be done reading its buffers. The
-   * descriptors, at once on a line of its own (read_descs). */
+  return rc;
+}
+
+/* done: failed or not (rc), this rank is done with every staging area
+ * and every descriptor of the op: said by its next publish, or before it
+ * waits (see pending); at once after a failure, which may end the group,
+ * or when some rank waits for everyone to be done reading its buffers.
+ * The descriptors, at once on a line of their own (read_descs). Rank 0
+ * counts the op. */
+static int fast_done(spc_group *g, spc_fast_op *fo, int rc) {
+  spc_fast *f = g->fast;
+  uint64_t s = fo->seq;
+  int failed = 0;
   f->pending = s;
   spc__fast_read_descs(f->hdr, spc__fast_rank(f, g->rank), s);
-  if (any)
-    rc = read_done(g, s, rc, skip, &failed);
+  if (fo->any)
+    rc = read_done(g, s, rc, fo->skip, &failed);
   else if (rc != SPC_OK)
     spc__fast_flush(g);
   /* Failures of the group (a rank lost, the op timeout, abort) are the
    * daemon's to count. */
   if (g->rank == 0 &&
       (rc == SPC_OK || rc == SPC_EMISMATCH || rc == SPC_EINVAL || failed))
-    count(g, f->planned[0].op, rc == SPC_OK, any, f->plan.bytes,
-          spc__fast_clock_ns(&f->clock, t0));
+    count(g, f->planned[0].op, rc == SPC_OK, fo->any, f->plan.bytes,
+          spc__fast_clock_ns(&f->clock, fo->t0));
   return rc;
 }
 
@@ -288,8 +298,8 @@ static int stage_in(spc_group *g, const spc_tensor *in) {
 
 /* Describe op and publish it: for the others to read it in place, or
  * once its input is staged. *eligible_p: it may run here. */
-static int publish(spc_group *g, const spc_op *op, const spc_tensor *in,
-                   const spc_tensor *out, int *eligible_p) {
+static int publish_desc(spc_group *g, const spc_op *op, const spc_tensor *in,
+                        const spc_tensor *out, int *eligible_p) {
   spc_fast *f = g->fast;
   spk_fseg_desc d;
   int rc;
@@ -337,66 +347,74 @@ static int started_by_others(const spc_group *g) {
   return 0;
 }
 
-/* Whether op may run here: the same call as the last published repeat
- * (*again_p), or one that fits. A draining daemon (closed) refuses new
- * ops: through it, in its words. The ranks that read the flag late still
- * see this one's descriptor say so, and follow it to the daemon. */
-static int runs_here(spc_group *g, const spc_op *op, const spc_tensor *in,
-                     const spc_tensor *out, int *again_p) {
+/* fits: whether op may run here: the same call as the last published
+ * repeat (fo->again), or one that fits. A draining daemon (closed)
+ * refuses new ops: through it, in its words. The ranks that read the
+ * flag late still see this one's descriptor say so, and follow it to the
+ * daemon. */
+static int fast_fits(spc_group *g, spc_fast_op *fo) {
   spc_fast *f = g->fast;
-  *again_p = 0;
+  fo->again = 0;
   if (f == NULL || (spk_fsync_closed(f->hdr) && !started_by_others(g)))
     return 0;
-  *again_p = spc__fast_again(g, op, in, out);
-  return *again_p || spc__fast_fits(f, g, op->kind, in, out);
+  fo->again = spc__fast_again(g, fo->op, fo->in, fo->out);
+  return fo->again || spc__fast_fits(f, g, fo->op->kind, fo->in, fo->out);
 }
 
+/* publish: this rank's descriptor of the op (its input staged, or named
+ * for reading in place), then every rank's read. *runs_p: every rank may
+ * run it here; 0: every rank takes the daemon path, its place in the
+ * sequence kept (consumed). */
+static int fast_publish(spc_group *g, spc_fast_op *fo, int *runs_p) {
+  spc_fast *f = g->fast;
+  int eligible = 1, all;
+  int rc = fo->again ? publish_again(g, fo->in)
+                     : publish_desc(g, fo->op, fo->in, fo->out, &eligible);
+  if (rc < 0)
+    return rc;
+  uint64_t s = fo->seq = f->seq;
+  /* Only rank 0 counts (count()): the others need no clock. Stamped
+   * once published, while the others' descriptors are on their way. */
+  fo->t0 = g->rank == 0 ? spc__fast_clock_stamp(&f->clock) : 0;
+  *runs_p = 0;
+  if (eligible) {
+    if ((rc = spc__fast_wait_all(g, FIELD(published), s)) < 0)
+      return rc;
+    f->seen_pub = s;
+    spc__fast_desc_read(f, g->world, s, &all, &fo->repeat);
+    if (all)
+      claim_next(f, g->rank, s);
+    *runs_p = all;
+  }
+  if (!*runs_p)
+    spc__fast_consumed(g, s);
+  return SPC_OK;
+}
+
+/* fits, publish, run, done: the fast path's steps, as an engine's. */
 static int run_op(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p) {
-  spc_fast *f = g->fast;
+  spc_fast_op fo = {.op = op, .in = in, .out = out};
   *handled_p = 1;
   /* Before the fit: an op may fit only when read in place. */
-  if (f != NULL)
+  if (g->fast != NULL)
     spc__fast_map_step(g);
-  int again;
-  if (!runs_here(g, op, in, out, &again)) {
+  if (!fast_fits(g, &fo)) {
     int rc = spc__fast_slow(g, op, in, out);
     *handled_p = rc < 0;
     return rc;
   }
   /* A broken group fails every later op too, as the daemon's does. */
-  int rc = spc__fast_broken(g);
+  int rc = spc__fast_broken(g), runs = 0;
+  if (rc == SPC_OK)
+    rc = fast_publish(g, &fo, &runs);
   if (rc < 0)
     return rc;
-  int eligible = 1;
-  if (again)
-    rc = publish_again(g, in);
-  else
-    rc = publish(g, op, in, out, &eligible);
-  if (rc < 0)
-    return rc;
-  uint64_t s = f->seq;
-  /* Only rank 0 counts (count()): the others need no clock. Stamped
-   * once published, while the others' descriptors are on their way. */
-  uint64_t t0 = g->rank == 0 ? spc__fast_clock_stamp(&f->clock) : 0;
-  if (!eligible) {
-    spc__fast_consumed(g, s);
+  if (!runs) {
     *handled_p = 0;
     return SPC_OK;
   }
-  if ((rc = spc__fast_wait_all(g, FIELD(published), s)) < 0)
-    return rc;
-  f->seen_pub = s;
-  int all, repeat;
-  spc__fast_desc_read(f, g->world, s, &all, &repeat);
-  if (all)
-    claim_next(f, g->rank, s);
-  if (!all) {
-    spc__fast_consumed(g, s);
-    *handled_p = 0;
-    return SPC_OK;
-  }
-  return fast_exec(g, s, in, out, t0, repeat);
+  return fast_done(g, &fo, fast_exec(g, &fo));
 }
 
 /* in_op brackets the op for a draining daemon (kernels/fast_seg.h): on

@@ -1,6 +1,7 @@
-/* libspclient's shared-memory fast path (client_fast.c): small host ops of
- * a group whose ranks are all on this node run through the segment the
- * daemon made for it (kernels/fast_seg.h), with no message to the daemon. */
+/* libspclient's shared-memory fast path (client/fast/), its face to the
+ * rest of the library: small host ops of a group whose ranks are all on
+ * this node run through the segment the daemon made for it
+ * (kernels/fast_seg.h), with no message to the daemon. */
 #ifndef SPC_CLIENT_FAST_H
 #define SPC_CLIENT_FAST_H
 
@@ -18,7 +19,12 @@ void spc__fast_detach(spc_group *g);
 /* Run op through the segment when every rank can (blocking, as spc_run).
  * *handled_p = 0: some rank cannot, so every rank takes the daemon path
  * and so must the caller; the op keeps its place in the group's order.
- * Otherwise the op is done and the return is its status. */
+ * Otherwise the op is done and the return is its status. It is the fast
+ * path's four steps, shaped as an engine's (client_fast.c): fits (may
+ * the op run here), publish (this rank's descriptor and input, then
+ * every rank's read: all may run it, or all go to the daemon), run (the
+ * plan, the moves into this rank's output) and done (said to the others,
+ * waited for where buffers are read in place, counted). */
 int spc__fast_run(spc_group *g, const spc_op *op, const spc_tensor *in,
                   const spc_tensor *out, int *handled_p);
 

@@ -106,6 +106,20 @@ typedef struct {
   uint64_t freed_seen[SPK_FSEG_MAXWORLD];
 } spc_fast_mapping;
 
+/* One op through the fast path's steps (client_fast.c: fits, publish,
+ * run, done), as a work item is through an engine's: the call, then what
+ * each step leaves the next. */
+typedef struct {
+  const spc_op *op;
+  const spc_tensor *in, *out;
+  int again;                    /* fits: the last published repeat */
+  uint64_t seq;                 /* publish: its sequence number */
+  uint64_t t0;                  /* publish: rank 0's clock stamp */
+  int repeat;                   /* publish: every rank's a repeat */
+  int any;                      /* run: some rank reads in place */
+  int skip;                     /* run: a rank's in-place reads failed */
+} spc_fast_op;
+
 typedef struct spc_fast {
   spk_fseg_hdr *hdr;
   uint64_t size;
