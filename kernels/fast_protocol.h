@@ -4,17 +4,20 @@
  * invariants the ranks and the daemon keep. Code that touches one of
  * these words follows this list; a change of an access changes it here.
  *
- * Checked: every access of kernels/fast_seg.h and kernels/fast_sync.h
- * goes through kernels/fast_atomic.h, and tests/unit/unit_fast_model.c
- * runs that code (pub, the ring slot's put and get, said, the slot reuse
+ * Checked: every access to these words, by the client (client/fast/),
+ * the daemon (daemon/fast/) and the shared steps (kernels/fast_seg.h,
+ * kernels/fast_sync.h), goes through kernels/fast_atomic.h
+ * (tests/layers.py rule 13), and tests/unit/unit_fast_model.c runs the
+ * shared steps (pub, the ring slot's put and get, said, the slot reuse
  * of invariant 1 with read_descs, the sleep/wake handshake of invariant
  * 5, the in_op/closed handshake of invariant 6, the break of invariant
- * 7) under a seeded scheduler with store buffers;
- * it finds the lost wake-up when the publisher's sc fence is dropped,
- * the torn slot when its release stores are weakened, a drain under a
- * running op when the rank's in_op store is weakened, and a torn break
- * message when the daemon's release is. The rest of the list (the client's and
- * the daemon's other accesses) is not under it yet.
+ * 7) under a seeded scheduler with store buffers; it finds the lost
+ * wake-up when the publisher's sc fence is dropped, the torn slot when
+ * its release stores are weakened, a drain under a running op when the
+ * rank's in_op store is weakened, and a torn break message when the
+ * daemon's release is. The client's and the daemon's other accesses
+ * (the counters, the staging and line reuse, in-place reads' done and
+ * failed words, answered) are not run under it yet.
  *
  * Roles: O the rank that owns a rank area (its only writer unless said),
  * R any other rank of the group, D the daemon. Orders: rlx, acq, rel, sc

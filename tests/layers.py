@@ -48,6 +48,10 @@ rule with the file that breaks it.
      headers, the shared segment's headers (kernels/fast_*.h) or its own
      private one (fast_internal.h); the rest reaches it through the
      table's group hooks.
+  13. Every access to a word the fast path shares goes through
+     kernels/fast_atomic.h (SPK_LOAD, SPK_STORE, ...), the one place the
+     protocol checker intercepts them: no __atomic builtin in
+     client/fast/, daemon/fast/ or kernels/fast_*.h but fast_atomic.h.
 
 EXCEPTIONS lists what still breaks rules 1-3, FOLDER_EXCEPTIONS the
 edges rule 4 leaves out, each with why; both may only shrink: an
@@ -483,6 +487,15 @@ def main():
             broken.append("rule 12: %s includes %s: the daemon reaches the "
                           "fast path through the engine table" % (p, ", ".join(bad)))
 
+    # 13. the fast path's shared words through fast_atomic.h
+    for p in files:
+        fast = p.startswith("client/fast/") or p.startswith("daemon/fast/") or (
+            p.startswith("kernels/fast_") and p != "kernels/fast_atomic.h")
+        if fast and re.search(r"\b__atomic_\w+\s*\(",
+                              open(os.path.join(ROOT, p)).read()):
+            broken.append("rule 13: %s uses an __atomic builtin: the fast "
+                          "path's shared words go through fast_atomic.h" % p)
+
     for name in sorted(set(ALLOWED_CALLS) - set(defined)):
         broken.append("rule 2: %s is allowed but no engine file defines it now: "
                       "remove it from ALLOWED_CALLS" % name)
@@ -498,7 +511,8 @@ def main():
           "kernels/ pure, the client on kernels/ and its fast path behind "
           "client_fast.h and below the rest of the client, daemon/core in %d "
           "layers (%d calls down or within a layer, %d listed up), the "
-          "daemon's fast path in daemon/fast/ (%d known exceptions, "
+          "daemon's fast path in daemon/fast/, its shared words through "
+          "fast_atomic.h (%d known exceptions, "
           "%d allowed calls, %d folder exceptions)" % (
               sum(1 for p in files if is_engine(p)),
               len({os.path.dirname(p) for p in files if p.startswith("daemon/")}),

@@ -109,13 +109,13 @@ const spk_fseg_hdr *spc__fast_hdr(const spc_group *g) {
  * add would be a locked instruction, which waits for every store before
  * it to reach the cache, on the path of every op. */
 static void bump(uint64_t *word) {
-  __atomic_store_n(word, *word + 1, __ATOMIC_RELEASE);
+  SPK_STORE(word, *word + 1, __ATOMIC_RELEASE);
 }
 
 /* A counter the daemon reads at any time, published by the bump of count
  * after it: an atomic store, no order of its own. */
 static void add(uint64_t *word, uint64_t n) {
-  __atomic_store_n(word, *word + n, __ATOMIC_RELAXED);
+  SPK_STORE(word, *word + n, __ATOMIC_RELAXED);
 }
 
 static void count(spc_group *g, int kind, int ok, int in_place,
@@ -155,14 +155,14 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
    * tells. Unbroken then, the reads came before the break, so before any
    * owner saw it and returned. */
   if (rc == SPC_OK && !skip) {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    SPK_FENCE(__ATOMIC_SEQ_CST);
     rc = spc__fast_broken(g);
   }
   if (skip) { /* it read nothing: its maps may go now */
     f->map.cap = SPC_FAST_CAP_NO;
     spc__fast_map_free(f, g->world);
     me->fail_status = rc;
-    __atomic_store_n(&me->failed, s, __ATOMIC_RELEASE);
+    SPK_STORE(&me->failed, s, __ATOMIC_RELEASE);
   }
   spc__fast_flush(g);
   int wrc = spc__fast_wait_all(g, FIELD(fdone), s);
@@ -170,7 +170,7 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
     return rc < 0 ? rc : wrc;
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_rank *a = spc__fast_rank(f, r);
-    if (__atomic_load_n(&a->failed, __ATOMIC_ACQUIRE) != s)
+    if (SPK_LOAD(&a->failed, __ATOMIC_ACQUIRE) != s)
       continue;
     /* Every rank sees this: from now on the group stages. */
     *failed_p = 1;
@@ -340,7 +340,7 @@ static int started_by_others(const spc_group *g) {
   for (int r = 0; r < g->world; r++) {
     const spk_fseg_rank *a = spc__fast_rank(f, r);
     if (r != g->rank &&
-        __atomic_load_n(&a->published, __ATOMIC_ACQUIRE) >= s &&
+        SPK_LOAD(&a->published, __ATOMIC_ACQUIRE) >= s &&
         spk_fseg_fast_op(a, s))
       return 1;
   }

@@ -173,13 +173,13 @@ void spc__fast_desc_read(spc_fast *f, int world, uint64_t s, int *all_p,
       all &= f->in_stage[r];
       continue;
     }
-    f->inplace[r] = __atomic_load_n(&a->mapped, __ATOMIC_RELAXED) == s;
+    f->inplace[r] = SPK_LOAD(&a->mapped, __ATOMIC_RELAXED) == s;
     /* A repeat's descriptor is f->planned[r] (plan_get copies it), and
      * only the first line of its slot was written. `repeated` says so
      * unless r already published its next op; then the slot does. */
-    if (__atomic_load_n(&a->repeated, __ATOMIC_RELAXED) == s ||
-        (__atomic_load_n(&x->seq, __ATOMIC_RELAXED) == s &&
-         __atomic_load_n(&x->repeat, __ATOMIC_RELAXED))) {
+    if (SPK_LOAD(&a->repeated, __ATOMIC_RELAXED) == s ||
+        (SPK_LOAD(&x->seq, __ATOMIC_RELAXED) == s &&
+         SPK_LOAD(&x->repeat, __ATOMIC_RELAXED))) {
       f->descs[r].repeat = 1;
       all &= f->inplace[r] || f->in_stage[r];
       continue;
@@ -233,9 +233,9 @@ int spc__fast_desc_republish(spc_group *g, spk_fseg_desc *d) {
   f->seq = s;
   spc__fast_lines_tag(f, g->rank, s, d->repeat);
   if (d->repeat)
-    __atomic_store_n(&me->repeated, s, __ATOMIC_RELAXED);
+    SPK_STORE(&me->repeated, s, __ATOMIC_RELAXED);
   if (d->where.mapped)
-    __atomic_store_n(&me->mapped, s, __ATOMIC_RELAXED);
+    SPK_STORE(&me->mapped, s, __ATOMIC_RELAXED);
   spc__fast_publish(f->hdr, me, &me->published, s);
   /* Publishing s says "done with s - 1" (spk_fseg_said): a later flush of
    * an older op would take consumed back. */

@@ -294,7 +294,7 @@ static inline int spc__fast_lines_state(const spc_fast *f, int r,
   if (n == 0)
     return SPC_LINES_ASK;
   const spk_fseg_line *l = &spc__fast_rank(f, r)->lines[s & 1][n - 1];
-  uint64_t tag = __atomic_load_n(&l->tag, __ATOMIC_ACQUIRE);
+  uint64_t tag = SPK_LOAD(&l->tag, __ATOMIC_ACQUIRE);
   return tag == (s << 1 | 1) ? SPC_LINES_READY
          : tag == s << 1     ? SPC_LINES_ASK
                              : SPC_LINES_NOT_YET;

@@ -69,11 +69,11 @@ void spc__fast_lines_tag(spc_fast *f, int me, uint64_t s, int repeat) {
     uint64_t o = (uint64_t)i * SPK_FSEG_LINE_DATA;
     uint64_t k = f->staging.lines_bytes - o;
     memcpy(l[i].data, p + o, k < SPK_FSEG_LINE_DATA ? k : SPK_FSEG_LINE_DATA);
-    __atomic_store_n(&l[i].tag, tag, __ATOMIC_RELEASE);
+    SPK_STORE(&l[i].tag, tag, __ATOMIC_RELEASE);
   }
   int polled = f->plan_ok ? f->staging.lines_polled : 0;
   if (polled > n && (f->staging.lines_put == s || f->seen_pub + 1 >= s))
-    __atomic_store_n(&l[polled - 1].tag, s << 1, __ATOMIC_RELEASE);
+    SPK_STORE(&l[polled - 1].tag, s << 1, __ATOMIC_RELEASE);
 }
 
 void spc__fast_lines_get(spc_fast *f, int r, uint64_t s) {

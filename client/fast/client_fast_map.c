@@ -81,7 +81,7 @@ void spc__fast_map_free(spc_fast *f, int world) {
 /* A rank that freed a buffer since we last looked: drop what we mapped
  * of its buffers. */
 static void freed_check(spc_fast *f, int r) {
-  uint64_t fr = __atomic_load_n(&spc__fast_rank(f, r)->freed,
+  uint64_t fr = SPK_LOAD(&spc__fast_rank(f, r)->freed,
                                 __ATOMIC_ACQUIRE);
   if (fr != f->map.freed_seen[r]) {
     maps_drop(f, r);
@@ -213,7 +213,7 @@ void spc__fast_forget(spc_client *c, const spc_buffer *b) {
 void spc__fast_freed(spc_client *c) {
   for (spc_group *g = c->groups; g != NULL; g = g->next)
     if (g->fast != NULL) {
-      __atomic_add_fetch(&spc__fast_rank(g->fast, g->rank)->freed, 1,
+      SPK_ADD(&spc__fast_rank(g->fast, g->rank)->freed, 1,
                          __ATOMIC_RELEASE);
       spc__fast_again_forget(g->fast);
     }

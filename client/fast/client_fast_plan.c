@@ -205,7 +205,7 @@ int spc__fast_plan_get(spc_group *g, int repeat) {
   spk_plan_free(&f->plan);
   spk_plan_init(&f->plan, g->world);
   /* Any value only changes how bytes are copied, never which. */
-  f->plan.stream_bytes = __atomic_load_n(&f->hdr->stream_bytes,
+  f->plan.stream_bytes = SPK_LOAD(&f->hdr->stream_bytes,
                                          __ATOMIC_RELAXED);
   spk_err err;
   int rc = spk_plan_build(ap, g->world, &f->plan, &err);

@@ -79,7 +79,7 @@ void spc__fast_flush(spc_group *g) {
   if (f->pending == 0)
     return;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
-  __atomic_store_n(&me->consumed, f->pending, __ATOMIC_RELEASE);
+  SPK_STORE(&me->consumed, f->pending, __ATOMIC_RELEASE);
   spc__fast_publish(f->hdr, me, &me->fdone, f->pending);
   f->pending = 0;
 }
@@ -122,9 +122,9 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
    * nobody's ring slot: read_descs said it was done with the op's
    * descriptors as the op ended. */
   spc__fast_flush(g);
-  __atomic_store_n(&me->waiting, 1, __ATOMIC_RELEASE);
+  SPK_STORE(&me->waiting, 1, __ATOMIC_RELEASE);
   int rc = wait_for(g, field, v);
-  __atomic_store_n(&me->waiting, 0, __ATOMIC_RELEASE);
+  SPK_STORE(&me->waiting, 0, __ATOMIC_RELEASE);
   return rc;
 }
 
@@ -198,7 +198,7 @@ static void relocate_next(spc_fast *f, int shared) {
  * polled line, sees what the ranks published before: the op ends well
  * on every rank, and the break fails the next. */
 static int broken_unless_done(spc_group *g, size_t field, uint64_t v) {
-  if (__atomic_load_n(&g->fast->hdr->broken, __ATOMIC_ACQUIRE) == 0 ||
+  if (SPK_LOAD(&g->fast->hdr->broken, __ATOMIC_ACQUIRE) == 0 ||
       all_at(g->fast, g->world, field, v, 0))
     return SPC_OK;
   return spc__fast_broken(g);
@@ -259,7 +259,7 @@ void spc__fast_await(spc_group *g, const spc_request *req) {
   const spk_fseg_rank *me = spc__fast_rank(f, g->rank);
   uint64_t max = f->hdr->mid_spin_ns, t0 = spc__fast_now_ns();
   for (unsigned i = 0;; i++) {
-    if (__atomic_load_n(&me->answered, __ATOMIC_ACQUIRE) >= req->id) {
+    if (SPK_LOAD(&me->answered, __ATOMIC_ACQUIRE) >= req->id) {
       f->wait.mid_ns = f->wait.mid_ns * 2 < max ? f->wait.mid_ns * 2 : max;
       return;
     }

@@ -119,18 +119,18 @@ static int fast_fd(void *state, int rank, uint64_t *size) {
  * until the op timeout, or fails when its connection closes. */
 static void fast_fd_lost(void *state) {
   spd_fgroup *seg = state;
-  __atomic_store_n(&seg->hdr->closed, 1, __ATOMIC_RELEASE);
+  SPK_STORE(&seg->hdr->closed, 1, __ATOMIC_RELEASE);
 }
 
 static void fast_answered(void *state, int rank, uint64_t req) {
   spd_fgroup *seg = state;
   spk_fseg_rank *a = (spk_fseg_rank *)spd_fgroup_rank(seg, rank);
-  __atomic_store_n(&a->answered, req, __ATOMIC_RELEASE);
+  SPK_STORE(&a->answered, req, __ATOMIC_RELEASE);
 }
 
 static void fast_break(void *state, int status, const char *msg) {
   spd_fgroup *seg = state;
-  if (__atomic_load_n(&seg->hdr->broken, __ATOMIC_ACQUIRE))
+  if (SPK_LOAD(&seg->hdr->broken, __ATOMIC_ACQUIRE))
     return;
   spd_fgroup_harvest(seg); /* ops done before the break still count */
   spk_fsync_break(seg->hdr, status < 0 ? status : SPK_EABORTED, msg);
@@ -144,14 +144,14 @@ static void fast_break(void *state, int status, const char *msg) {
  * refused: no reason to wait for the others to issue it. */
 static int fast_busy(void *state) {
   const spd_fgroup *seg = state;
-  if (__atomic_load_n(&seg->hdr->broken, __ATOMIC_ACQUIRE))
+  if (SPK_LOAD(&seg->hdr->broken, __ATOMIC_ACQUIRE))
     return 0;
   uint64_t fast = 0, low = UINT64_MAX;
   for (int r = 0; r < seg->g->world; r++) {
     const spk_fseg_rank *a = spd_fgroup_rank(seg, r);
     if (spk_fsync_rank_busy(a))
       return 1;
-    uint64_t p = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+    uint64_t p = SPK_LOAD(&a->published, __ATOMIC_ACQUIRE);
     if (p > fast && spk_fseg_fast_op(a, p))
       fast = p;
     low = p < low ? p : low;

@@ -22,8 +22,8 @@ static int observe(spd_fgroup *seg, uint64_t now) {
   int waiting = 0;
   for (int r = 0; r < seg->g->world; r++) {
     const spk_fseg_rank *a = spd_fgroup_rank(seg, r);
-    sum += __atomic_load_n(&a->progress, __ATOMIC_ACQUIRE);
-    waiting += __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) != 0;
+    sum += SPK_LOAD(&a->progress, __ATOMIC_ACQUIRE);
+    waiting += SPK_LOAD(&a->waiting, __ATOMIC_ACQUIRE) != 0;
   }
   if (sum != seg->progress_seen || !waiting) {
     seg->progress_seen = sum;
@@ -62,7 +62,7 @@ int spd_fgroup_waiting(void *state, uint64_t now, spd_group_wait *w) {
       n += (size_t)snprintf(w->missing + n, sizeof(w->missing) - n, "%s%d",
                             n ? "," : "", r);
     if (!behind) /* an up-to-date rank's descriptor tells the op's kind */
-      w->kind = __atomic_load_n(&a->ring[w->seq % SPK_FSEG_RING].op,
+      w->kind = SPK_LOAD(&a->ring[w->seq % SPK_FSEG_RING].op,
                                 __ATOMIC_RELAXED);
   }
   if (n == 0) /* nobody is behind: every rank waits (a bug, not a user's) */
@@ -119,11 +119,11 @@ void spd_fgroup_tick(void *state, uint64_t now) {
 /* Rank 0's counters of one op kind, each read once, atomically. */
 static spk_fseg_counters counters_read(const spk_fseg_counters *c) {
   spk_fseg_counters v = {0};
-  v.bytes = __atomic_load_n(&c->bytes, __ATOMIC_RELAXED);
-  v.ns = __atomic_load_n(&c->ns, __ATOMIC_RELAXED);
-  v.in_place = __atomic_load_n(&c->in_place, __ATOMIC_RELAXED);
+  v.bytes = SPK_LOAD(&c->bytes, __ATOMIC_RELAXED);
+  v.ns = SPK_LOAD(&c->ns, __ATOMIC_RELAXED);
+  v.in_place = SPK_LOAD(&c->in_place, __ATOMIC_RELAXED);
   for (int j = 0; j < SPK_FSEG_HIST; j++)
-    v.lat[j] = __atomic_load_n(&c->lat[j], __ATOMIC_RELAXED);
+    v.lat[j] = SPK_LOAD(&c->lat[j], __ATOMIC_RELAXED);
   return v;
 }
 
@@ -136,8 +136,8 @@ void spd_fgroup_harvest(void *state) {
     /* Rank 0 bumps count last (release), so what it counts is whole. */
     const spk_fseg_counters *c = &r0->counters[k];
     spk_fseg_counters *seen = &seg->seen[k];
-    uint64_t count = __atomic_load_n(&c->count, __ATOMIC_ACQUIRE);
-    uint64_t errors = __atomic_load_n(&c->errors, __ATOMIC_ACQUIRE);
+    uint64_t count = SPK_LOAD(&c->count, __ATOMIC_ACQUIRE);
+    uint64_t errors = SPK_LOAD(&c->errors, __ATOMIC_ACQUIRE);
     if (count == seen->count && errors == seen->errors)
       continue;
     /* One look at each counter: rank 0 may count again meanwhile, and
@@ -179,7 +179,7 @@ static void read_in_place(const spd_fgroup *seg, int world, FILE *out) {
   int unknown = 0;
   for (int r = 0; r < world; r++) {
     const spk_fseg_rank *a = spd_fgroup_rank(seg, r);
-    uint64_t can = __atomic_load_n(&a->id.canmap, __ATOMIC_ACQUIRE);
+    uint64_t can = SPK_LOAD(&a->id.canmap, __ATOMIC_ACQUIRE);
     unknown |= can != 1 && can != 2; /* not yet, or a scribble */
     if (can != 1)
       continue;
