@@ -11,11 +11,12 @@
  * shared steps (pub, the ring slot's put and get, said, the slot reuse
  * of invariant 1 with read_descs, the sleep/wake handshake of invariant
  * 5, the in_op/closed handshake of invariant 6, the break of invariant
- * 7) under a seeded scheduler with store buffers; it finds the lost
- * wake-up when the publisher's sc fence is dropped, the torn slot when
- * its release stores are weakened, a drain under a running op when the
- * rank's in_op store is weakened, and a torn break message when the
- * daemon's release is. The client's and the daemon's other accesses
+ * 7) under a seeded scheduler with store buffers and loads performed
+ * early; it finds the lost wake-up when the publisher's sc fence is
+ * dropped, the torn slot when its release stores are weakened or the
+ * reader's acquire is, a drain under a running op when the rank's in_op
+ * store is weakened, and a torn break message when the daemon's release
+ * or the waiter's acquire is. The client's and the daemon's other accesses
  * (the counters, the staging and line reuse, in-place reads' done and
  * failed words, answered) are not run under it yet.
  *

@@ -7,14 +7,20 @@
  * access to a shared word the scheduler picks, from a seeded generator,
  * which thread goes on or which buffered store reaches memory first.
  *
- * Weak memory, as far as this model goes: each thread has a store buffer.
- * A release (or stronger) store reaches memory only after every store
- * before it; relaxed and plain stores may overtake earlier relaxed or
- * plain ones to other addresses (never to the same bytes, nor an earlier
- * release: stronger than C11); a thread reads its own buffered stores;
- * an sc fence, any atomic read-modify-write (whatever its order) and a
- * futex call empty the buffer first. Loads are not reordered, so a
- * weakened acquire, or an RMW weakened below sc, is beyond it.
+ * Weak memory, as far as this model goes. Stores: each thread has a store
+ * buffer. A release (or stronger) store reaches memory only after every
+ * store before it; relaxed and plain stores may overtake earlier relaxed
+ * or plain ones to other addresses (never to the same bytes, nor an
+ * earlier release: stronger than C11); a thread reads its own buffered
+ * stores; an sc fence, any atomic read-modify-write (whatever its order)
+ * and a futex call empty the buffer first. Loads: memory keeps its
+ * history (every store that reached it, in order), and a relaxed or
+ * plain load may read any state of a word since the thread's last
+ * ordering point (an acquire or sc load, an acquire or sc fence, an RMW,
+ * a futex call), as a load performed early would, but never one older
+ * than what the thread already read or wrote there (coherence); an
+ * acquire or sc load reads memory as it is now and is an ordering point.
+ * An RMW weakened below sc is beyond it.
  *
  * Scenarios: rank 0 publishes op 1 while rank 1 waits for it (sleeping
  * if it must); a rank starts an op while the daemon drains; the daemon
@@ -29,8 +35,9 @@
  * the break but not its message, or on a daemon that found a rank idle
  * while it ran a fast op. The mutation
  * checks tell the model to drop rank 0's sc fence, to weaken its release
- * stores to relaxed, or its sc stores to release, in the code as written,
- * and require the checker to find each failure. */
+ * stores to relaxed, or its sc stores to release, or thread 1's acquire
+ * loads to relaxed, in the code as written, and require the checker to
+ * find each failure. */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,7 +51,7 @@
 #error "build with -DSPK_FAST_MODEL"
 #endif
 
-enum { NT = 2, MAXBUF = 64, RUNS = 20000 };
+enum { NT = 2, MAXBUF = 64, RUNS = 20000, MAXSEEN = 1024 };
 enum { T_POINT, T_RUN, T_BLOCKED, T_DONE };
 
 typedef struct {
@@ -54,12 +61,29 @@ typedef struct {
   int ordered; /* release or stronger: after every earlier store */
 } entry;
 
+/* A store that reached memory: where, what was there before, when. */
+typedef struct {
+  uint8_t *addr;
+  size_t size;
+  uint8_t *old;
+  uint64_t time;
+} event;
+
+/* The state of an 8-byte word a thread read or wrote last (coherence). */
+typedef struct {
+  const uint8_t *word;
+  uint64_t time;
+} seen;
+
 typedef struct {
   pthread_t t;
   int state;
   uint32_t *word; /* T_BLOCKED: the futex word */
   entry buf[MAXBUF];
   int n;
+  uint64_t ordered_at; /* memory's time at its last ordering point */
+  seen seen[MAXSEEN];
+  int nseen;
   void (*body)(int me);
 } mthread;
 
@@ -74,6 +98,10 @@ static struct {
   int drop_fences;    /* of thread 0 (the publisher) */
   int weaken_release; /* of thread 0: release stores become relaxed */
   int weaken_sc;      /* of thread 0: sc stores become release */
+  int weaken_acquire; /* of thread 1: acquire loads become relaxed */
+  event *log;         /* memory's history, oldest first */
+  int nlog, caplog;
+  uint64_t now;       /* memory's time: stores that reached it */
   int runs;           /* runs of the next exploration (RUNS) */
   int slept;          /* runs so far in which a thread slept on the word */
   char failure[160];
@@ -102,9 +130,57 @@ static int flushable(const mthread *t, int k) {
   return 1;
 }
 
+static const uint8_t *word_of(const uint8_t *p) {
+  return (const uint8_t *)((uintptr_t)p & ~(uintptr_t)7);
+}
+
+/* The thread's record of the word holding p (time 0: none yet). */
+static seen *seen_of(mthread *t, const uint8_t *p) {
+  const uint8_t *w = word_of(p);
+  for (int i = 0; i < t->nseen; i++)
+    if (t->seen[i].word == w)
+      return &t->seen[i];
+  ck_assert_int_lt(t->nseen, MAXSEEN);
+  t->seen[t->nseen] = (seen){w, 0};
+  return &t->seen[t->nseen++];
+}
+
+/* Thread t saw (read or wrote) the words of [p, p + n) as of time. */
+static void saw(mthread *t, const uint8_t *p, size_t n, uint64_t time) {
+  for (const uint8_t *q = p; q < p + n; q = word_of(q) + 8) {
+    seen *s = seen_of(t, q);
+    if (s->time < time)
+      s->time = time;
+  }
+}
+
+static void log_store(uint8_t *addr, size_t size) {
+  if (M.nlog == M.caplog) {
+    M.caplog = M.caplog ? 2 * M.caplog : 256;
+    M.log = realloc(M.log, (size_t)M.caplog * sizeof(event));
+    ck_assert_ptr_nonnull(M.log);
+  }
+  event *e = &M.log[M.nlog++];
+  e->addr = addr;
+  e->size = size;
+  e->old = malloc(size);
+  ck_assert_ptr_nonnull(e->old);
+  memcpy(e->old, addr, size);
+  e->time = ++M.now;
+}
+
+static void log_clear(void) {
+  for (int i = 0; i < M.nlog; i++)
+    free(M.log[i].old);
+  M.nlog = 0;
+  M.now = 0;
+}
+
 static void flush_one(mthread *t, int k) {
   entry e = t->buf[k];
+  log_store(e.addr, e.size);
   memcpy(e.addr, e.bytes, e.size);
+  saw(t, e.addr, e.size, M.now);
   free(e.bytes);
   memmove(&t->buf[k], &t->buf[k + 1], (size_t)(t->n - k - 1) * sizeof(entry));
   t->n--;
@@ -182,12 +258,43 @@ static void step(void) {
   await_turn_locked();
 }
 
-/* Read [p, p + n) as this thread sees it: memory, then its own buffered
- * stores over it, oldest first. */
-static void read_locked(void *dst, const void *p, size_t n) {
+/* Memory's [p, p + n) as it was at time (every later store undone). */
+static void read_at(void *dst, const void *p, size_t n, uint64_t time) {
   const uint8_t *a = p;
   memcpy(dst, p, n);
+  for (int i = M.nlog - 1; i >= 0 && M.log[i].time > time; i--) {
+    const event *e = &M.log[i];
+    for (size_t j = 0; j < e->size; j++)
+      if (e->addr + j >= a && e->addr + j < a + n)
+        ((uint8_t *)dst)[e->addr + j - a] = e->old[j];
+  }
+}
+
+/* When a load of [p, p + n) by t reads memory: now when ordered, else any
+ * time since its last ordering point and what it saw of those words. */
+static uint64_t read_time(mthread *t, const uint8_t *p, size_t n,
+                          int ordered) {
+  if (ordered)
+    return M.now;
+  uint64_t lo = t->ordered_at;
+  for (const uint8_t *q = p; q < p + n; q = word_of(q) + 8) {
+    uint64_t s = seen_of(t, q)->time;
+    lo = s > lo ? s : lo;
+  }
+  if (lo >= M.now || rnd() % 2 == 0)
+    return M.now;
+  return lo + rnd() % (M.now - lo + 1);
+}
+
+/* Read [p, p + n) as this thread sees it: memory at a time read_time
+ * allows (ordered: now), then its own buffered stores over it, oldest
+ * first. */
+static void read_locked(void *dst, const void *p, size_t n, int ordered) {
+  const uint8_t *a = p;
   mthread *t = &M.th[self];
+  uint64_t time = read_time(t, a, n, ordered);
+  read_at(dst, p, n, time);
+  saw(t, a, n, time);
   for (int i = 0; i < t->n; i++) {
     entry *e = &t->buf[i];
     for (size_t j = 0; j < e->size; j++)
@@ -210,10 +317,14 @@ static void buffer_locked(void *p, const void *bytes, size_t n, int ordered) {
 }
 
 uint64_t spk_model_load(const void *p, size_t size, int mo) {
-  (void)mo;
   step();
+  if (self == 1 && M.weaken_acquire && mo == __ATOMIC_ACQUIRE)
+    mo = __ATOMIC_RELAXED;
+  int ordered = mo == __ATOMIC_ACQUIRE || mo == __ATOMIC_SEQ_CST;
   uint64_t v = 0;
-  read_locked(&v, p, size);
+  read_locked(&v, p, size, ordered);
+  if (ordered)
+    M.th[self].ordered_at = M.now;
   pthread_mutex_unlock(&M.mu);
   return v;
 }
@@ -239,15 +350,22 @@ uint64_t spk_model_add(void *p, size_t size, uint64_t v, int mo) {
   now += v;
   if (size < sizeof(now))
     now &= (UINT64_C(1) << (8 * size)) - 1;
+  log_store(p, size);
   memcpy(p, &now, size);
+  saw(&M.th[self], p, size, M.now);
+  M.th[self].ordered_at = M.now;
   pthread_mutex_unlock(&M.mu);
   return now;
 }
 
 void spk_model_fence(int mo) {
   step();
-  if (mo == __ATOMIC_SEQ_CST && !(self == 0 && M.drop_fences))
+  int dropped = self == 0 && M.drop_fences;
+  if (mo == __ATOMIC_SEQ_CST && !dropped)
     flush_all(&M.th[self]);
+  if ((mo == __ATOMIC_SEQ_CST || mo == __ATOMIC_ACQUIRE ||
+       mo == __ATOMIC_ACQ_REL) && !dropped)
+    M.th[self].ordered_at = M.now;
   pthread_mutex_unlock(&M.mu);
 }
 
@@ -259,7 +377,13 @@ void spk_model_copy_in(void *dst, const void *src, size_t n) {
 
 void spk_model_copy_out(void *dst, const void *src, size_t n) {
   step();
-  read_locked(dst, src, n);
+  /* word by word: a plain copy may read each at another time */
+  for (size_t o = 0; o < n;) {
+    size_t k = 8 - (((uintptr_t)src + o) & 7);
+    k = k < n - o ? k : n - o;
+    read_locked((uint8_t *)dst + o, (const uint8_t *)src + o, k, 0);
+    o += k;
+  }
   pthread_mutex_unlock(&M.mu);
 }
 
@@ -270,12 +394,14 @@ static void model_futex_wait(void *arg, uint32_t *word, uint32_t w) {
   (void)arg;
   step();
   flush_all(&M.th[self]);
+  M.th[self].ordered_at = M.now;
   if (*word == w) {
     M.slept++;
     M.th[self].state = T_BLOCKED;
     M.th[self].word = word;
     schedule_locked();
     await_turn_locked();
+    M.th[self].ordered_at = M.now; /* the wake-up is a full barrier too */
   }
   pthread_mutex_unlock(&M.mu);
 }
@@ -283,6 +409,7 @@ static void model_futex_wait(void *arg, uint32_t *word, uint32_t w) {
 static void model_futex_wake(uint32_t *word) {
   step();
   flush_all(&M.th[self]);
+  M.th[self].ordered_at = M.now;
   for (int i = 0; i < NT; i++)
     if (M.th[i].state == T_BLOCKED && M.th[i].word == word)
       M.th[i].state = T_POINT;
@@ -501,9 +628,12 @@ static int run_once(uint64_t seed) {
   M.abort_run = 0;
   M.current = -1;
   inside = 0;
+  log_clear();
   for (int i = 0; i < NT; i++) {
     M.th[i].state = T_POINT;
     M.th[i].n = 0;
+    M.th[i].ordered_at = 0;
+    M.th[i].nseen = 0;
     M.th[i].body = bodies[i];
   }
   for (int i = 0; i < NT; i++)
@@ -521,30 +651,50 @@ static int run_once(uint64_t seed) {
   return M.abort_run;
 }
 
+/* What a mutation check weakens (thread 0's fences and stores, thread
+ * 1's acquires). */
+typedef struct {
+  int drop_fences, weaken_release, weaken_sc, weaken_acquire;
+} mutation;
+
+/* n runs, or a quarter of them in the sanitizers' build (make check's
+ * second pass, SPC_SANITIZED): there the model's own code is what is
+ * checked, the protocol's interleavings already were. */
+static uint64_t runs_of(uint64_t n) {
+  const char *san = getenv("SPC_SANITIZED");
+  return san != NULL && strcmp(san, "1") == 0 ? n / 4 : n;
+}
+
 /* RUNS seeded runs (a mutation's: up to its first failure): how many
  * failed; the first failure's reason kept. */
-static int explore(body_fn b0, body_fn b1, int drop_fences,
-                   int weaken_release, int weaken_sc) {
-  int mutated = drop_fences || weaken_release || weaken_sc;
+static int explore(body_fn b0, body_fn b1, mutation m) {
+  int mutated = m.drop_fences || m.weaken_release || m.weaken_sc ||
+                m.weaken_acquire;
   bodies[0] = b0, bodies[1] = b1;
-  M.weaken_sc = weaken_sc;
+  M.weaken_sc = m.weaken_sc;
   seg = calloc(1, spk_fseg_size(NT, STAGE));
   ck_assert_ptr_nonnull(seg);
-  M.drop_fences = drop_fences;
-  M.weaken_release = weaken_release;
+  M.drop_fences = m.drop_fences;
+  M.weaken_release = m.weaken_release;
+  M.weaken_acquire = m.weaken_acquire;
   M.failure[0] = '\0';
   M.slept = 0;
   int failed = 0;
   uint64_t s;
-  uint64_t runs = M.runs > 0 ? (uint64_t)M.runs : RUNS;
+  uint64_t runs = runs_of(M.runs > 0 ? (uint64_t)M.runs : RUNS);
   M.runs = 0;
   for (s = 1; s <= runs && !(mutated && failed); s++)
     failed += run_once(s);
   free(seg);
+  log_clear();
+  free(M.log);
+  M.log = NULL;
+  M.caplog = 0;
   if (getenv("SPK_MODEL_SAY"))
-    fprintf(stderr, "drop_fences %d weaken_release %d weaken_sc %d: %d of "
-            "%llu runs failed%s%s; a thread slept in %d\n", drop_fences,
-            weaken_release, weaken_sc, failed, (unsigned long long)(s - 1),
+    fprintf(stderr, "drop_fences %d weaken_release %d weaken_sc %d "
+            "weaken_acquire %d: %d of %llu runs failed%s%s; a thread slept "
+            "in %d\n", m.drop_fences, m.weaken_release, m.weaken_sc,
+            m.weaken_acquire, failed, (unsigned long long)(s - 1),
             failed ? ": " : "", M.failure, M.slept);
   return failed;
 }
@@ -552,20 +702,20 @@ static int explore(body_fn b0, body_fn b1, int drop_fences,
 /* The scenario (b0, b1) as written: no run fails; must_sleep: and some
  * run put a thread to sleep (the handshake ran both ways). */
 static void holds(body_fn b0, body_fn b1, int must_sleep) {
-  int failed = explore(b0, b1, 0, 0, 0);
+  int failed = explore(b0, b1, (mutation){0});
   ck_assert_msg(failed == 0, "%d of %d runs failed: %s", failed, RUNS,
                 M.failure);
   ck_assert_msg(!must_sleep || M.slept > 0, "no run put a thread to sleep");
 }
 
-/* The scenario with thread 0's code weakened as told: some run fails,
+/* The scenario with its code weakened as m tells: some run fails,
  * saying `what`. */
-static void caught(body_fn b0, body_fn b1, int drop_fences,
-                   int weaken_release, int weaken_sc, const char *what) {
-  int failed = explore(b0, b1, drop_fences, weaken_release, weaken_sc);
+static void caught(body_fn b0, body_fn b1, mutation m, const char *what) {
+  int failed = explore(b0, b1, m);
   ck_assert_msg(failed > 0, "no run of %d found %s (drop_fences %d, "
-                "weaken_release %d, weaken_sc %d)", RUNS, what, drop_fences,
-                weaken_release, weaken_sc);
+                "weaken_release %d, weaken_sc %d, weaken_acquire %d)", RUNS,
+                what, m.drop_fences, m.weaken_release, m.weaken_sc,
+                m.weaken_acquire);
   ck_assert_msg(strstr(M.failure, what) != NULL, "%s", M.failure);
 }
 
@@ -573,12 +723,21 @@ START_TEST(protocol_as_written_holds) { holds(publisher, waiter, 1); }
 END_TEST
 
 START_TEST(dropped_publisher_fence_is_caught) {
-  caught(publisher, waiter, 1, 0, 0, "lost wake-up");
+  caught(publisher, waiter, (mutation){.drop_fences = 1}, "lost wake-up");
 }
 END_TEST
 
 START_TEST(weakened_publish_release_is_caught) {
-  caught(publisher, waiter, 0, 1, 0, "torn ring slot");
+  caught(publisher, waiter, (mutation){.weaken_release = 1},
+         "torn ring slot");
+}
+END_TEST
+
+/* The reader's side: its acquire of published weakened, its reads of
+ * the slot may be performed before it. */
+START_TEST(weakened_wait_acquire_is_caught) {
+  caught(publisher, waiter, (mutation){.weaken_acquire = 1},
+         "torn ring slot");
 }
 END_TEST
 
@@ -592,7 +751,8 @@ START_TEST(drain_as_written_holds) {
 END_TEST
 
 START_TEST(weakened_in_op_store_is_caught) {
-  caught(drain_rank, drain_daemon, 0, 0, 1, "drained while");
+  caught(drain_rank, drain_daemon, (mutation){.weaken_sc = 1},
+         "drained while");
 }
 END_TEST
 
@@ -600,7 +760,14 @@ START_TEST(break_as_written_holds) { holds(break_daemon, break_rank, 1); }
 END_TEST
 
 START_TEST(weakened_break_release_is_caught) {
-  caught(break_daemon, break_rank, 0, 1, 0, "torn break");
+  caught(break_daemon, break_rank, (mutation){.weaken_release = 1},
+         "torn break");
+}
+END_TEST
+
+START_TEST(weakened_broken_acquire_is_caught) {
+  caught(break_daemon, break_rank, (mutation){.weaken_acquire = 1},
+         "torn break");
 }
 END_TEST
 
@@ -620,10 +787,12 @@ int main(void) {
   tcase_add_test(tc, protocol_as_written_holds);
   tcase_add_test(tc, dropped_publisher_fence_is_caught);
   tcase_add_test(tc, weakened_publish_release_is_caught);
+  tcase_add_test(tc, weakened_wait_acquire_is_caught);
   tcase_add_test(tc, drain_as_written_holds);
   tcase_add_test(tc, weakened_in_op_store_is_caught);
   tcase_add_test(tc, break_as_written_holds);
   tcase_add_test(tc, weakened_break_release_is_caught);
+  tcase_add_test(tc, weakened_broken_acquire_is_caught);
   tcase_add_test(tc, ring_reuse_as_written_holds);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
