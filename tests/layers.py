@@ -120,23 +120,40 @@ CORE_UP = {
 }
 
 
+def read(path):
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def definitions(paths, prefix):
+    """{function name: file} for the functions named prefix* that the
+    sources among paths define."""
+    pattern = re.compile(r"^(?:[a-z_][\w \*]*?[\s\*])(%s\w+)\s*\([^;]*?\)\s*\{"
+                         % prefix, re.M | re.S)
+    out = {}
+    for p in paths:
+        if p.endswith(".c"):
+            for name in pattern.findall(read(p)):
+                out[name] = p
+    return out
+
+
+def called(path, prefix):
+    """The functions named prefix* that path calls."""
+    return set(re.findall(r"\b(%s\w+)\s*\(" % prefix, read(path)))
+
+
+def call_graph(srcs, prefix, key=lambda p: p):
+    """{key(file): {key(file) it calls a prefix* function of}} over srcs."""
+    defined = definitions(srcs, prefix)
+    return {key(p): {key(defined[n]) for n in called(p, prefix)
+                     if n in defined and defined[n] != p} for p in srcs}
+
+
 def core_calls(files):
     """{core file name: {core file name it calls a function of}}."""
     srcs = [p for p in files if p.startswith("daemon/core/") and p.endswith(".c")]
-    defined = {}
-    for p in srcs:
-        text = open(os.path.join(ROOT, p)).read()
-        for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spd_\w+)\s*\([^;]*?\)\s*\{",
-                               text, re.M | re.S):
-            defined[name] = os.path.basename(p)
-    call = re.compile(r"\b(spd_\w+)\s*\(")
-    out = {}
-    for p in srcs:
-        me = os.path.basename(p)
-        text = open(os.path.join(ROOT, p)).read()
-        out[me] = {defined[n] for n in call.findall(text)
-                   if n in defined and defined[n] != me}
-    return out
+    return call_graph(srcs, "spd_", os.path.basename)
 
 
 def core_direction(files, broken):
@@ -189,8 +206,7 @@ def sources():
 
 
 def includes(path, by_name):
-    with open(os.path.join(ROOT, path)) as f:
-        names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M)
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', read(path), re.M)
     here = os.path.dirname(path)
     out = []
     for n in names:
@@ -221,21 +237,8 @@ def is_fast(path):
 def client_calls(files):
     """{client file: {client file it calls a function of}}, over spc_ and
     spc__ functions defined in client/*.c and client/fast/*.c."""
-    srcs = [p for p in files if p.endswith(".c")
-            and os.path.dirname(p) in ("client", FAST_DIR)]
-    defined = {}
-    for p in srcs:
-        text = open(os.path.join(ROOT, p)).read()
-        for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spc_\w+)\s*\([^;]*?\)\s*\{",
-                               text, re.M | re.S):
-            defined[name] = p
-    call = re.compile(r"\b(spc_\w+)\s*\(")
-    out = {}
-    for p in srcs:
-        text = open(os.path.join(ROOT, p)).read()
-        out[p] = {defined[n] for n in call.findall(text)
-                  if n in defined and defined[n] != p}
-    return out
+    return call_graph([p for p in files if p.endswith(".c") and
+                       os.path.dirname(p) in ("client", FAST_DIR)], "spc_")
 
 
 def call_loops(graph):
@@ -274,15 +277,8 @@ def folder_edges(files, inc, used):
     includes a header of B, or calls an spd_ function B's sources define.
     Edges in FOLDER_EXCEPTIONS are left out (and noted in used)."""
     daemon = [p for p in files if p.startswith("daemon/")]
-    defined = {}
-    for p in daemon:
-        if p.endswith(".c"):
-            text = open(os.path.join(ROOT, p)).read()
-            for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spd_\w+)\s*\([^;]*?\)\s*\{",
-                                   text, re.M | re.S):
-                defined[name] = p
+    defined = definitions(daemon, "spd_")
     edges = {}
-    call = re.compile(r"\b(spd_\w+)\s*\(")
     for p in daemon:
         a = os.path.dirname(p)
         for h in inc.get(p, []):
@@ -294,8 +290,7 @@ def folder_edges(files, inc, used):
                 continue
             edges.setdefault((a, b), []).append("%s includes %s" % (p, h))
         if p.endswith(".c"):
-            text = open(os.path.join(ROOT, p)).read()
-            for n in sorted(set(call.findall(text))):
+            for n in sorted(called(p, "spd_")):
                 b = os.path.dirname(defined[n]) if n in defined else a
                 if b != a:
                     edges.setdefault((a, b), []).append(
@@ -365,19 +360,12 @@ def main():
                 report(1, p, "includes " + ", ".join(bad))
 
     # 2. engine functions called only through the table
-    defined = {}
-    for p in files:
-        if is_engine(p) and p.endswith(".c"):
-            text = open(os.path.join(ROOT, p)).read()
-            for name in re.findall(r"^(?:[a-z_][\w \*]*?[\s\*])(spd_\w+)\s*\([^;]*?\)\s*\{", text, re.M | re.S):
-                defined[name] = p
-    call = re.compile(r"\b(spd_\w+)\s*\(")
+    defined = definitions([p for p in files if is_engine(p)], "spd_")
     for p in files:
         if not p.startswith("daemon/") or not p.endswith(".c") or is_engine(p) \
                 or os.path.basename(p) in TABLE:
             continue
-        text = open(os.path.join(ROOT, p)).read()
-        hits = sorted({n for n in call.findall(text)
+        hits = sorted({n for n in called(p, "spd_")
                        if n in defined and n not in ALLOWED_CALLS})
         if hits:
             report(2, p, "calls " + ", ".join("%s (%s)" % (n, defined[n]) for n in hits))
@@ -412,8 +400,7 @@ def main():
 
     # 5. UCX below peer.h
     for p in files:
-        text = open(os.path.join(ROOT, p)).read()
-        if re.search(r"^\s*#\s*include\s+<uc[pst]/", text, re.M) and (
+        if re.search(r"^\s*#\s*include\s+<uc[pst]/", read(p), re.M) and (
                 not p.startswith("daemon/peer/") or
                 os.path.basename(p) == "peer.h"):
             broken.append("rule 5: %s includes a UCX header: only the peer "
@@ -491,8 +478,7 @@ def main():
     for p in files:
         fast = p.startswith("client/fast/") or p.startswith("daemon/fast/") or (
             p.startswith("kernels/fast_") and p != "kernels/fast_atomic.h")
-        if fast and re.search(r"\b__atomic_\w+\s*\(",
-                              open(os.path.join(ROOT, p)).read()):
+        if fast and re.search(r"\b__atomic_\w+\s*\(", read(p)):
             broken.append("rule 13: %s uses an __atomic builtin: the fast "
                           "path's shared words go through fast_atomic.h" % p)
 
