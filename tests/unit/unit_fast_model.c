@@ -103,6 +103,7 @@ static struct {
   int nlog, caplog;
   uint64_t now;       /* memory's time: stores that reached it */
   int runs;           /* runs of the next exploration (RUNS) */
+  uint64_t explored;  /* runs the last exploration made */
   int slept;          /* runs so far in which a thread slept on the word */
   char failure[160];
 } M = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -685,6 +686,7 @@ static int explore(body_fn b0, body_fn b1, mutation m) {
   M.runs = 0;
   for (s = 1; s <= runs && !(mutated && failed); s++)
     failed += run_once(s);
+  M.explored = s - 1;
   free(seg);
   log_clear();
   free(M.log);
@@ -694,7 +696,7 @@ static int explore(body_fn b0, body_fn b1, mutation m) {
     fprintf(stderr, "drop_fences %d weaken_release %d weaken_sc %d "
             "weaken_acquire %d: %d of %llu runs failed%s%s; a thread slept "
             "in %d\n", m.drop_fences, m.weaken_release, m.weaken_sc,
-            m.weaken_acquire, failed, (unsigned long long)(s - 1),
+            m.weaken_acquire, failed, (unsigned long long)M.explored,
             failed ? ": " : "", M.failure, M.slept);
   return failed;
 }
@@ -703,7 +705,8 @@ static int explore(body_fn b0, body_fn b1, mutation m) {
  * run put a thread to sleep (the handshake ran both ways). */
 static void holds(body_fn b0, body_fn b1, int must_sleep) {
   int failed = explore(b0, b1, (mutation){0});
-  ck_assert_msg(failed == 0, "%d of %d runs failed: %s", failed, RUNS,
+  ck_assert_msg(failed == 0, "%d of %llu runs failed: %s", failed,
+                (unsigned long long)M.explored,
                 M.failure);
   ck_assert_msg(!must_sleep || M.slept > 0, "no run put a thread to sleep");
 }
@@ -712,8 +715,9 @@ static void holds(body_fn b0, body_fn b1, int must_sleep) {
  * saying `what`. */
 static void caught(body_fn b0, body_fn b1, mutation m, const char *what) {
   int failed = explore(b0, b1, m);
-  ck_assert_msg(failed > 0, "no run of %d found %s (drop_fences %d, "
-                "weaken_release %d, weaken_sc %d, weaken_acquire %d)", RUNS,
+  ck_assert_msg(failed > 0, "no run of %llu found %s (drop_fences %d, "
+                "weaken_release %d, weaken_sc %d, weaken_acquire %d)",
+                (unsigned long long)M.explored,
                 what, m.drop_fences, m.weaken_release, m.weaken_sc,
                 m.weaken_acquire);
   ck_assert_msg(strstr(M.failure, what) != NULL, "%s", M.failure);
