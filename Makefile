@@ -289,7 +289,8 @@ install: all
 	install -m 0755 $(LIBSO1) $(DESTDIR)$(PREFIX)/lib/libspclient.so.1
 	ln -sf libspclient.so.1 $(DESTDIR)$(PREFIX)/lib/libspclient.so
 	install -m 0644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/libspclient.a
-	install -m 0644 client/spcoll.h $(DESTDIR)$(PREFIX)/include/spcoll.h
+	install -m 0644 client/spcoll.h client/spcoll_gpu.h client/spcoll_batch.h \
+	  $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' client/spcoll.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/spcoll.pc
 	install -d $(DESTDIR)/etc/spcolld
 	install -m 0644 systemd/spcolld.conf.example $(DESTDIR)/etc/spcolld/spcolld.conf.example

@@ -14,7 +14,7 @@ PY_SITE ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(i
 .PHONY: check-python install-python
 
 # The C rank of the shared-group test (C and PyTorch ranks in one group).
-$(CPEER): tests/python/cpeer.c $(LIBA) client/spcoll.h
+$(CPEER): tests/python/cpeer.c $(LIBA) $(wildcard client/spcoll*.h)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LIBA) $(LDFLAGS_ALL) $(PBC_LIBS)
 

@@ -18,7 +18,7 @@ $(C10D_FLAGS) $(C10D_LIBS) &: $(TORCH_VENV_STAMP) scripts/torch_ext_flags.py
 	$(Q)test -f $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' \
 	  2>/dev/null)/Python.h || { echo "no Python.h: make deps installs python3-dev"; exit 1; }
 
-$(BUILD)/c10d/%.o: client/torch/%.cpp $(wildcard client/torch/*.hpp) client/spcoll.h $(C10D_FLAGS)
+$(BUILD)/c10d/%.o: client/torch/%.cpp $(wildcard client/torch/*.hpp) $(wildcard client/spcoll*.h) $(C10D_FLAGS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CXX) -std=c++20 -g -O2 -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
 	  -Iclient -Ikernels $$(cat $(C10D_FLAGS)) -DTORCH_API_INCLUDE_EXTENSION_H \

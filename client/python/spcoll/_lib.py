@@ -121,7 +121,7 @@ _PROTOS = {
     "spc_start_recv": (_I, [_P, _TP, _I, _I, ctypes.POINTER(_I), _PP]),
     "spc_last_timing": (_I, [_P, ctypes.POINTER(Timing)]),
     "spc_sp_pad_len": (_I64, [_I64, _I]),
-    # GPU (spcoll.h "GPU: tensors in CUDA device memory"); a stream is a
+    # GPU (spcoll_gpu.h, "GPU: tensors in CUDA device memory"); a stream is a
     # cudaStream_t as an integer (torch's Stream.cuda_stream).
     "spc_gpu_probe": (_I, [ctypes.POINTER(_I)]),
     "spc_buffer_alloc_device": (_I, [_P, _I, _SZ, _PP]),
