@@ -1,9 +1,12 @@
-/* libspclient's public API, continued: batch preparation (local: no daemon, no communication). Included by spcoll.h,
- * which users include; exported like the rest of it. */
+/* libspclient's public API, continued: batch preparation (local: no daemon, no communication).
+ * Included by spcoll.h (users include that one); exported like the rest
+ * of it. */
 #ifndef SPCOLL_BATCH_H
 #define SPCOLL_BATCH_H
 
-#include "spcoll.h"
+#ifndef SPCOLL_H
+#error "include spcoll.h, which includes spcoll_batch.h"
+#endif
 
 #ifdef __cplusplus
 extern "C" {

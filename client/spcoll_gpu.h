@@ -1,9 +1,12 @@
-/* libspclient's public API, continued: tensors in CUDA device memory. Included by spcoll.h,
- * which users include; exported like the rest of it. */
+/* libspclient's public API, continued: tensors in CUDA device memory.
+ * Included by spcoll.h (users include that one); exported like the rest
+ * of it. */
 #ifndef SPCOLL_GPU_H
 #define SPCOLL_GPU_H
 
-#include "spcoll.h"
+#ifndef SPCOLL_H
+#error "include spcoll.h, which includes spcoll_gpu.h"
+#endif
 
 #ifdef __cplusplus
 extern "C" {
