@@ -1,4 +1,5 @@
-/* libspclient's public API, continued: batch preparation (local: no daemon, no communication).
+/* libspclient's public API, continued: batch preparation (local: no
+ * daemon, no communication).
  * Included by spcoll.h (users include that one); exported like the rest
  * of it. */
 #ifndef SPCOLL_BATCH_H
