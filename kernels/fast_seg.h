@@ -19,10 +19,11 @@
 #include <string.h>
 
 #include "fast_atomic.h"
+#include "fast_tune.h"
 #include "types.h"
 
 #define SPK_FSEG_MAGIC 0x53504653u /* "SPFS" */
-#define SPK_FSEG_VERSION 10u
+#define SPK_FSEG_VERSION 11u
 /* Descriptors a rank may publish ahead of the slowest reader (the
  * protocol checker builds with a smaller ring). */
 #ifndef SPK_FSEG_RING
@@ -239,6 +240,9 @@ typedef struct spk_fseg_hdr {
   /* The daemon's stream_bytes: plans of fast ops that touch at least this
    * much copy past the cache, as the daemon's would (kernels/plan.h). */
   uint64_t stream_bytes;
+  /* The daemon's fast-path tunables; each rank copies them at attach,
+   * clamped (kernels/fast_tune.h). */
+  spk_fast_tune tune;
   char broken_msg[SPK_FSEG_MSG];
 } spk_fseg_hdr;
 

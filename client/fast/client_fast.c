@@ -77,6 +77,8 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size) {
   f->size = size;
   f->stage = h->stage_bytes;
   f->staging.half = (f->stage / 2) & ~(uint64_t)127;
+  f->tune = h->tune;
+  spk_fast_tune_clamp(&f->tune);
   spc__fast_wait_init(f, g->world);
   spc__fast_clock_init(&f->clock);
   spk_plan_init(&f->plan, g->world);
@@ -190,7 +192,7 @@ static int read_done(spc_group *g, uint64_t s, int rc, int skip,
  * a hand-off. Every rank published s, so is done with op s - 1, whose
  * staging half or tagged lines op s + 1 will take (the parity rules of
  * stage_in and client_fast_lines.c): this rank takes them for writing
- * now, while it runs s, up to CLAIM_MAX lines (client_fast_tune.h). The
+ * now, while it runs s, up to fast_claim_bytes of them (f->tune). The
  * line the others poll stays theirs. */
 static inline void claim_line(const void *p) {
 #if defined(__x86_64__)
@@ -211,7 +213,9 @@ static void claim_next(const spc_fast *f, int me, uint64_t s) {
   } else if (f->staging.small[me] && !f->staging.tiny[me] &&
              !f->staging.lines[me]) {
     const uint8_t *p = spc__fast_stage(f, me, SPK_T_IN, s + 1);
-    for (uint64_t o = 0; o < f->staging.claim_bytes && o < CLAIM_MAX; o += 64)
+    uint64_t n = f->staging.claim_bytes < f->tune.fast_claim_bytes
+                     ? f->staging.claim_bytes : f->tune.fast_claim_bytes;
+    for (uint64_t o = 0; o < n; o += 64)
       claim_line(p + o);
   }
 }

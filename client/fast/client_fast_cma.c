@@ -79,16 +79,17 @@ static void span_of(const spk_move *m, uint64_t off, uint64_t u0, uint64_t u1,
   *hi = off + (u1 - 1) * m->src_stride[0] + row;
 }
 
-/* Units of m per piece: PIECE_BYTES of a run (whole elements: a run's
+/* Units of m per piece: fast_piece_bytes of a run (whole elements: a run's
  * length is a multiple of every element size), or as many rows as fit
  * in it, at least one. */
-static uint64_t piece_units(const spk_move *m) {
+static uint64_t piece_units(const spc_fast *f, const spk_move *m) {
+  uint64_t piece = f->tune.fast_piece_bytes;
   if (m->nd == 1)
-    return PIECE_BYTES;
+    return piece;
   uint64_t lo, hi;
   span_of(m, 0, 0, 1, &lo, &hi);
   uint64_t per = m->src_stride[0] > hi ? m->src_stride[0] : hi;
-  uint64_t rows = per > 0 ? PIECE_BYTES / per : 1;
+  uint64_t rows = per > 0 ? piece / per : 1;
   return rows > 0 ? rows : 1;
 }
 
@@ -170,7 +171,7 @@ int spc__fast_cma_move(spc_group *g, const spk_move *m,
   }
   uint8_t *b[2 * SPK_FSEG_MAXWORLD];
   memcpy(b, bases, sizeof(b));
-  uint64_t units = spk_move_units(m), step = piece_units(m);
+  uint64_t units = spk_move_units(m), step = piece_units(f, m);
   for (uint64_t u0 = 0; u0 < units; u0 += step) {
     uint64_t u1 = units - u0 < step ? units : u0 + step, lo, hi;
     span_of(m, m->src_off, u0, u1, &lo, &hi);
@@ -237,7 +238,7 @@ int spc__fast_cma_reduce(spc_group *g, const spk_reduce *r,
   spk_rsrc rs[SPK_FSEG_MAXWORLD];
   memcpy(b, bases, 2 * SPK_FSEG_MAXWORLD * sizeof(b[0]));
   spk_plan p = f->plan;
-  uint64_t units = spk_move_units(&r->geo), step = piece_units(&r->geo);
+  uint64_t units = spk_move_units(&r->geo), step = piece_units(f, &r->geo);
   uint64_t lo, hi;
   span_of(&r->geo, 0, 0, step < units ? step : units, &lo, &hi);
   size_t slot = (size_t)(hi - lo);

@@ -74,7 +74,7 @@ typedef struct {
  * is client_fast_tune.h's). */
 typedef struct {
   int over;                     /* more ranks than the node has CPUs */
-  uint64_t spin_ns, spin_max;   /* wait_for's budget (see SPIN_MIN_NS) */
+  uint64_t spin_ns, spin_max;   /* wait_for's budget (fast_spin_*_ns) */
   uint64_t mid_ns;              /* spc__fast_await's budget, adapted like
                                  * spin_ns up to the daemon's mid_spin_ns */
   /* Waits so far; the next one sleeps at once (see relocate_next). */
@@ -124,6 +124,7 @@ typedef struct spc_fast {
   spk_fseg_hdr *hdr;
   uint64_t size;
   uint64_t stage;               /* the layout, as checked at attach */
+  spk_fast_tune tune;           /* the header's, as copied at attach */
   uint64_t seq;                 /* last sequence number this rank took */
   /* seen_pub: the last s every rank was seen to have published (so
    * every fast op before it is done everywhere: a rank publishes only
@@ -199,7 +200,7 @@ int spc__fast_plan_run(spc_group *g, uint64_t s, const spc_tensor *out,
                        int *direct_p);
 /* Whether an all_reduce of out_bytes per rank runs replicated (every rank
  * reduces everything into its own output). */
-int spc__fast_replicates(int world, uint64_t out_bytes);
+int spc__fast_replicates(const spc_fast *f, int world, uint64_t out_bytes);
 
 /* ---- client_fast_clock.c ---- */
 

@@ -166,10 +166,10 @@ static int probe(spc_fast *f, int r, probe_why *why) {
 void spc__fast_map_step(spc_group *g) {
   spc_fast *f = g->fast;
   spk_fseg_rank *me = spc__fast_rank(f, g->rank);
-  /* Every FREED_EVERY ops, not only in ops read in place: a rank that
+  /* Every fast_freed_every ops, not only in ops read in place: a rank that
    * freed a buffer and reads nothing in place since must not keep it
    * mapped in the others for long. */
-  if (f->map.cap == SPC_FAST_CAP_YES && f->seq % FREED_EVERY == 0)
+  if (f->map.cap == SPC_FAST_CAP_YES && f->seq % f->tune.fast_freed_every == 0)
     for (int r = 0; r < g->world; r++)
       if (r != g->rank)
         freed_check(f, r);
@@ -235,7 +235,7 @@ static int reads_safely(const spc_group *g, int kind, const spc_tensor *in,
   if (a + n[0] <= b || b + n[1] <= a)
     return 1;
   return kind == SPK_OP_ALL_REDUCE && a == b && n[0] == n[1] &&
-         !spc__fast_replicates(g->world, n[1]);
+         !spc__fast_replicates(g->fast, g->world, n[1]);
 }
 
 int spc__fast_map_want(const spc_group *g, int kind, const spc_tensor *in,
@@ -247,7 +247,8 @@ int spc__fast_map_want(const spc_group *g, int kind, const spc_tensor *in,
   uint64_t max = g->fast->hdr->map_bytes;
   if (max > 0 && (in->buf->wrapped || out->buf->wrapped))
     max = UINT64_MAX;
-  uint64_t min = g->fast->wait.over ? MAP_MIN_OVER_BYTES : MAP_MIN_BYTES;
+  uint64_t min = g->fast->wait.over ? g->fast->tune.fast_map_min_over_bytes
+                                     : g->fast->tune.fast_map_min_bytes;
   return g->fast->map.cap == SPC_FAST_CAP_YES &&
          reads_safely(g, kind, in, out, n) && n[0] <= max && n[1] <= max &&
          (n[0] >= min || n[1] >= min);

@@ -51,16 +51,16 @@ static void run_move(const spc_fast *f, const spk_move *m,
  * bitwise the mover's. When the steps together are one flat reduce of
  * the whole inputs (spk_plan_flat; a plan on one node), one call runs
  * them: most of a small op's own work was the steps' bookkeeping.
- * Up to REPLICATE_BYTES (client_fast_tune.h). */
-int spc__fast_replicates(int world, uint64_t out_bytes) {
-  return out_bytes <= REPLICATE_BYTES / (uint64_t)world;
+ * Up to fast_replicate_bytes over the world (kernels/fast_tune.h). */
+int spc__fast_replicates(const spc_fast *f, int world, uint64_t out_bytes) {
+  return out_bytes <= f->tune.fast_replicate_bytes / (uint64_t)world;
 }
 
 static int plan_replicated(const spc_group *g, const spk_plan *p) {
   const spk_fseg_desc *d = &g->fast->planned[g->rank];
   uint64_t n = spc__fast_desc_bytes(d, d->out_ndim, d->out_shape);
   return d->op == SPK_OP_ALL_REDUCE && p->scale == SPK_SCALE_NONE &&
-         spc__fast_replicates(g->world, n);
+         spc__fast_replicates(g->fast, g->world, n);
 }
 
 static void run_replicated(spc_group *g, uint8_t **in_bases,

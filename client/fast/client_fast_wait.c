@@ -15,16 +15,17 @@
 #include "fast_sync.h"
 
 /* How long a waiter spins before yielding, and when it sleeps: the
- * policy and its bounds are in client_fast_tune.h. The spin is bounded in
- * time, not in rounds. Halving it on any yield (rather than only on one
- * that gave the CPU away) would lock a quiet node into yielding: a short
- * spin misses, the miss shortens the spin. */
+ * policy is in client_fast_tune.h, its bounds in f->tune. The spin is
+ * bounded in time, not in rounds. Halving it on any yield (rather than
+ * only on one that gave the CPU away) would lock a quiet node into
+ * yielding: a short spin misses, the miss shortens the spin. */
 void spc__fast_wait_init(spc_fast *f, int world) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int over = cpus > 0 && world > cpus;
   f->wait.over = over;
-  f->wait.spin_ns = over ? OVER_SPIN_NS : SPIN_MAX_NS;
-  f->wait.spin_max = over ? OVER_SPIN_NS : SPIN_MAX_NS;
+  f->wait.spin_ns = over ? f->tune.fast_over_spin_ns
+                         : f->tune.fast_spin_max_ns;
+  f->wait.spin_max = f->wait.spin_ns;
   f->wait.mid_ns = over ? 0 : f->hdr->mid_spin_ns;
 }
 
@@ -128,13 +129,14 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   return rc;
 }
 
-/* The spin budget after a wait (see SHARED_NS). */
+/* The spin budget after a wait (see fast_shared_ns). */
 static void adapt(spc_fast *f, int shared) {
   spc_fast_waiting *w = &f->wait;
+  uint64_t least = f->tune.fast_spin_min_ns;
   if (!shared && w->spin_ns < w->spin_max)
     w->spin_ns = w->spin_ns * 2 < w->spin_max ? w->spin_ns * 2 : w->spin_max;
-  else if (shared && w->spin_ns > SPIN_MIN_NS)
-    w->spin_ns = w->spin_ns / 2 > SPIN_MIN_NS ? w->spin_ns / 2 : SPIN_MIN_NS;
+  else if (shared && w->spin_ns > least)
+    w->spin_ns = w->spin_ns / 2 > least ? w->spin_ns / 2 : least;
 }
 
 /* One sleep on the segment's futex word (kernels/fast_sync.h), unless
@@ -154,7 +156,7 @@ static int sleep_look(void *p) {
 
 static void sleep_wait(void *p, uint32_t *word, uint32_t w) {
   sleep_arg *a = p;
-  struct timespec ts = {0, SLEEP_NS};
+  struct timespec ts = {0, (long)a->g->fast->tune.fast_sleep_ns};
   a->r = syscall(SYS_futex, word, FUTEX_WAIT, w, &ts, NULL, 0);
   a->saved = errno;
 }
@@ -180,11 +182,11 @@ static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
  * (a wake-up put both there), where the balancer leaves hot tasks, and
  * every op would cost two switches from then on. The next wait sleeps
  * at once, so that the wake-up places this rank anew, on an idle CPU.
- * At most once in RELOCATE_WAITS waits: when another job holds the
+ * At most once in fast_relocate_waits waits: when another job holds the
  * other CPUs, sleeping does not help and costs more than yielding. */
 static void relocate_next(spc_fast *f, int shared) {
-  if (shared && f->wait.spin_max > OVER_SPIN_NS &&
-      f->wait.waits - f->wait.relocated_at >= RELOCATE_WAITS) {
+  if (shared && !f->wait.over &&
+      f->wait.waits - f->wait.relocated_at >= f->tune.fast_relocate_waits) {
     f->wait.relocate = 1;
     f->wait.relocated_at = f->wait.waits;
   }
@@ -236,11 +238,12 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
     uint64_t y0 = spc__fast_now_ns();
     if (yields == 0)
       y_first = y0;
-    if (!relocate && (f->wait.over ? y0 - y_first < OVER_YIELD_NS
-                              : yields < YIELD_POLLS)) {
+    const spk_fast_tune *t = &f->tune;
+    if (!relocate && (f->wait.over ? y0 - y_first < t->fast_over_yield_ns
+                                   : yields < t->fast_yield_polls)) {
       yields++;
       sched_yield();
-      shared |= spc__fast_now_ns() - y0 > SHARED_NS;
+      shared |= spc__fast_now_ns() - y0 > t->fast_shared_ns;
       continue;
     }
     int done;
@@ -251,7 +254,7 @@ static int wait_for(spc_group *g, size_t field, uint64_t v) {
 
 /* The budget doubles after an answer found while polling and halves
  * after one that was not (the op was long, or the daemon shares our CPU),
- * between SPIN_MIN_NS and the daemon's mid_spin_ns. */
+ * between fast_spin_min_ns and the daemon's mid_spin_ns. */
 void spc__fast_await(spc_group *g, const spc_request *req) {
   spc_fast *f = g->fast;
   if (f == NULL || f->wait.mid_ns == 0)
@@ -265,7 +268,8 @@ void spc__fast_await(spc_group *g, const spc_request *req) {
     }
     if ((i & 15) == 0 && spc__fast_now_ns() - t0 >= f->wait.mid_ns) {
       uint64_t half = f->wait.mid_ns / 2;
-      f->wait.mid_ns = half > SPIN_MIN_NS ? half : SPIN_MIN_NS;
+      uint64_t least = f->tune.fast_spin_min_ns;
+      f->wait.mid_ns = half > least ? half : least;
       return;
     }
     __builtin_ia32_pause();

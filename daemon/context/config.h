@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "fast_tune.h"
 #include "log.h"
 #include "status.h"
 #include "types.h"
@@ -23,7 +24,9 @@ typedef struct {
 
 /* The numeric limits and deadlines, one row each: field, flag, default
  * (0: derived at start from the machine, see spd_config_defaults), lowest
- * and highest value, help. The config file's key is the field name. */
+ * and highest value, help. The config file's key is the field name. The
+ * fast path's tunables are rows too (kernels/fast_tune.h): the daemon
+ * hands them to the ranks in each segment's header. */
 #define SPD_LIMITS(X)                                                        \
   X(op_timeout, "op-timeout", 1800, 1, 604800,                               \
     "seconds an op may wait for its last rank; then it fails on every "      \
@@ -96,7 +99,8 @@ typedef struct {
     "device tensors across nodes: 0 sends from and receives into device "   \
     "memory when this node's UCX moves CUDA memory (said at start), else "  \
     "stages them through pinned host memory; 1 always stages; 2 always "    \
-    "direct (a UCX whose report is wrong; the tests, on the simulator)")
+    "direct (a UCX whose report is wrong; the tests, on the simulator)")   \
+  SPK_FAST_TUNES(X)
 
 /* Operator commands (drain, abort): root, the daemon's own uid, and these. */
 #define SPD_MAX_OPERATORS 16

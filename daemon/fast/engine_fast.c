@@ -82,6 +82,10 @@ static void fast_open(const spd_group_view *g, spd_engine_counters *counters,
       seg->hdr->op_bytes[k] = (uint64_t)spd_config_fast_limit(&ctx->cfg, k);
     seg->hdr->map_bytes = (uint64_t)ctx->cfg.fast_map_bytes;
     seg->hdr->stream_bytes = (uint64_t)ctx->cfg.stream_bytes;
+#define TUNE_PUT(field, flag, def, lo, hi, help)                             \
+  seg->hdr->tune.field = (uint64_t)ctx->cfg.field;
+    SPK_FAST_TUNES(TUNE_PUT)
+#undef TUNE_PUT
     seg->since_ns = spd_now_ns();
     seg->g = g;
     seg->counters = counters;

@@ -112,6 +112,48 @@ START_TEST(ops_read_in_place) {
 }
 END_TEST
 
+/* A daemon whose fast_map_min_bytes (and its value for more ranks than
+ * CPUs) is above every op here: its ranks stage what they would have read
+ * in place, the segment carrying the setting to them
+ * (kernels/fast_tune.h); the effective config says it. */
+static const char *const map_min_high[] = {
+    "--fast-map-min-bytes", "4000000", "--fast-map-min-over-bytes", "4000000",
+    NULL};
+
+static void setup_map_min_high(void) {
+  sh = spt_fixture_up(&daemon_, map_min_high, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
+  snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
+           daemon_.dir);
+}
+
+static int staged_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk k;
+  if (rk_open(&k, rank, w) < 0)
+    return 1;
+  int bad = warm_up(&k, rank, w) ||
+            spt_rk_reduce_once(&k, rank, w, MID, 2, 0) ||
+            spt_rk_reduce_once(&k, rank, w, LARGE, 3, 0) ||
+            spt_rk_gather_once(&k, rank, w, 100000, 1000, 1, 4);
+  if (!bad && rank == 0) {
+    char want[160];
+    /* The small two and MID through the segment; LARGE and the gather,
+     * over fast_bytes, through the daemon. */
+    snprintf(want, sizeof(want), "shm %s ops=3 errors=0 in_place=0",
+             sh->group);
+    bad = !spt_stats_has(stats_sock, want) ||
+          !spt_stats_has(stats_sock, "\nfast_map_min_bytes 4000000\n");
+  }
+  return spt_rk_close(&k, bad);
+}
+
+START_TEST(map_min_from_the_daemon) {
+  snprintf(sh->group, sizeof(sh->group), "mapmin");
+  ck_assert_int_eq(spt_run_ranks(3, staged_rank, NULL, 120), 0);
+}
+END_TEST
+
 /* Mappings of buffer memfds in this process (own and other ranks'). */
 static int memfd_maps(void) {
   FILE *m = fopen("/proc/self/maps", "r");
@@ -282,5 +324,10 @@ int main(void) {
   tcase_add_test(tc, unmappable_fails_every_rank);
   tcase_add_test(tc, killed_rank_fails_the_others);
   suite_add_tcase(s, tc);
+  TCase *tm = tcase_create("fast_map_min");
+  tcase_add_checked_fixture(tm, setup_map_min_high, teardown);
+  tcase_set_timeout(tm, 300);
+  tcase_add_test(tm, map_min_from_the_daemon);
+  suite_add_tcase(s, tm);
   return spt_run_suite(s);
 }

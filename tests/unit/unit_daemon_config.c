@@ -124,6 +124,44 @@ START_TEST(fast_op_bytes) {
 }
 END_TEST
 
+/* The fast path's tunables are settings rows: a flag sets one, the
+ * effective config shows it, a value out of its range is refused naming
+ * the flag; a rank clamps a scribbled header's values into the ranges. */
+START_TEST(fast_tunables) {
+  spd_config cfg;
+  spk_err err;
+  char *argv[] = {"spcolld", "--fast-spin-max-ns", "5000",
+                  "--fast-replicate-bytes", "0", NULL};
+  ck_assert_int_eq(parse(&cfg, &err, 5, argv), SPK_OK);
+  ck_assert_int_eq(cfg.fast_spin_max_ns, 5000);
+  ck_assert_int_eq(cfg.fast_replicate_bytes, 0);
+  ck_assert_int_eq(cfg.fast_map_min_bytes, 1024);
+  char *dump = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&dump, &len);
+  ck_assert_ptr_nonnull(out);
+  spd_config_dump(&cfg, out);
+  fclose(out);
+  ck_assert_ptr_nonnull(strstr(dump, "fast_spin_max_ns 5000\n"));
+  ck_assert_ptr_nonnull(strstr(dump, "fast_sleep_ns 200000000\n"));
+  free(dump);
+  char *b1[] = {"spcolld", "--fast-sleep-ns", "1000000000", NULL};
+  expect_bad(3, b1, "--fast-sleep-ns");
+  char *b2[] = {"spcolld", "--fast-freed-every", "0", NULL};
+  expect_bad(3, b2, "--fast-freed-every");
+  spk_fast_tune t;
+  memset(&t, 0xff, sizeof(t));
+  spk_fast_tune_clamp(&t);
+  ck_assert_uint_eq(t.fast_sleep_ns, 999999999);
+  ck_assert_uint_eq(t.fast_piece_bytes, 1u << 30);
+  memset(&t, 0, sizeof(t));
+  spk_fast_tune_clamp(&t);
+  ck_assert_uint_eq(t.fast_freed_every, 1);
+  ck_assert_uint_eq(t.fast_sleep_ns, 1000);
+  ck_assert_uint_eq(t.fast_spin_min_ns, 0);
+}
+END_TEST
+
 START_TEST(config_file_then_flags) {
   spd_config cfg;
   spk_err err;
@@ -249,7 +287,7 @@ START_TEST(shipped_example_is_valid) {
       keys++;
     }
   fclose(in);
-  ck_assert_int_eq(keys, 42);
+  ck_assert_int_eq(keys, 45);
   spd_config cfg;
   spk_err err;
   spd_config_defaults(&cfg);
@@ -264,6 +302,7 @@ START_TEST(shipped_example_is_valid) {
   ck_assert_int_eq(cfg.op_timeout, 1800);
   ck_assert_int_eq(cfg.noperator_gid, 1);
   ck_assert_int_eq(cfg.max_queued, 512LL << 20);
+  ck_assert_int_eq(cfg.fast_replicate_bytes, 65536);
   unlink(path);
 }
 END_TEST
@@ -276,6 +315,7 @@ int main(void) {
   tcase_add_test(tc, every_flag);
   tcase_add_test(tc, bad_values_name_the_flag);
   tcase_add_test(tc, fast_op_bytes);
+  tcase_add_test(tc, fast_tunables);
   tcase_add_test(tc, config_file_then_flags);
   tcase_add_test(tc, config_file_errors_name_the_key);
   tcase_add_test(tc, shipped_example_is_valid);
