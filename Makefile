@@ -53,7 +53,8 @@ LDFLAGS_ALL = -pthread $(SAN_FLAGS) $(LDFLAGS)
 KERNEL_SRC := $(wildcard kernels/*.c)
 PROTO_SRC  := proto/frame.c
 DAEMON_SRC := $(wildcard $(addsuffix /*.c,$(DAEMON_DIRS)))
-CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c client/fast/*.c))
+CLIENT_SRC := $(filter-out client/spcollctl.c,$(wildcard client/*.c))
+FAST_SRC   := $(wildcard client/fast/*.c)
 UNIT_SRC   := $(filter-out tests/unit/plan_testlib.c,$(wildcard tests/unit/*.c))
 INTEG_SRC  := $(wildcard tests/integ/test_*.c)
 HARNESS_SRC:= tests/integ/harness.c tests/integ/harness_nodes.c
@@ -68,12 +69,16 @@ KERNEL_OBJ := $(call obj,$(KERNEL_SRC))
 PROTO_OBJ  := $(call obj,$(PROTO_SRC)) $(PB_O)
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+FAST_OBJ   := $(call obj,$(FAST_SRC))
 COMMON_OBJ := $(KERNEL_OBJ) $(PROTO_OBJ)
 
 SPCOLLD    := $(BUILD)/bin/spcolld
 LIBSO      := $(BUILD)/lib/libspclient.so
 LIBSO1     := $(BUILD)/lib/libspclient.so.1
 LIBA       := $(BUILD)/lib/libspclient.a
+# The client's fast path (client/fast/), its own link unit: an archive
+# libspclient takes whole; not installed.
+LIBFAST    := $(BUILD)/lib/libspcfast.a
 PCFILE     := $(BUILD)/lib/spcoll.pc
 DEMO       := $(BUILD)/bin/spcoll-demo
 SPCOLLCTL  := $(BUILD)/bin/spcollctl
@@ -126,14 +131,20 @@ $(BUILD)/daemon/gpu/gpu_probe.o: daemon/gpu/gpu_probe.c $(PB_H)
 # The library is the file its SONAME names, the one the loader looks for
 # when a program linked with it starts; libspclient.so, the name the
 # linker takes for -lspclient, points at it (as make install lays it out).
-$(LIBSO1): $(CLIENT_OBJ) $(COMMON_OBJ)
+$(LIBSO1): $(CLIENT_OBJ) $(LIBFAST) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libspclient.so.1 -o $@ $^ $(PBC_LIBS)
+	$(Q)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libspclient.so.1 -o $@ \
+	  $(CLIENT_OBJ) -Wl,--whole-archive $(LIBFAST) -Wl,--no-whole-archive \
+	  $(COMMON_OBJ) $(PBC_LIBS)
+
+$(LIBFAST): $(FAST_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(LIBSO): $(LIBSO1)
 	$(Q)ln -sfn libspclient.so.1 $@
 
-$(LIBA): $(CLIENT_OBJ) $(COMMON_OBJ)
+$(LIBA): $(CLIENT_OBJ) $(FAST_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
