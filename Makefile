@@ -203,13 +203,14 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harnes
 # Both conformance suites share the case runner.
 $(BUILD)/tests/test_conformance $(BUILD)/tests/test_conformance_batch: \
   $(BUILD)/tests/integ/conformance_cases.o
-# The fast-path suites and the stats suite share their rank helpers
+# The fast-path suites, the stats and the restart suites share their rank
+# helpers
 # (before the library on the link line, which they call).
 FAST_TESTS := $(BUILD)/tests/test_fast $(BUILD)/tests/test_fast_uid \
   $(BUILD)/tests/test_fast_under_way \
   $(BUILD)/tests/test_fast_map $(BUILD)/tests/test_fast_wrap \
   $(BUILD)/tests/test_p2p \
-  $(BUILD)/tests/test_stats
+  $(BUILD)/tests/test_stats $(BUILD)/tests/test_restart
 $(FAST_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
   $(BUILD)/tests/integ/fast_ranks.o $(BUILD)/tests/integ/harness.o \
   $(BUILD)/tests/integ/harness_nodes.o $(BUILD)/tests/integ/ops_ref.o $(LIBA)

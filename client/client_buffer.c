@@ -78,6 +78,25 @@ int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
   return spc__buffer_alloc(c, size, 0, buf_p);
 }
 
+int spc__buffer_register(spc_client *c, spc_buffer *b) {
+  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  reg.size = b->size;
+  reg.stream_flags = b->stream_flags != 0;
+  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
+  f.buf_register = &reg;
+  Spcoll__Frame *reply = NULL;
+  int rc = spc__register_call(c, &f, &b->memfd, 1, &reply);
+  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
+                   spf_body_name(reply->body_case));
+  if (rc == SPC_OK)
+    b->id = reply->buf_registered->buffer_id;
+  if (reply)
+    spcoll__frame__free_unpacked(reply, NULL);
+  return rc;
+}
+
 int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
                       spc_buffer **buf_p) {
   if (c == NULL || buf_p == NULL)
@@ -92,29 +111,18 @@ int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
     free(b);
     return rc;
   }
-  Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  reg.size = size;
-  reg.stream_flags = stream_flags != 0;
-  f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
-  f.buf_register = &reg;
-  Spcoll__Frame *reply = NULL;
-  rc = spc__register_call(c, &f, &b->memfd, 1, &reply);
-  if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
-    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
-                   spf_body_name(reply->body_case));
+  b->size = size;
+  b->stream_flags = stream_flags != 0;
+  rc = spc__buffer_register(c, b);
+  if (spc__again(c, rc))
+    rc = spc__buffer_register(c, b);
   if (rc < 0) {
-    if (reply)
-      spcoll__frame__free_unpacked(reply, NULL);
     munmap(b->data, size);
     close(b->memfd);
     free(b);
     return rc;
   }
   b->client = c;
-  b->id = reply->buf_registered->buffer_id;
-  b->size = size;
-  spcoll__frame__free_unpacked(reply, NULL);
   b->next = c->buffers;
   c->buffers = b;
   *buf_p = b;
@@ -174,7 +182,9 @@ int spc_buffer_free(spc_buffer *b) {
   rel.buffer_id = b->id;
   f.body_case = SPCOLL__FRAME__BODY_BUF_RELEASE;
   f.buf_release = &rel;
-  int rc = spc__call(c, &f, -1, NULL);
+  /* The daemon went: its registration went with it, and the buffer is
+   * not registered again (client_restart.c). */
+  int rc = c->lost ? SPC_OK : spc__call(c, &f, -1, NULL);
   spc__fast_freed(c);
   for (spc_buffer **p = &c->buffers; *p != NULL; p = &(*p)->next)
     if (*p == b) {

@@ -51,6 +51,41 @@ static int conn_broken(spc_client *c, const char *what, int err) {
                    err ? strerror(err) : "daemon closed the connection");
 }
 
+static void detached_done(spc_client *c, spc_request *req);
+
+/* The daemon went away: every request outstanding fails with
+ * SPC_ERESTARTED; the next call reconnects (client_restart.c), closing
+ * the old socket, which until then may still hold the daemon's last
+ * words (last_words). */
+static int conn_lost(spc_client *c, const char *what, int err) {
+  char msg[400];
+  snprintf(msg, sizeof(msg), "spcolld went away (%s: %s) while this was in "
+           "flight; the client reconnects at its next call", what,
+           err ? strerror(err) : "the daemon closed the connection");
+  c->lost = 1;
+  spf_reader_free(&c->reader);
+  spf_reader_init(&c->reader);
+  spc__seg_forget(c);
+  for (spc_request *r = c->requests, *next; r != NULL; r = next) {
+    next = r->next;
+    if (r->done)
+      continue;
+    r->done = 1, r->status = SPC_ERESTARTED;
+    free(r->msg);
+    r->msg = strdup(msg);
+    if (r->detached)
+      detached_done(c, r);
+  }
+  return spc__fail(c, SPC_ERESTARTED, "%s", msg);
+}
+
+int spc__conn_gone(spc_client *c, const char *what, int err) {
+  if (c->broken || c->reconnect_ms == 0 ||
+      (err != 0 && err != EPIPE && err != ECONNRESET))
+    return conn_broken(c, what, err);
+  return conn_lost(c, what, err);
+}
+
 /* A daemon that refuses a connection (a limit of its uid, say) sends an
  * Error and closes; a send racing the close fails, and the reason is
  * still waiting in the socket: report it instead of the bare EPIPE. */
@@ -66,9 +101,12 @@ static int last_words(spc_client *c, int status) {
     spf_reader_commit(&c->reader, (size_t)n);
   if (spf_reader_next(&c->reader, &f, &err) <= 0)
     return status;
-  if (f->body_case == SPCOLL__FRAME__BODY_ERROR)
+  /* The daemon closed this client on purpose, saying why: for good. */
+  if (f->body_case == SPCOLL__FRAME__BODY_ERROR) {
+    c->lost = 0, c->broken = 1;
     status = spc__fail(c, -(int)f->error->status, "spcolld: %s",
                        f->error->message);
+  }
   spcoll__frame__free_unpacked(f, NULL);
   return status;
 }
@@ -97,7 +135,7 @@ static int send_all(spc_client *c, const uint8_t *buf, size_t len,
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
-      return last_words(c, conn_broken(c, "sendmsg to spcolld", errno));
+      return last_words(c, spc__conn_gone(c, "sendmsg to spcolld", errno));
     buf += n, len -= (size_t)n;
     nfds = 0; /* the descriptors ride with the first bytes only */
   }
@@ -108,8 +146,22 @@ int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p) {
   return spc__send_fds(c, f, &fd, fd >= 0 ? 1 : 0, req_p);
 }
 
+int spc__hangup_take(spc_client *c) {
+  if (!c->hangup)
+    return SPC_OK;
+  c->hangup = 0;
+  return spc__conn_gone(c, "a shared-memory op waited", 0);
+}
+
 int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
                   spc_request **req_p) {
+  int rc = spc__hangup_take(c);
+  if (c->lost)
+    return spc__fail(c, SPC_ERESTARTED, "spcolld went away: %s",
+                     c->reviving ? "again, while the client reconnected"
+                                 : "the client reconnects at its next op");
+  if (rc < 0)
+    return rc;
   if (c->broken)
     return spc__fail(c, SPC_ECONNECTION, "the connection to spcolld is "
                      "closed: %s", "reconnect with spc_connect");
@@ -121,7 +173,7 @@ int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
   uint8_t *buf;
   size_t len;
   spk_err err;
-  int rc = spf_encode(f, &buf, &len, &err);
+  rc = spf_encode(f, &buf, &len, &err);
   if (rc < 0) {
     free(req);
     return spc__fail(c, rc, "%s", err.msg);
@@ -252,7 +304,7 @@ static int read_some(spc_client *c, int block) {
   if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
     return 0;
   if (n <= 0)
-    return conn_broken(c, "recv from spcolld", n < 0 ? errno : 0);
+    return spc__conn_gone(c, "recv from spcolld", n < 0 ? errno : 0);
   spf_reader_commit(&c->reader, (size_t)n);
   return 1;
 }
@@ -272,6 +324,8 @@ static int drain_frames(spc_client *c) {
 }
 
 int spc__pump_any(spc_client *c, int block) {
+  if (c->lost)
+    return SPC_ERESTARTED;
   if (c->broken)
     return SPC_ECONNECTION;
   int rc;
@@ -286,6 +340,8 @@ int spc__pump_any(spc_client *c, int block) {
 
 int spc__pump(spc_client *c, spc_request *req, int block) {
   while (!req->done) {
+    if (c->lost)
+      return SPC_ERESTARTED;
     if (c->broken)
       return SPC_ECONNECTION;
     int rc = read_some(c, block);

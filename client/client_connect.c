@@ -12,11 +12,12 @@
 #include "client_fast.h"
 #include "client_gpu.h"
 
-static int socket_open(spc_client *c, const char *path) {
+/* c->socket_path fits sun_path (spc_connect checked). */
+static int socket_open(spc_client *c) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof(sa.sun_path))
-    return spc__fail(c, SPC_EINVAL, "socket path '%s' is longer than %zu bytes",
-                     path, sizeof(sa.sun_path) - 1);
+  const char *path = c->socket_path;
+  _Static_assert(sizeof(sa.sun_path) == sizeof(c->socket_path),
+                 "a client's socket path is a sun_path");
   snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
   c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0)
@@ -27,11 +28,11 @@ static int socket_open(spc_client *c, const char *path) {
   return SPC_OK;
 }
 
-static int hello(spc_client *c, const char *framework) {
+static int hello(spc_client *c) {
   Spcoll__Hello h = SPCOLL__HELLO__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
   h.protocol_version = SPF_PROTOCOL_VERSION;
-  h.framework = (char *)(framework ? framework : "c");
+  h.framework = c->framework;
   h.pid = getpid();
   f.body_case = SPCOLL__FRAME__BODY_HELLO;
   f.hello = &h;
@@ -43,9 +44,15 @@ static int hello(spc_client *c, const char *framework) {
     rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered hello with %s",
                    spf_body_name(reply->body_case));
   else
-    c->client_id = reply->welcome->client_id;
+    c->client_id = reply->welcome->client_id,
+    c->daemon_op_timeout_ms = (int64_t)reply->welcome->op_timeout_ms;
   spcoll__frame__free_unpacked(reply, NULL);
   return rc;
+}
+
+int spc__conn_open(spc_client *c) {
+  int rc = socket_open(c);
+  return rc < 0 ? rc : hello(c);
 }
 
 static void client_free(spc_client *c) {
@@ -97,12 +104,21 @@ int spc_connect(const char *socket_path, const char *framework,
     return SPC_ENOMEM;
   }
   c->fd = -1;
+  c->reconnect_ms = -1;
+  c->revive = spc__revive;
   spf_reader_init(&c->reader);
   if (socket_path == NULL)
     socket_path = spc_default_socket(path, sizeof(path));
-  int rc = socket_open(c, socket_path);
+  snprintf(c->framework, sizeof(c->framework), "%s",
+           framework ? framework : "c");
+  int rc = SPC_OK;
+  if (strlen(socket_path) >= sizeof(c->socket_path))
+    rc = spc__fail(c, SPC_EINVAL, "socket path '%s' is longer than %zu "
+                   "bytes", socket_path, sizeof(c->socket_path) - 1);
+  else
+    snprintf(c->socket_path, sizeof(c->socket_path), "%s", socket_path);
   if (rc == SPC_OK)
-    rc = hello(c, framework);
+    rc = spc__conn_open(c);
   if (rc < 0) {
     snprintf(spc__connect_error(), 512, "%s", c->last_error);
     client_free(c);

@@ -16,9 +16,16 @@ int spc_set_op_timeout(spc_client *c, int64_t timeout_ms) {
   return SPC_OK;
 }
 
+/* After a daemon restart the group is rejoined first (with every other
+ * group of the client), so that its other ranks hear this one leave. */
 static int leave_send(spc_group *g) {
   Spcoll__GroupLeave l = SPCOLL__GROUP_LEAVE__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  int rc;
+  if (g->client->lost && (rc = g->client->revive(g->client)) < 0)
+    return rc;
+  if (g->lost)
+    return SPC_OK; /* no daemon knows it any more */
   l.group_id = g->id;
   f.body_case = SPCOLL__FRAME__BODY_GROUP_LEAVE;
   f.group_leave = &l;
@@ -47,6 +54,8 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
   f.group_join = &j;
   Spcoll__Frame *reply;
   int rc = spc__call(c, &f, -1, &reply);
+  if (spc__again(c, rc))
+    rc = spc__call(c, &f, -1, &reply);
   if (rc < 0) {
     free(g);
     return rc;
@@ -59,6 +68,7 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
     return rc;
   }
   g->client = c;
+  snprintf(g->name, sizeof(g->name), "%s", name);
   g->id = reply->group_joined->group_id;
   g->rank = rank;
   g->world = world_size;
@@ -118,7 +128,6 @@ int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
     return spc__fail(c, SPC_ENOMEM, "calloc of a group failed");
   Spcoll__GroupSplit rq = SPCOLL__GROUP_SPLIT__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  rq.group_id = g->id;
   rq.color = color;
   rq.key = key;
   f.body_case = SPCOLL__FRAME__BODY_GROUP_SPLIT;
@@ -127,7 +136,11 @@ int spc_group_split(spc_group *g, int color, int key, spc_group **sub_p) {
   /* A split is one of the group's ops on the daemon path, in sequence with
    * them: the ranks that wait in the shared segment must hear it (issue
    * 18). It has no op kind and no tensors. */
-  int rc = spc__fast_slow(g, NULL, NULL, NULL);
+  int rc = spc__group_issue(g);
+  rq.group_id = g->id; /* after a rejoin (spc__group_issue), the new id */
+  if (rc == SPC_OK && (rc = spc__fast_slow(g, NULL, NULL, NULL)) < 0 &&
+      c->hangup)
+    rc = spc__hangup_take(c);
   if (rc == SPC_OK)
     rc = spc__call(c, &f, -1, &reply);
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {

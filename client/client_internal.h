@@ -6,6 +6,7 @@
 
 #include "frame.h"
 #include "spcoll.h"
+#include "tensor_check.h"
 #include "types.h"
 
 struct spc_request {
@@ -35,6 +36,15 @@ struct spc_group {
   int rank, world;
   int multinode;              /* some rank runs on another node */
   struct spc_fast *fast;      /* shared segment (client_fast.c), or NULL */
+  /* What a rejoin after a daemon restart needs (client_restart.c): the
+   * name joined ("" for a group made by spc_group_split, which cannot be
+   * rejoined), the ops issued in the group's sequence (both paths), and
+   * how many of the next ones fail without being issued (the other ranks
+   * had issued them when the daemon went). */
+  char name[SPK_NAME_MAX + 1];
+  uint64_t issued, skip;
+  int lost;                   /* not rejoined after a restart (split, or
+                               * across nodes): every op fails */
 };
 
 struct spc_buffer {
@@ -52,11 +62,24 @@ struct spc_buffer {
    * daemon; the fast path's readers read it with process_vm_readv, and
    * spc_run stages it for the daemon's path (client_wrap.c). */
   int wrapped;
+  int stream_flags;           /* registered for stream flags (GPU ops) */
 };
 
 struct spc_client {
   int fd;
   int broken;                 /* the connection failed: every call fails */
+  /* The daemon went away (client_restart.c): the next call reconnects,
+   * for up to reconnect_ms (-1: the op timeout), and brings back the
+   * client's buffers and groups; reviving while it does. */
+  int lost, reviving;
+  /* spc__revive (client_restart.c), set by spc_connect: the layers below
+   * it that find the daemon gone call it through here. */
+  int (*revive)(spc_client *c);
+  int hangup;                 /* the fast path saw the socket hang up */
+  int64_t reconnect_ms;
+  int64_t daemon_op_timeout_ms; /* from Welcome */
+  char socket_path[108];
+  char framework[64];
   uint64_t next_id;
   uint64_t client_id;
   spf_reader reader;
@@ -103,6 +126,42 @@ uint64_t spc__tensor_bytes(const spc_tensor *t);
 
 /* This thread's buffer for spc_connect failures (512 bytes). */
 char *spc__connect_error(void);
+
+/* ---- client_connect.c ---- */
+/* Connect c->fd to c->socket_path and say hello (c->framework). */
+int spc__conn_open(spc_client *c);
+
+/* ---- client_restart.c: surviving a daemon restart ---- */
+/* The connection to the daemon ended (what, errno err; 0: it closed).
+ * The daemon went away (EOF, EPIPE, ECONNRESET) and c reconnects by
+ * itself (reconnect_ms not 0): every request outstanding fails with
+ * SPC_ERESTARTED, and the next call reconnects (c->lost). Otherwise they
+ * fail with SPC_ECONNECTION, for good (c->broken). Returns the status
+ * recorded. (client_conn.c) */
+int spc__conn_gone(spc_client *c, const char *what, int err);
+/* The fast path found the daemon's socket hung up (c->hangup): end the
+ * connection as spc__conn_gone does, and return its status; SPC_OK when
+ * it did not. (client_conn.c) */
+int spc__hangup_take(spc_client *c);
+/* c->lost: reconnect, register c's buffers again and rejoin its groups
+ * (in one go, so no two ranks wait on each other's order). */
+int spc__revive(spc_client *c);
+
+
+/* ---- client_sequence.c ---- */
+/* g's next op in its sequence: revives c first when the daemon went,
+ * then fails the op (SPC_ERESTARTED) when the rejoin said other ranks
+ * had issued it; else counts it. */
+int spc__group_issue(spc_group *g);
+/* A request in no group's sequence that names no handle of the daemon's
+ * (a registration, a join) ended with rc: whether to send it once more,
+ * after the client reconnected, because the daemon went away before it
+ * answered (the daemon that got it, if any, is gone with what it did). */
+int spc__again(spc_client *c, int rc);
+
+/* Register b (its memfd, size and stream_flags) with the daemon; sets
+ * b->id. (client_buffer.c) */
+int spc__buffer_register(spc_client *c, spc_buffer *b);
 
 /* Send f (with fd attached when fd >= 0) as a new request; on success the
  * request is outstanding and must be completed by spc__wait_req. */

@@ -103,16 +103,21 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
     return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
+  /* The op's place in the group's sequence (client_restart.c). */
+  if ((rc = spc__group_issue(g)) < 0)
+    return rc;
   /* Issue 18: the shared-memory fast path, when the group has one. */
   if (fast > 0 && g->fast != NULL) {
     int handled;
     rc = spc__fast_run(g, op, in, out, &handled);
+    if (rc < 0 && c->hangup) /* the daemon went: SPC_ERESTARTED */
+      rc = spc__hangup_take(c);
     if (handled) {
       *req_p = NULL;
       return rc;
     }
   } else if ((rc = spc__fast_slow(g, op, in, out)) < 0) {
-    return rc;
+    return c->hangup ? spc__hangup_take(c) : rc;
   }
   if (w != NULL && spc__wrapped(in, out))
     (void)spc__wrap_begin(c, w, &in, &out); /* failed: see client_wrap.c */

@@ -38,6 +38,8 @@ static int p2p_start(spc_group *g, const spc_tensor *t, int peer, int tag,
   if (g == NULL || req_p == NULL)
     return SPC_EINVAL;
   int rc = p2p_args(g, t, peer, tag, send);
+  if (rc == SPC_OK && g->client->lost) /* the ids below are the new ones */
+    rc = g->client->revive(g->client);
   if (rc < 0)
     return rc;
   Spcoll__Tensor tm = SPCOLL__TENSOR__INIT;

@@ -61,8 +61,13 @@ enum {
   SPC_EUNSUPPORTED = -15, /* the daemon lacks what the request needs (GPU,
                            * a peer transport) */
   SPC_EDEVICE = -16,    /* a CUDA or NCCL call failed (the message says which) */
-  SPC_ENODELOST = -17   /* a peer node's daemon died or became unreachable;
+  SPC_ENODELOST = -17,  /* a peer node's daemon died or became unreachable;
                          * the message names the node; group broken */
+  SPC_ERESTARTED = -18  /* the daemon went away (restart, upgrade, crash)
+                         * while the op was in flight, or another rank's
+                         * copy of it was: it failed on every rank. The
+                         * client reconnects by itself; the next op runs
+                         * (spc_set_reconnect_timeout) */
 };
 
 typedef enum {
@@ -143,6 +148,22 @@ int spc_group_join(spc_client *client, const char *name, int world_size,
  * (1800 s by default). A group takes the shortest timeout its ranks asked
  * for. SPC_EINVAL for a negative timeout. */
 int spc_set_op_timeout(spc_client *client, int64_t timeout_ms);
+
+/* When the daemon goes away (a restart, an upgrade, a crash), the client
+ * keeps its buffers and groups. Requests in flight fail with
+ * SPC_ERESTARTED. The next call reconnects, trying for up to timeout_ms
+ * (-1, the default: the op timeout, spc_set_op_timeout's or else the
+ * daemon's; 0: never reconnect, every call then fails with
+ * SPC_ECONNECTION), registers the host buffers again and rejoins the
+ * groups under the same names and ranks, waiting for their other ranks to
+ * rejoin too. An op some rank of a group had issued when the daemon went
+ * fails on every rank with SPC_ERESTARTED, and the ranks' next ops run.
+ * Not carried yet (the call fails, naming it): device buffers; groups
+ * made by spc_group_split and groups spanning nodes (their ops fail with
+ * SPC_ERESTARTED: leave them and make them again). Point-to-point requests in flight fail and are not
+ * retried. After the timeout the call fails with SPC_ECONNECTION, and so
+ * does every later one. SPC_EINVAL for a timeout below -1. */
+int spc_set_reconnect_timeout(spc_client *client, int64_t timeout_ms);
 
 /* Leave the group and free it. Ops the other ranks still issue on the group
  * fail with SPC_EPEERLOST naming this rank. */

@@ -28,7 +28,9 @@
   X(UNSUPPORTED, EUNSUPPORTED, UNSUPPORTED, 15,                           \
     "not supported by this daemon")                                       \
   X(DEVICE, EDEVICE, DEVICE, 16, "device (CUDA/NCCL) error")              \
-  X(NODE_LOST, ENODELOST, NODE_LOST, 17, "a peer node was lost")
+  X(NODE_LOST, ENODELOST, NODE_LOST, 17, "a peer node was lost")         \
+  X(RESTARTED, ERESTARTED, RESTARTED, 18,                                 \
+    "the daemon went away while the op was in flight")
 
 enum {
   SPK_OK = 0,

@@ -98,11 +98,15 @@ int spc__fast_broken(spc_group *g) {
 /* The daemon marks the segment broken on every failure it sees; the one
  * it cannot report is its own death, which the socket tells. */
 static int daemon_alive(spc_client *c) {
+  if (c->lost)
+    return SPC_ERESTARTED;
   struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
   int n = poll(&p, 1, 0);
-  if (n > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+  if (n > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+    c->hangup = 1; /* the connection's to end (spc__hangup_take) */
     return spc__fail(c, SPC_ECONNECTION, "spcolld closed the connection "
                      "while a shared-memory op waited");
+  }
   return SPC_OK;
 }
 

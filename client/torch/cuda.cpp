@@ -166,7 +166,7 @@ thread_local std::string refusal;
 // refused: the tensor is staged instead (false), and why is kept. Lost
 // connections still throw.
 bool refused(Conn& conn, int rc, const char* what, void* p, size_t n) {
-  if (rc == SPC_ECONNECTION || rc == SPC_ESHUTDOWN)
+  if (rc == SPC_ECONNECTION || rc == SPC_ESHUTDOWN || rc == SPC_ERESTARTED)
     throw_register(conn, rc, (uintptr_t)p, n, what);
   refusal = std::string(what) + " at " + c10::str(p) + " (" +
             std::to_string(n) + " bytes) not registered: " +

@@ -176,10 +176,22 @@ static void send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
   spd_session_send(s, f);
 }
 
+/* The most ops any rank here issued before it joined: a rejoin after a
+ * daemon restart, where each rank fails the ops it is behind by, so that
+ * the group's sequence starts at the same op on every rank. */
+static uint64_t issued_most(const spd_group *g) {
+  uint64_t most = 0;
+  for (int r = 0; r < g->world; r++)
+    if (g->ranks[r].session != NULL && g->ranks[r].issued > most)
+      most = g->ranks[r].issued;
+  return most;
+}
+
 void spd_group_announce_ready(spd_group *g) {
+  uint64_t most = issued_most(g);
   g->ready = 1;
-  SPD_INFO(&g->ctx->log, "group '%s' ready: %d ranks (%d here)", g->name,
-           g->world, g->nlocal);
+  SPD_INFO(&g->ctx->log, "group '%s' ready: %d ranks (%d here)%s", g->name,
+           g->world, g->nlocal, most ? ", rejoined after a restart" : "");
   if (g->nlocal == 0)
     g->detached = 1; /* none of it is ours: kept only to hear it leave */
   shared_open(g);
@@ -193,6 +205,7 @@ void spd_group_announce_ready(spd_group *g) {
     joined.rank = r;
     joined.world_size = g->world;
     joined.multinode = g->multinode;
+    joined.skip = most - slot->issued;
     f.id = slot->join_req;
     f.body_case = SPCOLL__FRAME__BODY_GROUP_JOINED;
     f.group_joined = &joined;
@@ -236,9 +249,12 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
   if (rc == SPK_OK && j->op_timeout_ms != 0 &&
       j->op_timeout_ms < g->op_timeout_ns / 1000000u)
     g->op_timeout_ns = j->op_timeout_ms * 1000000u;
+  if (rc == SPK_OK) /* before the add, which may complete the group */
+    g->ranks[j->rank].issued = j->issued;
   if (rc == SPK_OK && spd_group_add(g, s, j->rank, req) < 0) {
     rc = SPK_ENO_MEMORY;
     snprintf(msg, sizeof(msg), "out of memory joining group '%s'", j->name);
+    g->ranks[j->rank].issued = 0;
     spd_group_maybe_free(g);
   }
   if (rc < 0)

@@ -21,6 +21,7 @@ typedef struct {
   spd_member *member;
   uint64_t join_req;          /* join request to answer when ready */
   uint64_t next_seq;          /* sequence number of this rank's next op */
+  uint64_t issued;            /* ops it issued before (GroupJoin.issued) */
 } spd_rank_slot;
 
 typedef struct spd_group {

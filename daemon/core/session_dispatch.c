@@ -37,6 +37,7 @@ static void on_hello(spd_session *s, const Spcoll__Frame *f) {
   w.protocol_version = SPF_PROTOCOL_VERSION;
   w.daemon_version = SPD_VERSION;
   w.client_id = s->id;
+  w.op_timeout_ms = (uint64_t)s->ctx->cfg.op_timeout * 1000u;
   r.id = f->id;
   r.body_case = SPCOLL__FRAME__BODY_WELCOME;
   r.welcome = &w;

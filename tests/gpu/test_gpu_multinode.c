@@ -295,7 +295,7 @@ static int lost_loop(int rank, int world, int nodes_used, const char *name,
     if (rc < 0) {
       fprintf(stderr, "rank %d op %d: %s: %s\n", rank, it, spc_strerror(rc),
               spc_last_error(c));
-      if (rc != SPC_ECONNECTION && !strstr(spc_last_error(c), "node 2"))
+      if (rc != SPC_ERESTARTED && !strstr(spc_last_error(c), "node 2"))
         return 1;
       return 10 - rc;
     }
@@ -363,7 +363,7 @@ START_TEST(node_lost_mid_op) {
                 hung);
   for (int r = 0; r < W; r++) {
     int on_victim = r % NODES == 2;
-    int want = on_victim ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
+    int want = on_victim ? 10 - SPC_ERESTARTED : 10 - SPC_ENODELOST;
     ck_assert_msg(codes[r] == want ||
                   (!on_victim && codes[r] == 10 - SPC_EPEERLOST),
                   "rank %d exit %d, wanted %d", r, codes[r], want);

@@ -107,7 +107,7 @@ int spt_rk_refused_after_drain(spt_rk *k, int rank, int64_t n, int w,
   while (__atomic_load_n(answered, __ATOMIC_ACQUIRE) < w)
     usleep(1000);
   int bad = rc == SPC_ESHUTDOWN ? !strstr(spc_last_error(k->c), "no new ops")
-                                : rc != SPC_ECONNECTION;
+                                : rc != SPC_ERESTARTED;
   if (bad)
     fprintf(stderr, "rank %d after the drain: %d '%s'\n", rank, rc,
             spc_last_error(k->c));

@@ -74,9 +74,12 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra) {
    * socket): readiness, not a timing check. */
   char stats[160];
   snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", d->dir);
-  for (int i = 0; extra && extra[i]; i++)
+  for (int i = 0; extra && extra[i]; i++) {
     if (strcmp(extra[i], "--stats-socket") == 0 && extra[i + 1])
       snprintf(stats, sizeof(stats), "%s", extra[i + 1]);
+    if (strcmp(extra[i], "--socket") == 0 && extra[i + 1])
+      snprintf(d->socket, sizeof(d->socket), "%s", extra[i + 1]);
+  }
   for (int i = 0; i < 1000; i++) {
     int fd = spt_raw_connect(d->socket);
     int sfd = fd >= 0 ? spt_raw_connect(stats) : -1;

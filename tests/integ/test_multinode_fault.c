@@ -53,7 +53,7 @@ static int gather_loop(int rank, int world, int nnodes, const char *name,
       fprintf(stderr, "rank %d op %d: %s: %s\n", rank, it, spc_strerror(rc),
               spc_last_error(c));
       /* Survivors must be told which node went. */
-      if (rc != SPC_ECONNECTION &&
+      if (rc != SPC_ERESTARTED &&
           strstr(spc_last_error(c), victim_name) == NULL)
         return 1;
       return 10 - rc;
@@ -150,7 +150,7 @@ START_TEST(peer_dies_mid_run) {
     /* The victim's ranks lost their daemon. The others hear of the node
      * (SPC_ENODELOST), or of a rank lost with it. */
     int on_victim = r % NODES == victim;
-    int want = on_victim ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
+    int want = on_victim ? 10 - SPC_ERESTARTED : 10 - SPC_ENODELOST;
     int also = 10 - SPC_EPEERLOST;
     ck_assert_msg(codes[r] == want || (!on_victim && codes[r] == also),
                   "rank %d exit %d, wanted %d", r, codes[r], want);

@@ -84,7 +84,7 @@ static int64_t agree(rk *k, spc_group *sub, int64_t mine) {
 static int named_failure(rk *k, const char *what, int rc) {
   fprintf(stderr, "rank %d %s: %s: %s\n", k->rank, what, spc_strerror(rc),
           spc_last_error(k->c));
-  if (rc != SPC_ECONNECTION && strstr(spc_last_error(k->c), "node 2") == NULL)
+  if (rc != SPC_ERESTARTED && strstr(spc_last_error(k->c), "node 2") == NULL)
     return 1;
   return 10 - rc;
 }
@@ -243,7 +243,7 @@ START_TEST(node_lost_during_split_fails_it_everywhere) {
   kill_node(2, SIGKILL);
   spt_reap(pids, codes, 6, 60);
   for (int r = 0; r < 6; r++) {
-    int want = r % NODES == 2 ? 10 - SPC_ECONNECTION : 10 - SPC_ENODELOST;
+    int want = r % NODES == 2 ? 10 - SPC_ERESTARTED : 10 - SPC_ENODELOST;
     ck_assert_msg(codes[r] == want ||
                       (r % NODES != 2 && codes[r] == 10 - SPC_EPEERLOST),
                   "rank %d exit %d, wanted %d", r, codes[r], want);
@@ -328,7 +328,7 @@ START_TEST(node_lost_after_split_spares_local_sub_group) {
   spt_reap(pids, codes, 9, 120);
   for (int r = 0; r < 9; r++) {
     int want = r == 0 || r == 3   ? 0
-               : r % NODES == 2 ? 10 - SPC_ECONNECTION
+               : r % NODES == 2 ? 10 - SPC_ERESTARTED
                                 : 10 - SPC_ENODELOST;
     ck_assert_msg(codes[r] == want || (want == 10 - SPC_ENODELOST &&
                                        codes[r] == 10 - SPC_EPEERLOST),

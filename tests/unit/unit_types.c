@@ -176,7 +176,7 @@ START_TEST(test_strerror) {
     ck_assert_int_eq(want[i].st, -want[i].wire);
     ck_assert_str_eq(spk_strerror(want[i].st), want[i].msg);
   }
-  ck_assert_str_eq(spk_strerror(-18), "unknown status");
+  ck_assert_str_eq(spk_strerror(-19), "unknown status");
   ck_assert_str_eq(spk_strerror(1), "unknown status");
   ck_assert_str_eq(spk_strerror(-1000), "unknown status");
 }

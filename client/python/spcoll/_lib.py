@@ -24,7 +24,7 @@ STATUS_NAMES = {
     -7: "SPC_EPEERLOST", -8: "SPC_ESHUTDOWN", -9: "SPC_ENOMEM",
     -10: "SPC_ESYSTEM", -11: "SPC_EABORTED", -12: "SPC_ECONNECTION",
     -13: "SPC_EPERM", -14: "SPC_ETIMEDOUT", -15: "SPC_EUNSUPPORTED",
-    -16: "SPC_EDEVICE", -17: "SPC_ENODELOST",
+    -16: "SPC_EDEVICE", -17: "SPC_ENODELOST", -18: "SPC_ERESTARTED",
 }
 SPC_EINVAL = -1
 SPC_ENOTFOUND = -4
@@ -89,6 +89,7 @@ _PROTOS = {
     "spc_last_error": (_S, [_P]),
     "spc_group_join": (_I, [_P, _S, _I, _I, _PP]),
     "spc_set_op_timeout": (_I, [_P, ctypes.c_int64]),
+    "spc_set_reconnect_timeout": (_I, [_P, ctypes.c_int64]),
     "spc_group_leave": (_I, [_P]),
     "spc_group_rank": (_I, [_P]),
     "spc_group_size": (_I, [_P]),

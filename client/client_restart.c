@@ -1,0 +1,177 @@
+/* Surviving a daemon restart (spcoll.h, spc_set_reconnect_timeout). When
+ * the daemon goes away the client keeps its state: buffers (their memfds
+ * are its own), groups, op timeout. Requests in flight fail with
+ * SPC_ERESTARTED (client_conn.c, conn_lost); the next call reconnects,
+ * with backoff, registers the buffers again and rejoins the groups under
+ * the same names and ranks.
+ *
+ * A group's ranks realign on rejoin: each says how many ops it issued in
+ * the group's sequence (GroupJoin.issued), and fails, without issuing
+ * them, the ops it is behind the furthest rank by (GroupJoined.skip).
+ * Every rank's next op is then the same op, and an op that some rank had
+ * issued when the daemon went fails on every rank. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_fast.h"
+
+int spc_set_reconnect_timeout(spc_client *c, int64_t timeout_ms) {
+  if (c == NULL)
+    return SPC_EINVAL;
+  if (timeout_ms < -1)
+    return spc__fail(c, SPC_EINVAL, "reconnect timeout %lld ms: -1 (the op "
+                     "timeout), 0 (never reconnect) or a number of ms",
+                     (long long)timeout_ms);
+  c->reconnect_ms = timeout_ms;
+  return SPC_OK;
+}
+
+/* How long a reconnect may try: the client's setting, else its op
+ * timeout, else the daemon's (from Welcome). */
+static int64_t reconnect_limit_ms(const spc_client *c) {
+  if (c->reconnect_ms >= 0)
+    return c->reconnect_ms;
+  if (c->op_timeout_ms > 0)
+    return c->op_timeout_ms;
+  return c->daemon_op_timeout_ms > 0 ? c->daemon_op_timeout_ms : 1800000;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One try: connect and say hello. A daemon not (yet) listening, or one
+ * that went again during the hello, is worth another try (1); anything
+ * else is not (its status). */
+static int try_once(spc_client *c) {
+  if (c->fd >= 0)
+    close(c->fd); /* the old daemon's, or a failed try's */
+  c->fd = -1;
+  c->lost = 0;
+  c->broken = 0;
+  int rc = spc__conn_open(c);
+  if (rc == SPC_OK)
+    return SPC_OK;
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+  c->lost = 1;
+  return rc == SPC_ECONNECTION || rc == SPC_ERESTARTED ? 1 : rc;
+}
+
+/* Connect again, 10 ms apart at first, doubling up to 1 s, until the
+ * reconnect timeout. */
+static int reconnect(spc_client *c) {
+  int64_t limit = reconnect_limit_ms(c), t0 = now_ms();
+  int64_t pause = 10;
+  for (;;) {
+    int rc = try_once(c);
+    if (rc <= 0)
+      return rc;
+    int64_t left = limit - (now_ms() - t0);
+    if (left <= 0)
+      return spc__fail(c, SPC_ECONNECTION, "spcolld did not come back "
+                       "within %lld ms (the reconnect timeout): %s",
+                       (long long)limit, c->last_error);
+    usleep((useconds_t)((pause < left ? pause : left) * 1000));
+    pause = pause * 2 < 1000 ? pause * 2 : 1000;
+  }
+}
+
+/* Every host buffer registered with the new daemon (new ids; tensors
+ * name their buffer, not its id). Device buffers are not carried yet. */
+static int buffers_again(spc_client *c) {
+  if (c->gpu != NULL)
+    return spc__fail(c, SPC_EUNSUPPORTED, "this client used device memory, "
+                     "which is not carried across a daemon restart yet: "
+                     "connect again (spc_connect)");
+  for (spc_buffer *b = c->buffers; b != NULL; b = b->next) {
+    int rc = b->wrapped ? SPC_OK : spc__buffer_register(c, b);
+    if (rc < 0)
+      return rc;
+  }
+  return SPC_OK;
+}
+
+static int rejoin_send(spc_group *g, spc_request **req_p) {
+  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  j.name = g->name;
+  j.world_size = g->world;
+  j.rank = g->rank;
+  j.op_timeout_ms = (uint64_t)g->client->op_timeout_ms;
+  j.issued = g->issued;
+  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN;
+  f.group_join = &j;
+  return spc__send(g->client, &f, -1, req_p);
+}
+
+/* req's answer: g's new id and shared segment, and the ops it skips. */
+static int rejoin_finish(spc_group *g, spc_request *req) {
+  spc_client *c = g->client;
+  Spcoll__Frame *reply;
+  int rc = spc__finish(c, req, &reply);
+  if (rc < 0)
+    return rc;
+  if (reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {
+    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered a rejoin of group "
+                   "'%s' with %s", g->name, spf_body_name(reply->body_case));
+    spcoll__frame__free_unpacked(reply, NULL);
+    return rc;
+  }
+  g->id = reply->group_joined->group_id;
+  g->multinode = reply->group_joined->multinode;
+  g->skip = reply->group_joined->skip;
+  spcoll__frame__free_unpacked(reply, NULL);
+  return spc__seg_claim(g);
+}
+
+/* Every named group rejoined: all joins sent first, then their answers
+ * taken, so no two ranks wait on the order of each other's groups. Lost:
+ * a group made by spc_group_split, which has no name to rejoin by, and a
+ * group spanning nodes (its other nodes' ranks do not rejoin: their
+ * daemons broke it, SPC_ENODELOST). */
+static int groups_again(spc_client *c) {
+  int n = 0, rc = SPC_OK;
+  for (spc_group *g = c->groups; g != NULL; g = g->next)
+    n++;
+  spc_request **reqs = calloc((size_t)n + 1, sizeof(*reqs));
+  if (reqs == NULL)
+    return spc__fail(c, SPC_ENOMEM, "calloc of %d rejoins failed", n);
+  int i = 0;
+  for (spc_group *g = c->groups; g != NULL; g = g->next, i++) {
+    spc__fast_detach(g); /* the old daemon's segment */
+    g->lost = g->name[0] == '\0' || g->multinode;
+    if (!g->lost && rc == SPC_OK)
+      rc = rejoin_send(g, &reqs[i]);
+  }
+  i = 0;
+  for (spc_group *g = c->groups; g != NULL; g = g->next, i++) {
+    int r = reqs[i] != NULL ? rejoin_finish(g, reqs[i]) : SPC_OK;
+    if (rc == SPC_OK)
+      rc = r;
+  }
+  free(reqs);
+  return rc;
+}
+
+int spc__revive(spc_client *c) {
+  c->reviving = 1;
+  int rc = reconnect(c);
+  if (rc == SPC_OK)
+    rc = buffers_again(c);
+  if (rc == SPC_OK)
+    rc = groups_again(c);
+  c->reviving = 0;
+  /* Gone again: the next call tries again. Anything else ends the
+   * client, as a broken connection does. */
+  if (rc < 0 && !c->lost)
+    c->broken = 1;
+  return rc;
+}

@@ -1,0 +1,393 @@
+/* A daemon restart under running ranks (issue 36, client_restart.c): four
+ * ranks loop over verified ops of every kind, small ones through the
+ * group's shared segment and larger ones through the daemon, while the
+ * daemon is SIGKILLed and a new one started on the same socket. The
+ * ranks' code does nothing special: every op either is right or fails
+ * with SPC_ERESTARTED, some op failed so (the restart was seen), and
+ * every op of the last rounds, after the restart, is right on every rank.
+ * A client that asked never to reconnect fails with SPC_ECONNECTION, and
+ * so does every later call. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "fast_ranks.h"
+#include "harness.h"
+
+#define W 4
+#define ROUNDS 120
+#define KILL_AT 30     /* the daemon dies once rank 0 reached this round */
+#define LAST_OK 20     /* rounds at the end that must all be right */
+#define SMALL 16       /* floats per row: the shared segment */
+#define LARGE 40000    /* floats per row: over fast_bytes */
+
+/* fast_bytes below LARGE's ops, and no reading in place: LARGE ops take
+ * the daemon's path. */
+static const char *const flags[] = {"--fast-bytes", "65536",
+                                    "--fast-map-bytes", "0", NULL};
+
+typedef struct {
+  volatile int round[W];
+  volatile int restarted[W];   /* ops failed with SPC_ERESTARTED */
+  volatile int bad[W];         /* wrong data, or another failure */
+  volatile int last_fail[W];   /* the last round with a failed op */
+} shared_t;
+
+static spt_daemon daemon_, again;
+static char stats_sock[200];
+static shared_t *sh;
+
+static void setup(void) {
+  sh = spt_fixture_up(&daemon_, flags, sizeof(*sh));
+  ck_assert_ptr_nonnull(sh);
+  snprintf(stats_sock, sizeof(stats_sock), "%s/spcolld.stats.sock",
+           daemon_.dir);
+  memset(&again, 0, sizeof(again));
+}
+
+/* The first daemon, killed, left its folder: the second one's stats
+ * socket and the first one's log. */
+static void teardown(void) {
+  int killed = daemon_.pid == 0;
+  if (again.pid > 0)
+    ck_assert_int_eq(spt_daemon_stop(&again), 0);
+  int rc = spt_fixture_down(&daemon_, sh, sizeof(*sh));
+  if (!killed)
+    ck_assert_int_eq(rc, 0);
+  unlink(stats_sock);
+  unlink(daemon_.log);
+  rmdir(daemon_.dir);
+}
+
+typedef struct {
+  spt_rk k;
+  int rank;
+  spc_tensor in, out;
+  float *x, *y;
+} rk;
+
+/* in holds `rows` rows of `cols` floats, out `orows` of `ocols`. */
+static int tensors(rk *r, int64_t rows, int64_t cols, int64_t orows,
+                   int64_t ocols) {
+  int64_t s[2] = {rows, cols}, o[2] = {orows, ocols};
+  r->k.used = 0;
+  r->x = spt_rk_tensor(&r->k, &r->in, 2, s);
+  r->y = spt_rk_tensor(&r->k, &r->out, 2, o);
+  return r->x != NULL && r->y != NULL ? 0 : -1;
+}
+
+static float val(int rank, size_t i, int step) {
+  return spt_rk_val(rank, i, step);
+}
+
+#define KINDS 10
+
+/* in [rows, n] and out [orows, n] (flat: [1, orows * n]), in filled:
+ * each rank's own data, or (same) the one full tensor every rank passes
+ * to a split. */
+static int fill(rk *r, int64_t rows, int64_t orows, int64_t n, int flat,
+                int step, int same) {
+  if ((flat ? tensors(r, rows, n, 1, orows * n)
+            : tensors(r, rows, n, orows, n)) < 0)
+    return -1;
+  for (int64_t i = 0; i < rows * n; i++)
+    r->x[i] = val(same ? 0 : r->rank, (size_t)i, step);
+  return 0;
+}
+
+/* Rows of the output: out row k is row src[k] of rank from[k]'s input
+ * (from -1: the sum over ranks). How many differ. */
+static size_t rows_differ(const rk *r, int64_t orows, int64_t n,
+                          const int *from, const int64_t *src, int step) {
+  size_t bad = 0;
+  for (int64_t k = 0; k < orows; k++)
+    for (int64_t c = 0; c < n; c++) {
+      float s = 0;
+      for (int q = 0; q < W; q++)
+        if (from[k] == q || from[k] < 0)
+          s += val(q, (size_t)(src[k] * n + c), step);
+      bad += r->y[k * n + c] != s;
+    }
+  return bad;
+}
+
+/* Op `kind` (every kind of the op list, on dim 0 of [rows, n] tensors) at
+ * step: run and checked. SPC_OK, or the op's failure; *wrong set when it
+ * ran but the data is not right. */
+static int op_once(rk *r, int kind, int64_t n, int step, int *wrong) {
+  int me = r->rank, from[2 * W], rc;
+  int64_t src[2 * W], lens[2] = {W, W}, rows, orows;
+  static const int same[KINDS] = {[0] = 1, [6] = 1, [8] = 1};
+  /* kind: rows in, rows out, and where each output row comes from */
+  switch (kind) {
+  case 0: /* split of one [W, n] tensor: row me */
+  case 6: /* zigzag split of [2W, n]: rows me and 2W-1-me */
+  case 8: /* packed split of two sequences of W rows: row me of each */
+    rows = kind == 0 ? W : 2 * W, orows = kind == 0 ? 1 : 2;
+    from[0] = from[1] = 0;
+    src[0] = me, src[1] = kind == 6 ? 2 * W - 1 - me : W + me;
+    break;
+  case 1: /* all_gather: row q is rank q's */
+  case 7: /* zigzag gather: rank q's rows at q and 2W-1-q */
+  case 9: /* packed gather: rank q's rows at q and W+q */
+    rows = kind == 1 ? 1 : 2, orows = W * rows;
+    for (int q = 0; q < W; q++) {
+      from[q] = q, src[q] = 0;
+      if (kind != 1) {
+        int at = kind == 7 ? 2 * W - 1 - q : W + q;
+        from[at] = q, src[at] = 1;
+      }
+    }
+    break;
+  case 2: /* all_reduce of [1, n] */
+    rows = orows = 1, from[0] = -1, src[0] = 0;
+    break;
+  case 3: /* reduce_scatter of [W, n]: the sum of row me */
+    rows = W, orows = 1, from[0] = -1, src[0] = me;
+    break;
+  default: /* all_to_all(_v) of [W, n]: row q is rank q's row me (all_to_all
+            * gathers along 1: [1, W * n], the same bytes) */
+    rows = orows = W;
+    for (int q = 0; q < W; q++)
+      from[q] = q, src[q] = me;
+    break;
+  }
+  if (fill(r, rows, orows, n, kind == 4, step, same[kind]) < 0)
+    return SPC_ENOMEM;
+  int64_t splits[W];
+  for (int q = 0; q < W; q++)
+    splits[q] = 1;
+  spc_group *g = r->k.g;
+  const spc_tensor *in = &r->in, *out = &r->out;
+  switch (kind) {
+  case 0: rc = spc_split(g, in, out, 0, NULL); break;
+  case 1: rc = spc_all_gather(g, in, out, 0, NULL); break;
+  case 2: rc = spc_all_reduce(g, in, out, SPC_SUM); break;
+  case 3: rc = spc_reduce_scatter(g, in, out, 0, NULL); break;
+  case 4: rc = spc_all_to_all(g, in, out, 0, 1, 0); break;
+  case 5: rc = spc_all_to_all_v(g, in, out, splits, splits); break;
+  case 6: rc = spc_zigzag_split(g, in, out, 0); break;
+  case 7: rc = spc_zigzag_gather(g, in, out, 0); break;
+  case 8: rc = spc_packed_split(g, in, out, 0, lens, 2); break;
+  default: rc = spc_packed_gather(g, in, out, 0, lens, 2); break;
+  }
+  *wrong = rc == SPC_OK && rows_differ(r, orows, n, from, src, step) != 0;
+  return rc;
+}
+
+static int loop_rank(int rank, int w, void *arg) {
+  (void)arg;
+  rk r = {.rank = rank};
+  if (spt_rk_open(&r.k, daemon_.socket, "restart", rank, w, 0) < 0)
+    return 1;
+  sh->last_fail[rank] = -1;
+  for (int round = 0; round < ROUNDS; round++) {
+    sh->round[rank] = round;
+    for (int op = 0; op < 2 * KINDS; op++) {
+      int wrong = 0;
+      int rc = op_once(&r, op % KINDS, op < KINDS ? SMALL : LARGE,
+                       round * 2 * KINDS + op, &wrong);
+      if (rc == SPC_ERESTARTED) {
+        sh->restarted[rank]++;
+        sh->last_fail[rank] = round;
+      } else if (rc < 0 || wrong) {
+        fprintf(stderr, "rank %d round %d op %d: %s\n", rank, round, op,
+                rc < 0 ? spc_last_error(r.k.c) : "wrong data");
+        sh->bad[rank]++;
+        sh->last_fail[rank] = round;
+      }
+    }
+  }
+  return spt_rk_close(&r.k, 0);
+}
+
+/* Start a daemon on the first one's sockets, as an operator restarting
+ * the service would. */
+static int restart_daemon(void) {
+  const char *argv[] = {"--socket", daemon_.socket, "--stats-socket",
+                        stats_sock, "--fast-bytes", "65536",
+                        "--fast-map-bytes", "0", NULL};
+  return spt_daemon_start(&again, argv);
+}
+
+START_TEST(ranks_survive_sigkill) {
+  pid_t pids[W];
+  for (int r = 0; r < W; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(loop_rank(r, W, NULL));
+  }
+  while (sh->round[0] < KILL_AT)
+    usleep(1000);
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  usleep(100000); /* the clients find no daemon for a while */
+  ck_assert_int_eq(restart_daemon(), 0);
+  int codes[W];
+  ck_assert_int_eq(spt_reap(pids, codes, W, 240), 0);
+  int seen = 0;
+  for (int r = 0; r < W; r++) {
+    ck_assert_msg(codes[r] == 0, "rank %d exited %d", r, codes[r]);
+    ck_assert_msg(sh->bad[r] == 0, "rank %d: %d ops wrong or failed "
+                  "otherwise", r, sh->bad[r]);
+    ck_assert_msg(sh->last_fail[r] < ROUNDS - LAST_OK, "rank %d failed an "
+                  "op in round %d, near the end", r, sh->last_fail[r]);
+    seen += sh->restarted[r];
+  }
+  ck_assert_msg(seen > 0, "no op failed with SPC_ERESTARTED: the restart "
+                "went unseen");
+}
+END_TEST
+
+/* Ranks that had issued different numbers of ops when the daemon went:
+ * rank 0 two, in flight; rank 1 none. On rejoin rank 1 fails those two
+ * without issuing them (GroupJoined.skip), so the third op is the third
+ * op on both ranks, and right. */
+typedef struct {
+  volatile int started;       /* rank 0's two ops are in flight */
+  volatile int restarted;     /* the parent started a new daemon */
+  volatile int rc[2][3];      /* each rank's ops */
+  volatile int wrong[2];
+} align_t;
+
+static int align_rank(int rank, int w, void *arg) {
+  align_t *a = arg;
+  rk r = {.rank = rank};
+  if (spt_rk_open(&r.k, daemon_.socket, "align", rank, w, 0) < 0)
+    return 1;
+  spc_tensor in[3], out[3];
+  int64_t s[1] = {LARGE};
+  spc_op op = spc_op_all_reduce(SPC_SUM);
+  spc_request *req[2];
+  for (int i = 0; i < 3; i++) {
+    float *x = spt_rk_tensor(&r.k, &in[i], 1, s);
+    if (x == NULL || spt_rk_tensor(&r.k, &out[i], 1, s) == NULL)
+      return 1;
+    for (int64_t j = 0; j < LARGE; j++)
+      x[j] = val(rank, (size_t)j, i);
+  }
+  if (rank == 0) {
+    for (int i = 0; i < 2; i++)
+      if (spc_start(r.k.g, &op, &in[i], &out[i], &req[i]) < 0)
+        return 1;
+    a->started = 1;
+    for (int i = 0; i < 2; i++)
+      a->rc[0][i] = spc_wait(&req[i]);
+  } else {
+    while (!a->restarted)
+      usleep(1000);
+    for (int i = 0; i < 2; i++)
+      a->rc[1][i] = spc_all_reduce(r.k.g, &in[i], &out[i], SPC_SUM);
+  }
+  a->rc[rank][2] = spc_all_reduce(r.k.g, &in[2], &out[2], SPC_SUM);
+  const float *y = spc_tensor_data(&out[2]);
+  for (int64_t j = 0; j < LARGE && a->rc[rank][2] == SPC_OK; j++)
+    a->wrong[rank] += y[j] != val(0, (size_t)j, 2) + val(1, (size_t)j, 2);
+  return spt_rk_close(&r.k, 0);
+}
+
+START_TEST(ranks_realign) {
+  align_t *a = mmap(NULL, sizeof(*a), PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(a, MAP_FAILED);
+  memset(a, 0, sizeof(*a));
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(align_rank(r, 2, a));
+  }
+  while (!a->started)
+    usleep(1000);
+  usleep(50000); /* rank 0's two ops reach the daemon */
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  ck_assert_int_eq(restart_daemon(), 0);
+  a->restarted = 1;
+  int codes[2];
+  ck_assert_int_eq(spt_reap(pids, codes, 2, 120), 0);
+  for (int r = 0; r < 2; r++) {
+    ck_assert_int_eq(codes[r], 0);
+    for (int i = 0; i < 2; i++)
+      ck_assert_msg(a->rc[r][i] == SPC_ERESTARTED, "rank %d op %d: %d", r,
+                    i, a->rc[r][i]);
+    ck_assert_msg(a->rc[r][2] == SPC_OK, "rank %d op 2: %d", r, a->rc[r][2]);
+    ck_assert_int_eq(a->wrong[r], 0);
+  }
+  munmap(a, sizeof(*a));
+}
+END_TEST
+
+/* spc_set_reconnect_timeout(c, 0): the client ends with the daemon, and
+ * says so on every later call. */
+START_TEST(never_reconnect) {
+  spc_client *c = spt_connect(daemon_.socket);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(spc_set_reconnect_timeout(c, 0), SPC_OK);
+  ck_assert_int_eq(spc_set_reconnect_timeout(c, -2), SPC_EINVAL);
+  ck_assert_ptr_nonnull(strstr(spc_last_error(c), "-2"));
+  spc_buffer *b;
+  ck_assert_int_eq(spc_buffer_alloc(c, 4096, &b), SPC_OK);
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  ck_assert_int_eq(restart_daemon(), 0);
+  spc_buffer *b2;
+  ck_assert_int_eq(spc_buffer_alloc(c, 4096, &b2), SPC_ECONNECTION);
+  ck_assert_int_eq(spc_buffer_alloc(c, 4096, &b2), SPC_ECONNECTION);
+  spc_disconnect(c);
+}
+END_TEST
+
+/* A lone client's buffers come back with it: after the restart it
+ * allocates, joins and runs as if nothing happened, and the new daemon
+ * holds its old buffer again. */
+START_TEST(buffers_registered_again) {
+  spc_client *c = spt_connect(daemon_.socket);
+  ck_assert_ptr_nonnull(c);
+  spc_buffer *b;
+  ck_assert_int_eq(spc_buffer_alloc(c, 1 << 16, &b), SPC_OK);
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  ck_assert_int_eq(restart_daemon(), 0);
+  spc_group *g;
+  ck_assert_msg(spc_group_join(c, "alone", 1, 0, &g) == SPC_OK, "%s",
+                spc_last_error(c));
+  int64_t s[1] = {1024};
+  spc_tensor in, out;
+  ck_assert_int_eq(spc_tensor_init(&in, b, 0, SPC_FLOAT32, 1, s), SPC_OK);
+  ck_assert_int_eq(spc_tensor_init(&out, b, 4096, SPC_FLOAT32, 1, s),
+                   SPC_OK);
+  ck_assert_msg(spc_all_reduce(g, &in, &out, SPC_SUM) == SPC_OK, "%s",
+                spc_last_error(c));
+  ck_assert(spt_stats_has(stats_sock, "groups=1 buffers=1 "
+                                      "registered_bytes=65536\n"));
+  ck_assert_int_eq(spc_group_leave(g), SPC_OK);
+  ck_assert_int_eq(spc_buffer_free(b), SPC_OK);
+  spc_disconnect(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("restart");
+  TCase *tc = tcase_create("restart");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, ranks_survive_sigkill);
+  tcase_add_test(tc, ranks_realign);
+  tcase_add_test(tc, never_reconnect);
+  tcase_add_test(tc, buffers_registered_again);
+  suite_add_tcase(s, tc);
+  return spt_run_suite(s);
+}
