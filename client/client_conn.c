@@ -150,7 +150,7 @@ int spc__hangup_take(spc_client *c) {
   if (!c->hangup)
     return SPC_OK;
   c->hangup = 0;
-  return spc__conn_gone(c, "a shared-memory op waited", 0);
+  return spc__conn_gone(c, "seen from the shared segment", 0);
 }
 
 int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,

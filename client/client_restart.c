@@ -169,9 +169,12 @@ int spc__revive(spc_client *c) {
   if (rc == SPC_OK)
     rc = groups_again(c);
   c->reviving = 0;
-  /* Gone again: the next call tries again. Anything else ends the
-   * client, as a broken connection does. */
-  if (rc < 0 && !c->lost)
+  /* Gone again, or going (a daemon that is itself being replaced): the
+   * next call tries again. Anything else ends the client, as a broken
+   * connection does. */
+  if (rc == SPC_ERESTARTED || rc == SPC_ESHUTDOWN)
+    c->lost = 1;
+  else if (rc < 0 && !c->lost)
     c->broken = 1;
   return rc;
 }

@@ -69,6 +69,15 @@ $(BENCH): $(call obj,$(BENCH_SRC)) $(BUILD)/tests/integ/harness.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
 
+# How long ops are unavailable across an upgrade of the daemon
+# (bench/upgrade_bench.c; `make bench` runs it, scripts/bench_run.sh).
+UPGRADE_BENCH := $(BUILD)/bin/spcoll-upgrade-bench
+$(UPGRADE_BENCH): $(BUILD)/bench/upgrade_bench.o \
+  $(BUILD)/tests/integ/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
+all: $(UPGRADE_BENCH)
+
 # The Open MPI baseline needs mpicc (Debian libopenmpi-dev): built by
 # `make bench` only, so `all` never depends on MPI.
 MPI_BENCH_SRC := bench/mpi_bench.c bench/mpi_ops.c bench/bench_common.c

@@ -3,7 +3,8 @@
 # baselines (Open MPI plain and with glibc's mmap threshold raised, gloo)
 # and a second spcoll round up to BENCH_AGAIN_BYTES, a third of Open MPI
 # and of spcoll up to BENCH_THIRD_BYTES, spcoll and Open MPI in turn in
-# the same processes up to BENCH_PAIR_BYTES, the latency mode,
+# the same processes up to BENCH_PAIR_BYTES, the latency mode, how long
+# ops are unavailable across 10 upgrades of the daemon,
 # ucx_perftest, torch.distributed on backend "spcoll" beside gloo and the
 # C call (scripts/bench_torch.py, its own table and files), then
 # scripts/bench_report.py's merged table with ratios, targets and PNGs. Everything lands in $BENCH_OUT and
@@ -149,6 +150,10 @@ run() {
   "$BUILD/bin/spcoll-bench" --spcolld "$BUILD/bin/spcolld" --latency \
     --ranks 2 --iters "$LAT_ITERS" --csv "$OUT/latency.csv" \
     --json "$OUT/latency.json" || return 1
+  echo; echo "== availability: 10 upgrades of the daemon under 4 ranks =="
+  "$BUILD/bin/spcoll-upgrade-bench" --spcolld "$BUILD/bin/spcolld" \
+    --ranks 4 --upgrades 10 --csv "$OUT/upgrade.csv" ||
+    echo "# the upgrade benchmark failed"
   if has ucx; then
     echo; echo "== ucx_perftest: the cross-node transport =="
     sh scripts/bench_ucx.sh -o "$OUT/ucx.csv" -m "$MAX" -i "$ITERS" ||
@@ -181,7 +186,7 @@ rm -f "$OUT"/spcoll_ranks*.csv "$OUT"/spcoll_ranks*.json "$OUT"/mpi_ranks*.csv \
   "$OUT"/spcoll_again_ranks*.csv "$OUT"/spcoll_again_ranks*.json \
   "$OUT"/mpi_tuned_ranks*.csv "$OUT"/gloo_ranks*.csv "$OUT"/latency.* \
   "$OUT"/mpi_third_ranks*.csv "$OUT"/spcoll_third_ranks*.* \
-  "$OUT"/pair_ranks*.csv \
+  "$OUT"/pair_ranks*.csv "$OUT"/upgrade.csv \
   "$OUT"/ucx.csv "$OUT"/summary.* "$OUT"/busbw_ranks*.png
 rm -rf "$OUT/plot"
 ( run; echo $? > "$OUT/.rc" ) 2>&1 | tee "$OUT/bench.log"

@@ -86,7 +86,8 @@ FOLDER_EXCEPTIONS = {
 # daemon/core's layers, top first (rule 11): file names of daemon/core.
 CORE_LAYERS = [
     ("lifecycle and requests",
-     {"server.c", "shutdown.c", "watchdog.c", "control.c", "session.c",
+     {"server.c", "shutdown.c", "watchdog.c", "control.c", "upgrade.c",
+      "session.c",
       "session_dispatch.c", "session_guard.c", "session_buffer.c"}),
     ("groups", {"group.c", "group_split.c", "group_peer.c"}),
     ("ops", {"op.c", "op_p2p.c", "op_p2p_peer.c", "op_peer.c", "op_overlap.c",

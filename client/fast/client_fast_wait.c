@@ -92,6 +92,11 @@ int spc__fast_broken(spc_group *g) {
     return SPC_OK;
   char m[SPK_FSEG_MSG];
   spk_fsync_broken_msg(h, m);
+  /* The daemon is being replaced (upgrade.c): the connection is to end
+   * as if it had gone (spc__hangup_take), so that the next op reconnects
+   * even where no op of this client needs the daemon. */
+  if (st == SPC_ERESTARTED)
+    g->client->hangup = 1;
   return spc__fail(g->client, st, "%.*s", SPK_FSEG_MSG, m);
 }
 

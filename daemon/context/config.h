@@ -139,6 +139,8 @@ typedef struct {
   unsigned operator_gid[SPD_MAX_OPERATORS];
   int noperator_gid;
   long long fast_op_bytes[SPK_OP_COUNT]; /* per op; -1: fast_bytes */
+  int upgrade;             /* take the sockets over from a running spcolld
+                            * (upgrade.c); not a setting of the file */
 #define SPD_LIMIT_FIELD(field, flag, def, lo, hi, help) long long field;
   SPD_LIMITS(SPD_LIMIT_FIELD)
 #undef SPD_LIMIT_FIELD

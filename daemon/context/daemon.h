@@ -141,6 +141,8 @@ typedef struct spd_ctx {
   int running_ops;           /* ops handed to the mover, not yet done */
   int stopping;
   int draining;              /* no new groups or ops; exit when idle */
+  int upgrading;             /* handed its sockets to a new spcolld: its
+                              * clients move there (upgrade.c) */
   spd_counters stats;
   spd_engine_counters engine_stats[SPD_MAX_ENGINES]; /* by spd_engine_kind
                                     * (engine.h), the first

@@ -138,6 +138,9 @@ static void usage(FILE *out) {
           "                     systemd credential peer-key); needed with "
           "--peers\n"
           "  --peer-timeout N   a peer silent for N s is lost (30)\n"
+          "  --upgrade          take the sockets over from the spcolld\n"
+          "                     running on them, which then stops; its\n"
+          "                     clients reconnect here (operators only)\n"
           "  --version, --help\n");
   fprintf(out, "  --mover M          the engine an op goes to when it can run "
           "it, or auto\n                     (default); engines:");
@@ -180,6 +183,7 @@ static const struct option opts[] = {
     {"peer-key-file", required_argument, NULL, 'K'},
     {"operator-uid", required_argument, NULL, 'O'},
     {"operator-gid", required_argument, NULL, 'Q'},
+    {"upgrade", no_argument, NULL, 'U'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -190,6 +194,9 @@ static int apply_opt(spd_config *cfg, int opt, const char *arg, spk_err *err) {
   switch (opt) {
   case 'c':
     break; /* read before the other flags, in spd_config_parse_args */
+  case 'U':
+    cfg->upgrade = 1;
+    break;
   case 's':
     if (strlen(arg) >= sizeof(cfg->socket_path))
       return spk_err_set(err, SPK_EINVAL, "--socket: path of %zu bytes is "

@@ -10,7 +10,13 @@
 
 #include "daemon.h"
 
-/* Bind and listen on both sockets; close them (removing the files). */
+/* A Unix stream socket (close-on-exec) and sa filled for path; -1 with
+ * err set when socket() fails. path fits sun_path (the config checks). */
+struct sockaddr_un;
+int spd_unix_socket(const char *path, struct sockaddr_un *sa, spk_err *err);
+
+/* Bind and listen on both sockets; close them (removing the files). With
+ * --upgrade, listen on the running daemon's (spd_upgrade_take). */
 int spd_server_listen(spd_ctx *ctx, spk_err *err);
 void spd_server_close(spd_ctx *ctx);
 
@@ -32,6 +38,14 @@ void spd_control_tick(spd_ctx *ctx, uint64_t now);
 void spd_drain(spd_ctx *ctx);
 /* While draining: stop once no group has an op left. */
 void spd_drain_check(spd_ctx *ctx);
+
+/* Upgrade (upgrade.c). The running daemon: hand both listening sockets to
+ * the operator session s that asked (request id), then stop, its clients
+ * moving to the new daemon. The new one: ask the daemon on the
+ * configured sockets for them; fds[0] control, fds[1] stats. */
+struct spd_session;
+void spd_upgrade_give(struct spd_session *s, uint64_t id);
+int spd_upgrade_take(spd_ctx *ctx, int *fds, spk_err *err);
 
 /* Begin an orderly stop: no new clients, pending ops fail with "daemon
  * shutting down", running ops finish, then every handle closes. */

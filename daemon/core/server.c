@@ -22,6 +22,16 @@ static void on_connection(uv_stream_t *server, int status) {
   spd_session_accept(l->ctx, server, l->stats_only);
 }
 
+int spd_unix_socket(const char *path, struct sockaddr_un *sa, spk_err *err) {
+  *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+  snprintf(sa->sun_path, sizeof(sa->sun_path), "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    spk_err_set(err, SPK_ESYSTEM, "socket(AF_UNIX) for %s: %s", path,
+                strerror(errno));
+  return fd;
+}
+
 /* A socket file left by a daemon that died is stale when nobody answers on
  * it; one that answers belongs to a live daemon and must not be taken. */
 static int clear_stale_socket(const char *path, spk_err *err) {
@@ -32,12 +42,10 @@ static int clear_stale_socket(const char *path, spk_err *err) {
                                          path, strerror(errno));
   if (!S_ISSOCK(st.st_mode))
     return spk_err_set(err, SPK_EINVAL, "%s exists and is not a socket", path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa;
+  int fd = spd_unix_socket(path, &sa, err);
   if (fd < 0)
-    return spk_err_set(err, SPK_ESYSTEM, "socket(AF_UNIX): %s",
-                       strerror(errno));
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    return SPK_ESYSTEM;
   int live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
   close(fd);
   if (live)
@@ -82,8 +90,28 @@ static int socket_chgrp(spd_ctx *ctx, const char *path, int stats,
   return SPK_OK;
 }
 
-/* A socket systemd created and passed: listen on it; the file is
- * systemd's, so it is not removed at exit. */
+/* A socket bound to path, by us rather than by libuv: libuv removes the
+ * file of a pipe it bound when the handle closes, and after an upgrade
+ * (upgrade.c) the file is the new daemon's. Whether it is removed is
+ * ours to say (l->bound). */
+static int socket_bind(const char *path, int *fd_p, spk_err *err) {
+  struct sockaddr_un sa;
+  int fd = spd_unix_socket(path, &sa, err);
+  if (fd < 0)
+    return SPK_ESYSTEM;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    int saved = errno;
+    close(fd);
+    return spk_err_set(err, SPK_ESYSTEM, "bind(%s): %s", path,
+                       strerror(saved));
+  }
+  *fd_p = fd;
+  return SPK_OK;
+}
+
+/* A listening socket's descriptor: one systemd created and passed (its
+ * file is systemd's, not removed at exit), one the running daemon handed
+ * over (upgrade.c), or our own (socket_bind). */
 static int listener_adopt(spd_ctx *ctx, spd_listener *l, int fd,
                           spk_err *err) {
   int rc = uv_pipe_init(ctx->loop, &l->pipe, 0);
@@ -113,30 +141,48 @@ static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
   rc = ensure_parent_dir(path, err);
   if (rc == SPK_OK)
     rc = clear_stale_socket(path, err);
+  if (rc == SPK_OK)
+    rc = socket_bind(path, &fd, err);
   if (rc < 0)
     return rc;
-  if ((rc = uv_pipe_init(ctx->loop, &l->pipe, 0)) < 0)
-    return spk_err_set(err, SPK_ESYSTEM, "uv_pipe_init: %s", uv_strerror(rc));
-  l->pipe.data = l;
-  l->listening = 1;
-  if ((rc = uv_pipe_bind(&l->pipe, path)) < 0)
-    return spk_err_set(err, SPK_ESYSTEM, "bind(%s): %s", path,
-                       uv_strerror(rc));
   l->bound = 1; /* from here on the socket file is ours to remove */
-  if (chmod(path, ctx->cfg.socket_mode) < 0)
+  if (chmod(path, ctx->cfg.socket_mode) < 0) {
+    close(fd);
     return spk_err_set(err, SPK_ESYSTEM, "chmod(%s, %04o): %s", path,
                        ctx->cfg.socket_mode, strerror(errno));
-  if ((rc = socket_chgrp(ctx, path, stats_only, err)) < 0)
+  }
+  if ((rc = socket_chgrp(ctx, path, stats_only, err)) < 0) {
+    close(fd);
     return rc;
-  if ((rc = uv_listen((uv_stream_t *)&l->pipe, 128, on_connection)) < 0)
-    return spk_err_set(err, SPK_ESYSTEM, "listen(%s): %s", path,
-                       uv_strerror(rc));
+  }
+  if ((rc = listener_adopt(ctx, l, fd, err)) < 0)
+    return rc;
   SPD_INFO(&ctx->log, "listening on %s (%s, mode %04o)", path,
            stats_only ? "stats" : "control", ctx->cfg.socket_mode);
   return SPK_OK;
 }
 
+/* The running daemon's sockets, taken over: their files are ours now. */
+static int listen_taken(spd_ctx *ctx, spk_err *err) {
+  int fds[2];
+  int rc = spd_upgrade_take(ctx, fds, err);
+  if (rc < 0)
+    return rc;
+  spd_listener *ls[2] = {&ctx->control, &ctx->stats_listener};
+  const char *paths[2] = {ctx->cfg.socket_path, ctx->cfg.stats_socket_path};
+  for (int i = 0; i < 2; i++) {
+    ls[i]->ctx = ctx, ls[i]->path = paths[i], ls[i]->stats_only = i;
+    if (rc == SPK_OK && (rc = listener_adopt(ctx, ls[i], fds[i], err)) == 0)
+      ls[i]->bound = 1;
+    else if (rc < 0 && !ls[i]->listening)
+      close(fds[i]);
+  }
+  return rc;
+}
+
 int spd_server_listen(spd_ctx *ctx, spk_err *err) {
+  if (ctx->cfg.upgrade)
+    return listen_taken(ctx, err);
   int rc = listener_open(ctx, &ctx->control, ctx->cfg.socket_path, 0, err);
   if (rc == SPK_OK)
     rc = listener_open(ctx, &ctx->stats_listener, ctx->cfg.stats_socket_path,

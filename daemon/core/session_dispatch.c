@@ -197,13 +197,15 @@ static void on_control(spd_session *s, const Spcoll__Frame *f) {
     else
       spd_session_send_done(s, f->id, NULL);
     spd_drain_check(s->ctx);
+  } else if (strcmp(c->command, "upgrade") == 0) {
+    spd_upgrade_give(s, f->id);
   } else if (strcmp(c->command, "drain") == 0) {
     spd_session_send_done(s, f->id, NULL); /* queued before the drain closes it */
     spd_drain(s->ctx);
   } else {
     char msg[96];
-    snprintf(msg, sizeof(msg), "unknown command '%.40s': abort or drain",
-             c->command);
+    snprintf(msg, sizeof(msg), "unknown command '%.40s': abort, drain or "
+             "upgrade", c->command);
     spd_session_send_error(s, f->id, SPK_EINVAL, msg);
   }
 }
@@ -236,7 +238,11 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
                            f->body_case == SPCOLL__FRAME__BODY_GROUP_SPLIT ||
                            f->body_case == SPCOLL__FRAME__BODY_P2P ||
                            f->body_case == SPCOLL__FRAME__BODY_BUF_REGISTER)) {
-    spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
+    if (s->ctx->upgrading)
+      spd_session_send_error(s, f->id, SPK_ERESTARTED, "daemon upgrading: "
+                             "the client reconnects to the new one");
+    else
+      spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
     return;
   }
   switch (f->body_case) {

@@ -72,8 +72,17 @@ void spd_shutdown(spd_ctx *ctx) {
   spd_server_close(ctx);
   spd_peers_quiesce(ctx);
   spd_group *g;
-  TAILQ_FOREACH(g, &ctx->groups, link)
-    spd_group_fail_pending(g, SPK_ESHUTDOWN, "daemon shutting down");
+  const char *moving = "daemon upgrading: the client reconnects to the "
+                       "new one";
+  TAILQ_FOREACH(g, &ctx->groups, link) {
+    /* Upgrading, the groups move: broken here first, so that every op
+     * that cannot finish (fast path ones too) fails in those words, not
+     * in those of the ranks' departures that follow. */
+    if (ctx->upgrading)
+      spd_group_break(g, SPK_ERESTARTED, moving);
+    spd_group_fail_pending(g, ctx->upgrading ? SPK_ERESTARTED : SPK_ESHUTDOWN,
+                           ctx->upgrading ? moving : "daemon shutting down");
+  }
   if (ctx->running_ops == 0)
     spd_shutdown_continue(ctx);
   else

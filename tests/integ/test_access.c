@@ -232,7 +232,7 @@ static int control_as(const spt_daemon *d, const void *arg) {
 }
 
 /* Drain and abort are refused to a plain member of the socket group; the
- * daemon's operators may. */
+ * daemon's operators may; upgrade is refused to them too. */
 START_TEST(operator_commands_need_an_operator) {
   spt_daemon d;
   start(&d, NULL, NULL);
@@ -259,6 +259,11 @@ START_TEST(operator_commands_need_an_operator) {
     ck_assert_int_ge(fd, 0);
     control_case ok = {"abort", "@0/roots", SPC_OK, NULL};
     ck_assert_int_eq(as_nobody(&d, control_as, &ok), 0);
+    /* An operator may not take the sockets (and every client's memory
+     * with them): root and the daemon's uid only. */
+    control_case upgrade = {"upgrade", "", SPC_EPERM, "upgrade is for root "
+                            "and the daemon's uid"};
+    ck_assert_int_eq(as_nobody(&d, control_as, &upgrade), 0);
     /* The aborted group was still joining: its rank hears it at once. */
     Spcoll__Frame *r = spt_raw_recv(fd, 10);
     ck_assert_ptr_nonnull(r);

@@ -208,15 +208,22 @@ static int loop_rank(int rank, int w, void *arg) {
 }
 
 /* Start a daemon on the first one's sockets, as an operator restarting
- * the service would. */
-static int restart_daemon(void) {
+ * the service would; with --upgrade, taking them over from it. */
+static int start_again(int upgrade) {
   const char *argv[] = {"--socket", daemon_.socket, "--stats-socket",
                         stats_sock, "--fast-bytes", "65536",
-                        "--fast-map-bytes", "0", NULL};
+                        "--fast-map-bytes", "0",
+                        upgrade ? "--upgrade" : NULL, NULL};
   return spt_daemon_start(&again, argv);
 }
 
-START_TEST(ranks_survive_sigkill) {
+static int restart_daemon(void) {
+  return start_again(0);
+}
+
+/* The daemon replaced under the ranks: SIGKILLed and started again, or
+ * upgraded (the old one then exits 0 by itself). */
+static void ranks_survive(int upgrade) {
   pid_t pids[W];
   for (int r = 0; r < W; r++) {
     pids[r] = fork();
@@ -226,11 +233,20 @@ START_TEST(ranks_survive_sigkill) {
   }
   while (sh->round[0] < KILL_AT)
     usleep(1000);
-  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
-  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  int st = 0;
+  if (upgrade) {
+    ck_assert_int_eq(start_again(1), 0);
+  } else {
+    ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+    usleep(100000); /* the clients find no daemon for a while */
+  }
+  ck_assert_int_eq(waitpid(daemon_.pid, &st, 0), daemon_.pid);
   daemon_.pid = 0;
-  usleep(100000); /* the clients find no daemon for a while */
-  ck_assert_int_eq(restart_daemon(), 0);
+  if (upgrade)
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the old daemon "
+                  "ended with status %#x", st);
+  else
+    ck_assert_int_eq(restart_daemon(), 0);
   int codes[W];
   ck_assert_int_eq(spt_reap(pids, codes, W, 240), 0);
   int seen = 0;
@@ -242,8 +258,18 @@ START_TEST(ranks_survive_sigkill) {
                   "op in round %d, near the end", r, sh->last_fail[r]);
     seen += sh->restarted[r];
   }
-  ck_assert_msg(seen > 0, "no op failed with SPC_ERESTARTED: the restart "
-                "went unseen");
+  if (!upgrade)
+    ck_assert_msg(seen > 0, "no op failed with SPC_ERESTARTED: the "
+                  "restart went unseen");
+}
+
+START_TEST(ranks_survive_sigkill) {
+  ranks_survive(0);
+}
+END_TEST
+
+START_TEST(ranks_survive_upgrade) {
+  ranks_survive(1);
 }
 END_TEST
 
@@ -385,6 +411,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, ranks_survive_sigkill);
+  tcase_add_test(tc, ranks_survive_upgrade);
   tcase_add_test(tc, ranks_realign);
   tcase_add_test(tc, never_reconnect);
   tcase_add_test(tc, buffers_registered_again);

@@ -8,6 +8,17 @@
 #include "check_run.h"
 #include "config.h"
 
+/* The effective config as text, malloc'd. */
+static char *dump_of(const spd_config *cfg) {
+  char *dump = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&dump, &len);
+  ck_assert_ptr_nonnull(out);
+  spd_config_dump(cfg, out);
+  fclose(out);
+  return dump;
+}
+
 static int parse(spd_config *cfg, spk_err *err, int argc, char **argv) {
   spd_config_defaults(cfg);
   return spd_config_parse_args(cfg, argc, argv, err);
@@ -106,12 +117,7 @@ START_TEST(fast_op_bytes) {
   ck_assert_int_eq(spd_config_fast_limit(&cfg, SPK_OP_ALL_REDUCE), 0);
   ck_assert_int_eq(spd_config_fast_limit(&cfg, SPK_OP_ALL_GATHER), 1000);
   ck_assert_int_eq(spd_config_fast_stage(&cfg), 5000);
-  char *dump = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&dump, &len);
-  ck_assert_ptr_nonnull(out);
-  spd_config_dump(&cfg, out);
-  fclose(out);
+  char *dump = dump_of(&cfg);
   ck_assert_ptr_nonnull(strstr(dump, "fast_op_bytes all_to_all=5000,"
                                      "all_reduce=0\n"));
   free(dump);
@@ -136,12 +142,7 @@ START_TEST(fast_tunables) {
   ck_assert_int_eq(cfg.fast_spin_max_ns, 5000);
   ck_assert_int_eq(cfg.fast_replicate_bytes, 0);
   ck_assert_int_eq(cfg.fast_map_min_bytes, 1024);
-  char *dump = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&dump, &len);
-  ck_assert_ptr_nonnull(out);
-  spd_config_dump(&cfg, out);
-  fclose(out);
+  char *dump = dump_of(&cfg);
   ck_assert_ptr_nonnull(strstr(dump, "fast_spin_max_ns 5000\n"));
   ck_assert_ptr_nonnull(strstr(dump, "fast_sleep_ns 200000000\n"));
   free(dump);
