@@ -269,6 +269,7 @@ static void route(spc_client *c, Spcoll__Frame *f) {
   req->done = 1;
   if (is_error) {
     req->status = -(int)f->error->status;
+    req->not_run = f->error->not_run;
     req->msg = strdup(f->error->message ? f->error->message : "");
     spcoll__frame__free_unpacked(f, NULL);
   } else {
@@ -368,6 +369,7 @@ static void request_unlink(spc_client *c, spc_request *req) {
 static int request_complete(spc_client *c, spc_request *req,
                             Spcoll__Frame **reply_p) {
   int status = req->status;
+  c->not_run = status < 0 && req->not_run;
   request_unlink(c, req);
   spc__gpu_flags_answered(c, req);
   if (status < 0 && req->msg != NULL)

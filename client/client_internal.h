@@ -17,6 +17,7 @@ struct spc_request {
   int status;
   Spcoll__Frame *reply;       /* the answer, when it is not an Error */
   char *msg;                  /* the daemon's message, for an Error */
+  int not_run;                /* the Error says it did not run anywhere */
   int *source_p;              /* a receive's: where its source goes */
   /* An op ordered through stream flags (client_gpu_flags.c): its slot + 1
    * (0: none), seq and device state. */
@@ -76,6 +77,8 @@ struct spc_client {
    * it that find the daemon gone call it through here. */
   int (*revive)(spc_client *c);
   int hangup;                 /* the fast path saw the socket hang up */
+  int not_run;                /* the last request that failed did not run
+                               * (a daemon being upgraded refused it) */
   int64_t reconnect_ms;
   int64_t daemon_op_timeout_ms; /* from Welcome */
   char socket_path[108];

@@ -129,15 +129,40 @@ int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
   return start(g, op, in, out, stream, -1, NULL, req_p);
 }
 
-int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
-            const spc_tensor *out) {
+static int run_once(spc_group *g, const spc_op *op, const spc_tensor *in,
+                    const spc_tensor *out) {
   spc_request *req = NULL;
   spc__wrap w = {0};
+  if (g != NULL)
+    g->client->not_run = 0;
   int rc = start(g, op, in, out, NULL, 1, &w, &req);
   if (rc < 0 || req == NULL) /* failed, or done through the segment */
     return rc;
   spc__fast_await(g, req);
   return spc__wrap_end(g->client, &w, spc_wait(&req));
+}
+
+/* g's last op was refused as not run (c->not_run): it is no op of the
+ * group's sequence after all, and the connection ends as if the daemon
+ * had gone (it is going), so that the op goes again, to the new daemon
+ * (client_restart.c). */
+static int run_again(spc_group *g) {
+  spc_client *c = g->client;
+  c->not_run = 0;
+  g->issued--;
+  return c->lost ? SPC_ERESTARTED
+                 : spc__conn_gone(c, "refused: it is being upgraded", 0);
+}
+
+int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
+            const spc_tensor *out) {
+  int rc = run_once(g, op, in, out);
+  for (int tries = 0; rc == SPC_ERESTARTED && g != NULL &&
+                      g->client->not_run && tries < 3; tries++)
+    rc = run_again(g) == SPC_ERESTARTED && g->client->lost
+             ? run_once(g, op, in, out)
+             : rc;
+  return rc;
 }
 
 /* ---- constructors ---- */

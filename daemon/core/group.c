@@ -235,8 +235,8 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
   if (rc == SPK_OK && g != NULL)
     rc = join_check(g, j, msg, sizeof(msg));
   if (rc == SPK_OK && g == NULL && ctx->draining) {
-    rc = SPK_ESHUTDOWN;
-    snprintf(msg, sizeof(msg), "daemon draining: no new groups");
+    spd_session_refuse(s, req, "groups");
+    return;
   }
   if (rc == SPK_OK && g == NULL) {
     g = spd_group_create(ctx, name, j->world_size, owner);
@@ -315,13 +315,16 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
            "node %d)", m->rank, g->name,
            lost ? "was lost: its client disconnected" : "left the group",
            (unsigned long long)s->id, (int)s->pid, g->ctx->cfg.node_index);
-  spd_group_break(g, SPK_EPEER_LOST, msg);
+  /* Upgrading, ranks leave for the new daemon (upgrade.c): what cannot
+   * finish here fails as the daemon's going, not as a lost rank. */
+  int status = g->ctx->upgrading ? SPK_ERESTARTED : SPK_EPEER_LOST;
+  spd_group_break(g, status, msg);
   spd_group_peer_left(g, m->rank, lost, msg);
   /* Pending ops fail on every rank, the departing one included (a client
    * that merely left is still there to hear it; a lost one drops it);
    * point-to-point only where it involves the departing rank. */
-  fail_pending_ops(g, SPK_EPEER_LOST, msg);
-  spd_p2p_fail_rank(g, m->rank, SPK_EPEER_LOST, msg);
+  fail_pending_ops(g, status, msg);
+  spd_p2p_fail_rank(g, m->rank, status, msg);
   /* An op already in the mover finishes for the others; the departing
    * rank is answered now, since its session may not outlive the op. */
   spd_op *op;

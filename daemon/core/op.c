@@ -179,6 +179,13 @@ spd_op *spd_op_get_charged(spd_group *g, uint64_t seq, int rank, uid_t uid,
  * with the rank's slot marked arrived and charged `lists` bytes more. */
 spd_op *spd_op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
                     long long lists) {
+  /* Upgrading, a group breaks as its ranks move to the new daemon: an op
+   * none of them started goes there too (spd_session_refuse). */
+  if (g->broken && g->ctx->upgrading &&
+      op_find(g, g->ranks[rank].next_seq) == NULL) {
+    spd_session_refuse(s, req, "ops");
+    return NULL;
+  }
   if (g->broken) {
     spd_session_send_error(s, req, g->broken_status, g->broken_reason);
     return NULL;
@@ -194,8 +201,7 @@ spd_op *spd_op_take(spd_group *g, int rank, spd_session *s, uint64_t req,
   /* Draining: ops other ranks already started may complete, no new one. */
   int fresh = op_find(g, slot->next_seq) == NULL;
   if (g->ctx->draining && fresh) {
-    spd_session_send_error(s, req, SPK_ESHUTDOWN,
-                           "daemon draining: no new ops");
+    spd_session_refuse(s, req, "ops");
     return NULL;
   }
   char msg[200];

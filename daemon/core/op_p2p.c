@@ -417,8 +417,7 @@ void spd_p2p_arrive(spd_group *g, int rank, spd_session *s, uint64_t req,
   spd_p2p_half *o = spd_p2p_match(g, h);
   /* Draining: a half another rank already posted may complete. */
   if (o == NULL && g->ctx->draining) {
-    spd_session_send_error(s, req, SPK_ESHUTDOWN,
-                           "daemon draining: no new ops");
+    spd_session_refuse(s, req, "ops");
     spd_p2p_half_free(h);
     return;
   }

@@ -69,6 +69,10 @@ void spd_session_send(spd_session *s, const Spcoll__Frame *f);
 /* Send frame f to s with fd attached (SCM_RIGHTS). fd is the send's from
  * here (a dup the caller made): closed once sent, or on failure. */
 int spd_session_send_fd(spd_session *s, const Spcoll__Frame *f, int fd);
+/* A request refused because the daemon drains (`what`: "ops", "groups"):
+ * SPK_ESHUTDOWN; when it drains for an upgrade, SPK_ERESTARTED marked
+ * not run, which the client sends again to the new daemon. */
+void spd_session_refuse(spd_session *s, uint64_t id, const char *what);
 void spd_session_send_error(spd_session *s, uint64_t id, int status,
                             const char *msg);
 /* Done for request id; timing (may be NULL) says where an op's time went. */

@@ -239,8 +239,7 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
                            f->body_case == SPCOLL__FRAME__BODY_P2P ||
                            f->body_case == SPCOLL__FRAME__BODY_BUF_REGISTER)) {
     if (s->ctx->upgrading)
-      spd_session_send_error(s, f->id, SPK_ERESTARTED, "daemon upgrading: "
-                             "the client reconnects to the new one");
+      spd_session_refuse(s, f->id, "requests");
     else
       spd_session_send_error(s, f->id, SPK_ESHUTDOWN, "daemon shutting down");
     return;

@@ -100,6 +100,26 @@ void spd_session_send_error(spd_session *s, uint64_t id, int status,
   spd_session_send(s, &f);
 }
 
+void spd_session_refuse(spd_session *s, uint64_t id, const char *what) {
+  Spcoll__Error e = SPCOLL__ERROR__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  char msg[160];
+  if (!s->ctx->upgrading) {
+    snprintf(msg, sizeof(msg), "daemon draining: no new %s", what);
+    spd_session_send_error(s, id, SPK_ESHUTDOWN, msg);
+    return;
+  }
+  snprintf(msg, sizeof(msg), "daemon upgrading: no new %s here; the "
+           "client sends it to the new daemon", what);
+  e.status = (Spcoll__Status)(-SPK_ERESTARTED);
+  e.message = msg;
+  e.not_run = 1;
+  f.id = id;
+  f.body_case = SPCOLL__FRAME__BODY_ERROR;
+  f.error = &e;
+  spd_session_send(s, &f);
+}
+
 void spd_session_send_done(spd_session *s, uint64_t id,
                            const Spcoll__Done *timing) {
   Spcoll__Done d = SPCOLL__DONE__INIT;

@@ -1,11 +1,12 @@
 /* Upgrading under running jobs. A new spcolld started with --upgrade asks
  * the running one, as an operator on its stats socket, for its listening
  * sockets (command "upgrade"). The running one sends both (two Done
- * frames, each with one descriptor), stops accepting, fails its pending
- * ops with SPC_ERESTARTED, lets the running ones finish, closes its
- * clients and exits, leaving the socket files to the new one. Its clients
- * reconnect, to the new daemon on the same sockets, and rejoin
- * (client_restart.c). */
+ * frames, each with one descriptor), stops accepting and drains: ops
+ * some rank already issued finish here, fast-path ones too; what nobody
+ * started is refused as not run (spd_session_refuse), and the client
+ * sends it again to the new daemon; then it closes its clients and exits,
+ * leaving the socket files to the new one. Its clients reconnect, to the
+ * new daemon on the same sockets, and rejoin (client_restart.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -70,12 +71,13 @@ void spd_upgrade_give(spd_session *s, uint64_t id) {
     spd_session_send_error(s, id, rc, err.msg);
     return;
   }
-  SPD_INFO(&ctx->log, "upgrade: sockets handed to pid %d; stopping, the "
+  SPD_INFO(&ctx->log, "upgrade: sockets handed to pid %d; draining, the "
            "clients move there", (int)s->pid);
   ctx->upgrading = 1;
   /* The socket files are the new daemon's now: not removed at exit. */
   ctx->control.bound = ctx->stats_listener.bound = 0;
-  spd_shutdown(ctx);
+  spd_server_close(ctx);
+  spd_drain(ctx);
 }
 
 /* ---- the new daemon: taking ---- */
