@@ -159,7 +159,7 @@ int spc_set_op_timeout(spc_client *client, int64_t timeout_ms);
  * rejoin too. An op some rank of a group had issued when the daemon went
  * fails on every rank with SPC_ERESTARTED, and the ranks' next ops run.
  * A daemon being upgraded (spcolld --upgrade) refuses the ops nobody
- * started as not run: spc_run and the blocking op calls send them again,
+ * started as not run: spc_run and the blocking collectives send them again,
  * to the new daemon, and do not fail.
  * Not carried yet (the call fails, naming it): device buffers; groups
  * made by spc_group_split and groups spanning nodes (their ops fail with

@@ -59,7 +59,7 @@ class Block(torch.nn.Module):
         return x + self.mlp(self.n2(x))
 
 
-def train(group, rank, world, steps=3):
+def train(group, rank, world, steps=3, before_step=None):
     torch.manual_seed(0)
     hid, heads, b, s = 24, 12, 2, 4 * world
     model = torch.nn.Sequential(Block(hid, heads), Block(hid, heads))
@@ -70,7 +70,9 @@ def train(group, rank, world, steps=3):
     c = s // world
     xs, ys = x[rank * c:(rank + 1) * c], y[rank * c:(rank + 1) * c]
     losses = []
-    for _ in range(steps):
+    for step in range(steps):
+        if before_step is not None:
+            before_step(step)
         opt.zero_grad()
         out = xs
         for blk in model:
