@@ -114,7 +114,7 @@ int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
   b->size = size;
   b->stream_flags = stream_flags != 0;
   rc = spc__buffer_register(c, b);
-  if (spc__again(c, rc))
+  if (spc__again(c, &rc))
     rc = spc__buffer_register(c, b);
   if (rc < 0) {
     munmap(b->data, size);

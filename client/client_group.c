@@ -54,7 +54,7 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
   f.group_join = &j;
   Spcoll__Frame *reply;
   int rc = spc__call(c, &f, -1, &reply);
-  if (spc__again(c, rc))
+  if (spc__again(c, &rc))
     rc = spc__call(c, &f, -1, &reply);
   if (rc < 0) {
     free(g);

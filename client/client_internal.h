@@ -157,10 +157,11 @@ int spc__revive(spc_client *c);
  * had issued it; else counts it. */
 int spc__group_issue(spc_group *g);
 /* A request in no group's sequence that names no handle of the daemon's
- * (a registration, a join) ended with rc: whether to send it once more,
+ * (a registration, a join) ended with *rc: whether to send it once more,
  * after the client reconnected, because the daemon went away before it
- * answered (the daemon that got it, if any, is gone with what it did). */
-int spc__again(spc_client *c, int rc);
+ * answered (the daemon that got it, if any, is gone with what it did).
+ * When reconnecting fails, *rc becomes its status. */
+int spc__again(spc_client *c, int *rc);
 
 /* Register b (its memfd, size and stream_flags) with the daemon; sets
  * b->id. (client_buffer.c) */

@@ -150,7 +150,7 @@ static int run_again(spc_group *g) {
   spc_client *c = g->client;
   c->not_run = 0;
   g->issued--;
-  return c->lost ? SPC_ERESTARTED
+  return c->lost ? SPC_ERESTARTED /* spc__conn_gone's status when lost */
                  : spc__conn_gone(c, "refused: it is being upgraded", 0);
 }
 
@@ -158,10 +158,11 @@ int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
             const spc_tensor *out) {
   int rc = run_once(g, op, in, out);
   for (int tries = 0; rc == SPC_ERESTARTED && g != NULL &&
-                      g->client->not_run && tries < 3; tries++)
-    rc = run_again(g) == SPC_ERESTARTED && g->client->lost
-             ? run_once(g, op, in, out)
-             : rc;
+                      g->client->not_run && tries < 3; tries++) {
+    if (run_again(g) != SPC_ERESTARTED) /* reconnecting is off */
+      break;
+    rc = run_once(g, op, in, out);
+  }
   return rc;
 }
 

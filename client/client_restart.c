@@ -58,10 +58,7 @@ static int try_once(spc_client *c) {
   int rc = spc__conn_open(c);
   if (rc == SPC_OK)
     return SPC_OK;
-  if (c->fd >= 0)
-    close(c->fd);
-  c->fd = -1;
-  c->lost = 1;
+  c->lost = 1; /* the failed try's socket: closed by the next try */
   return rc == SPC_ECONNECTION || rc == SPC_ERESTARTED ? 1 : rc;
 }
 
@@ -75,10 +72,12 @@ static int reconnect(spc_client *c) {
     if (rc <= 0)
       return rc;
     int64_t left = limit - (now_ms() - t0);
-    if (left <= 0)
+    if (left <= 0) {
+      c->lost = 0, c->broken = 1; /* for good: no later call waits again */
       return spc__fail(c, SPC_ECONNECTION, "spcolld did not come back "
                        "within %lld ms (the reconnect timeout): %s",
                        (long long)limit, c->last_error);
+    }
     usleep((useconds_t)((pause < left ? pause : left) * 1000));
     pause = pause * 2 < 1000 ? pause * 2 : 1000;
   }

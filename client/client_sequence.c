@@ -6,9 +6,13 @@
 
 #include "client_internal.h"
 
-int spc__again(spc_client *c, int rc) {
-  return rc == SPC_ERESTARTED && c->lost && !c->reviving &&
-         c->revive(c) == SPC_OK;
+int spc__again(spc_client *c, int *rc) {
+  if (*rc != SPC_ERESTARTED || !c->lost || c->reviving)
+    return 0;
+  int r = c->revive(c);
+  if (r < 0)
+    *rc = r; /* why the client could not come back */
+  return r == SPC_OK;
 }
 
 int spc__group_issue(spc_group *g) {

@@ -104,7 +104,8 @@ int spc__fast_broken(spc_group *g) {
  * it cannot report is its own death, which the socket tells. */
 static int daemon_alive(spc_client *c) {
   if (c->lost)
-    return SPC_ERESTARTED;
+    return spc__fail(c, SPC_ERESTARTED, "spcolld went away while a "
+                     "shared-memory op waited");
   struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
   int n = poll(&p, 1, 0);
   if (n > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {

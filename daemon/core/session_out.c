@@ -88,36 +88,31 @@ void spd_session_send(spd_session *s, const Spcoll__Frame *f) {
   }
 }
 
-void spd_session_send_error(spd_session *s, uint64_t id, int status,
-                            const char *msg) {
+static void send_error(spd_session *s, uint64_t id, int status,
+                       const char *msg, int not_run) {
   Spcoll__Error e = SPCOLL__ERROR__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
   e.status = (Spcoll__Status)(-status);
   e.message = (char *)msg;
+  e.not_run = not_run != 0;
   f.id = id;
   f.body_case = SPCOLL__FRAME__BODY_ERROR;
   f.error = &e;
   spd_session_send(s, &f);
 }
 
+void spd_session_send_error(spd_session *s, uint64_t id, int status,
+                            const char *msg) {
+  send_error(s, id, status, msg, 0);
+}
+
 void spd_session_refuse(spd_session *s, uint64_t id, const char *what) {
-  Spcoll__Error e = SPCOLL__ERROR__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
   char msg[160];
-  if (!s->ctx->upgrading) {
-    snprintf(msg, sizeof(msg), "daemon draining: no new %s", what);
-    spd_session_send_error(s, id, SPK_ESHUTDOWN, msg);
-    return;
-  }
-  snprintf(msg, sizeof(msg), "daemon upgrading: no new %s here; the "
-           "client sends it to the new daemon", what);
-  e.status = (Spcoll__Status)(-SPK_ERESTARTED);
-  e.message = msg;
-  e.not_run = 1;
-  f.id = id;
-  f.body_case = SPCOLL__FRAME__BODY_ERROR;
-  f.error = &e;
-  spd_session_send(s, &f);
+  int up = s->ctx->upgrading;
+  snprintf(msg, sizeof(msg), up ? "daemon upgrading: no new %s here; the "
+                                  "client sends it to the new daemon"
+                                : "daemon draining: no new %s", what);
+  send_error(s, id, up ? SPK_ERESTARTED : SPK_ESHUTDOWN, msg, up);
 }
 
 void spd_session_send_done(spd_session *s, uint64_t id,

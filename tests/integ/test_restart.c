@@ -379,6 +379,29 @@ START_TEST(never_reconnect) {
 }
 END_TEST
 
+/* A daemon that does not come back: the call fails with SPC_ECONNECTION
+ * after the reconnect timeout, and every later one at once, the client
+ * being closed for good. */
+START_TEST(gives_up_after_the_timeout) {
+  spc_client *c = spt_connect(daemon_.socket);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(spc_set_reconnect_timeout(c, 200), SPC_OK);
+  spc_buffer *b;
+  ck_assert_int_eq(spc_buffer_alloc(c, 4096, &b), SPC_OK);
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  spc_buffer *b2;
+  ck_assert_int_eq(spc_buffer_alloc(c, 4096, &b2), SPC_ECONNECTION);
+  ck_assert_msg(strstr(spc_last_error(c), "did not come back within 200 ms"),
+                "%s", spc_last_error(c));
+  ck_assert_int_eq(spc_buffer_alloc(c, 4096, &b2), SPC_ECONNECTION);
+  ck_assert_msg(strstr(spc_last_error(c), "is closed"), "%s",
+                spc_last_error(c));
+  spc_disconnect(c);
+}
+END_TEST
+
 /* A lone client's buffers come back with it: after the restart it
  * allocates, joins and runs as if nothing happened, and the new daemon
  * holds its old buffer again. */
@@ -418,6 +441,7 @@ int main(void) {
   tcase_add_test(tc, ranks_survive_upgrade);
   tcase_add_test(tc, ranks_realign);
   tcase_add_test(tc, never_reconnect);
+  tcase_add_test(tc, gives_up_after_the_timeout);
   tcase_add_test(tc, buffers_registered_again);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
