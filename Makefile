@@ -204,16 +204,23 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o $(BUILD)/tests/integ/harnes
 $(BUILD)/tests/test_conformance $(BUILD)/tests/test_conformance_batch: \
   $(BUILD)/tests/integ/conformance_cases.o
 # The fast-path suites, the stats and the restart suites share their rank
-# helpers
-# (before the library on the link line, which they call).
+# helpers (before the library on the link line, which they call).
 FAST_TESTS := $(BUILD)/tests/test_fast $(BUILD)/tests/test_fast_uid \
   $(BUILD)/tests/test_fast_under_way \
   $(BUILD)/tests/test_fast_map $(BUILD)/tests/test_fast_wrap \
   $(BUILD)/tests/test_p2p \
-  $(BUILD)/tests/test_stats $(BUILD)/tests/test_restart
+  $(BUILD)/tests/test_stats
 $(FAST_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
   $(BUILD)/tests/integ/fast_ranks.o $(BUILD)/tests/integ/harness.o \
   $(BUILD)/tests/integ/harness_nodes.o $(BUILD)/tests/integ/ops_ref.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
+# The restart suites also share their verified ops.
+RESTART_TESTS := $(BUILD)/tests/test_restart $(BUILD)/tests/test_restart_nodes
+$(RESTART_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
+  $(BUILD)/tests/integ/restart_ops.o $(BUILD)/tests/integ/fast_ranks.o \
+  $(BUILD)/tests/integ/harness.o $(BUILD)/tests/integ/harness_nodes.o \
+  $(BUILD)/tests/integ/ops_ref.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CHECK_LIBS) $(PBC_LIBS) -lm
 

@@ -249,6 +249,17 @@ int spc__async_take(spc_client *c) {
   return spc__fail(c, status, "%s", c->async_msg);
 }
 
+/* An op of group id failed with SPC_ERESTARTED while this daemon lives:
+ * a node the group spans restarted, and its record here broke. The
+ * group rejoins at its next op (client_sequence.c). */
+static void group_restarted(spc_client *c, uint64_t id, const char *msg) {
+  for (spc_group *g = c->groups; g != NULL; g = g->next)
+    if (g->id == id && !g->lost && !g->reform) {
+      g->reform = SPC__REFORM_LEAVE;
+      snprintf(g->why, sizeof(g->why), "%s", msg);
+    }
+}
+
 /* Hand a decoded frame to its request; takes ownership of f. */
 static void route(spc_client *c, Spcoll__Frame *f) {
   spc_request *req = request_find(c, f->id);
@@ -271,6 +282,9 @@ static void route(spc_client *c, Spcoll__Frame *f) {
     req->status = -(int)f->error->status;
     req->not_run = f->error->not_run;
     req->msg = strdup(f->error->message ? f->error->message : "");
+    if (req->status == SPC_ERESTARTED && !req->not_run && req->group_id)
+      group_restarted(c, req->group_id, f->error->message ? f->error->message
+                                                          : "");
     spcoll__frame__free_unpacked(f, NULL);
   } else {
     req->status = SPC_OK;

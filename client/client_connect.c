@@ -106,6 +106,7 @@ int spc_connect(const char *socket_path, const char *framework,
   c->fd = -1;
   c->reconnect_ms = -1;
   c->revive = spc__revive;
+  c->reform = spc__reform;
   spf_reader_init(&c->reader);
   if (socket_path == NULL)
     socket_path = spc_default_socket(path, sizeof(path));

@@ -421,6 +421,33 @@ static int register_device(spc_client *c, void *ptr, size_t size, int owned,
   return SPC_OK;
 }
 
+/* After a daemon restart: every allocation shared with the new daemon
+ * as it was with the old one (the driver exports it again: a new IPC
+ * handle or new file descriptors), and every device buffer on its new id.
+ * An allocation freed meanwhile under a live buffer fails, naming it. */
+int spc__gpu_register_again(spc_client *c) {
+  spc__gpu_client *g = c->gpu;
+  const spc__cu_api *cu = g != NULL ? spc__cu(c) : NULL;
+  if (g == NULL || cu == NULL)
+    return SPC_OK;
+  for (spc__gpu_alloc *a = g->allocs; a != NULL; a = a->next) {
+    ptr_info pi;
+    spc__gpu_alloc *n;
+    int rc = ptr_query(c, cu, (void *)(uintptr_t)a->base, a->size, &pi);
+    if (rc == SPC_OK)
+      rc = alloc_register(c, cu, &pi, &n);
+    if (rc < 0)
+      return rc;
+    a->daemon_id = n->daemon_id;
+    free(n->chunks);
+    free(n);
+  }
+  for (spc_buffer *b = c->buffers; b != NULL; b = b->next)
+    if (b->gpu != NULL)
+      b->id = ((spc__gpu_buf *)b->gpu)->alloc->daemon_id;
+  return SPC_OK;
+}
+
 int spc_buffer_register_device(spc_client *c, void *ptr, size_t size,
                                spc_buffer **buf_p) {
   if (c == NULL)

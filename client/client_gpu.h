@@ -112,6 +112,9 @@ int spc__gpu_buffer_free(spc_buffer *b);
  * it with the daemon (while the connection works) and then frees memory
  * the library allocated. The caller frees b. */
 void spc__gpu_buffer_forget(spc_buffer *b);
+/* After a daemon restart (client_restart.c): every device allocation
+ * registered with the new daemon, the buffers on their new ids. */
+int spc__gpu_register_again(spc_client *c);
 /* At disconnect, after the buffers: events, contexts. */
 void spc__gpu_client_free(spc_client *c);
 

@@ -24,7 +24,7 @@ static int leave_send(spc_group *g) {
   int rc;
   if (g->client->lost && (rc = g->client->revive(g->client)) < 0)
     return rc;
-  if (g->lost)
+  if (g->lost || g->reform == SPC__REFORM_GONE)
     return SPC_OK; /* no daemon knows it any more */
   l.group_id = g->id;
   f.body_case = SPCOLL__FRAME__BODY_GROUP_LEAVE;

@@ -19,6 +19,8 @@ struct spc_request {
   char *msg;                  /* the daemon's message, for an Error */
   int not_run;                /* the Error says it did not run anywhere */
   int *source_p;              /* a receive's: where its source goes */
+  uint64_t group_id;          /* an op's group: an SPC_ERESTARTED from a
+                               * live daemon marks it to rejoin */
   /* An op ordered through stream flags (client_gpu_flags.c): its slot + 1
    * (0: none), seq and device state. */
   uint32_t flag_slot1;
@@ -44,9 +46,18 @@ struct spc_group {
    * had issued them when the daemon went). */
   char name[SPK_NAME_MAX + 1];
   uint64_t issued, skip;
-  int lost;                   /* not rejoined after a restart (split, or
-                               * across nodes): every op fails */
+  /* To rejoin at its next op (client_sequence.c): its record broke with
+   * SPC_ERESTARTED (a node it spans restarted), said in why; or the
+   * daemon restarted and the group spans nodes, whose ranks come back
+   * when they call it (SPC__REFORM_GONE: no record to leave). */
+  int reform;
+  /* Not rejoined (a split group after a restart, or a rejoin that
+   * failed): every op fails with lost_status and why. */
+  int lost, lost_status;
+  char why[320];
 };
+
+enum { SPC__REFORM_LEAVE = 1, SPC__REFORM_GONE = 2 };
 
 struct spc_buffer {
   spc_buffer *next;
@@ -73,9 +84,11 @@ struct spc_client {
    * for up to reconnect_ms (-1: the op timeout), and brings back the
    * client's buffers and groups; reviving while it does. */
   int lost, reviving;
-  /* spc__revive (client_restart.c), set by spc_connect: the layers below
-   * it that find the daemon gone call it through here. */
+  /* spc__revive and spc__reform (client_restart.c, client_rejoin.c), set
+   * by spc_connect: the layers below them that find the daemon gone, or a
+   * group to rejoin, call them through here. */
   int (*revive)(spc_client *c);
+  int (*reform)(spc_group *g);
   int hangup;                 /* the fast path saw the socket hang up */
   int not_run;                /* the last request that failed did not run
                                * (a daemon being upgraded refused it) */
@@ -150,12 +163,31 @@ int spc__hangup_take(spc_client *c);
  * (in one go, so no two ranks wait on each other's order). */
 int spc__revive(spc_client *c);
 
+/* ---- client_rejoin.c ---- */
+/* How long a reconnect, and a rejoin's wait for the other ranks, may
+ * take: the client's reconnect timeout, else its op timeout, else the
+ * daemon's (from Welcome). */
+int64_t spc__reconnect_limit_ms(const spc_client *c);
+/* A rejoin of g under its name and rank, saying the ops it issued and
+ * how long it waits: sent, and its answer taken (g's new id and segment,
+ * and the ops it skips). */
+int spc__rejoin_send(spc_group *g, spc_request **req_p);
+int spc__rejoin_finish(spc_group *g, spc_request *req);
+/* g->reform: leave its broken record and rejoin it under its name,
+ * waiting for its other ranks for the reconnect timeout; after that g is
+ * lost, failing with SPC_ENODELOST and the first cause. */
+int spc__reform(spc_group *g);
+
 
 /* ---- client_sequence.c ---- */
+/* g usable: c revived when the daemon went, g rejoined when it is to
+ * (g->reform); its failure when g is lost. Point-to-point calls it. */
+int spc__group_ready(spc_group *g);
 /* g's next op in its sequence: revives c first when the daemon went,
- * then fails the op (SPC_ERESTARTED) when the rejoin said other ranks
- * had issued it; else counts it. */
+ * rejoins g when it is to (g->reform), then fails the op (SPC_ERESTARTED)
+ * when the rejoin said other ranks had issued it; else counts it. */
 int spc__group_issue(spc_group *g);
+
 /* A request in no group's sequence that names no handle of the daemon's
  * (a registration, a join) ended with *rc: whether to send it once more,
  * after the client reconnected, because the daemon went away before it

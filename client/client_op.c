@@ -63,6 +63,8 @@ static int op_send(spc_group *g, const spc_op *op, const spc_tensor *in,
   if (rc < 0)
     return rc;
   rc = spc__send(c, &f, -1, req_p);
+  if (rc == SPC_OK)
+    (*req_p)->group_id = g->id;
   spc__gpu_op_sent(c, &ev, rc == SPC_OK ? *req_p : NULL);
   return rc;
 }
@@ -70,6 +72,37 @@ static int op_send(spc_group *g, const spc_op *op, const spc_tensor *in,
 int spc_start(spc_group *g, const spc_op *op, const spc_tensor *in,
               const spc_tensor *out, spc_request **req_p) {
   return spc__start(g, op, in, out, NULL, req_p);
+}
+
+/* The op issued: its place in the group's sequence (client_sequence.c),
+ * then through the group's segment (issue 18) or to the daemon. *unsent
+ * set when the send found the daemon gone (SPC_ERESTARTED). */
+static int issue(spc_group *g, const spc_op *op, const spc_tensor **in,
+                 const spc_tensor **out, void *stream, int fast, spc__wrap *w,
+                 spc_request **req_p, int *unsent) {
+  spc_client *c = g->client;
+  int rc;
+  *unsent = 0;
+  if ((rc = spc__group_issue(g)) < 0)
+    return rc;
+  if (fast > 0 && g->fast != NULL) {
+    int handled;
+    rc = spc__fast_run(g, op, *in, *out, &handled);
+    if (rc < 0 && c->hangup) /* the daemon went: SPC_ERESTARTED */
+      rc = spc__hangup_take(c);
+    if (handled) {
+      *req_p = NULL;
+      return rc;
+    }
+  } else if ((rc = spc__fast_slow(g, op, *in, *out)) < 0) {
+    return c->hangup ? spc__hangup_take(c) : rc;
+  }
+  /* Failed: see client_wrap.c. Staged once; not wrapped the next try. */
+  if (w != NULL && spc__wrapped(*in, *out))
+    (void)spc__wrap_begin(c, w, in, out);
+  rc = op_send(g, op, *in, *out, stream, req_p);
+  *unsent = rc == SPC_ERESTARTED && c->lost;
+  return rc;
 }
 
 /* fast: -1 the op takes the daemon path (the other ranks hear so through
@@ -103,25 +136,18 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
     return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
-  /* The op's place in the group's sequence (client_restart.c). */
-  if ((rc = spc__group_issue(g)) < 0)
-    return rc;
-  /* Issue 18: the shared-memory fast path, when the group has one. */
-  if (fast > 0 && g->fast != NULL) {
-    int handled;
-    rc = spc__fast_run(g, op, in, out, &handled);
-    if (rc < 0 && c->hangup) /* the daemon went: SPC_ERESTARTED */
-      rc = spc__hangup_take(c);
-    if (handled) {
-      *req_p = NULL;
+  int unsent = 0;
+  for (int tries = 0; tries < 3; tries++) {
+    rc = issue(g, op, &in, &out, stream, fast, w, req_p, &unsent);
+    if (!unsent)
       return rc;
-    }
-  } else if ((rc = spc__fast_slow(g, op, in, out)) < 0) {
-    return c->hangup ? spc__hangup_take(c) : rc;
+    /* The daemon was gone before the op reached it (the send failed, or
+     * found it gone): no daemon counts it, so neither does g; the next
+     * try reconnects and rejoins first, and then issues it (or fails it,
+     * when another rank's copy had reached the old daemon). */
+    g->issued--;
   }
-  if (w != NULL && spc__wrapped(in, out))
-    (void)spc__wrap_begin(c, w, &in, &out); /* failed: see client_wrap.c */
-  return op_send(g, op, in, out, stream, req_p);
+  return rc;
 }
 
 int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,

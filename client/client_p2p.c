@@ -38,8 +38,8 @@ static int p2p_start(spc_group *g, const spc_tensor *t, int peer, int tag,
   if (g == NULL || req_p == NULL)
     return SPC_EINVAL;
   int rc = p2p_args(g, t, peer, tag, send);
-  if (rc == SPC_OK && g->client->lost) /* the ids below are the new ones */
-    rc = g->client->revive(g->client);
+  if (rc == SPC_OK) /* the ids below are then the new ones */
+    rc = spc__group_ready(g);
   if (rc < 0)
     return rc;
   Spcoll__Tensor tm = SPCOLL__TENSOR__INIT;
@@ -59,7 +59,7 @@ static int p2p_start(spc_group *g, const spc_tensor *t, int peer, int tag,
   f.p2p = &rq;
   rc = spc__send(g->client, &f, -1, req_p);
   if (rc == SPC_OK)
-    (*req_p)->source_p = src_p;
+    (*req_p)->source_p = src_p, (*req_p)->group_id = g->id;
   return rc;
 }
 

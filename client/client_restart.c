@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "client_fast.h"
+#include "client_gpu.h"
 
 int spc_set_reconnect_timeout(spc_client *c, int64_t timeout_ms) {
   if (c == NULL)
@@ -28,16 +29,6 @@ int spc_set_reconnect_timeout(spc_client *c, int64_t timeout_ms) {
                      (long long)timeout_ms);
   c->reconnect_ms = timeout_ms;
   return SPC_OK;
-}
-
-/* How long a reconnect may try: the client's setting, else its op
- * timeout, else the daemon's (from Welcome). */
-static int64_t reconnect_limit_ms(const spc_client *c) {
-  if (c->reconnect_ms >= 0)
-    return c->reconnect_ms;
-  if (c->op_timeout_ms > 0)
-    return c->op_timeout_ms;
-  return c->daemon_op_timeout_ms > 0 ? c->daemon_op_timeout_ms : 1800000;
 }
 
 static int64_t now_ms(void) {
@@ -65,7 +56,7 @@ static int try_once(spc_client *c) {
 /* Connect again, 10 ms apart at first, doubling up to 1 s, until the
  * reconnect timeout. */
 static int reconnect(spc_client *c) {
-  int64_t limit = reconnect_limit_ms(c), t0 = now_ms();
+  int64_t limit = spc__reconnect_limit_ms(c), t0 = now_ms();
   int64_t pause = 10;
   for (;;) {
     int rc = try_once(c);
@@ -83,59 +74,26 @@ static int reconnect(spc_client *c) {
   }
 }
 
-/* Every host buffer registered with the new daemon (new ids; tensors
- * name their buffer, not its id). Device buffers are not carried yet. */
+/* Every buffer registered with the new daemon (new ids; tensors name
+ * their buffer, not its id): host buffers by their memfds, device ones
+ * exported again by the driver (client_gpu.c). Wrapped caller memory is
+ * unknown to any daemon. */
 static int buffers_again(spc_client *c) {
-  if (c->gpu != NULL)
-    return spc__fail(c, SPC_EUNSUPPORTED, "this client used device memory, "
-                     "which is not carried across a daemon restart yet: "
-                     "connect again (spc_connect)");
   for (spc_buffer *b = c->buffers; b != NULL; b = b->next) {
-    int rc = b->wrapped ? SPC_OK : spc__buffer_register(c, b);
+    int rc = b->wrapped || b->gpu != NULL ? SPC_OK
+                                          : spc__buffer_register(c, b);
     if (rc < 0)
       return rc;
   }
-  return SPC_OK;
+  return spc__gpu_register_again(c);
 }
 
-static int rejoin_send(spc_group *g, spc_request **req_p) {
-  Spcoll__GroupJoin j = SPCOLL__GROUP_JOIN__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  j.name = g->name;
-  j.world_size = g->world;
-  j.rank = g->rank;
-  j.op_timeout_ms = (uint64_t)g->client->op_timeout_ms;
-  j.issued = g->issued;
-  f.body_case = SPCOLL__FRAME__BODY_GROUP_JOIN;
-  f.group_join = &j;
-  return spc__send(g->client, &f, -1, req_p);
-}
-
-/* req's answer: g's new id and shared segment, and the ops it skips. */
-static int rejoin_finish(spc_group *g, spc_request *req) {
-  spc_client *c = g->client;
-  Spcoll__Frame *reply;
-  int rc = spc__finish(c, req, &reply);
-  if (rc < 0)
-    return rc;
-  if (reply->body_case != SPCOLL__FRAME__BODY_GROUP_JOINED) {
-    rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered a rejoin of group "
-                   "'%s' with %s", g->name, spf_body_name(reply->body_case));
-    spcoll__frame__free_unpacked(reply, NULL);
-    return rc;
-  }
-  g->id = reply->group_joined->group_id;
-  g->multinode = reply->group_joined->multinode;
-  g->skip = reply->group_joined->skip;
-  spcoll__frame__free_unpacked(reply, NULL);
-  return spc__seg_claim(g);
-}
-
-/* Every named group rejoined: all joins sent first, then their answers
- * taken, so no two ranks wait on the order of each other's groups. Lost:
- * a group made by spc_group_split, which has no name to rejoin by, and a
- * group spanning nodes (its other nodes' ranks do not rejoin: their
- * daemons broke it, SPC_ENODELOST). */
+/* Every named group of this node's ranks rejoined: all joins sent first,
+ * then their answers taken, so that no two ranks wait on the order of
+ * each other's groups. A group spanning nodes is rejoined at its next op
+ * (client_sequence.c): its other nodes' ranks come back when they call
+ * it, in the order of the program's ops. A group made by spc_group_split
+ * has no name to rejoin by: lost. */
 static int groups_again(spc_client *c) {
   int n = 0, rc = SPC_OK;
   for (spc_group *g = c->groups; g != NULL; g = g->next)
@@ -146,13 +104,22 @@ static int groups_again(spc_client *c) {
   int i = 0;
   for (spc_group *g = c->groups; g != NULL; g = g->next, i++) {
     spc__fast_detach(g); /* the old daemon's segment */
-    g->lost = g->name[0] == '\0' || g->multinode;
-    if (!g->lost && rc == SPC_OK)
-      rc = rejoin_send(g, &reqs[i]);
+    if (g->lost)
+      continue;
+    g->reform = g->multinode ? SPC__REFORM_GONE : 0;
+    snprintf(g->why, sizeof(g->why), "spcolld restarted");
+    if (g->name[0] == '\0') {
+      g->lost = 1, g->lost_status = SPC_ERESTARTED;
+      snprintf(g->why, sizeof(g->why), "a group made by spc_group_split "
+               "cannot be rejoined after a daemon restart: leave it and "
+               "make it again");
+    } else if (!g->multinode && rc == SPC_OK) {
+      rc = spc__rejoin_send(g, &reqs[i]);
+    }
   }
   i = 0;
   for (spc_group *g = c->groups; g != NULL; g = g->next, i++) {
-    int r = reqs[i] != NULL ? rejoin_finish(g, reqs[i]) : SPC_OK;
+    int r = reqs[i] != NULL ? spc__rejoin_finish(g, reqs[i]) : SPC_OK;
     if (rc == SPC_OK)
       rc = r;
   }

@@ -65,8 +65,10 @@ enum {
                          * the message names the node; group broken */
   SPC_ERESTARTED = -18  /* the daemon went away (restart, upgrade, crash)
                          * while the op was in flight, or another rank's
-                         * copy of it was: it failed on every rank. The
-                         * client reconnects by itself; the next op runs
+                         * copy of it was, or another node the group
+                         * spans lost its daemon (the message names it):
+                         * it failed on every rank. The client reconnects
+                         * and rejoins by itself; the next op runs
                          * (spc_set_reconnect_timeout) */
 };
 
@@ -158,14 +160,19 @@ int spc_set_op_timeout(spc_client *client, int64_t timeout_ms);
  * groups under the same names and ranks, waiting for their other ranks to
  * rejoin too. An op some rank of a group had issued when the daemon went
  * fails on every rank with SPC_ERESTARTED, and the ranks' next ops run.
+ * A group spanning nodes whose other node's daemon went: its ops fail
+ * with SPC_ERESTARTED naming the node, and the next call on it rejoins
+ * it, waiting up to timeout_ms for that node's ranks; if they do not come
+ * back, it fails with SPC_ENODELOST naming the node, and so does every
+ * later op of the group.
  * A daemon being upgraded (spcolld --upgrade) refuses the ops nobody
  * started as not run: spc_run and the blocking collectives send them again,
  * to the new daemon, and do not fail.
  * Not carried yet (the call fails, naming it): device buffers; groups
- * made by spc_group_split and groups spanning nodes (their ops fail with
- * SPC_ERESTARTED: leave them and make them again). Point-to-point requests in flight fail and are not
- * retried. After the timeout the call fails with SPC_ECONNECTION, and so
- * does every later one. SPC_EINVAL for a timeout below -1. */
+ * made by spc_group_split (their ops fail with SPC_ERESTARTED: leave them
+ * and make them again). Point-to-point requests in flight fail and are
+ * not retried. After the timeout the call fails with SPC_ECONNECTION, and
+ * so does every later one. SPC_EINVAL for a timeout below -1. */
 int spc_set_reconnect_timeout(spc_client *client, int64_t timeout_ms);
 
 /* Leave the group and free it. Ops the other ranks still issue on the group

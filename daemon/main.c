@@ -19,7 +19,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   spd_shutdown(ctx);
 }
 
-static int ctx_start(spd_ctx *ctx, spk_err *err) {
+static int ctx_start(spd_ctx *ctx, int argc, char **argv, spk_err *err) {
   int rc = uv_signal_init(ctx->loop, &ctx->sig_term);
   if (rc == 0)
     rc = uv_signal_init(ctx->loop, &ctx->sig_int);
@@ -39,7 +39,9 @@ static int ctx_start(spd_ctx *ctx, spk_err *err) {
   ctx->up = (spd_core_up){.drain_check = spd_drain_check,
                           .stop_continue = spd_shutdown_continue,
                           .split_run = spd_group_split_run};
-  rc = spd_engines_start(ctx, err);
+  rc = spd_reload_start(ctx, argc, argv, err);
+  if (rc == SPK_OK)
+    rc = spd_engines_start(ctx, err);
   if (rc == SPK_OK)
     rc = spd_watchdog_start(ctx, err);
   if (rc == SPK_OK)
@@ -69,7 +71,7 @@ int main(int argc, char **argv) {
   ctx->self_uid = geteuid();
   TAILQ_INIT(&ctx->sessions);
   TAILQ_INIT(&ctx->groups);
-  if (ctx_start(ctx, &err) < 0) {
+  if (ctx_start(ctx, argc, argv, &err) < 0) {
     SPD_ERROR(&ctx->log, "%s", err.msg);
     spd_shutdown(ctx);
     uv_run(ctx->loop, UV_RUN_DEFAULT);

@@ -30,7 +30,7 @@
   X(DEVICE, EDEVICE, DEVICE, 16, "device (CUDA/NCCL) error")              \
   X(NODE_LOST, ENODELOST, NODE_LOST, 17, "a peer node was lost")         \
   X(RESTARTED, ERESTARTED, RESTARTED, 18,                                 \
-    "the daemon went away while the op was in flight")
+    "a daemon restarted while the op was in flight")
 
 enum {
   SPK_OK = 0,

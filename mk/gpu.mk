@@ -51,11 +51,13 @@ $(BUILD)/tests/unit/unit_client_cuda_abi.o: CFLAGS += $(GPU_USER_CFLAGS) \
 # They use the CUDA runtime themselves (to fill and read device memory);
 # libspclient stays free of any CUDA link (it loads libcuda at run time).
 # gpu_cases.o: the op cases and their host-vs-device run, which the suites
-# that run them (test_gpu_ops, test_gpu_multinode) share.
+# that run them (test_gpu_ops, test_gpu_multinode) share; restart_ops.o
+# the restart suites' verified ops (test_gpu_restart on device tensors).
 GPU_TEST_SRC := $(wildcard tests/gpu/test_gpu_*.c)
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/%,$(GPU_TEST_SRC))
 GPU_TEST_LIB := $(BUILD)/tests/gpu/gpu_testlib.o $(BUILD)/tests/gpu/gpu_cases.o \
-  $(BUILD)/tests/integ/ops_ref.o
+  $(BUILD)/tests/integ/ops_ref.o $(BUILD)/tests/integ/restart_ops.o \
+  $(BUILD)/tests/integ/fast_ranks.o
 GPU_USER_CFLAGS := $(if $(HAVE_CUDA),-DSPC_HAVE_CUDA -isystem $(CUDA_HOME)/include)
 GPU_USER_LIBS := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 \
   -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcudart)

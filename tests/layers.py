@@ -87,6 +87,7 @@ FOLDER_EXCEPTIONS = {
 CORE_LAYERS = [
     ("lifecycle and requests",
      {"server.c", "shutdown.c", "watchdog.c", "control.c", "upgrade.c",
+      "reload.c",
       "session.c",
       "session_dispatch.c", "session_guard.c", "session_buffer.c"}),
     ("groups", {"group.c", "group_split.c", "group_peer.c"}),

@@ -12,9 +12,9 @@ pass=0 fail=0 skip=0
 failed=""
 export SPCOLLD="$BUILD/bin/spcolld"
 export SPC_TEST_DATA="$(dirname "$0")/data"
-# The peer fuzzer (unit_daemon_peer_fuzz) runs a minute under the
-# sanitizers, a few seconds plain.
-[ "${SPC_SANITIZED:-0}" = 1 ] && export SPT_FUZZ_SECONDS=${SPT_FUZZ_SECONDS:-60}
+# The peer fuzzer (unit_daemon_peer_fuzz) runs 20 s under the sanitizers,
+# a few seconds plain (longer runs: SPT_FUZZ_SECONDS).
+[ "${SPC_SANITIZED:-0}" = 1 ] && export SPT_FUZZ_SECONDS=${SPT_FUZZ_SECONDS:-20}
 run() {
   name=${2:-$(basename "$1")}
   log="$BUILD/tests/$name.log"
@@ -75,7 +75,7 @@ done
 if [ -f "$BUILD/gpusim/libcudart.so.13" ] && [ "$ONLY" != client ]; then
   for t in tests/test_gpu_ops tests/test_gpu_errors tests/test_gpu_cumem \
     tests/test_gpu_order \
-    tests/test_gpu_split_nodes \
+    tests/test_gpu_split_nodes tests/test_gpu_restart \
     tests/test_gpu_multinode gpusim/sim_rules; do
     [ -x "$BUILD/$t" ] || continue
     n=$(basename "$t")

@@ -129,6 +129,14 @@ typedef struct spd_ctx {
   spd_logger log;
   spd_listener control, stats_listener;
   uv_signal_t sig_term, sig_int;
+  /* systemctl reload (reload.c): SIGHUP starts this binary again, from
+   * the path it was started from, with these arguments and --upgrade. */
+  uv_signal_t sig_hup;
+  uv_process_t reloader;     /* the new daemon, while this one runs */
+  int reload_started;
+  char exe[4096];
+  int argc;
+  char **argv;
   uv_timer_t watchdog;       /* looks for stuck ops once a second */
   uv_timer_t grace;          /* bounds the last flush at shutdown */
   uv_timer_t stop_limit;     /* bounds a stop's wait for running ops */

@@ -176,13 +176,15 @@ static void send_joined(spd_group *g, spd_session *s, Spcoll__Frame *f) {
   spd_session_send(s, f);
 }
 
-/* The most ops any rank here issued before it joined: a rejoin after a
- * daemon restart, where each rank fails the ops it is behind by, so that
- * the group's sequence starts at the same op on every rank. */
+/* The most ops any rank, here or on another node (Join.issued), issued
+ * before it joined: a rejoin after a restart, where each rank fails the
+ * ops it is behind by, so that the group's sequence starts at the same op
+ * on every rank. Every node computes the same number. */
 static uint64_t issued_most(const spd_group *g) {
   uint64_t most = 0;
   for (int r = 0; r < g->world; r++)
-    if (g->ranks[r].session != NULL && g->ranks[r].issued > most)
+    if ((g->ranks[r].session != NULL || g->ranks[r].remote) &&
+        g->ranks[r].issued > most)
       most = g->ranks[r].issued;
   return most;
 }
@@ -214,6 +216,17 @@ void spd_group_announce_ready(spd_group *g) {
   spd_group_kick(g); /* ops of other nodes' ranks may be waiting */
 }
 
+/* A rejoin's count of ops issued, and how long it waits for the rest:
+ * the group's deadline is the earliest any rank asked for. */
+static void join_wait(spd_group *g, const Spcoll__GroupJoin *j) {
+  g->ranks[j->rank].issued = j->issued;
+  if (j->wait_ms == 0)
+    return;
+  uint64_t by = spd_now_ns() + j->wait_ms * 1000000u;
+  if (g->join_by_ns == 0 || by < g->join_by_ns)
+    g->join_by_ns = by;
+}
+
 void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
                     const Spcoll__GroupJoin *j) {
   char msg[256];
@@ -232,6 +245,10 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
              (int)s->uid);
   }
   spd_group *g = rc < 0 ? NULL : spd_group_find(ctx, owner, name);
+  /* A rejoin (wait_ms) leaves a broken record to the ranks that have not
+   * noticed yet: they leave it when they rejoin too. */
+  if (g != NULL && g->broken && j->wait_ms != 0)
+    g = NULL;
   if (rc == SPK_OK && g != NULL)
     rc = join_check(g, j, msg, sizeof(msg));
   if (rc == SPK_OK && g == NULL && ctx->draining) {
@@ -250,7 +267,7 @@ void spd_group_join(spd_ctx *ctx, spd_session *s, uint64_t req,
       j->op_timeout_ms < g->op_timeout_ns / 1000000u)
     g->op_timeout_ns = j->op_timeout_ms * 1000000u;
   if (rc == SPK_OK) /* before the add, which may complete the group */
-    g->ranks[j->rank].issued = j->issued;
+    join_wait(g, j);
   if (rc == SPK_OK && spd_group_add(g, s, j->rank, req) < 0) {
     rc = SPK_ENO_MEMORY;
     snprintf(msg, sizeof(msg), "out of memory joining group '%s'", j->name);
@@ -401,8 +418,10 @@ void spd_group_expire(spd_group *g) {
     if (!spd_group_has_rank(g, r))
       used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d",
                                used ? "," : "", r);
-  snprintf(msg, sizeof(msg), "group '%s' was not complete after %d s: "
-           "rank(s) %s never joined", g->name, g->ctx->cfg.join_timeout,
+  double waited = (double)(spd_now_ns() - g->created_ns) / 1e9;
+  snprintf(msg, sizeof(msg), "group '%s' was not complete after %.1f s "
+           "(%s): rank(s) %s never joined", g->name, waited,
+           g->join_by_ns ? "the wait a rejoin asked for" : "join_timeout",
            missing);
   SPD_WARN(&g->ctx->log, "%s", msg);
   spd_group_fail_joins(g, SPK_ETIMEDOUT, msg);

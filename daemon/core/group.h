@@ -31,6 +31,7 @@ typedef struct spd_group {
   int world;
   uid_t owner;                /* the uid that created it */
   uint64_t created_ns;        /* for the join deadline */
+  uint64_t join_by_ns;        /* an earlier one a rejoin asked (0: none) */
   uint64_t op_timeout_ns;     /* an op waiting this long for a rank fails */
   int joined;                 /* ranks present */
   int ready;                  /* every rank joined once */

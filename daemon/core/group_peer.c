@@ -29,6 +29,7 @@ static void send_join(spd_group *g, int rank, uid_t uid, int node) {
   j.rec = g->rec;
   j.uid = (uint32_t)uid;
   j.owner = (uint32_t)g->owner;
+  j.issued = g->ranks[rank].issued;
   m.body_case = SPCOLL__PEER__MSG__BODY_JOIN;
   m.join = &j;
   if (node < 0)
@@ -204,6 +205,7 @@ static void remote_join(spd_ctx *ctx, int node, const Spcoll__Peer__Join *j) {
   }
   spd_rank_slot *slot = &g->ranks[j->rank];
   slot->remote = 1, slot->node = node;
+  slot->issued = j->issued;
   g->peer_rec[node] = j->rec;
   g->multinode = 1;
   g->joined++;
@@ -356,7 +358,10 @@ static void on_up(spd_ctx *ctx, int node) {
 }
 
 /* A node is gone: its ranks leave every group; a group that was ready is
- * broken and its ops fail, naming the node. */
+ * broken and its ops fail, naming the node, with SPC_ERESTARTED: its
+ * daemon may be back soon, and each rank's next op then rejoins the
+ * group under its name (client_sequence.c), waiting for that node's ranks
+ * for the client's reconnect timeout. */
 static void on_lost(spd_ctx *ctx, int node, const char *reason) {
   spd_group *g = TAILQ_FIRST(&ctx->groups), *next;
   for (; g != NULL; g = next) {
@@ -373,9 +378,10 @@ static void on_lost(spd_ctx *ctx, int node, const char *reason) {
       if (g->ranks[r].remote && g->ranks[r].node == node)
         g->ranks[r].remote = 0, g->joined--;
     g->peer_rec[node] = 0;
-    spd_group_break(g, SPK_ENODE_LOST, msg);
-    spd_group_fail_pending(g, SPK_ENODE_LOST, msg);
-    spd_op_peer_node_lost(g, node, msg);
+    int status = awaited || g->split ? SPK_ENODE_LOST : SPK_ERESTARTED;
+    spd_group_break(g, status, msg);
+    spd_group_fail_pending(g, status, msg);
+    spd_op_peer_node_lost(g, node, status, msg);
     spd_p2p_node_lost(g, node, msg);
     if (awaited)
       spd_group_split_abandon(g, SPK_ENODE_LOST, msg);

@@ -47,6 +47,13 @@ struct spd_session;
 void spd_upgrade_give(struct spd_session *s, uint64_t id);
 int spd_upgrade_take(spd_ctx *ctx, int *fds, spk_err *err);
 
+/* Reload (reload.c): on SIGHUP, start the binary at the path this one
+ * was started from (a package upgrade's new one) with this one's
+ * arguments and --upgrade; it takes the sockets over. argv lives for the
+ * process. */
+int spd_reload_start(spd_ctx *ctx, int argc, char **argv, spk_err *err);
+void spd_reload_stop(spd_ctx *ctx);
+
 /* Begin an orderly stop: no new clients, pending ops fail with "daemon
  * shutting down", running ops finish, then every handle closes. */
 void spd_shutdown(spd_ctx *ctx);

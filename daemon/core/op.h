@@ -140,7 +140,9 @@ void spd_op_peer_args(spd_group *g, int node, const Spcoll__Peer__Args *a);
  * its engine aborts it) with status and msg; 1. 0: no such op here. */
 int spd_op_peer_fail(spd_group *g, int node, uint64_t seq, int status,
                      const char *msg);
-void spd_op_peer_node_lost(spd_group *g, int node, const char *msg);
+/* Node is lost: g's running ops abort with status, naming it in msg. */
+void spd_op_peer_node_lost(spd_group *g, int node, int status,
+                           const char *msg);
 /* Tell the other nodes of op's group that this node will not run op. */
 void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg);
 

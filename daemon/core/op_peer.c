@@ -241,11 +241,12 @@ int spd_op_peer_fail(spd_group *g, int node, uint64_t seq, int status,
 /* A lost node posts nothing more: receives from it are cancelled (a
  * tagged receive waits on the worker, not on the dead endpoint, so it
  * would never end by itself). */
-void spd_op_peer_node_lost(spd_group *g, int node, const char *msg) {
+void spd_op_peer_node_lost(spd_group *g, int node, int status,
+                           const char *msg) {
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link)
     if (op->running)
-      spd_engine_abort(op, SPK_ENODE_LOST, msg, node);
+      spd_engine_abort(op, status, msg, node);
 }
 
 void spd_op_peer_tell_failed(spd_op *op, int status, const char *msg) {

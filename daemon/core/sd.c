@@ -2,6 +2,7 @@
 
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <systemd/sd-daemon.h>
 
 int spd_sd_control_fd(spd_ctx *ctx, int *fd_p, spk_err *err) {
@@ -24,9 +25,12 @@ int spd_sd_control_fd(spd_ctx *ctx, int *fd_p, spk_err *err) {
   return SPK_OK;
 }
 
+/* MAINPID: a daemon started by a reload (reload.c) is the service's main
+ * process from now on, not the one that started it. */
 void spd_sd_ready(spd_ctx *ctx) {
-  int rc = sd_notifyf(0, "READY=1\nSTATUS=serving on %s, %d mover threads",
-                      ctx->cfg.socket_path, ctx->cfg.workers);
+  int rc = sd_notifyf(0, "READY=1\nMAINPID=%d\nSTATUS=serving on %s, %d "
+                      "mover threads", (int)getpid(), ctx->cfg.socket_path,
+                      ctx->cfg.workers);
   if (rc < 0)
     SPD_WARN(&ctx->log, "sd_notify(READY=1) failed: %s", strerror(-rc));
 }

@@ -96,14 +96,15 @@ static void on_grace(uv_timer_t *t) {
   uv_stop(ctx->loop);
 }
 
-/* Closing the signal handles gives SIGTERM and SIGINT back their default
- * action, and one that came now would kill a daemon that is already
- * stopping, with a signal for its exit status: systemd's stop racing a
+/* Closing the signal handles gives SIGTERM, SIGINT and SIGHUP back their
+ * default action, and one that came now would kill a daemon that is
+ * already stopping, with a signal for its exit status: systemd's stop racing a
  * drain's own exit, or a second Ctrl-C. The stop goes on instead. */
 static void ignore_stop_signals(spd_ctx *ctx) {
-  if (signal(SIGTERM, SIG_IGN) == SIG_ERR || signal(SIGINT, SIG_IGN) == SIG_ERR)
-    SPD_WARN(&ctx->log, "signal(SIGTERM/SIGINT, SIG_IGN) while stopping "
-             "failed: %s", strerror(errno));
+  if (signal(SIGTERM, SIG_IGN) == SIG_ERR || signal(SIGINT, SIG_IGN) == SIG_ERR ||
+      signal(SIGHUP, SIG_IGN) == SIG_ERR)
+    SPD_WARN(&ctx->log, "signal(SIGTERM/SIGINT/SIGHUP, SIG_IGN) while "
+             "stopping failed: %s", strerror(errno));
 }
 
 /* Every running op has finished: close the clients (their queued replies
@@ -133,5 +134,6 @@ void spd_shutdown_continue(spd_ctx *ctx) {
   ctx->reaper.data = NULL;
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
+  spd_reload_stop(ctx);
   ignore_stop_signals(ctx);
 }

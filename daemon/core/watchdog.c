@@ -106,7 +106,8 @@ static void on_tick(uv_timer_t *t) {
   spd_group *g, *next;
   for (g = TAILQ_FIRST(&ctx->groups); g != NULL; g = next) {
     next = TAILQ_NEXT(g, link);
-    if (!g->ready && now - g->created_ns > join_limit)
+    if (!g->ready && (now - g->created_ns > join_limit ||
+                      (g->join_by_ns != 0 && now > g->join_by_ns)))
       spd_group_expire(g); /* frees g */
     else
       group_tick(g, now);

@@ -46,6 +46,8 @@ typedef struct spd_gpu_mem {
   uint8_t *base;
   uint64_t size;               /* 0: cuMemGetAddressRange could not tell */
   int refs;                    /* buffers registered on it */
+  int orphan;                  /* closed at exit under buffers still
+                                * held: the last unref frees it */
   struct spd_gpu_vmm *vmm;     /* cuMem allocations (gpu_vmm.c); NULL: a
                                 * legacy IPC mapping of `handle` */
 } spd_gpu_mem;

@@ -97,7 +97,8 @@ static int mem_close_then(spd_gpu *gpu, spd_gpu_mem *m, spd_gpu_closed_fn fn,
     }
   if (m->vmm != NULL) {
     spd_gpu_vmm_close(m, fn, arg);
-    free(m);
+    if (!m->orphan)
+      free(m);
     return fn != NULL;
   }
   spk_err err;
@@ -107,7 +108,8 @@ static int mem_close_then(spd_gpu *gpu, spd_gpu_mem *m, spd_gpu_closed_fn fn,
   if (e != cudaSuccess)
     SPD_ERROR(&gpu->ctx->log, "cudaIpcCloseMemHandle(%p) on GPU %d: %s",
               (void *)m->base, m->dev, cudaGetErrorString(e));
-  free(m);
+  if (!m->orphan)
+    free(m);
   return 0;
 }
 
@@ -154,6 +156,11 @@ void spd_gpu_ipc_close(spd_ctx *ctx, void *mem) {
 int spd_gpu_ipc_close_then(spd_ctx *ctx, void *mem, spd_gpu_closed_fn fn,
                            void *arg) {
   spd_gpu_mem *m = mem;
+  if (m->orphan) { /* closed at exit: the GPU state may be gone */
+    if (--m->refs == 0)
+      free(m);
+    return 0;
+  }
   return --m->refs == 0 ? mem_close_then(ctx->gpu, m, fn, arg) : 0;
 }
 
@@ -162,10 +169,14 @@ void spd_gpu_free(spd_ctx *ctx) {
   if (gpu == NULL)
     return;
   while (gpu->mems != NULL) {
+    spd_gpu_mem *m = gpu->mems;
     SPD_WARN(&ctx->log, "GPU %d: %s mapping still open at exit (%d "
-             "buffers): closing it", gpu->mems->dev,
-             gpu->mems->vmm ? "a cuMem" : "an IPC", gpu->mems->refs);
-    mem_close(gpu, gpu->mems);
+             "buffers): closing it", m->dev, m->vmm ? "a cuMem" : "an IPC",
+             m->refs);
+    /* Closed now; its struct goes with the last buffer on it, which an
+     * op may release after this (spd_gpu_ipc_close_then). */
+    m->orphan = m->refs > 0;
+    mem_close(gpu, m);
   }
   spd_gpu_desc_cache_free(gpu);
   spd_gpu_state_free(gpu);

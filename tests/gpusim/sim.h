@@ -141,19 +141,27 @@ static inline int sim_is_host(int kind) {
 }
 
 /* The shared header of a cudaMalloc allocation (first page of its memfd). */
+#define SIM_IMPORTERS 64
 #define SIM_MHDR_MAGIC 0x73706373696d4d45ull /* "spcsimME" */
 typedef struct {
   uint64_t magic;
   uint64_t id;
   int32_t dev, exporter;
   uint64_t size;
-  int32_t importers; /* processes that hold it open */
+  int32_t importers; /* processes holding it open beyond importer[] */
   int32_t freed;
+  /* The processes that hold it open (0: a free slot). The driver closes
+   * a process's imports when it exits: a dead one does not count. */
+  int32_t importer[SIM_IMPORTERS];
 } sim_mhdr;
+
+/* Processes that hold allocation hdr open, the dead ones not counted. */
+int sim_importers_live(sim_mhdr *hdr);
 
 typedef struct sim_map {
   struct sim_map *next;
   int kind; /* SIM_M_* */
+  int slot; /* IMPORT: its slot in hdr->importer, -1 the overflow count */
   int dev;
   uint8_t *ptr; /* what the API hands out */
   uint64_t size;

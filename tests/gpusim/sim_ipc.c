@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,30 @@ int sim_ipc_get(const void *p, sim_handle64 *hout, const char *call) {
  * same pointer (cudaIpcOpenMemHandle: "the reference count on the handle
  * is incremented by 1 and the existing device pointer is returned").
  * Another device's context maps it anew. */
+/* This process as an importer of hdr: a slot of its own, or the count
+ * of the rest when every slot is taken (-1). */
+static int importer_claim(sim_mhdr *hdr) {
+  int32_t me = (int32_t)getpid();
+  for (int i = 0; i < SIM_IMPORTERS; i++) {
+    int32_t free_slot = 0;
+    if (__atomic_compare_exchange_n(&hdr->importer[i], &free_slot, me, 0,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return i;
+  }
+  __atomic_add_fetch(&hdr->importers, 1, __ATOMIC_ACQ_REL);
+  return -1;
+}
+
+int sim_importers_live(sim_mhdr *hdr) {
+  int n = __atomic_load_n(&hdr->importers, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < SIM_IMPORTERS; i++) {
+    int32_t pid = __atomic_load_n(&hdr->importer[i], __ATOMIC_ACQUIRE);
+    if (pid != 0 && (kill(pid, 0) == 0 || errno == EPERM))
+      n++;
+  }
+  return n;
+}
+
 static int reopen(uint64_t id, int ctx, void **p_out) {
   int found = 0;
   sim_maps_lock();
@@ -181,7 +206,7 @@ int sim_ipc_open(const sim_handle64 *hin, int lazy_peer, void **p_out,
     sim_raw_munmap(map, map_size);
     return SIM_ENOMEM;
   }
-  __atomic_add_fetch(&hdr->importers, 1, __ATOMIC_ACQ_REL);
+  m->slot = importer_claim(hdr);
   m->kind = SIM_M_IMPORT;
   m->dev = hdr->dev;
   m->map = map;
@@ -215,7 +240,10 @@ int sim_ipc_close(void *p, const char *call) {
   }
   sim_maps_unlink_locked(m);
   sim_maps_unlock();
-  __atomic_sub_fetch(&m->hdr->importers, 1, __ATOMIC_ACQ_REL);
+  if (m->slot >= 0)
+    __atomic_store_n(&m->hdr->importer[m->slot], 0, __ATOMIC_RELEASE);
+  else
+    __atomic_sub_fetch(&m->hdr->importers, 1, __ATOMIC_ACQ_REL);
   sim_raw_munmap(m->map, m->map_size);
   free(m);
   return SIM_OK;

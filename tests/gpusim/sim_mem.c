@@ -171,7 +171,7 @@ int sim_free(void *p, const char *call) {
                     p);
     return SIM_EINVAL;
   }
-  int imp = __atomic_load_n(&m->hdr->importers, __ATOMIC_ACQUIRE);
+  int imp = sim_importers_live(m->hdr);
   if (imp > 0) {
     pthread_mutex_unlock(&mu);
     sim_violation("ipc-free-while-imported", call,

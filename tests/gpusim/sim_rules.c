@@ -197,6 +197,39 @@ START_TEST(ipc_free_while_imported) {
 }
 END_TEST
 
+/* An importer that died holds nothing: the driver closes a process's
+ * imports when it exits (a daemon killed under its clients). */
+static int free_after_importer_died(void) {
+  void *p;
+  cudaIpcMemHandle_t h;
+  int up[2], bad = 0;
+  if (cudaMalloc(&p, 1 << 16) != cudaSuccess ||
+      cudaIpcGetMemHandle(&h, p) != cudaSuccess || pipe(up) != 0)
+    return 3;
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *q;
+    if (cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess) != 0 ||
+        write(up[1], "x", 1) != 1)
+      _exit(3);
+    pause();
+    _exit(0);
+  }
+  char c;
+  if (pid < 0 || read(up[0], &c, 1) != 1)
+    return 3;
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  bad |= expect("cudaFree after the importer died", cudaFree(p),
+                cudaSuccess);
+  return bad;
+}
+
+START_TEST(ipc_dead_importer_holds_nothing) {
+  ck_assert_int_eq(in_child(free_after_importer_died), 0);
+}
+END_TEST
+
 static void unmap_not_close(void) {
   cudaIpcMemHandle_t h;
   void *q;
@@ -774,6 +807,7 @@ int main(void) {
   TCase *tc = tcase_create("rules");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, ipc_free_while_imported);
+  tcase_add_test(tc, ipc_dead_importer_holds_nothing);
   tcase_add_test(tc, ipc_unmap_not_close);
   tcase_add_test(tc, ipc_open_own_process);
   tcase_add_test(tc, ipc_open_twice_counts);

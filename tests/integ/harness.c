@@ -33,6 +33,8 @@ int spt_raw_connect(const char *path) {
   return fd;
 }
 
+static int launch(spt_daemon *d, const char *const *extra);
+
 int spt_daemon_start(spt_daemon *d, const char *const *extra) {
   memset(d, 0, sizeof(*d));
   snprintf(d->dir, sizeof(d->dir), "/tmp/spcoll-test-XXXXXX");
@@ -40,6 +42,17 @@ int spt_daemon_start(spt_daemon *d, const char *const *extra) {
     perror("mkdtemp");
     return -1;
   }
+  return launch(d, extra);
+}
+
+int spt_daemon_restart(spt_daemon *d, const char *const *extra) {
+  if (d->pid > 0)
+    return -1; /* still running */
+  return launch(d, extra);
+}
+
+/* spcolld in d's folder, on its socket, logging to its log. */
+static int launch(spt_daemon *d, const char *const *extra) {
   snprintf(d->socket, sizeof(d->socket), "%s/spcolld.sock", d->dir);
   snprintf(d->log, sizeof(d->log), "%s/spcolld.log", d->dir);
   const char *bin = getenv("SPCOLLD");

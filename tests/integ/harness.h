@@ -20,6 +20,9 @@ typedef struct {
 /* Start $SPCOLLD (default build/bin/spcolld) with extra args (NULL-ended
  * list, may be NULL) and wait until its socket accepts. 0 on success. */
 int spt_daemon_start(spt_daemon *d, const char *const *extra);
+/* Start it again, in the same folder and on the same sockets, after it
+ * was killed (d->pid 0); its log starts afresh. */
+int spt_daemon_restart(spt_daemon *d, const char *const *extra);
 /* SIGTERM, wait, remove the temp dir. Returns the daemon's exit status, or
  * -1 when it died from a signal (a sanitizer abort, a crash). */
 int spt_daemon_stop(spt_daemon *d);
@@ -51,8 +54,11 @@ typedef struct {
   const char *extra[16];          /* more flags for every node */
 } spt_nodes;
 int spt_nodes_start(spt_nodes *N, int n, const char *const *extra);
-/* (Re)start node i with the same peers and port. */
+/* (Re)start node i with the same peers and port; spt_node_restart also
+ * on the same sockets, in the same folder (after its daemon was killed),
+ * as an operator restarting the service would. */
 int spt_node_start(spt_nodes *N, int i);
+int spt_node_restart(spt_nodes *N, int i);
 int spt_nodes_stop(spt_nodes *N);
 /* The peer port of node i, from the --peers list. */
 int spt_node_port(const spt_nodes *N, int i);

@@ -52,7 +52,7 @@ static int key_make(spt_nodes *N) {
   return close(fd);
 }
 
-int spt_node_start(spt_nodes *N, int i) {
+static int node_launch(spt_nodes *N, int i, int again) {
   char index[16];
   snprintf(index, sizeof(index), "%d", i);
   const char *argv[24] = {"--peers", N->peers, "--node-index", index,
@@ -61,7 +61,16 @@ int spt_node_start(spt_nodes *N, int i) {
   for (int k = 0; N->extra[k] != NULL && n < 23; k++)
     argv[n++] = N->extra[k];
   argv[n] = NULL;
-  return spt_daemon_start(&N->d[i], argv);
+  return again ? spt_daemon_restart(&N->d[i], argv)
+               : spt_daemon_start(&N->d[i], argv);
+}
+
+int spt_node_start(spt_nodes *N, int i) {
+  return node_launch(N, i, 0);
+}
+
+int spt_node_restart(spt_nodes *N, int i) {
+  return node_launch(N, i, 1);
 }
 
 /* The --peers list: the nodes' own addresses (SPT_NODE_HOSTS, port 7410

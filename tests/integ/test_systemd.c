@@ -1,12 +1,14 @@
-/* systemd: the units pass systemd-analyze verify without a word, and
+/* systemd: the units pass systemd-analyze verify without a word,
  * spcolld started by socket activation (systemd-socket-activate) serves a
- * client and tells NOTIFY_SOCKET READY=1, then STOPPING=1 on SIGTERM. */
+ * client and tells NOTIFY_SOCKET READY=1, then STOPPING=1 on SIGTERM, and
+ * a reload (SIGHUP) hands the sockets to a new daemon under a client. */
 #include <check.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -130,6 +132,76 @@ START_TEST(socket_activation_serves_a_client) {
 }
 END_TEST
 
+/* The MAINPID of the next READY=1 that names a pid other than `not`;
+ * 0 when none came. */
+static pid_t ready_pid(int fd, pid_t not) {
+  char msg[512];
+  for (int i = 0; i < 8; i++) {
+    ssize_t n = recv(fd, msg, sizeof(msg) - 1, 0);
+    if (n <= 0)
+      return 0;
+    msg[n] = '\0';
+    const char *m = strstr(msg, "MAINPID=");
+    if (strstr(msg, "READY=1") && m && atoi(m + 8) != (int)not)
+      return (pid_t)atoi(m + 8);
+  }
+  return 0;
+}
+
+/* systemctl reload (the unit's ExecReload: SIGHUP): the daemon starts its
+ * binary again with --upgrade; the new one takes the sockets over and
+ * tells NOTIFY_SOCKET READY=1 with its own MAINPID; the old one exits 0;
+ * a client's next op runs on the new one. This process stands in for
+ * systemd as the subreaper that adopts the new daemon. */
+START_TEST(reload_hands_over) {
+  char dir[] = "/tmp/spcoll-reload-XXXXXX", sock[128], stats[128];
+  char note[128];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
+  snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", dir);
+  snprintf(note, sizeof(note), "%s/notify", dir);
+  int nfd = notify_listen(note);
+  ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  pid_t old = fork();
+  if (old == 0) {
+    setenv("NOTIFY_SOCKET", note, 1);
+    execl(daemon_bin(), daemon_bin(), "--socket", sock, "--stats-socket",
+          stats, "--workers", "1", (char *)NULL);
+    _exit(127);
+  }
+  ck_assert_int_eq(ready_pid(nfd, 0), old);
+  spc_client *c = NULL;
+  ck_assert_int_eq(spc_connect(sock, "test", &c), 0);
+  spc_group *g;
+  spc_buffer *b;
+  spc_tensor in, out;
+  int64_t s[1] = {4};
+  ck_assert_int_eq(spc_group_join(c, "reloaded", 1, 0, &g), 0);
+  ck_assert_int_eq(spc_buffer_alloc(c, 64, &b), 0);
+  spc_tensor_init(&in, b, 0, SPC_INT32, 1, s);
+  spc_tensor_init(&out, b, 16, SPC_INT32, 1, s);
+  ck_assert_int_eq(spc_all_reduce(g, &in, &out, SPC_SUM), 0);
+  ck_assert_int_eq(kill(old, SIGHUP), 0);
+  pid_t young = ready_pid(nfd, old);
+  ck_assert_msg(young > 0, "no READY=1 from a new daemon");
+  int st;
+  ck_assert_int_eq(waitpid(old, &st, 0), old);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "old: %#x", st);
+  ((int32_t *)spc_buffer_data(b))[1] = 7;
+  ck_assert_msg(spc_all_reduce(g, &in, &out, SPC_SUM) == 0, "%s",
+                spc_last_error(c));
+  ck_assert_int_eq(((int32_t *)spc_buffer_data(b))[4 + 1], 7);
+  spc_disconnect(c);
+  kill(young, SIGTERM);
+  ck_assert_int_eq(waitpid(young, &st, 0), young);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  close(nfd);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void) {
   if (system("command -v systemd-analyze >/dev/null && "
              "command -v systemd-socket-activate >/dev/null") != 0) {
@@ -141,6 +213,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, units_verify_clean);
   tcase_add_test(tc, socket_activation_serves_a_client);
+  tcase_add_test(tc, reload_hands_over);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

@@ -14,7 +14,7 @@
  * they reach the groups; from an unauthenticated one (a wrong MAC, no
  * session, a replayed number, a node out of range, a random header) none
  * may become an event. Runs for SPT_FUZZ_SECONDS (default 5; `make
- * check` runs it for 60 under ASan/UBSan), seeded from SPT_FUZZ_SEED or
+ * check` runs it for 20 under ASan/UBSan), seeded from SPT_FUZZ_SEED or
  * the clock, printed so that a failure replays. */
 #include <check.h>
 #include <stddef.h>
