@@ -148,6 +148,8 @@ int spc__gpu_flags_usable(spc_client *c, spc__gpu_dev *d);
 int spc__gpu_flags_ready(spc_client *c, spc__gpu_dev *d, void *stream,
                          Spcoll__OpRequest *rq, Spcoll__StreamFlags *sf,
                          spc__gpu_opev *ev);
+/* The slot's op went as req; NULL: its send failed, and the slot's done
+ * flag is set from here (no daemon will). */
 void spc__gpu_flags_sent(spc_client *c, const spc__gpu_opev *ev,
                          spc_request *req);
 /* Queue on stream the wait for req's done flag. */

@@ -188,6 +188,11 @@ int spc__gpu_flags_ready(spc_client *c, spc__gpu_dev *d, void *stream,
 void spc__gpu_flags_sent(spc_client *c, const spc__gpu_opev *ev,
                          spc_request *req) {
   spc__gpu_flags *f = &((spc__gpu_client *)c->gpu)->flags;
+  if (req == NULL) { /* the send failed: no daemon will set the done flag */
+    __atomic_store_n(&f->words[2 * (ev->flag_slot1 - 1) + 1], ev->flag_seq,
+                     __ATOMIC_RELEASE);
+    return;
+  }
   f->slot_req[ev->flag_slot1 - 1] = req->id;
   req->flag_slot1 = ev->flag_slot1;
   req->flag_seq = ev->flag_seq;

@@ -90,6 +90,9 @@ struct spc_client {
   int (*revive)(spc_client *c);
   int (*reform)(spc_group *g);
   int hangup;                 /* the fast path saw the socket hang up */
+  uint64_t gone_ns;           /* when a shared-memory wait first found the
+                               * daemon gone (0: it did not): the segment's
+                               * ops go on without it for the op timeout */
   int not_run;                /* the last request that failed did not run
                                * (a daemon being upgraded refused it) */
   int64_t reconnect_ms;

@@ -47,8 +47,10 @@ static int try_once(spc_client *c) {
   c->lost = 0;
   c->broken = 0;
   int rc = spc__conn_open(c);
-  if (rc == SPC_OK)
+  if (rc == SPC_OK) {
+    c->gone_ns = 0;
     return SPC_OK;
+  }
   c->lost = 1; /* the failed try's socket: closed by the next try */
   return rc == SPC_ECONNECTION || rc == SPC_ERESTARTED ? 1 : rc;
 }

@@ -40,6 +40,10 @@ static int ctx_start(spd_ctx *ctx, int argc, char **argv, spk_err *err) {
                           .stop_continue = spd_shutdown_continue,
                           .split_run = spd_group_split_run};
   rc = spd_reload_start(ctx, argc, argv, err);
+  /* --upgrade: the running daemon's sockets, before the peers listen on
+   * their bootstrap's. */
+  if (rc == SPK_OK && ctx->cfg.upgrade)
+    rc = spd_upgrade_take(ctx, err);
   if (rc == SPK_OK)
     rc = spd_engines_start(ctx, err);
   if (rc == SPK_OK)
@@ -71,6 +75,7 @@ int main(int argc, char **argv) {
   ctx->self_uid = geteuid();
   TAILQ_INIT(&ctx->sessions);
   TAILQ_INIT(&ctx->groups);
+  ctx->taken[0] = ctx->taken[1] = ctx->taken[2] = -1;
   if (ctx_start(ctx, argc, argv, &err) < 0) {
     SPD_ERROR(&ctx->log, "%s", err.msg);
     spd_shutdown(ctx);

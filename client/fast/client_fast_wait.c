@@ -101,19 +101,30 @@ int spc__fast_broken(spc_group *g) {
 }
 
 /* The daemon marks the segment broken on every failure it sees; the one
- * it cannot report is its own death, which the socket tells. */
+ * it cannot report is its own death, which the socket tells. Without it
+ * (a restart) the segment's ops go on, since they need no daemon; a rank
+ * that died meanwhile has nobody to say so, so a wait fails once the
+ * daemon has been gone for the op timeout. The connection is to end
+ * (c->hangup): the next op that needs the daemon reconnects. */
 static int daemon_alive(spc_client *c) {
-  if (c->lost)
-    return spc__fail(c, SPC_ERESTARTED, "spcolld went away while a "
-                     "shared-memory op waited");
-  struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-  int n = poll(&p, 1, 0);
-  if (n > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
-    c->hangup = 1; /* the connection's to end (spc__hangup_take) */
-    return spc__fail(c, SPC_ECONNECTION, "spcolld closed the connection "
-                     "while a shared-memory op waited");
+  if (!c->lost && !c->hangup) {
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    int n = poll(&p, 1, 0);
+    if (n <= 0 || !(p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+      return SPC_OK;
+    c->hangup = 1;
   }
-  return SPC_OK;
+  uint64_t now = spc__fast_now_ns();
+  if (c->gone_ns == 0)
+    c->gone_ns = now;
+  int64_t limit_ms = c->op_timeout_ms > 0          ? c->op_timeout_ms
+                     : c->daemon_op_timeout_ms > 0 ? c->daemon_op_timeout_ms
+                                                   : 1800000;
+  if (now - c->gone_ns < (uint64_t)limit_ms * 1000000u)
+    return SPC_OK;
+  return spc__fail(c, SPC_ERESTARTED, "spcolld went away, and a "
+                   "shared-memory op waited %lld ms (the op timeout) for the "
+                   "other ranks without it", (long long)limit_ms);
 }
 
 /* Wait until every rank's counter `field` reaches v: spin (cheap when the

@@ -151,6 +151,9 @@ typedef struct spd_ctx {
   int draining;              /* no new groups or ops; exit when idle */
   int upgrading;             /* handed its sockets to a new spcolld: its
                               * clients move there (upgrade.c) */
+  int taken[3];              /* --upgrade: the sockets taken over (control,
+                              * stats, peers' bootstrap), -1 once used or
+                              * when none */
   spd_counters stats;
   spd_engine_counters engine_stats[SPD_MAX_ENGINES]; /* by spd_engine_kind
                                     * (engine.h), the first

@@ -39,13 +39,15 @@ void spd_drain(spd_ctx *ctx);
 /* While draining: stop once no group has an op left. */
 void spd_drain_check(spd_ctx *ctx);
 
-/* Upgrade (upgrade.c). The running daemon: hand both listening sockets to
- * the operator session s that asked (request id), then stop, its clients
+/* Upgrade (upgrade.c). The running daemon: hand its listening sockets
+ * (control, stats, and the peers' bootstrap when it has peers) to the
+ * operator session s that asked (request id), then stop, its clients
  * moving to the new daemon. The new one: ask the daemon on the
- * configured sockets for them; fds[0] control, fds[1] stats. */
+ * configured sockets for them, into ctx->taken, before the peers start
+ * (they listen on the one taken). */
 struct spd_session;
-void spd_upgrade_give(struct spd_session *s, uint64_t id);
-int spd_upgrade_take(spd_ctx *ctx, int *fds, spk_err *err);
+void spd_upgrade_give(struct spd_session *s, uint64_t id, int peers);
+int spd_upgrade_take(spd_ctx *ctx, spk_err *err);
 
 /* Reload (reload.c): on SIGHUP, start the binary at the path this one
  * was started from (a package upgrade's new one) with this one's

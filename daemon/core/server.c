@@ -128,17 +128,15 @@ static int listener_adopt(spd_ctx *ctx, spd_listener *l, int fd,
   return SPK_OK;
 }
 
+/* fd: the socket systemd passed, or -1 (bound here). */
 static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
-                         int stats_only, spk_err *err) {
+                         int stats_only, int fd, spk_err *err) {
   l->ctx = ctx;
   l->path = path;
   l->stats_only = stats_only;
-  int fd = -1, rc = stats_only ? SPK_OK : spd_sd_control_fd(ctx, &fd, err);
-  if (rc < 0)
-    return rc;
   if (fd >= 0)
     return listener_adopt(ctx, l, fd, err);
-  rc = ensure_parent_dir(path, err);
+  int rc = ensure_parent_dir(path, err);
   if (rc == SPK_OK)
     rc = clear_stale_socket(path, err);
   if (rc == SPK_OK)
@@ -162,12 +160,10 @@ static int listener_open(spd_ctx *ctx, spd_listener *l, const char *path,
   return SPK_OK;
 }
 
-/* The running daemon's sockets, taken over: their files are ours now. */
+/* The running daemon's sockets, taken over (spd_upgrade_take, at start):
+ * their files are ours now. */
 static int listen_taken(spd_ctx *ctx, spk_err *err) {
-  int fds[2];
-  int rc = spd_upgrade_take(ctx, fds, err);
-  if (rc < 0)
-    return rc;
+  int *fds = ctx->taken, rc = SPK_OK;
   spd_listener *ls[2] = {&ctx->control, &ctx->stats_listener};
   const char *paths[2] = {ctx->cfg.socket_path, ctx->cfg.stats_socket_path};
   for (int i = 0; i < 2; i++) {
@@ -176,17 +172,41 @@ static int listen_taken(spd_ctx *ctx, spk_err *err) {
       ls[i]->bound = 1;
     else if (rc < 0 && !ls[i]->listening)
       close(fds[i]);
+    fds[i] = -1;
   }
   return rc;
 }
 
+/* Under systemd, both sockets go to the service's fd store, so that a
+ * restart (or a crash) gets them back: clients then find the very socket
+ * they knew, and none is refused meanwhile. Its file is then systemd's
+ * to keep: not removed at exit. */
+static void listeners_store(spd_ctx *ctx) {
+  spd_listener *ls[2] = {&ctx->control, &ctx->stats_listener};
+  const char *names[2] = {"control", "stats"};
+  for (int i = 0; i < 2; i++) {
+    uv_os_fd_t fd;
+    if (ls[i]->listening && uv_fileno((uv_handle_t *)&ls[i]->pipe, &fd) == 0 &&
+        spd_sd_store(ctx, fd, names[i]))
+      ls[i]->bound = 0;
+  }
+}
+
 int spd_server_listen(spd_ctx *ctx, spk_err *err) {
-  if (ctx->cfg.upgrade)
-    return listen_taken(ctx, err);
-  int rc = listener_open(ctx, &ctx->control, ctx->cfg.socket_path, 0, err);
+  int rc, sd[2];
+  if (ctx->cfg.upgrade) {
+    rc = listen_taken(ctx, err);
+  } else if ((rc = spd_sd_fds(ctx, sd, err)) == SPK_OK) {
+    rc = listener_open(ctx, &ctx->control, ctx->cfg.socket_path, 0, sd[0],
+                       err);
+    if (rc == SPK_OK)
+      rc = listener_open(ctx, &ctx->stats_listener,
+                         ctx->cfg.stats_socket_path, 1, sd[1], err);
+    else if (sd[1] >= 0)
+      close(sd[1]);
+  }
   if (rc == SPK_OK)
-    rc = listener_open(ctx, &ctx->stats_listener, ctx->cfg.stats_socket_path,
-                       1, err);
+    listeners_store(ctx);
   return rc;
 }
 

@@ -198,7 +198,7 @@ static void on_control(spd_session *s, const Spcoll__Frame *f) {
       spd_session_send_done(s, f->id, NULL);
     spd_drain_check(s->ctx);
   } else if (strcmp(c->command, "upgrade") == 0) {
-    spd_upgrade_give(s, f->id);
+    spd_upgrade_give(s, f->id, f->control->peers);
   } else if (strcmp(c->command, "drain") == 0) {
     spd_session_send_done(s, f->id, NULL); /* queued before the drain closes it */
     spd_drain(s->ctx);

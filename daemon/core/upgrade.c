@@ -1,7 +1,9 @@
 /* Upgrading under running jobs. A new spcolld started with --upgrade asks
  * the running one, as an operator on its stats socket, for its listening
- * sockets (command "upgrade"). The running one sends both (two Done
- * frames, each with one descriptor), stops accepting and drains: ops
+ * sockets (command "upgrade"). The running one sends them (a Done frame
+ * each, with one descriptor: control, stats, and the peers' bootstrap
+ * when it peers with other nodes, which then hear the new daemon's Hello
+ * as this node's restart), stops accepting and drains: ops
  * some rank already issued finish here, fast-path ones too; what nobody
  * started is refused as not run (spd_session_refuse), and the client
  * sends it again to the new daemon; then it closes its clients and exits,
@@ -18,11 +20,29 @@
 
 #include "frame.h"
 #include "lifecycle.h"
+#include "peer.h"
 #include "session.h"
 
 /* ---- the running daemon: giving ---- */
 
-/* A Done for request id, carrying a duplicate of listener l's socket. */
+/* A Done for request id, carrying a duplicate of socket fd (what). */
+static int give_fd(spd_session *s, uint64_t id, int fd, const char *what,
+                   spk_err *err) {
+  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0)
+    return spk_err_set(err, SPK_ESYSTEM, "fcntl(F_DUPFD_CLOEXEC) of %s's "
+                       "socket (fd %d): %s", what, fd, strerror(errno));
+  Spcoll__Done d = SPCOLL__DONE__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
+  f.id = id;
+  f.body_case = SPCOLL__FRAME__BODY_DONE;
+  f.done = &d;
+  int rc = spd_session_send_fd(s, &f, dup_fd); /* takes dup_fd */
+  return rc < 0 ? spk_err_set(err, rc, "sending %s's socket failed", what)
+                : SPK_OK;
+}
+
+/* The same for listener l. */
 static int give_one(spd_session *s, uint64_t id, spd_listener *l,
                     spk_err *err) {
   uv_os_fd_t fd;
@@ -30,21 +50,10 @@ static int give_one(spd_session *s, uint64_t id, spd_listener *l,
   if (rc < 0)
     return spk_err_set(err, SPK_ESYSTEM, "uv_fileno(%s): %s", l->path,
                        uv_strerror(rc));
-  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (dup_fd < 0)
-    return spk_err_set(err, SPK_ESYSTEM, "fcntl(F_DUPFD_CLOEXEC) of %s's "
-                       "socket (fd %d): %s", l->path, fd, strerror(errno));
-  Spcoll__Done d = SPCOLL__DONE__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  f.id = id;
-  f.body_case = SPCOLL__FRAME__BODY_DONE;
-  f.done = &d;
-  rc = spd_session_send_fd(s, &f, dup_fd); /* takes dup_fd */
-  return rc < 0 ? spk_err_set(err, rc, "sending %s's socket failed", l->path)
-                : SPK_OK;
+  return give_fd(s, id, fd, l->path, err);
 }
 
-void spd_upgrade_give(spd_session *s, uint64_t id) {
+void spd_upgrade_give(spd_session *s, uint64_t id, int peers) {
   spd_ctx *ctx = s->ctx;
   spk_err err;
   /* Whoever holds the sockets is sent every client's memory: root and
@@ -63,9 +72,20 @@ void spd_upgrade_give(spd_session *s, uint64_t id) {
                            "stopping: nothing to hand over");
     return;
   }
+  int boot = spd_peers_boot_fd(ctx);
+  if ((boot >= 0) != (peers != 0)) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "this spcolld %s peers and the new one %s: "
+             "their settings differ", boot >= 0 ? "has" : "has no",
+             peers ? "has" : "has none");
+    spd_session_send_error(s, id, SPK_ECONFLICT, msg);
+    return;
+  }
   int rc = give_one(s, id, &ctx->control, &err);
   if (rc == SPK_OK)
     rc = give_one(s, id, &ctx->stats_listener, &err);
+  if (rc == SPK_OK && boot >= 0)
+    rc = give_fd(s, id, boot, "the peers' bootstrap", &err);
   if (rc < 0) {
     SPD_ERROR(&ctx->log, "upgrade: %s", err.msg);
     spd_session_send_error(s, id, rc, err.msg);
@@ -77,6 +97,8 @@ void spd_upgrade_give(spd_session *s, uint64_t id) {
   /* The socket files are the new daemon's now: not removed at exit. */
   ctx->control.bound = ctx->stats_listener.bound = 0;
   spd_server_close(ctx);
+  spd_peers_boot_give_up(ctx); /* peers dial the new one, which says Hello
+                                * as this node restarted */
   spd_drain(ctx);
 }
 
@@ -183,7 +205,7 @@ static int answer(int fd, conn_in *in, int body, int *fd_p, spk_err *err) {
   return rc;
 }
 
-static int ask(int fd, int *fds, spk_err *err) {
+static int ask(int fd, int *fds, int n, spk_err *err) {
   Spcoll__Hello h = SPCOLL__HELLO__INIT;
   Spcoll__Control c = SPCOLL__CONTROL__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
@@ -194,6 +216,7 @@ static int ask(int fd, int *fds, spk_err *err) {
   int rc = write_frame(fd, &f, err);
   c.command = "upgrade";
   c.group = "";
+  c.peers = n > 2;
   f.id = 2, f.body_case = SPCOLL__FRAME__BODY_CONTROL, f.control = &c;
   if (rc == SPK_OK)
     rc = write_frame(fd, &f, err);
@@ -201,7 +224,7 @@ static int ask(int fd, int *fds, spk_err *err) {
   spf_reader_init(&in.r);
   if (rc == SPK_OK)
     rc = answer(fd, &in, SPCOLL__FRAME__BODY_WELCOME, NULL, err);
-  for (int i = 0; i < 2 && rc == SPK_OK; i++)
+  for (int i = 0; i < n && rc == SPK_OK; i++)
     rc = answer(fd, &in, SPCOLL__FRAME__BODY_DONE, &fds[i], err);
   while (in.nfds > 0)
     close(in.fds[--in.nfds]);
@@ -209,23 +232,24 @@ static int ask(int fd, int *fds, spk_err *err) {
   return rc;
 }
 
-int spd_upgrade_take(spd_ctx *ctx, int *fds, spk_err *err) {
+int spd_upgrade_take(spd_ctx *ctx, spk_err *err) {
   const char *path = ctx->cfg.stats_socket_path;
   struct sockaddr_un sa;
+  int *fds = ctx->taken, n = ctx->cfg.npeers > 0 ? 3 : 2;
   int fd = spd_unix_socket(path, &sa, err);
   if (fd < 0)
     return SPK_ESYSTEM;
-  fds[0] = fds[1] = -1;
+  fds[0] = fds[1] = fds[2] = -1;
   int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0
-               ? ask(fd, fds, err)
+               ? ask(fd, fds, n, err)
                : spk_err_set(err, SPK_ECONNECTION, "--upgrade: connect(%s): "
                              "%s (is an spcolld running there?)", path,
                              strerror(errno));
   close(fd);
   if (rc < 0) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
       if (fds[i] >= 0)
-        close(fds[i]);
+        close(fds[i]), fds[i] = -1;
     return rc;
   }
   SPD_INFO(&ctx->log, "upgrade: took the sockets %s and %s over",

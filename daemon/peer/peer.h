@@ -32,6 +32,14 @@ void spd_peers_quiesce(spd_ctx *ctx);
 /* Close endpoints, listener and worker (at shutdown). */
 void spd_peers_stop(spd_ctx *ctx);
 
+/* Upgrade (upgrade.c): the bootstrap listener's socket, to hand to the
+ * new daemon (-1: no peers); then this one stops accepting on it (the
+ * new one does), its peers hearing the new daemon as this node's restart.
+ * The new daemon listens on the socket taken (ctx->taken[2]) instead of
+ * binding the port. */
+int spd_peers_boot_fd(spd_ctx *ctx);
+void spd_peers_boot_give_up(spd_ctx *ctx);
+
 int spd_peers_enabled(const spd_ctx *ctx);
 int spd_peer_is_up(const spd_ctx *ctx, int node);
 /* How many other nodes are up (authenticated, Hello heard, endpoint

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "peer_internal.h"
 
@@ -305,9 +306,16 @@ int spd_peer_boot_listen(spd_peers *P, spk_err *err) {
   struct sockaddr_storage ss;
   socklen_t slen;
   char why[160];
-  if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0)
+  int rc, taken = P->ctx->taken[2];
+  if (taken >= 0) { /* the running daemon's (--upgrade) */
+    P->ctx->taken[2] = -1;
+    if ((rc = uv_tcp_open(&P->boot, taken)) < 0)
+      close(taken);
+  } else if (spd_peer_resolve(hp, &ss, &slen, why, sizeof(why)) < 0) {
     return spk_err_set(err, SPK_EINVAL, "ucx_listen: %s", why);
-  int rc = uv_tcp_bind(&P->boot, (struct sockaddr *)&ss, 0);
+  } else {
+    rc = uv_tcp_bind(&P->boot, (struct sockaddr *)&ss, 0);
+  }
   if (rc == 0)
     rc = uv_listen((uv_stream_t *)&P->boot, SPD_BOOT_MAX, on_connection);
   if (rc < 0)

@@ -124,6 +124,7 @@ typedef struct spd_peers {
   size_t addr_len;
   spd_auth_key key;           /* the node key */
   uv_tcp_t boot;              /* the bootstrap's listener */
+  int boot_given;             /* handed to a new daemon and closed here */
   TAILQ_HEAD(, spd_boot_conn) boots; /* bootstraps under way */
   int nboots;
   uv_poll_t poll;

@@ -183,6 +183,25 @@ static void on_handle_closed(uv_handle_t *h) {
 /* First thing at a stop: tell every peer, so that none calls back while
  * we go, and make no new connections ourselves; bootstraps under way
  * end. */
+int spd_peers_boot_fd(spd_ctx *ctx) {
+  uv_os_fd_t fd;
+  spd_peers *P = ctx->peers;
+  if (P == NULL || P->stopping || P->boot_given ||
+      uv_fileno((uv_handle_t *)&P->boot, &fd) < 0)
+    return -1;
+  return fd;
+}
+
+/* Closed now (the new daemon holds its own copy of the socket); the stop
+ * does not close it again (spd_peers_stop). */
+void spd_peers_boot_give_up(spd_ctx *ctx) {
+  spd_peers *P = ctx->peers;
+  if (P == NULL || P->boot_given || P->handles < 4)
+    return;
+  P->boot_given = 1;
+  uv_close((uv_handle_t *)&P->boot, NULL);
+}
+
 void spd_peers_quiesce(spd_ctx *ctx) {
   spd_peers *P = ctx->peers;
   if (P == NULL || P->stopping)
@@ -273,7 +292,10 @@ void spd_peers_stop(spd_ctx *ctx) {
     peers_free(P);
     return;
   }
-  for (int i = 0; i < P->handles; i++) {
+  int n = P->handles;
+  if (P->boot_given) /* closed already, the last of them (loop_handle) */
+    n = --P->handles;
+  for (int i = 0; i < n; i++) {
     loop_handle(P, i)->data = P;
     uv_close(loop_handle(P, i), on_handle_closed);
   }

@@ -32,10 +32,7 @@
 #define N 256 /* floats per row */
 
 typedef struct {
-  volatile int round[W];
-  volatile int restarted[W];
-  volatile int bad[W];
-  volatile int last_fail[W];
+  spt_ro_tally t[W];
 } shared_t;
 
 static spt_daemon daemon_, again;
@@ -82,23 +79,7 @@ static int loop_rank(int rank, int w, void *arg) {
     fprintf(stderr, "rank %d: %s\n", rank, spc_last_error(r.k.c));
     return 1;
   }
-  sh->last_fail[rank] = -1;
-  for (int round = 0; round < ROUNDS; round++) {
-    sh->round[rank] = round;
-    for (int op = 0; op < SPT_RO_KINDS; op++) {
-      int wrong = 0;
-      int rc = spt_ro_op(&r, op, N, round * SPT_RO_KINDS + op, &wrong);
-      if (rc == SPC_ERESTARTED) {
-        sh->restarted[rank]++;
-        sh->last_fail[rank] = round;
-      } else if (rc < 0 || wrong) {
-        fprintf(stderr, "rank %d round %d op %d: %s\n", rank, round, op,
-                rc < 0 ? spc_last_error(r.k.c) : "wrong data");
-        sh->bad[rank]++;
-        sh->last_fail[rank] = round;
-      }
-    }
-  }
+  spt_ro_loop(&r, ROUNDS, N, 0, &sh->t[rank]);
   return spt_rk_close(&r.k, 0);
 }
 
@@ -110,39 +91,23 @@ static void ranks_survive(int upgrade) {
     if (pids[r] == 0)
       _exit(loop_rank(r, W, NULL));
   }
-  while (sh->round[0] < KILL_AT)
+  while (sh->t[0].round < KILL_AT)
     usleep(1000);
   const char *argv[] = {"--socket", daemon_.socket, "--stats-socket",
-                        stats_sock, upgrade ? "--upgrade" : NULL, NULL};
-  int st = 0;
-  if (upgrade) {
-    ck_assert_int_eq(spt_daemon_start(&again, argv), 0);
-  } else {
-    ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
-  }
-  ck_assert_int_eq(waitpid(daemon_.pid, &st, 0), daemon_.pid);
-  daemon_.pid = 0;
-  if (upgrade && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-    spt_daemon_dump_log(&daemon_);
-  if (upgrade)
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the old daemon "
-                  "ended with status %#x", st);
-  else
-    ck_assert_int_eq(spt_daemon_start(&again, argv), 0);
+                        stats_sock, NULL};
+  char why[200];
+  ck_assert_msg(spt_ro_replace(&daemon_, &again, argv, upgrade, why,
+                               sizeof(why)) == 0, "%s", why);
   int codes[W];
   int hung = spt_reap(pids, codes, W, 240);
   if (hung || codes[0] || codes[1] || codes[2] || codes[3])
     spt_daemon_dump_log(&again);
   ck_assert_int_eq(hung, 0);
-  int seen = 0;
-  for (int r = 0; r < W; r++) {
+  int seen;
+  for (int r = 0; r < W; r++)
     ck_assert_msg(codes[r] == 0, "rank %d exited %d", r, codes[r]);
-    ck_assert_msg(sh->bad[r] == 0, "rank %d: %d ops wrong or failed "
-                  "otherwise", r, sh->bad[r]);
-    ck_assert_msg(sh->last_fail[r] < ROUNDS - LAST_OK, "rank %d failed an "
-                  "op in round %d, near the end", r, sh->last_fail[r]);
-    seen += sh->restarted[r];
-  }
+  ck_assert_msg(!spt_ro_tally_bad(sh->t, W, ROUNDS, LAST_OK, &seen, why,
+                                  sizeof(why)), "%s", why);
   if (upgrade)
     ck_assert_msg(seen == 0, "%d ops failed across an upgrade", seen);
   /* The new daemon imported the ranks' device memory. */

@@ -59,6 +59,10 @@ int spt_nodes_start(spt_nodes *N, int n, const char *const *extra);
  * as an operator restarting the service would. */
 int spt_node_start(spt_nodes *N, int i);
 int spt_node_restart(spt_nodes *N, int i);
+/* Upgrade node i in place: a new daemon with its settings and --upgrade
+ * takes its sockets over (the peers' bootstrap too); 0 once the old one
+ * exited 0, N->d[i] then the new one. */
+int spt_node_upgrade(spt_nodes *N, int i);
 int spt_nodes_stop(spt_nodes *N);
 /* The peer port of node i, from the --peers list. */
 int spt_node_port(const spt_nodes *N, int i);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -71,6 +72,35 @@ int spt_node_start(spt_nodes *N, int i) {
 
 int spt_node_restart(spt_nodes *N, int i) {
   return node_launch(N, i, 1);
+}
+
+int spt_node_upgrade(spt_nodes *N, int i) {
+  spt_daemon *old = &N->d[i], young;
+  char index[16], stats[160];
+  snprintf(index, sizeof(index), "%d", i);
+  snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", old->dir);
+  const char *argv[32] = {"--peers", N->peers, "--node-index", index,
+                          "--peer-key-file", N->key, "--socket",
+                          old->socket, "--stats-socket", stats, "--upgrade"};
+  int n = 11, st = 0;
+  for (int k = 0; N->extra[k] != NULL && n < 31; k++)
+    argv[n++] = N->extra[k];
+  argv[n] = NULL;
+  if (spt_daemon_start(&young, argv) != 0 ||
+      waitpid(old->pid, &st, 0) != old->pid)
+    return -1;
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    spt_daemon_dump_log(old);
+    return -1;
+  }
+  /* The new daemon, on the old one's sockets, in the old folder (which
+   * spt_nodes_stop removes once it stopped); its log moves there too. */
+  if (rename(young.log, old->log) != 0 || rmdir(young.dir) != 0)
+    perror("moving the upgraded node's log");
+  snprintf(young.dir, sizeof(young.dir), "%s", old->dir);
+  snprintf(young.log, sizeof(young.log), "%s", old->log);
+  *old = young;
+  return 0;
 }
 
 /* The --peers list: the nodes' own addresses (SPT_NODE_HOSTS, port 7410

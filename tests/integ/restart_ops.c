@@ -1,6 +1,11 @@
 /* The restart suites' verified ops (restart_ops.h). */
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "restart_ops.h"
 
@@ -130,3 +135,74 @@ int spt_ro_op(spt_ro *r, int kind, int64_t n, int step, int *wrong) {
   return rc;
 }
 
+
+void spt_ro_loop(spt_ro *r, int rounds, int64_t n, int64_t n2,
+                 spt_ro_tally *t) {
+  int per = n2 > 0 ? 2 * SPT_RO_KINDS : SPT_RO_KINDS;
+  t->last_fail = -1;
+  for (int round = 0; round < rounds; round++) {
+    t->round = round;
+    for (int op = 0; op < per; op++) {
+      int wrong = 0;
+      int rc = spt_ro_op(r, op % SPT_RO_KINDS, op < SPT_RO_KINDS ? n : n2,
+                         round * per + op, &wrong);
+      if (rc == SPC_ERESTARTED) {
+        t->restarted++;
+        t->last_fail = round;
+      } else if (rc < 0 || wrong) {
+        fprintf(stderr, "rank %d round %d op %d: %s\n", r->rank, round, op,
+                rc < 0 ? spc_last_error(r->k.c) : "wrong data");
+        t->bad++;
+        t->last_fail = round;
+      }
+    }
+  }
+}
+
+int spt_ro_tally_bad(const spt_ro_tally *t, int w, int rounds, int last_ok,
+                     int *restarted_p, char *why, size_t len) {
+  *restarted_p = 0;
+  for (int r = 0; r < w; r++) {
+    if (t[r].bad != 0) {
+      snprintf(why, len, "rank %d: %d ops wrong or failed otherwise", r,
+               t[r].bad);
+      return 1;
+    }
+    if (t[r].last_fail >= rounds - last_ok) {
+      snprintf(why, len, "rank %d failed an op in round %d, near the end",
+               r, t[r].last_fail);
+      return 1;
+    }
+    *restarted_p += t[r].restarted;
+  }
+  return 0;
+}
+
+int spt_ro_replace(spt_daemon *old, spt_daemon *again,
+                   const char *const *argv, int upgrade, char *why,
+                   size_t len) {
+  const char *args[32];
+  int n = 0, st = 0;
+  while (argv[n] != NULL && n < 30)
+    args[n] = argv[n], n++;
+  args[n++] = upgrade ? "--upgrade" : NULL;
+  args[n] = NULL;
+  if (upgrade ? spt_daemon_start(again, args) != 0
+              : kill(old->pid, SIGKILL) != 0)
+    return snprintf(why, len, "%s failed", upgrade ? "the new daemon's start"
+                                                   : "kill"), -1;
+  if (waitpid(old->pid, &st, 0) != old->pid)
+    return snprintf(why, len, "waitpid: %s", strerror(errno)), -1;
+  old->pid = 0;
+  if (upgrade && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    spt_daemon_dump_log(old);
+    return snprintf(why, len, "the old daemon ended with status %#x", st),
+           -1;
+  }
+  if (upgrade)
+    return 0;
+  usleep(100000); /* the clients find no daemon for a while */
+  return spt_daemon_start(again, args) == 0
+             ? 0
+             : (snprintf(why, len, "the new daemon did not start"), -1);
+}

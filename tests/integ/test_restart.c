@@ -34,10 +34,7 @@ static const char *const flags[] = {"--fast-bytes", "65536",
                                     "--fast-map-bytes", "0", NULL};
 
 typedef struct {
-  volatile int round[W];
-  volatile int restarted[W];   /* ops failed with SPC_ERESTARTED */
-  volatile int bad[W];         /* wrong data, or another failure */
-  volatile int last_fail[W];   /* the last round with a failed op */
+  spt_ro_tally t[W];
 } shared_t;
 
 static spt_daemon daemon_, again;
@@ -71,40 +68,20 @@ static int loop_rank(int rank, int w, void *arg) {
   spt_ro r = {.rank = rank};
   if (spt_rk_open(&r.k, daemon_.socket, "restart", rank, w, 0) < 0)
     return 1;
-  sh->last_fail[rank] = -1;
-  for (int round = 0; round < ROUNDS; round++) {
-    sh->round[rank] = round;
-    for (int op = 0; op < 2 * SPT_RO_KINDS; op++) {
-      int wrong = 0;
-      int rc = spt_ro_op(&r, op % SPT_RO_KINDS,
-                         op < SPT_RO_KINDS ? SMALL : LARGE,
-                         round * 2 * SPT_RO_KINDS + op, &wrong);
-      if (rc == SPC_ERESTARTED) {
-        sh->restarted[rank]++;
-        sh->last_fail[rank] = round;
-      } else if (rc < 0 || wrong) {
-        fprintf(stderr, "rank %d round %d op %d: %s\n", rank, round, op,
-                rc < 0 ? spc_last_error(r.k.c) : "wrong data");
-        sh->bad[rank]++;
-        sh->last_fail[rank] = round;
-      }
-    }
-  }
+  spt_ro_loop(&r, ROUNDS, SMALL, LARGE, &sh->t[rank]);
   return spt_rk_close(&r.k, 0);
 }
 
-/* Start a daemon on the first one's sockets, as an operator restarting
- * the service would; with --upgrade, taking them over from it. */
-static int start_again(int upgrade) {
-  const char *argv[] = {"--socket", daemon_.socket, "--stats-socket",
-                        stats_sock, "--fast-bytes", "65536",
-                        "--fast-map-bytes", "0",
-                        upgrade ? "--upgrade" : NULL, NULL};
-  return spt_daemon_start(&again, argv);
-}
+/* A daemon's arguments: the first one's sockets and settings. */
+#define AGAIN_ARGS                                                           \
+  {"--socket", daemon_.socket, "--stats-socket", stats_sock, "--fast-bytes", \
+   "65536", "--fast-map-bytes", "0", NULL}
 
+/* Start a daemon on the first one's sockets, as an operator restarting
+ * the service would. */
 static int restart_daemon(void) {
-  return start_again(0);
+  const char *argv[] = AGAIN_ARGS;
+  return spt_daemon_start(&again, argv);
 }
 
 /* The daemon replaced under the ranks: SIGKILLed and started again, or
@@ -117,33 +94,19 @@ static void ranks_survive(int upgrade) {
     if (pids[r] == 0)
       _exit(loop_rank(r, W, NULL));
   }
-  while (sh->round[0] < KILL_AT)
+  while (sh->t[0].round < KILL_AT)
     usleep(1000);
-  int st = 0;
-  if (upgrade) {
-    ck_assert_int_eq(start_again(1), 0);
-  } else {
-    ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
-    usleep(100000); /* the clients find no daemon for a while */
-  }
-  ck_assert_int_eq(waitpid(daemon_.pid, &st, 0), daemon_.pid);
-  daemon_.pid = 0;
-  if (upgrade)
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the old daemon "
-                  "ended with status %#x", st);
-  else
-    ck_assert_int_eq(restart_daemon(), 0);
+  const char *argv[] = AGAIN_ARGS;
+  char why[200];
+  ck_assert_msg(spt_ro_replace(&daemon_, &again, argv, upgrade, why,
+                               sizeof(why)) == 0, "%s", why);
   int codes[W];
   ck_assert_int_eq(spt_reap(pids, codes, W, 240), 0);
-  int seen = 0;
-  for (int r = 0; r < W; r++) {
+  int seen;
+  for (int r = 0; r < W; r++)
     ck_assert_msg(codes[r] == 0, "rank %d exited %d", r, codes[r]);
-    ck_assert_msg(sh->bad[r] == 0, "rank %d: %d ops wrong or failed "
-                  "otherwise", r, sh->bad[r]);
-    ck_assert_msg(sh->last_fail[r] < ROUNDS - LAST_OK, "rank %d failed an "
-                  "op in round %d, near the end", r, sh->last_fail[r]);
-    seen += sh->restarted[r];
-  }
+  ck_assert_msg(!spt_ro_tally_bad(sh->t, W, ROUNDS, LAST_OK, &seen, why,
+                                  sizeof(why)), "%s", why);
   /* A crash fails what was in flight (an op whose send found the daemon
    * gone goes again, to the new one: a crash between ops fails none); an
    * upgrade lets it finish and sends what it refused again: no op fails.
@@ -248,6 +211,89 @@ START_TEST(ranks_realign) {
 }
 END_TEST
 
+/* Ops that need no daemon go on without it: after one op, the daemon
+ * is killed, and the ranks run small all-reduces and all-gathers (the
+ * group's shared segment) while it is away, every one right; then it is
+ * started again, and the ranks' next large op (the daemon's path) and
+ * small one run on the new daemon. */
+typedef struct {
+  volatile int ready[W], done[W];
+  volatile int killed, back;
+  volatile int bad[W];         /* phase 1: ops failed or wrong */
+  volatile int rc[W][2];       /* phase 2: the large op, the small one */
+} gone_t;
+
+static int gone_rank(int rank, int w, void *arg) {
+  gone_t *a = arg;
+  spt_ro r = {.rank = rank};
+  if (spt_rk_open(&r.k, daemon_.socket, "gone", rank, w, 0) < 0)
+    return 1;
+  int wrong = 0, step = 0;
+  if (spt_ro_op(&r, 2, SMALL, step++, &wrong) != SPC_OK || wrong)
+    return 1;
+  a->ready[rank] = 1;
+  while (!a->killed)
+    usleep(1000);
+  for (int i = 0; i < 200; i++) {
+    /* Now and then rank 0 comes late: the others wait past a futex
+     * sleep (fast_sleep_ns), where a wait looks for the daemon. */
+    if (rank == 0 && i % 50 == 0)
+      usleep(300000);
+    int rc = spt_ro_op(&r, 1 + i % 2, SMALL, step++, &wrong);
+    if (rc != SPC_OK || wrong) {
+      fprintf(stderr, "rank %d: op %d without the daemon: %s\n", rank, i,
+              rc < 0 ? spc_last_error(r.k.c) : "wrong data");
+      a->bad[rank]++;
+    }
+  }
+  a->done[rank] = 1;
+  while (!a->back)
+    usleep(1000);
+  a->rc[rank][0] = spt_ro_op(&r, 4, LARGE, step++, &wrong);
+  a->bad[rank] += wrong;
+  a->rc[rank][1] = spt_ro_op(&r, 2, SMALL, step++, &wrong);
+  a->bad[rank] += wrong;
+  return spt_rk_close(&r.k, 0);
+}
+
+START_TEST(fast_ops_run_without_the_daemon) {
+  gone_t *a = mmap(NULL, sizeof(*a), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(a, MAP_FAILED);
+  memset(a, 0, sizeof(*a));
+  pid_t pids[W];
+  for (int r = 0; r < W; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(gone_rank(r, W, a));
+  }
+  for (int r = 0; r < W; r++)
+    while (!a->ready[r])
+      usleep(1000);
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  a->killed = 1;
+  for (int r = 0; r < W; r++)
+    while (!a->done[r])
+      usleep(1000);
+  ck_assert_int_eq(restart_daemon(), 0);
+  a->back = 1;
+  int codes[W];
+  ck_assert_int_eq(spt_reap(pids, codes, W, 120), 0);
+  for (int r = 0; r < W; r++) {
+    ck_assert_int_eq(codes[r], 0);
+    ck_assert_msg(a->bad[r] == 0, "rank %d: %d ops failed or wrong", r,
+                  a->bad[r]);
+    ck_assert_msg(a->rc[r][0] == SPC_OK && a->rc[r][1] == SPC_OK,
+                  "rank %d after the restart: %d %d", r, a->rc[r][0],
+                  a->rc[r][1]);
+  }
+  munmap(a, sizeof(*a));
+}
+END_TEST
+
 /* spc_set_reconnect_timeout(c, 0): the client ends with the daemon, and
  * says so on every later call. */
 START_TEST(never_reconnect) {
@@ -330,6 +376,7 @@ int main(void) {
   tcase_add_test(tc, ranks_survive_sigkill);
   tcase_add_test(tc, ranks_survive_upgrade);
   tcase_add_test(tc, ranks_realign);
+  tcase_add_test(tc, fast_ops_run_without_the_daemon);
   tcase_add_test(tc, never_reconnect);
   tcase_add_test(tc, gives_up_after_the_timeout);
   tcase_add_test(tc, buffers_registered_again);

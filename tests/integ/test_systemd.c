@@ -1,8 +1,10 @@
 /* systemd: the units pass systemd-analyze verify without a word,
  * spcolld started by socket activation (systemd-socket-activate) serves a
- * client and tells NOTIFY_SOCKET READY=1, then STOPPING=1 on SIGTERM, and
- * a reload (SIGHUP) hands the sockets to a new daemon under a client. */
+ * client and tells NOTIFY_SOCKET READY=1, then STOPPING=1 on SIGTERM, both
+ * sockets passed by name are served and kept in the fd store, and a
+ * reload (SIGHUP) hands the sockets to a new daemon under a client. */
 #include <check.h>
+#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -132,6 +134,85 @@ START_TEST(socket_activation_serves_a_client) {
 }
 END_TEST
 
+/* Every notification up to READY=1, joined into buf (fds that came with
+ * one, FDSTORE's, closed): 1 when READY=1 came. */
+static int notes_until_ready(int fd, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < 16; i++) {
+    char msg[512];
+    union {
+      char b[CMSG_SPACE(sizeof(int) * 4)];
+      struct cmsghdr align;
+    } cb;
+    struct iovec iov = {msg, sizeof(msg) - 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = cb.b, .msg_controllen = sizeof(cb.b)};
+    ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n <= 0)
+      return 0;
+    msg[n] = '\0';
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+      if (c->cmsg_type == SCM_RIGHTS)
+        for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++)
+          close(((int *)CMSG_DATA(c))[k]);
+    used += (size_t)snprintf(buf + used, len - used, "%s|%s\n", msg,
+                             mh.msg_controllen ? "fd" : "");
+    if (strstr(msg, "READY=1") || used >= len - 1)
+      return strstr(msg, "READY=1") != NULL;
+  }
+  return 0;
+}
+
+/* Both sockets passed by systemd, named as the fd store names them
+ * ("control", "stats"): the daemon serves clients and operators on them,
+ * and puts both in the store (FDSTORE=1 with the socket) before READY=1,
+ * so that a restart of the service gets them back. */
+START_TEST(stored_sockets_served_and_stored) {
+  char dir[] = "/tmp/spcoll-store-XXXXXX", sock[128], stats[128];
+  char note[128], env[160], names[2048];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
+  snprintf(stats, sizeof(stats), "%s/stats.sock", dir);
+  snprintf(note, sizeof(note), "%s/notify", dir);
+  int nfd = notify_listen(note);
+  snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execlp("systemd-socket-activate", "systemd-socket-activate", "-l", sock,
+           "-l", stats, "--fdname=control:stats", "-E", env, daemon_bin(),
+           "--socket", sock, "--stats-socket", stats, "--workers", "1",
+           (char *)NULL);
+    _exit(127);
+  }
+  spc_client *c = NULL;
+  for (int i = 0; i < 500 && c == NULL; i++) { /* until it listens */
+    if (access(sock, F_OK) == 0)
+      spc_connect(sock, "test", &c);
+    if (c == NULL)
+      usleep(10000);
+  }
+  ck_assert_msg(c != NULL, "no daemon on %s", sock);
+  ck_assert(notes_until_ready(nfd, names, sizeof(names)));
+  ck_assert_msg(strstr(names, "FDSTORE=1\nFDNAME=control|fd") &&
+                    strstr(names, "FDSTORE=1\nFDNAME=stats|fd"),
+                "notifications:\n%s", names);
+  char cmd[512], bin[PATH_MAX];
+  ck_assert_ptr_nonnull(realpath(daemon_bin(), bin));
+  snprintf(cmd, sizeof(cmd), "%s/spcollctl --stats-socket %s status "
+           ">/dev/null", dirname(bin), stats);
+  ck_assert_int_eq(system(cmd), 0);
+  spc_disconnect(c);
+  kill(pid, SIGTERM);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  close(nfd);
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* The MAINPID of the next READY=1 that names a pid other than `not`;
  * 0 when none came. */
 static pid_t ready_pid(int fd, pid_t not) {
@@ -214,6 +295,7 @@ int main(void) {
   tcase_add_test(tc, units_verify_clean);
   tcase_add_test(tc, socket_activation_serves_a_client);
   tcase_add_test(tc, reload_hands_over);
+  tcase_add_test(tc, stored_sockets_served_and_stored);
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }
