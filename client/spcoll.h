@@ -168,9 +168,9 @@ int spc_set_op_timeout(spc_client *client, int64_t timeout_ms);
  * A daemon being upgraded (spcolld --upgrade) refuses the ops nobody
  * started as not run: spc_run and the blocking collectives send them again,
  * to the new daemon, and do not fail.
- * Not carried yet (the call fails, naming it): device buffers; groups
- * made by spc_group_split (their ops fail with SPC_ERESTARTED: leave them
- * and make them again). Point-to-point requests in flight fail and are
+ * Device buffers are registered again (the driver exports them anew).
+ * Not carried: groups made by spc_group_split (their ops fail with
+ * SPC_ERESTARTED: leave them and make them again). Point-to-point requests in flight fail and are
  * not retried. After the timeout the call fails with SPC_ECONNECTION, and
  * so does every later one. SPC_EINVAL for a timeout below -1. */
 int spc_set_reconnect_timeout(spc_client *client, int64_t timeout_ms);

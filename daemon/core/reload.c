@@ -40,9 +40,12 @@ static char **reload_args(spd_ctx *ctx) {
 static void on_hup(uv_signal_t *h, int signum) {
   spd_ctx *ctx = h->data;
   (void)signum;
-  if (ctx->reload_started || ctx->stopping || ctx->draining) {
-    SPD_WARN(&ctx->log, "SIGHUP: no reload (%s)", ctx->reload_started
-             ? "one is under way" : "stopping");
+  if (ctx->reload_started || ctx->stopping || ctx->draining ||
+      ctx->exe[0] == '\0') {
+    SPD_WARN(&ctx->log, "SIGHUP: no reload (%s)",
+             ctx->reload_started  ? "one is under way"
+             : ctx->exe[0] == '\0' ? "the binary's path is unknown"
+                                    : "stopping");
     return;
   }
   char **args = reload_args(ctx);
@@ -84,9 +87,12 @@ static int exe_path(spd_ctx *ctx, spk_err *err) {
 
 int spd_reload_start(spd_ctx *ctx, int argc, char **argv, spk_err *err) {
   ctx->argc = argc, ctx->argv = argv;
-  int rc = exe_path(ctx, err);
-  if (rc < 0)
-    return rc;
+  spk_err why;
+  int rc = exe_path(ctx, &why);
+  if (rc < 0) { /* no /proc, say: the daemon serves, without reloads */
+    SPD_WARN(&ctx->log, "SIGHUP will not reload: %s", why.msg);
+    ctx->exe[0] = '\0';
+  }
   if ((rc = uv_signal_init(ctx->loop, &ctx->sig_hup)) == 0) {
     ctx->sig_hup.data = ctx; /* from here on, stop must close it */
     rc = uv_signal_start(&ctx->sig_hup, on_hup, SIGHUP);

@@ -86,21 +86,17 @@ static int notified(int fd, const char *what) {
   return 0;
 }
 
-START_TEST(socket_activation_serves_a_client) {
-  char dir[] = "/tmp/spcoll-act-XXXXXX", sock[128], note[128];
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
-  snprintf(note, sizeof(note), "%s/notify", dir);
-  int nfd = notify_listen(note);
-  char env[160];
-  snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
+/* spcolld started by systemd-socket-activate with argv (its arguments,
+ * NULL-ended; the activator passes on only the -E environment): its
+ * pid, and a client connected to sock once it serves. */
+static spc_client *activated(const char *const *argv, const char *sock,
+                             pid_t *pid_p) {
   pid_t pid = fork();
-  if (pid == 0) { /* the activator passes on only the -E environment */
-    execlp("systemd-socket-activate", "systemd-socket-activate", "-l", sock,
-           "-E", env, daemon_bin(), "--socket", sock, "--workers", "1",
-           (char *)NULL);
+  if (pid == 0) {
+    execvp(argv[0], (char *const *)argv);
     _exit(127);
   }
+  *pid_p = pid;
   spc_client *c = NULL;
   for (int i = 0; i < 500 && c == NULL; i++) { /* until it listens */
     if (access(sock, F_OK) == 0)
@@ -109,6 +105,22 @@ START_TEST(socket_activation_serves_a_client) {
       usleep(10000);
   }
   ck_assert_msg(c != NULL, "no daemon on %s", sock);
+  return c;
+}
+
+START_TEST(socket_activation_serves_a_client) {
+  char dir[] = "/tmp/spcoll-act-XXXXXX", sock[128], note[128];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
+  snprintf(note, sizeof(note), "%s/notify", dir);
+  int nfd = notify_listen(note);
+  char env[160];
+  snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
+  const char *argv[] = {"systemd-socket-activate", "-l", sock, "-E", env,
+                        daemon_bin(), "--socket", sock, "--workers", "1",
+                        NULL};
+  pid_t pid;
+  spc_client *c = activated(argv, sock, &pid);
   spc_group *g;
   spc_buffer *b;
   spc_tensor in, out;
@@ -177,22 +189,12 @@ START_TEST(stored_sockets_served_and_stored) {
   snprintf(note, sizeof(note), "%s/notify", dir);
   int nfd = notify_listen(note);
   snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
-  pid_t pid = fork();
-  if (pid == 0) {
-    execlp("systemd-socket-activate", "systemd-socket-activate", "-l", sock,
-           "-l", stats, "--fdname=control:stats", "-E", env, daemon_bin(),
-           "--socket", sock, "--stats-socket", stats, "--workers", "1",
-           (char *)NULL);
-    _exit(127);
-  }
-  spc_client *c = NULL;
-  for (int i = 0; i < 500 && c == NULL; i++) { /* until it listens */
-    if (access(sock, F_OK) == 0)
-      spc_connect(sock, "test", &c);
-    if (c == NULL)
-      usleep(10000);
-  }
-  ck_assert_msg(c != NULL, "no daemon on %s", sock);
+  const char *argv[] = {"systemd-socket-activate", "-l", sock, "-l", stats,
+                        "--fdname=control:stats", "-E", env, daemon_bin(),
+                        "--socket", sock, "--stats-socket", stats,
+                        "--workers", "1", NULL};
+  pid_t pid;
+  spc_client *c = activated(argv, sock, &pid);
   ck_assert(notes_until_ready(nfd, names, sizeof(names)));
   ck_assert_msg(strstr(names, "FDSTORE=1\nFDNAME=control|fd") &&
                     strstr(names, "FDSTORE=1\nFDNAME=stats|fd"),
