@@ -10,6 +10,12 @@
 /* spc_connect has no client to hold its message yet. */
 static __thread char connect_error[512];
 
+int64_t spc__op_limit_ms(const spc_client *c) {
+  if (c->op_timeout_ms > 0)
+    return c->op_timeout_ms;
+  return c->daemon_op_timeout_ms > 0 ? c->daemon_op_timeout_ms : 1800000;
+}
+
 int spc__fail(spc_client *c, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

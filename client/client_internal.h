@@ -122,13 +122,16 @@ struct spc_client {
   int nsegs;
 };
 
-/* Record the message of a failure on c and return status. */
 /* The op list's gradient of op (client_op_list.c): the same arguments,
  * the row's gradient kind and grad scale (kind 0 when it lists none). */
 spc_op spc__op_grad(spc_op op);
 
+/* Record the message of a failure on c and return status. */
 int spc__fail(spc_client *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* How long an op may wait: the client's op timeout, else the daemon's
+ * (from Welcome), else 1800 s. (client_base.c) */
+int64_t spc__op_limit_ms(const spc_client *c);
 
 /* A tensor's fields, as spc_tensor_init takes them, against buf: dims,
  * alignment and its bytes from offset inside the buffer (kernels'

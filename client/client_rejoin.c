@@ -9,11 +9,7 @@
 #include "client_fast.h"
 
 int64_t spc__reconnect_limit_ms(const spc_client *c) {
-  if (c->reconnect_ms >= 0)
-    return c->reconnect_ms;
-  if (c->op_timeout_ms > 0)
-    return c->op_timeout_ms;
-  return c->daemon_op_timeout_ms > 0 ? c->daemon_op_timeout_ms : 1800000;
+  return c->reconnect_ms >= 0 ? c->reconnect_ms : spc__op_limit_ms(c);
 }
 
 int spc__rejoin_send(spc_group *g, spc_request **req_p) {

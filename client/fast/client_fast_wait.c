@@ -117,9 +117,7 @@ static int daemon_alive(spc_client *c) {
   uint64_t now = spc__fast_now_ns();
   if (c->gone_ns == 0)
     c->gone_ns = now;
-  int64_t limit_ms = c->op_timeout_ms > 0          ? c->op_timeout_ms
-                     : c->daemon_op_timeout_ms > 0 ? c->daemon_op_timeout_ms
-                                                   : 1800000;
+  int64_t limit_ms = spc__op_limit_ms(c);
   if (now - c->gone_ns < (uint64_t)limit_ms * 1000000u)
     return SPC_OK;
   return spc__fail(c, SPC_ERESTARTED, "spcolld went away, and a "

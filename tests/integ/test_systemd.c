@@ -108,41 +108,77 @@ static spc_client *activated(const char *const *argv, const char *sock,
   return c;
 }
 
-START_TEST(socket_activation_serves_a_client) {
-  char dir[] = "/tmp/spcoll-act-XXXXXX", sock[128], note[128];
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
-  snprintf(note, sizeof(note), "%s/notify", dir);
-  int nfd = notify_listen(note);
-  char env[160];
-  snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
-  const char *argv[] = {"systemd-socket-activate", "-l", sock, "-E", env,
-                        daemon_bin(), "--socket", sock, "--workers", "1",
-                        NULL};
-  pid_t pid;
-  spc_client *c = activated(argv, sock, &pid);
+/* A test's folder: the sockets' paths, and a notify socket standing in
+ * for systemd's, its environment line ready for the daemon. */
+typedef struct {
+  char dir[32], sock[128], stats[128], note[128], env[160];
+  int nfd;
+} scene;
+
+static void scene_open(scene *sc) {
+  snprintf(sc->dir, sizeof(sc->dir), "/tmp/spcoll-sd-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(sc->dir));
+  snprintf(sc->sock, sizeof(sc->sock), "%s/spcolld.sock", sc->dir);
+  snprintf(sc->stats, sizeof(sc->stats), "%s/spcolld.stats.sock", sc->dir);
+  snprintf(sc->note, sizeof(sc->note), "%s/notify", sc->dir);
+  snprintf(sc->env, sizeof(sc->env), "NOTIFY_SOCKET=%s", sc->note);
+  sc->nfd = notify_listen(sc->note);
+}
+
+/* Stop daemon pid (SIGTERM: it exits 0) and remove the folder. */
+static void scene_close(scene *sc, pid_t pid) {
+  int st;
+  kill(pid, SIGTERM);
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "spcolld: %#x", st);
+  close(sc->nfd);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", sc->dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A group of one on a client, with a buffer: an op through it is
+ * checked (lone_op: v in element 2 of the input comes out of an
+ * all-reduce in element 2 of the output). */
+typedef struct {
   spc_group *g;
   spc_buffer *b;
   spc_tensor in, out;
+} lone;
+
+static void lone_open(spc_client *c, const char *name, lone *l) {
   int64_t s[1] = {4};
-  ck_assert_int_eq(spc_group_join(c, "activated", 1, 0, &g), 0);
-  ck_assert_int_eq(spc_buffer_alloc(c, 64, &b), 0);
-  spc_tensor_init(&in, b, 0, SPC_INT32, 1, s);
-  spc_tensor_init(&out, b, 16, SPC_INT32, 1, s);
-  ((int32_t *)spc_buffer_data(b))[2] = 42;
-  ck_assert_int_eq(spc_all_gather(g, &in, &out, 0, NULL), 0);
-  ck_assert_int_eq(((int32_t *)spc_buffer_data(b))[4 + 2], 42);
-  ck_assert(notified(nfd, "READY=1"));
+  ck_assert_int_eq(spc_group_join(c, name, 1, 0, &l->g), 0);
+  ck_assert_int_eq(spc_buffer_alloc(c, 64, &l->b), 0);
+  spc_tensor_init(&l->in, l->b, 0, SPC_INT32, 1, s);
+  spc_tensor_init(&l->out, l->b, 16, SPC_INT32, 1, s);
+}
+
+static void lone_op(spc_client *c, lone *l, int32_t v) {
+  int32_t *x = spc_buffer_data(l->b);
+  x[2] = v;
+  ck_assert_msg(spc_all_reduce(l->g, &l->in, &l->out, SPC_SUM) == 0, "%s",
+                spc_last_error(c));
+  ck_assert_int_eq(x[4 + 2], v);
+}
+
+START_TEST(socket_activation_serves_a_client) {
+  scene sc;
+  scene_open(&sc);
+  const char *argv[] = {"systemd-socket-activate", "-l", sc.sock, "-E",
+                        sc.env, daemon_bin(), "--socket", sc.sock,
+                        "--workers", "1", NULL};
+  pid_t pid;
+  spc_client *c = activated(argv, sc.sock, &pid);
+  lone l;
+  lone_open(c, "activated", &l);
+  lone_op(c, &l, 42);
+  ck_assert(notified(sc.nfd, "READY=1"));
   spc_disconnect(c);
-  kill(pid, SIGTERM);
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  int nfd = dup(sc.nfd); /* STOPPING=1 comes as it stops */
+  scene_close(&sc, pid);
   ck_assert(notified(nfd, "STOPPING=1"));
   close(nfd);
-  char cmd[256];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -181,37 +217,26 @@ static int notes_until_ready(int fd, char *buf, size_t len) {
  * and puts both in the store (FDSTORE=1 with the socket) before READY=1,
  * so that a restart of the service gets them back. */
 START_TEST(stored_sockets_served_and_stored) {
-  char dir[] = "/tmp/spcoll-store-XXXXXX", sock[128], stats[128];
-  char note[128], env[160], names[2048];
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
-  snprintf(stats, sizeof(stats), "%s/stats.sock", dir);
-  snprintf(note, sizeof(note), "%s/notify", dir);
-  int nfd = notify_listen(note);
-  snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", note);
-  const char *argv[] = {"systemd-socket-activate", "-l", sock, "-l", stats,
-                        "--fdname=control:stats", "-E", env, daemon_bin(),
-                        "--socket", sock, "--stats-socket", stats,
-                        "--workers", "1", NULL};
+  scene sc;
+  char names[2048];
+  scene_open(&sc);
+  const char *argv[] = {"systemd-socket-activate", "-l", sc.sock, "-l",
+                        sc.stats, "--fdname=control:stats", "-E", sc.env,
+                        daemon_bin(), "--socket", sc.sock, "--stats-socket",
+                        sc.stats, "--workers", "1", NULL};
   pid_t pid;
-  spc_client *c = activated(argv, sock, &pid);
-  ck_assert(notes_until_ready(nfd, names, sizeof(names)));
+  spc_client *c = activated(argv, sc.sock, &pid);
+  ck_assert(notes_until_ready(sc.nfd, names, sizeof(names)));
   ck_assert_msg(strstr(names, "FDSTORE=1\nFDNAME=control|fd") &&
                     strstr(names, "FDSTORE=1\nFDNAME=stats|fd"),
                 "notifications:\n%s", names);
   char cmd[512], bin[PATH_MAX];
   ck_assert_ptr_nonnull(realpath(daemon_bin(), bin));
   snprintf(cmd, sizeof(cmd), "%s/spcollctl --stats-socket %s status "
-           ">/dev/null", dirname(bin), stats);
+           ">/dev/null", dirname(bin), sc.stats);
   ck_assert_int_eq(system(cmd), 0);
   spc_disconnect(c);
-  kill(pid, SIGTERM);
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  close(nfd);
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  scene_close(&sc, pid);
 }
 END_TEST
 
@@ -237,51 +262,31 @@ static pid_t ready_pid(int fd, pid_t not) {
  * a client's next op runs on the new one. This process stands in for
  * systemd as the subreaper that adopts the new daemon. */
 START_TEST(reload_hands_over) {
-  char dir[] = "/tmp/spcoll-reload-XXXXXX", sock[128], stats[128];
-  char note[128];
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(sock, sizeof(sock), "%s/spcolld.sock", dir);
-  snprintf(stats, sizeof(stats), "%s/spcolld.stats.sock", dir);
-  snprintf(note, sizeof(note), "%s/notify", dir);
-  int nfd = notify_listen(note);
+  scene sc;
+  scene_open(&sc);
   ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   pid_t old = fork();
   if (old == 0) {
-    setenv("NOTIFY_SOCKET", note, 1);
-    execl(daemon_bin(), daemon_bin(), "--socket", sock, "--stats-socket",
-          stats, "--workers", "1", (char *)NULL);
+    setenv("NOTIFY_SOCKET", sc.note, 1);
+    execl(daemon_bin(), daemon_bin(), "--socket", sc.sock, "--stats-socket",
+          sc.stats, "--workers", "1", (char *)NULL);
     _exit(127);
   }
-  ck_assert_int_eq(ready_pid(nfd, 0), old);
+  ck_assert_int_eq(ready_pid(sc.nfd, 0), old);
   spc_client *c = NULL;
-  ck_assert_int_eq(spc_connect(sock, "test", &c), 0);
-  spc_group *g;
-  spc_buffer *b;
-  spc_tensor in, out;
-  int64_t s[1] = {4};
-  ck_assert_int_eq(spc_group_join(c, "reloaded", 1, 0, &g), 0);
-  ck_assert_int_eq(spc_buffer_alloc(c, 64, &b), 0);
-  spc_tensor_init(&in, b, 0, SPC_INT32, 1, s);
-  spc_tensor_init(&out, b, 16, SPC_INT32, 1, s);
-  ck_assert_int_eq(spc_all_reduce(g, &in, &out, SPC_SUM), 0);
+  ck_assert_int_eq(spc_connect(sc.sock, "test", &c), 0);
+  lone l;
+  lone_open(c, "reloaded", &l);
+  lone_op(c, &l, 3);
   ck_assert_int_eq(kill(old, SIGHUP), 0);
-  pid_t young = ready_pid(nfd, old);
+  pid_t young = ready_pid(sc.nfd, old);
   ck_assert_msg(young > 0, "no READY=1 from a new daemon");
   int st;
   ck_assert_int_eq(waitpid(old, &st, 0), old);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "old: %#x", st);
-  ((int32_t *)spc_buffer_data(b))[1] = 7;
-  ck_assert_msg(spc_all_reduce(g, &in, &out, SPC_SUM) == 0, "%s",
-                spc_last_error(c));
-  ck_assert_int_eq(((int32_t *)spc_buffer_data(b))[4 + 1], 7);
+  lone_op(c, &l, 7); /* on the new daemon */
   spc_disconnect(c);
-  kill(young, SIGTERM);
-  ck_assert_int_eq(waitpid(young, &st, 0), young);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  close(nfd);
-  char cmd[256];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  scene_close(&sc, young);
 }
 END_TEST
 

@@ -3,6 +3,8 @@ write it: Ulysses attention through all_to_all_single (permute, exchange,
 permute back), gradients averaged with all_reduce. Three SGD steps on a
 process group of backend "spcoll" and on one of backend "gloo" from the
 same weights and data: the losses must agree (fp32 sums: tolerance)."""
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -87,3 +89,27 @@ def train(group, rank, world, steps=3, before_step=None):
         losses.append(total.item() / world)
         opt.step()
     return losses
+
+
+def train_vs_gloo(rank, world, sock, store, steps, before_step):
+    """One rank of a job on spcolld at sock: the training on backend
+    spcoll (the world group), before_step(step) run before each step, then
+    the same on gloo. {"spcoll": losses, "gloo": losses}."""
+    os.environ["SPCOLL_SOCKET"] = sock
+    torch.set_num_threads(1)
+    dist.init_process_group("spcoll", init_method="file://" + store,
+                            rank=rank, world_size=world)
+    gloo = dist.new_group(backend="gloo")
+    sp = train(dist.group.WORLD, rank, world, steps, before_step)
+    gl = train(gloo, rank, world, steps)
+    dist.destroy_process_group()
+    return {"spcoll": sp, "gloo": gl}
+
+
+def losses_match(r, steps):
+    """train_vs_gloo's result r: every one of the steps' spcoll losses is
+    gloo's (fp32 sums: tolerance)."""
+    sp, gl = r["spcoll"], r["gloo"]
+    assert len(sp) == steps and all(
+        abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(sp, gl)), \
+        "losses spcoll %s vs gloo %s" % (sp, gl)

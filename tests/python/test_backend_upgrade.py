@@ -12,7 +12,6 @@ import signal
 import subprocess
 
 import torch
-import torch.distributed as dist
 
 import backend_train
 import launch
@@ -24,12 +23,6 @@ PYTHON_BACKEND = torch.__version__.startswith("1.")
 
 
 def _rank(rank, world, sock, store, log):
-    os.environ["SPCOLL_SOCKET"] = sock
-    torch.set_num_threads(1)
-    dist.init_process_group("spcoll", init_method="file://" + store,
-                            rank=rank, world_size=world)
-    gloo = dist.new_group(backend="gloo")
-
     def before(step):
         if rank == 0 and step == UPGRADE_AT:
             with open(log, "wb") as out:
@@ -39,10 +32,8 @@ def _rank(rank, world, sock, store, log):
             with open(log + ".pid", "w") as f:
                 f.write(str(pid))
 
-    sp = backend_train.train(dist.group.WORLD, rank, world, STEPS, before)
-    gl = backend_train.train(gloo, rank, world, STEPS)
-    dist.destroy_process_group()
-    return {"spcoll": sp, "gloo": gl}
+    return backend_train.train_vs_gloo(rank, world, sock, store, STEPS,
+                                       before)
 
 
 def test_training_lives_through_an_upgrade(tmp_path):
@@ -67,10 +58,7 @@ def test_training_lives_through_an_upgrade(tmp_path):
         for r in res:
             if "__error__" in r:
                 continue
-            sp, gl = r["spcoll"], r["gloo"]
-            assert len(sp) == STEPS and all(
-                abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(sp, gl)), \
-                "losses spcoll %s vs gloo %s" % (sp, gl)
+            backend_train.losses_match(r, STEPS)
     finally:
         log.close()
         if new is not None:
