@@ -38,7 +38,8 @@ static int ctx_start(spd_ctx *ctx, int argc, char **argv, spk_err *err) {
   /* core's lower layers reach its lifecycle only through these. */
   ctx->up = (spd_core_up){.drain_check = spd_drain_check,
                           .stop_continue = spd_shutdown_continue,
-                          .split_run = spd_group_split_run};
+                          .split_run = spd_group_split_run,
+                          .restart = spd_reload_self};
   rc = spd_reload_start(ctx, argc, argv, err);
   /* --upgrade: the running daemon's sockets, before the peers listen on
    * their bootstrap's. */

@@ -27,7 +27,7 @@ GPU_CFLAGS_SYS := $(subst -I$(CUDA_HOME)/include,-isystem $(CUDA_HOME)/include,$
 # and into the daemon unit suites (which link the daemon's objects).
 GPU_DAEMON_OBJ := $(call obj,daemon/engine/engine_gpu.c daemon/gpu/gpu_ctx.c \
   daemon/gpu/gpu_ipc.c daemon/gpu/gpu_vmm.c daemon/gpu/gpu_driver.c \
-  daemon/gpu/gpu_job.c \
+  daemon/gpu/gpu_job.c daemon/gpu/gpu_lost.c \
   daemon/gpu/gpu_flags.c \
   daemon/gpu/gpu_desc_cache.c \
   daemon/engine/mover_cuda.c \

@@ -71,6 +71,9 @@ typedef struct {
   X(gpu_order_flags, spcoll_gpu_order_flags_total,                           \
     "Ranks of device ops ordered with their client's stream through stream " \
     "flags (stream memory operations).")                                     \
+  X(gpu_contexts_lost, spcoll_gpu_contexts_lost_total,                       \
+    "Device faults that ended this daemon's CUDA context (it then starts "   \
+    "a new spcolld, which takes its clients over).")                        \
   X(gpu_order_events, spcoll_gpu_order_events_total,                         \
     "Ranks of device ops ordered with their client's stream through "        \
     "interprocess events (the client has no stream memory operations or "    \
@@ -109,8 +112,9 @@ typedef struct spd_hooks {
 
 /* Calls up daemon/core's own layers (tests/layers.py rule 11), set by
  * main.c at start: the group and op layers tell the daemon's lifecycle
- * (core/lifecycle.h) that work ended, and the op layer hands a group
- * split whose ranks all arrived to the group layer. NULL: not there (a
+ * (core/lifecycle.h) that work ended, the op layer hands a group
+ * split whose ranks all arrived to the group layer, and the GPU layer
+ * asks for a new daemon when its CUDA context is lost. NULL: not there (a
  * unit suite's context). */
 typedef struct spd_core_up {
   /* Draining: stop once nothing is under way (spd_drain_check). */
@@ -119,6 +123,10 @@ typedef struct spd_core_up {
   void (*stop_continue)(struct spd_ctx *ctx);
   /* Run a group split every rank asked for (spd_group_split_run). */
   void (*split_run)(struct spd_op *op);
+  /* This process can no longer serve (its CUDA context is lost, gpu/):
+   * start a new spcolld that takes the sockets over (spd_reload_self);
+   * why names the cause. */
+  void (*restart)(struct spd_ctx *ctx, const char *why);
 } spd_core_up;
 
 typedef struct spd_ctx {
@@ -198,6 +206,10 @@ static inline void spd_up_drain_check(spd_ctx *ctx) {
 static inline void spd_up_stop_continue(spd_ctx *ctx) {
   if (ctx->up.stop_continue != NULL)
     ctx->up.stop_continue(ctx);
+}
+static inline void spd_up_restart(spd_ctx *ctx, const char *why) {
+  if (ctx->up.restart != NULL)
+    ctx->up.restart(ctx, why);
 }
 
 #endif

@@ -55,6 +55,10 @@ int spd_upgrade_take(spd_ctx *ctx, spk_err *err);
  * process. */
 int spd_reload_start(spd_ctx *ctx, int argc, char **argv, spk_err *err);
 void spd_reload_stop(spd_ctx *ctx);
+/* The same, asked by the daemon itself (spd_core_up.restart): why is
+ * logged; a reload under way, a stop, or an unknown binary path leaves
+ * this daemon serving, which the log says. */
+void spd_reload_self(spd_ctx *ctx, const char *why);
 
 /* Begin an orderly stop: no new clients, pending ops fail with "daemon
  * shutting down", running ops finish, then every handle closes. */

@@ -5,7 +5,9 @@
  * that it is the main process now (MAINPID, sd.c; the unit allows it
  * with NotifyAccess=all); this one drains and exits. The new process is
  * started detached: it outlives this one, which systemd (a subreaper)
- * then adopts it from. */
+ * then adopts it from. The daemon does the same by itself when it can no
+ * longer serve (a device fault ended its CUDA context, which only a new
+ * process gets back: gpu_lost.c). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,12 +39,11 @@ static char **reload_args(spd_ctx *ctx) {
   return a;
 }
 
-static void on_hup(uv_signal_t *h, int signum) {
-  spd_ctx *ctx = h->data;
-  (void)signum;
+/* Start the binary again with --upgrade, for `why` (in the log). */
+static void reload(spd_ctx *ctx, const char *why) {
   if (ctx->reload_started || ctx->stopping || ctx->draining ||
       ctx->exe[0] == '\0') {
-    SPD_WARN(&ctx->log, "SIGHUP: no reload (%s)",
+    SPD_WARN(&ctx->log, "%s: no reload (%s)", why,
              ctx->reload_started  ? "one is under way"
              : ctx->exe[0] == '\0' ? "the binary's path is unknown"
                                     : "stopping");
@@ -59,15 +60,24 @@ static void on_hup(uv_signal_t *h, int signum) {
   int rc = args == NULL ? UV_ENOMEM : uv_spawn(ctx->loop, &ctx->reloader, &o);
   free(args);
   if (rc < 0) {
-    SPD_ERROR(&ctx->log, "SIGHUP: starting %s --upgrade failed: %s",
+    SPD_ERROR(&ctx->log, "%s: starting %s --upgrade failed: %s", why,
               ctx->exe, uv_strerror(rc));
     return;
   }
   ctx->reloader.data = ctx;
   ctx->reload_started = 1;
   uv_unref((uv_handle_t *)&ctx->reloader); /* this loop's end waits not */
-  SPD_INFO(&ctx->log, "SIGHUP: started %s --upgrade (pid %d), which takes "
-           "the sockets over", ctx->exe, ctx->reloader.pid);
+  SPD_INFO(&ctx->log, "%s: started %s --upgrade (pid %d), which takes "
+           "the sockets over", why, ctx->exe, ctx->reloader.pid);
+}
+
+static void on_hup(uv_signal_t *h, int signum) {
+  (void)signum;
+  reload(h->data, "SIGHUP");
+}
+
+void spd_reload_self(spd_ctx *ctx, const char *why) {
+  reload(ctx, why);
 }
 
 /* The binary's path now: /proc/self/exe, less the " (deleted)" a package

@@ -164,6 +164,17 @@ static int gpu_prepare(spd_work *w, int **dev_p, spd_gpu **gpu_p,
   return SPK_OK;
 }
 
+/* A submission's result rc: a device failure also says when it found the
+ * daemon's CUDA context lost (which then asks for a new daemon). */
+static int submitted(spd_gpu *gpu, int rc, spk_err *err) {
+  if (rc == SPK_EDEVICE && spd_gpu_lost_check(gpu)) {
+    size_t n = strlen(err->msg);
+    snprintf(err->msg + n, sizeof(err->msg) - n, "; spcolld's CUDA context "
+             "is lost (%s): a new spcolld takes over", gpu->lost_why);
+  }
+  return rc;
+}
+
 static int cuda_submit(spd_work *w, spk_err *err) {
   int *dev;
   spd_gpu *gpu;
@@ -176,7 +187,7 @@ static int cuda_submit(spd_work *w, spk_err *err) {
   for (int i = 1; i < w->world; i++)
     at = dev[i] < at ? dev[i] : at;
   free(dev);
-  return spd_mover_cuda_submit(gpu, w, at, err);
+  return submitted(gpu, spd_mover_cuda_submit(gpu, w, at, err), err);
 }
 
 static int gpu_flags_open(spd_ctx *ctx, uint8_t *base, size_t size,
@@ -198,8 +209,7 @@ static int nccl_submit(spd_work *w, spk_err *err) {
   if (rc < 0)
     return rc;
   free(dev); /* the same as w->dev, now checked */
-  rc = spd_mover_nccl_submit(gpu, w, err);
-  return rc;
+  return submitted(gpu, spd_mover_nccl_submit(gpu, w, err), err);
 }
 
 /* Before the GPU state goes (spd_gpu_free): the communicators. */

@@ -82,6 +82,9 @@ typedef struct spd_gpu {
   spd_gpu_event *ev_head, *ev_tail; /* most recently used first */
   int nevents;
   int range_warned;            /* cuMemGetAddressRange unavailable: said */
+  int lost;                    /* a device fault ended the context
+                                * (gpu_lost.c): device work is refused */
+  char lost_why[160];
   struct spd_nccl_set *nccl_sets;
   uint64_t nccl_set_ids;       /* the last id given to a set */
   struct spd_nccl_gates *nccl_gates; /* mover_nccl_gate.c */
@@ -120,8 +123,18 @@ typedef struct {
 } spd_gpu_rank;
 
 /* ctx->gpu, made on first use. SPK_EUNSUPPORTED naming why when CUDA
- * finds no device. */
+ * finds no device; SPK_EDEVICE naming the fault once the context is lost
+ * (gpu_lost.c). */
 int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err);
+
+/* Whether CUDA error e (a cudaError_t) is one after which the process's
+ * CUDA context is lost for good (gpu_lost.c). */
+int spd_gpu_error_sticky(int e);
+/* After a GPU op failed: 1 when the daemon's CUDA context is lost, found
+ * by asking each GPU it uses. The first time it is said, counted
+ * (gpu_contexts_lost), and a new spcolld is asked for
+ * (spd_core_up.restart). */
+int spd_gpu_lost_check(spd_gpu *gpu);
 
 /* Release everything but the IPC mappings (gpu_ipc.c closes those) and
  * free gpu: the end of spd_gpu_free. The pinned memory goes back to CUDA

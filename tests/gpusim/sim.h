@@ -116,7 +116,10 @@ void sim_no_block(const char *call, const char *how);
 int sim_launch_should_fail(void);
 /* SPCSIM_FAULT_LAUNCH=PROGRAM:N: the Nth kernel launch of PROGRAM is
  * queued normally and faults when it runs (an illegal address), which
- * poisons the process (sim_poison). */
+ * poisons the process (sim_poison). PROGRAM:N:once: only in the first
+ * process of PROGRAM that gets there, across SPCSIM_STATE (one fault on
+ * the machine; the daemon that replaces a faulted one runs clean). The
+ * same suffix works for SPCSIM_FAIL_LAUNCH. */
 int sim_launch_should_fault(void);
 
 /* ---- memory ----------------------------------------------------------- */

@@ -21,7 +21,10 @@ static __thread int last_err;
 static __thread int violations; /* rules this thread broke */
 static int poisoned_pid; /* the process whose context a fault ended */
 static uint64_t local_used[SIM_MAX_DEV];
-static uint64_t *shared_used; /* SPCSIM_STATE: a file of SIM_MAX_DEV u64 */
+/* SPCSIM_STATE: a file of SIM_MAX_DEV u64 (the bytes in use per GPU),
+ * then one u64: injected faults marked "once" that have happened. */
+static uint64_t *shared_used;
+static uint64_t local_once;
 static uint32_t peers[SIM_MAX_DEV]; /* bit t of peers[f]: f reaches t */
 static pthread_mutex_t core_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -98,7 +101,7 @@ static void cfg_init(void) {
   const char *st = getenv("SPCSIM_STATE");
   if (st != NULL && *st != '\0') {
     int fd = open(st, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    size_t len = SIM_MAX_DEV * sizeof(uint64_t);
+    size_t len = (SIM_MAX_DEV + 1) * sizeof(uint64_t);
     if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
       fprintf(stderr,
               "spcsim: SPCSIM_STATE %s: open/ftruncate: %s; "
@@ -259,19 +262,34 @@ void sim_no_block(const char *call, const char *how) {
                   program_invocation_short_name, how);
 }
 
+/* Whether an injection marked ":once" may happen here: the first to
+ * claim it, across the processes sharing SPCSIM_STATE (without it, per
+ * process). */
+static int claim_once(void) {
+  uint64_t *w = shared_used ? &shared_used[SIM_MAX_DEV] : &local_once;
+  uint64_t none = 0;
+  return __atomic_compare_exchange_n(w, &none, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE);
+}
+
 /* Whether this is the Nth call counted by *count, for var=PROGRAM:N
- * naming this program (counted only then). */
+ * naming this program (counted only then). PROGRAM:N:once: only in the
+ * first process of PROGRAM to reach its Nth call (a transient fault: the
+ * process started after it does not meet it again). */
 static int nth_call(const char *var, int *count) {
   const char *f = getenv(var);
-  const char *colon = f ? strrchr(f, ':') : NULL;
+  const char *colon = f ? strchr(f, ':') : NULL;
   if (colon == NULL ||
       strncmp(f, program_invocation_short_name, (size_t)(colon - f)) != 0 ||
       program_invocation_short_name[colon - f] != '\0')
     return 0;
+  sim_cfg(); /* SPCSIM_STATE mapped */
   pthread_mutex_lock(&core_mu);
   int n = ++*count;
   pthread_mutex_unlock(&core_mu);
-  return n == atoi(colon + 1);
+  if (n != atoi(colon + 1))
+    return 0;
+  return strstr(colon + 1, ":once") == NULL || claim_once();
 }
 
 int sim_launch_should_fail(void) {
@@ -342,12 +360,20 @@ void sim_vmm_leaks(void);
  * stream memory waits still unsatisfied (a stream left stuck). With
  * SPCSIM_LEAKS_FATAL=1 (or =the program's name: only that program) a
  * non-empty report turns the exit status into 98, so a test that ends
- * leaking fails. */
+ * leaking fails. Not in a process whose context a fault ended: it can
+ * release nothing (every call fails), and CUDA takes it all back when the
+ * process exits. */
 static void leak_report(void) {
   sim_mem_leaks();
   sim_stream_leaks();
   sim_memop_leaks();
   sim_vmm_leaks();
+  if (leaks > 0 && sim_sticky(SIM_OK) != SIM_OK) {
+    fprintf(stderr, "spcsim: %d leak(s) at exit not counted: this "
+            "process's context was lost, so it could release nothing "
+            "(pid %d)\n", leaks, (int)getpid());
+    return;
+  }
   if (leaks > 0 && sim_applies_here("SPCSIM_LEAKS_FATAL")) {
     fprintf(stderr, "spcsim: %d leak(s) at exit (pid %d)\n", leaks,
             (int)getpid());

@@ -488,6 +488,54 @@ START_TEST(device_fault_is_sticky) {
 }
 END_TEST
 
+/* The first launch of a process, with SPCSIM_FAULT_LAUNCH=sim_rules:1:once:
+ * 1 when it faulted, 0 when it ran, 2 when something else failed. */
+static int first_launch_faults_once(void) {
+  unsigned char pattern[64] = {1};
+  cudaStream_t sd, s0;
+  void *descs, *src, *dst;
+  setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1:once", 1);
+  copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
+  queue_copy(descs, src, dst, s0);
+  cudaError_t e = cudaStreamSynchronize(s0);
+  return e == cudaErrorIllegalAddress ? 1 : e == cudaSuccess ? 0 : 2;
+}
+
+/* ":once": of two processes (sharing SPCSIM_STATE, as the suites' do),
+ * only the first meets the fault. */
+START_TEST(fault_once_on_the_machine) {
+  if (getenv("SPCSIM_STATE") == NULL)
+    return; /* per process then: nothing to see */
+  ck_assert_int_eq(in_child(first_launch_faults_once), 1);
+  ck_assert_int_eq(in_child(first_launch_faults_once), 0);
+}
+END_TEST
+
+/* A process that faulted while holding device memory and then exits
+ * normally, with leaks fatal: the leak report is said, not counted (a
+ * lost context can release nothing; CUDA takes it back at exit). */
+START_TEST(lost_context_leaks_not_counted) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    unsigned char pattern[64] = {1};
+    cudaStream_t sd, s0;
+    void *descs, *src, *dst;
+    setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
+    setenv("SPCSIM_LEAKS_FATAL", "1", 1);
+    copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
+    queue_copy(descs, src, dst, s0);
+    exit(cudaStreamSynchronize(s0) == cudaErrorIllegalAddress ? 0 : 3);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "the faulted process exited with %#x (98: its leaks were "
+                "counted)", st);
+}
+END_TEST
+
 /* ---- events ---- */
 
 static void ipc_event_timing(void) {
@@ -816,6 +864,8 @@ int main(void) {
   tcase_add_test(tc, plan_kernel_runs_from_its_own_source);
   tcase_add_test(tc, kernel_reading_another_devices_pool);
   tcase_add_test(tc, device_fault_is_sticky);
+  tcase_add_test(tc, fault_once_on_the_machine);
+  tcase_add_test(tc, lost_context_leaks_not_counted);
   tcase_add_test(tc, ipc_event_without_disable_timing);
   tcase_add_test(tc, ipc_event_destroyed_while_imported);
   tcase_add_test(tc, ipc_event_orders_across_processes);
