@@ -71,6 +71,10 @@ typedef struct {
   X(gpu_order_flags, spcoll_gpu_order_flags_total,                           \
     "Ranks of device ops ordered with their client's stream through stream " \
     "flags (stream memory operations).")                                     \
+  X(ops_queued_behind, spcoll_ops_queued_behind_total,                       \
+    "Ops handed to their engine while an earlier op of their group still "  \
+    "ran, ordered behind it on the GPU (device ops ordered by stream "       \
+    "flags).")                                                               \
   X(gpu_contexts_lost, spcoll_gpu_contexts_lost_total,                       \
     "Device faults that ended this daemon's CUDA context (it then starts "   \
     "a new spcolld, which takes its clients over).")                        \

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "op.h"
+#include "op_engine.h"
 
 /* The record a local join goes to: one still gathering ranks first, else
  * a complete one (whose checks then refuse the join). Detached records,
@@ -372,10 +373,14 @@ void spd_group_depart(spd_group *g, spd_member *m, int lost) {
 void spd_group_kick(spd_group *g) {
   if (!g->ready)
     return; /* a remote rank's first op may come before its Join is done */
-  /* An op that fails at start is freed at once, so look again. */
-  while (!g->running) {
+  /* An op that fails at start is freed at once, so look again. While ops
+   * run, the next starts only queued behind them (op_engine.c). */
+  for (;;) {
     spd_op *op = TAILQ_FIRST(&g->ops);
-    if (op == NULL || op->arrived < g->world)
+    while (op != NULL && op->running)
+      op = TAILQ_NEXT(op, link);
+    if (op == NULL || op->arrived < g->world ||
+        (g->running > 0 && !spd_op_may_start_behind(op)))
       return;
     spd_op_start(op);
   }

@@ -48,7 +48,8 @@ typedef struct spd_group {
   int detached;               /* no local rank left: not joinable, kept
                                * until the remote ranks have left */
   TAILQ_HEAD(, spd_op) ops;   /* ascending seq */
-  int running;                /* an op of this group is in the mover */
+  int running;                /* its ops in an engine: more than one only
+                               * when queued behind (op_engine.c) */
   uint64_t ops_done;
   spd_op_stats op_stats[SPD_OP_SLOTS]; /* this group's share */
   /* What the engine row with group hooks keeps of it (the fast path's

@@ -329,11 +329,11 @@ void spd_op_after(spd_group *g) {
   spd_up_drain_check(ctx);
 }
 
-static void op_done(void *arg) {
-  spd_op *op = arg;
+/* A finished op's answers to its ranks; the op is freed. */
+static void op_answer(spd_op *op) {
   spd_group *g = op->group;
   spd_ctx *ctx = g->ctx;
-  g->running = 0;
+  g->running--;
   ctx->running_ops--;
   if (op->fail_status < 0) {
     /* The engine failed: every local rank hears why. A node lost under a
@@ -342,7 +342,6 @@ static void op_done(void *arg) {
     if (g->multinode && op->fail_status == SPK_ENODE_LOST)
       spd_group_break(g, op->fail_status, op->fail_msg);
     spd_op_fail(op, op->fail_status, op->fail_msg);
-    spd_op_after(g);
     return;
   }
   g->ops_done++;
@@ -367,6 +366,34 @@ static void op_done(void *arg) {
     spd_session_send_done(r->session, r->req, &t);
   }
   spd_op_free(op);
+}
+
+/* Whether an op before op in its group still runs unfinished. */
+static int earlier_unfinished(const spd_op *op) {
+  for (const spd_op *o = TAILQ_FIRST(&op->group->ops); o != op;
+       o = TAILQ_NEXT(o, link))
+    if (o->running && !o->finished)
+      return 1;
+  return 0;
+}
+
+/* The engine finished op. A group's ops answer in their order (a rank's
+ * answers, and the fast path's view of what was answered, never go
+ * back): one that finished behind an earlier op still running waits for
+ * it, and goes with it. */
+static void op_done(void *arg) {
+  spd_op *op = arg;
+  spd_group *g = op->group;
+  op->finished = 1;
+  if (!earlier_unfinished(op)) {
+    spd_op *next = TAILQ_NEXT(op, link);
+    op_answer(op);
+    while (next != NULL && next->running && next->finished) {
+      op = next;
+      next = TAILQ_NEXT(op, link);
+      op_answer(op);
+    }
+  }
   spd_op_after(g);
 }
 
@@ -474,12 +501,12 @@ int spd_op_launch(spd_op *op, int rc, spk_err *err) {
    * (a node with no part in the op) completes it inside the call. */
   op->submitted_ns = spd_now_ns();
   op->running = 1;
-  g->running = 1;
+  g->running++;
   ctx->running_ops++;
   rc = spd_engine_submit(op, op_done, err);
   if (rc < 0) {
     op->running = 0;
-    g->running = 0;
+    g->running--;
     ctx->running_ops--;
     spd_op_fail(op, rc, err->msg);
   }

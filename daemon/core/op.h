@@ -45,6 +45,12 @@ typedef struct spd_op {
   uint64_t seq;
   int arrived;
   int running;
+  /* Its engine reported. The ops of a group answer in their order: one
+   * that finished while an earlier op still runs waits for it (op.c). */
+  int finished;
+  /* Handed to its engine while this earlier op of its group still ran
+   * (spd_op_may_start_behind); read at submit only. */
+  struct spd_op *behind;
   int stuck_reported;         /* logged once as stuck */
   int engine;                 /* spd_engine_kind that ran it */
   spd_work work;              /* what that engine sees (op_engine.c) */

@@ -97,18 +97,75 @@ static int work_fill(spd_op *op, spk_err *err) {
   return SPK_OK;
 }
 
-int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
+/* The op just before op in its group's list: the latest running one. */
+static spd_op *op_before(spd_op *op) {
+  spd_op *prev = NULL;
+  for (spd_op *o = TAILQ_FIRST(&op->group->ops); o != NULL && o != op;
+       o = TAILQ_NEXT(o, link))
+    prev = o;
+  return prev;
+}
+
+int spd_op_may_start_behind(spd_op *op) {
+  spd_group *g = op->group;
+  spd_op *prev = op_before(op);
+  /* Its plan on the loop, so it is submitted now, in the group's order;
+   * prev submitted (not a plan still built off the loop). */
+  if (prev == NULL || !prev->running || g->multinode ||
+      g->world >= SPD_PLAN_OFF_LOOP_WORLD || prev->work.arg != prev)
+    return 0;
+  if (prev->finished) /* done on the GPU, its answer waits for an earlier */
+    return 1;
+  const spd_engine *e = spd_engines[prev->engine];
+  if (e->queues_behind == NULL)
+    return 0;
+  void *next[SPD_PLAN_OFF_LOOP_WORLD];
+  for (int i = 0; i < g->world; i++) {
+    const spd_rank_state *st = &op->ranks[i].eng;
+    next[i] = st->kind == prev->ranks[i].eng.kind ? st->p : NULL;
+  }
+  if (!e->queues_behind(&prev->work, next, g->world))
+    return 0;
+  op->behind = prev;
+  return 1;
+}
+
+/* The engine for op: the table's pick (the config's mover when it can),
+ * which must be the engine of the op it was queued behind; -1 with err
+ * set when none. */
+static int engine_for(spd_op *op, spk_err *err) {
   spd_ctx *ctx = op->group->ctx;
+  int kind = spd_engine_pick(&op->work, spd_engine_find(ctx->cfg.mover));
+  spd_op *prev = op->behind;
+  op->behind = NULL;
+  if (kind < 0)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "no engine of this spcolld "
+                       "runs an op of group '%s' on %s tensors (mover %s)",
+                       op->group->name, op->work.device ? "device" : "host",
+                       ctx->cfg.mover), -1;
+  if (prev == NULL)
+    return kind;
+  /* queues_behind promised its own row: a bug otherwise, said as such. */
+  if (kind != prev->engine)
+    return spk_err_set(err, SPK_EUNSUPPORTED, "group '%s' op %llu was "
+                       "queued behind an op of the %s engine but goes to "
+                       "%s (a daemon bug)", op->group->name,
+                       (unsigned long long)op->seq,
+                       spd_engine_name(prev->engine), spd_engine_name(kind)),
+           -1;
+  op->work.behind = &prev->work;
+  ctx->stats.ops_queued_behind++;
+  return kind;
+}
+
+int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err) {
   int rc = work_fill(op, err);
   if (rc < 0)
     return rc;
   op->finish = done;
-  int kind = spd_engine_pick(&op->work, spd_engine_find(ctx->cfg.mover));
+  int kind = engine_for(op, err);
   if (kind < 0)
-    rc = spk_err_set(err, SPK_EUNSUPPORTED, "no engine of this spcolld runs "
-                     "an op of group '%s' on %s tensors (mover %s)",
-                     op->group->name, op->work.device ? "device" : "host",
-                     ctx->cfg.mover);
+    rc = SPK_EUNSUPPORTED;
   else {
     op->engine = kind;
     rc = spd_engines[kind]->submit(&op->work, err);

@@ -13,6 +13,12 @@
  * finished, with op->fail_status set when it failed. Sets op->engine. */
 int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err);
 
+/* op, whose ranks have all arrived, is its group's next op while earlier
+ * ops of the group run: 1 when it may be handed to its engine now, queued
+ * behind the latest of them (their engine's queues_behind says so, or
+ * that one has finished), 0 when it waits for them. */
+int spd_op_may_start_behind(spd_op *op);
+
 /* Fail op's running work through its engine's abort (engine.h). */
 void spd_engine_abort(spd_op *op, int status, const char *msg,
                       int dead_node);

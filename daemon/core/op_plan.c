@@ -15,7 +15,7 @@ static void plan_after(uv_work_t *w, int status) {
   spd_group *g = op->group;
   spd_ctx *ctx = g->ctx;
   op->running = 0;
-  g->running = 0;
+  g->running--;
   ctx->running_ops--;
   int rc = op->plan_rc;
   if (status < 0)
@@ -47,7 +47,7 @@ int spd_op_plan_off_loop(spd_op *op) {
     return SPK_ESYSTEM;
   }
   op->running = 1;
-  g->running = 1;
+  g->running++;
   ctx->running_ops++;
   ctx->stats.plans_off_loop++;
   return SPK_OK;

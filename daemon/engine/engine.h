@@ -109,6 +109,10 @@ typedef struct spd_work {
    * anything). NULL on a node-local work item. */
   void (*broken)(void *arg, int status, const char *msg, int tell);
   void *priv;                 /* the running engine's own */
+  /* The group's previous work, still running on the same row, when this
+   * one was queued behind it (the row's queues_behind said yes): the row
+   * orders this work after it on the GPU. NULL: nothing runs before. */
+  const struct spd_work *behind;
 } spd_work;
 
 /* What a rank's request brings for per-rank engine state: the client's
@@ -207,6 +211,14 @@ typedef struct spd_engine {
    * its done flag from the host). */
   void (*rank_release)(void *state);
   int (*rank_recorded)(const void *state);
+  /* Whether the group's next op, whose ranks' requests made next_states
+   * ([world], rank_open's, NULL where none), may be submitted while prev,
+   * this row's work of the same group, still runs: the row would run it
+   * too and orders it after prev on the GPU, so it needs nothing of
+   * prev's end on the host (spd_work.behind). NULL: never, one op of a
+   * group at a time. */
+  int (*queues_behind)(const spd_work *prev, void *const *next_states,
+                       int world);
   /* What a submitted work is waiting for, one line for stats (NULL: the
    * engine says nothing); snprintf's return. */
   int (*describe)(const spd_work *w, char *buf, size_t len);

@@ -104,6 +104,31 @@ static int gpu_rank_recorded(const void *state) {
   return g->recorded;
 }
 
+static int one_gpu(const spd_work *w);
+
+/* A rank ordered by stream flags whose tensors are on GPU dev. */
+static int flagged_on(const void *state, int dev) {
+  const spd_gpu_rank *g = state;
+  return g != NULL && g->seq != 0 && g->dev == dev;
+}
+
+/* The group's next op goes behind prev when both have every rank on
+ * prev's one GPU, ordered by stream flags: this row is then the engine
+ * for it too (cuda_wants), and its stream waits for prev's end
+ * (mover_cuda.c), so their done flags are written in their order. With
+ * events a client waits for the daemon's answer anyway. */
+static int cuda_queues_behind(const spd_work *prev, void *const *next,
+                              int world) {
+  if (prev->multinode || prev->partial || prev->world != world ||
+      !one_gpu(prev))
+    return 0;
+  for (int i = 0; i < world; i++)
+    if (!flagged_on(prev->rank_state[i], prev->dev[0]) ||
+        !flagged_on(next[i], prev->dev[0]))
+      return 0;
+  return 1;
+}
+
 static const char *where(int t) {
   return t == SPK_T_IN ? "input" : "output";
 }
@@ -233,6 +258,7 @@ static int gpu_rank_open(const spd_rank_req *rq, void **state_p,
 #define gpu_rank_close NULL
 #define gpu_rank_release NULL
 #define gpu_rank_recorded NULL
+#define cuda_queues_behind NULL
 #define gpu_flags_open NULL
 #define gpu_forget_buffer NULL
 
@@ -268,6 +294,7 @@ const spd_engine spd_engine_cuda = {
     .rank_close = gpu_rank_close,
     .rank_release = gpu_rank_release,
     .rank_recorded = gpu_rank_recorded,
+    .queues_behind = cuda_queues_behind,
     .flags_open = gpu_flags_open,
     .forget_buffer = gpu_forget_buffer,
 };

@@ -18,10 +18,19 @@ typedef struct {
   void *host;                 /* the descriptors, until the copy is done */
   spd_desc_entry *kept;       /* their copy kept on the GPU, held */
   int reused;                 /* kept from an earlier op: no upload */
+  cudaEvent_t end;            /* after its done flags: a next op of the
+                               * group queued behind it waits on it */
+  int published;              /* w->priv is this job: its work item lives
+                               * until the job's end (not when dropped) */
 } cuda_job;
 
 static void cuda_finish(spd_gpu_job *j) {
   cuda_job *cj = (cuda_job *)j;
+  if (cj->published)
+    cj->w->priv = NULL; /* no later op queues behind a job that is gone */
+  if (cj->end != NULL && cudaEventDestroy(cj->end) != cudaSuccess)
+    SPD_WARN(&j->gpu->ctx->log, "cudaEventDestroy of a job's end event "
+             "failed");
   if (cj->stream != NULL)
     spd_gpu_stream_put(j->gpu, cj->dev, cj->stream);
   for (int i = 0; i < cj->nhelpers; i++)
@@ -143,6 +152,43 @@ static int descs_up(cuda_job *cj, const spk_cdesc_list *l, size_t at1,
   return SPK_OK;
 }
 
+/* Every rank ordered by stream flags: an op of the group may then be
+ * queued behind this one (engine_gpu.c, cuda_queues_behind). */
+static int all_flagged(const spd_work *w) {
+  for (int i = 0; i < w->world; i++) {
+    const spd_gpu_rank *g = w->rank_state[i];
+    if (g == NULL || g->seq == 0)
+      return 0;
+  }
+  return 1;
+}
+
+/* Queued behind the group's previous op (still running): after its end
+ * on the GPU, so the done flags of a rank's slot rise in op order. */
+static int after_previous(cuda_job *cj, spk_err *err) {
+  const cuda_job *prev = cj->w->behind ? cj->w->behind->priv : NULL;
+  if (prev == NULL || prev->end == NULL)
+    return SPK_OK;
+  cudaError_t e = cudaStreamWaitEvent(cj->stream, prev->end, 0);
+  return e == cudaSuccess ? SPK_OK
+                          : spk_err_set(err, SPK_EDEVICE, "cudaStreamWaitEvent "
+                                        "on the group's previous op: %s",
+                                        cudaGetErrorString(e));
+}
+
+/* The end event, after the done flags, where a next op may follow. */
+static int record_end(cuda_job *cj, spk_err *err) {
+  if (cj->nhelpers != 0 || !all_flagged(cj->w))
+    return SPK_OK;
+  cudaError_t e = cudaEventCreateWithFlags(&cj->end, cudaEventDisableTiming);
+  if (e == cudaSuccess)
+    e = cudaEventRecord(cj->end, cj->stream);
+  return e == cudaSuccess ? SPK_OK
+                          : spk_err_set(err, SPK_EDEVICE, "an op's end event "
+                                        "on GPU %d: %s", cj->dev,
+                                        cudaGetErrorString(e));
+}
+
 /* Descriptors of both phases in one upload (or none: kept from an earlier
  * op); the kernels, the done events and the completion callback, in
  * stream order. */
@@ -158,7 +204,9 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
   if (rc < 0)
     return rc;
   spd_gpu_job_mark(&cj->job, cj->stream, "start");
-  rc = spd_gpu_wait_ready(w->rank_state, w->world, cj->stream, err);
+  rc = after_previous(cj, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_wait_ready(w->rank_state, w->world, cj->stream, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "ranks ready");
   if (rc == SPK_OK)
     rc = descs_up(cj, l, at1, total, L, &d, &fresh, err);
@@ -181,9 +229,11 @@ static int cuda_enqueue(cuda_job *cj, spk_cdesc_list *l, spk_err *err) {
                              cj->stream, err);
   spd_gpu_job_mark(&cj->job, cj->stream, "done events");
   if (rc == SPK_OK)
-    rc = spd_gpu_job_watch(&cj->job, cj->stream, err);
-  if (rc == SPK_OK)
     rc = record_done_elsewhere(cj, err);
+  if (rc == SPK_OK)
+    rc = record_end(cj, err);
+  if (rc == SPK_OK)
+    rc = spd_gpu_job_watch(&cj->job, cj->stream, err);
   return rc;
 }
 
@@ -232,15 +282,17 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err) {
             cj->reused ? "kept from an earlier op" : "uploaded");
   spk_cdesc_list_free(&l[0]);
   spk_cdesc_list_free(&l[1]);
-  if (rc < 0 && queued) {
+  if (rc < 0 && !queued) {
+    spd_gpu_job_drop(&cj->job);
+    return rc;
+  }
+  w->priv = cj;
+  cj->published = 1;
+  if (rc < 0) {
     /* Whatever was queued reads the op's buffers: the op fails once it is
      * done, through the job, and the loop never waits for the GPU. */
     cuda_fail_after(cj, rc, err);
     return SPK_OK;
-  }
-  if (rc < 0) {
-    spd_gpu_job_drop(&cj->job);
-    return rc;
   }
   spd_gpu_job_arm(&cj->job);
   return SPK_OK;

@@ -414,6 +414,74 @@ START_TEST(failed_op_releases_the_stream) {
 }
 END_TEST
 
+/* A group's ops queued behind each other: each rank starts CHAIN ops on
+ * its held stream, each reading what the one before wrote (all_gather
+ * A -> B, then reduce_scatter B -> A, which doubles A), and waits on all
+ * of them behind; the daemon takes every op while the first has not run
+ * (the gate is shut) and hands each to the CUDA mover behind the one
+ * before (ops_queued_behind), whose stream waits for its end. Once the
+ * gate opens the chain runs in order: A is 2^(CHAIN/2) times the input,
+ * bitwise. With that wait cut out of the mover the ops run at once and
+ * the check sees it (mutation run by hand). */
+#define CHAIN 8
+
+static int chain_main(int rank, int world, void *arg) {
+  (void)arg;
+  gather_rank a;
+  held h;
+  if (gather_setup(&a, "gpu-chain", rank, world) || hold(&h))
+    return 1;
+  GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
+                           h.s));
+  spc_op gather = spc_op_all_gather(0, NULL);
+  spc_op rs = spc_op_reduce_scatter(0, NULL);
+  spc_request *req[CHAIN];
+  int bad = 0;
+  for (int k = 0; k < CHAIN && !bad; k++)
+    bad = spc_start_on_stream(a.g, k % 2 ? &rs : &gather,
+                              k % 2 ? &a.dy : &a.dx, k % 2 ? &a.dx : &a.dy,
+                              h.s, &req[k]) < 0;
+  for (int k = 0; k < CHAIN && !bad; k++)
+    bad = spc_wait_on_stream(&req[k], h.s) < 0;
+  if (bad) {
+    fprintf(stderr, "rank %d: %s\n", rank, spc_last_error(a.c));
+    return 1;
+  }
+  GPT_CUDA(cudaMemcpyAsync(a.out, a.base, N * 4, cudaMemcpyDeviceToHost,
+                           h.s));
+  /* Every op reached the daemon and went to the mover behind the one
+   * before, while the first still waits behind the gate: a guard of 30 s,
+   * not a timing check. */
+  long long behind = 0;
+  for (int i = 0; i < 3000 && behind < CHAIN - 1; i++) {
+    behind = gpt_stat(&daemon_, "ops_queued_behind");
+    if (behind < CHAIN - 1)
+      usleep(10000);
+  }
+  open_gate(&h);
+  GPT_CUDA(cudaStreamSynchronize(h.s));
+  int rc = spc_async_error(a.c, 1);
+  float scale = (float)(1 << (CHAIN / 2));
+  int wrong = 0;
+  for (int i = 0; i < N && !wrong; i++)
+    wrong = a.out[i] != scale * a.in[i];
+  if (behind != CHAIN - 1 || rc != SPC_OK || wrong) {
+    fprintf(stderr, "rank %d: %lld ops queued behind (want %d), ops %d (%s), "
+            "output %s\n", rank, behind, CHAIN - 1, rc, spc_last_error(a.c),
+            wrong ? "wrong" : "right");
+    bad = 1;
+  }
+  GPT_CUDA(cudaStreamDestroy(h.s));
+  return bad | gather_teardown(&a);
+}
+
+START_TEST(ops_queue_behind_each_other) {
+  long long flags, events;
+  run_ranks(NULL, NULL, chain_main, NULL, &flags, &events);
+  ck_assert_int_eq(flags, 2 * CHAIN);
+}
+END_TEST
+
 int main(void) {
   gpt_require_gpu();
   Suite *s = suite_create("gpu_order");
@@ -433,6 +501,7 @@ int main(void) {
   tcase_add_test(tc, a_missing_ready_wait_is_seen);
   tcase_add_test(tc, a_missing_done_wait_is_seen);
   tcase_add_test(tc, a_collective_overlaps_compute);
+  tcase_add_test(tc, ops_queue_behind_each_other);
   if (getenv("SPCSIM_STATE") != NULL)
     tcase_add_test(tc, no_stream_memory_ops_falls_back_to_events);
   else
