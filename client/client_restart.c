@@ -105,7 +105,8 @@ static int groups_again(spc_client *c) {
     return spc__fail(c, SPC_ENOMEM, "calloc of %d rejoins failed", n);
   int i = 0;
   for (spc_group *g = c->groups; g != NULL; g = g->next, i++) {
-    spc__fast_detach(g); /* the old daemon's segment */
+    spc__fast_leave(g); /* the old daemon's segment */
+    spc__fast_detach(g);
     if (g->lost)
       continue;
     g->reform = g->multinode ? SPC__REFORM_GONE : 0;

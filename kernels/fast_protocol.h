@@ -122,8 +122,12 @@
  *    in_op (sc) before it loads closed (sc): either D sees in_op, or the
  *    rank sees closed and takes the daemon's path. A rank still joins a
  *    fast op another rank published before closed (started_by_others).
- * 7. Break. D alone breaks a segment, once: broken_msg, broken (rel), a
- *    wake of everyone. Every wait loop and every new op looks at broken;
+ * 7. Break. D breaks a segment, once: broken_msg, broken (rel), a wake
+ *    of everyone. The one other writer: once D is dead, a rank leaving
+ *    the segment for the new daemon breaks it the same way, with the same
+ *    words and status as any other rank that does (client_fast_wait.c,
+ *    spc__fast_leave), so racing writers store the same bytes. Every
+ *    wait loop and every new op looks at broken;
  *    a rank already done with its op ignores it. A rank that read in
  *    place looks at broken after an sc fence: unbroken means its reads
  *    came before any owner returned.

@@ -82,9 +82,10 @@ static inline int spk_fsync_rank_busy(const spk_fseg_rank *a) {
          SPK_LOAD(&a->in_op, __ATOMIC_SEQ_CST) != 0;
 }
 
-/* Break (invariant 7), the daemon's side, once: the message (plain, at
- * most its size, ended), then broken = status (rel), then `wake` bumped
- * (sc) for everyone; the caller wakes the futex waiters. */
+/* Break (invariant 7), the daemon's side, once (or a rank leaving a dead
+ * daemon's segment): the message (plain, at most its size, ended), then
+ * broken = status (rel), then `wake` bumped (sc) for everyone; the caller
+ * wakes the futex waiters. */
 static inline void spk_fsync_break(spk_fseg_hdr *h, int32_t status,
                                    const char *msg) {
   char m[SPK_FSEG_MSG];

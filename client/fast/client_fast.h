@@ -16,6 +16,14 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size);
 /* Unmap the group's segment; NULL segment is a no-op. */
 void spc__fast_detach(spc_group *g);
 
+/* This rank leaves the dead daemon's segment to rejoin the new daemon:
+ * break it (SPC_ERESTARTED, the same words from every rank that does),
+ * so that a rank still waiting in one of its ops, which has not seen the
+ * daemon go, ends that wait and reconnects too, rather than wait for this
+ * one for the op timeout while this one waits for it to rejoin. A
+ * segment already broken, or none, is left as it is. */
+void spc__fast_leave(spc_group *g);
+
 /* Run op through the segment when every rank can (blocking, as spc_run).
  * *handled_p = 0: some rank cannot, so every rank takes the daemon path
  * and so must the caller; the op keeps its place in the group's order.

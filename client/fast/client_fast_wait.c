@@ -100,6 +100,15 @@ int spc__fast_broken(spc_group *g) {
   return spc__fail(g->client, st, "%.*s", SPK_FSEG_MSG, m);
 }
 
+void spc__fast_leave(spc_group *g) {
+  spk_fseg_hdr *h = g->fast != NULL ? g->fast->hdr : NULL;
+  if (h == NULL || spk_fsync_broken(h) != 0)
+    return;
+  spk_fsync_break(h, SPC_ERESTARTED, "spcolld went away, and a rank of the "
+                  "group left its shared segment to rejoin the new daemon");
+  syscall(SYS_futex, &h->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
 /* The daemon marks the segment broken on every failure it sees; the one
  * it cannot report is its own death, which the socket tells. Without it
  * (a restart) the segment's ops go on, since they need no daemon; a rank

@@ -294,6 +294,73 @@ START_TEST(fast_ops_run_without_the_daemon) {
 }
 END_TEST
 
+/* A rank that finds the daemon gone rejoins the new one while the others,
+ * which have not seen it go, wait in a shared-memory op for it: its
+ * rejoin breaks the old segment, so their op fails with SPC_ERESTARTED
+ * and they rejoin too, rather than every rank waiting for the others
+ * until a timeout. The op fails on every rank (the realignment); the
+ * next is right on every rank. */
+typedef struct {
+  volatile int ready[W], killed;
+  volatile int rc[W][2], wrong[W];
+} leave_t;
+
+static int leave_rank(int rank, int w, void *arg) {
+  leave_t *a = arg;
+  spt_ro r = {.rank = rank};
+  if (spt_rk_open(&r.k, daemon_.socket, "leave-seg", rank, w, 0) < 0)
+    return 1;
+  int wrong = 0, step = 0;
+  if (spt_ro_op(&r, 1, SMALL, step++, &wrong) != SPC_OK || wrong)
+    return 1;
+  a->ready[rank] = 1;
+  while (!a->killed)
+    usleep(1000);
+  if (rank == 0) { /* the others are in their op by now, waiting for it */
+    usleep(300000);
+    spc_buffer *b = NULL;
+    if (spc_buffer_alloc(r.k.c, 4096, &b) == SPC_OK) /* sees it gone */
+      spc_buffer_free(b);
+  }
+  a->rc[rank][0] = spt_ro_op(&r, 1, SMALL, step++, &wrong);
+  a->rc[rank][1] = spt_ro_op(&r, 1, SMALL, step++, &wrong);
+  a->wrong[rank] = wrong;
+  return spt_rk_close(&r.k, 0);
+}
+
+START_TEST(a_rejoining_rank_ends_the_others_fast_wait) {
+  leave_t *a = mmap(NULL, sizeof(*a), PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(a, MAP_FAILED);
+  memset(a, 0, sizeof(*a));
+  pid_t pids[W];
+  for (int r = 0; r < W; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0)
+      _exit(leave_rank(r, W, a));
+  }
+  for (int r = 0; r < W; r++)
+    while (!a->ready[r])
+      usleep(1000);
+  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
+  daemon_.pid = 0;
+  ck_assert_int_eq(restart_daemon(), 0);
+  a->killed = 1;
+  int codes[W];
+  ck_assert_int_eq(spt_reap(pids, codes, W, 60), 0);
+  for (int r = 0; r < W; r++) {
+    ck_assert_int_eq(codes[r], 0);
+    ck_assert_msg(a->rc[r][0] == SPC_ERESTARTED && a->rc[r][1] == SPC_OK &&
+                      !a->wrong[r],
+                  "rank %d: the op across the rejoin %d, the next %d%s", r,
+                  a->rc[r][0], a->rc[r][1], a->wrong[r] ? ", wrong" : "");
+  }
+  munmap(a, sizeof(*a));
+}
+END_TEST
+
 /* spc_set_reconnect_timeout(c, 0): the client ends with the daemon, and
  * says so on every later call. */
 START_TEST(never_reconnect) {
@@ -377,6 +444,7 @@ int main(void) {
   tcase_add_test(tc, ranks_survive_upgrade);
   tcase_add_test(tc, ranks_realign);
   tcase_add_test(tc, fast_ops_run_without_the_daemon);
+  tcase_add_test(tc, a_rejoining_rank_ends_the_others_fast_wait);
   tcase_add_test(tc, never_reconnect);
   tcase_add_test(tc, gives_up_after_the_timeout);
   tcase_add_test(tc, buffers_registered_again);
