@@ -486,6 +486,25 @@ void spd_op_start(spd_op *op) {
   spd_op_launch(op, rc, &err);
 }
 
+/* op fails before its engine has it. Behind an earlier op still running
+ * it is answered after that one (op_done), as every op of a group is:
+ * it counts as running and finished until then. */
+static void op_fail_at_start(spd_op *op, int rc, const char *msg) {
+  spd_group *g = op->group;
+  if (!earlier_unfinished(op)) {
+    spd_op_fail(op, rc, msg);
+    return;
+  }
+  if (!op->running) {
+    op->running = 1;
+    g->running++;
+    g->ctx->running_ops++;
+  }
+  op->finished = 1;
+  op->fail_status = rc;
+  snprintf(op->fail_msg, sizeof(op->fail_msg), "%s", msg);
+}
+
 int spd_op_launch(spd_op *op, int rc, spk_err *err) {
   spd_group *g = op->group;
   spd_ctx *ctx = g->ctx;
@@ -494,7 +513,7 @@ int spd_op_launch(spd_op *op, int rc, spk_err *err) {
   if (rc == SPK_OK)
     rc = op_bases(op, err);
   if (rc < 0) {
-    spd_op_fail(op, rc, err->msg);
+    op_fail_at_start(op, rc, err->msg);
     return rc;
   }
   /* Running before the engine has it: an engine with nothing to do here
@@ -508,7 +527,7 @@ int spd_op_launch(spd_op *op, int rc, spk_err *err) {
     op->running = 0;
     g->running--;
     ctx->running_ops--;
-    spd_op_fail(op, rc, err->msg);
+    op_fail_at_start(op, rc, err->msg);
   }
   return rc;
 }

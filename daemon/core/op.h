@@ -112,7 +112,8 @@ int spd_op_plan_off_loop(spd_op *op);
 /* With its plan built (rc SPK_OK) or not: check it and hand it to its
  * engine (SPK_OK: the engine's completion goes on from there, perhaps
  * already inside this call), or fail it on every rank (the status; the op
- * is gone and the caller moves the group on). */
+ * is gone, or, behind an earlier op of its group still running, answered
+ * after it; the caller moves the group on). */
 int spd_op_launch(spd_op *op, int rc, spk_err *err);
 /* After a running op is gone: the group's next op, or the stop. */
 void spd_op_after(spd_group *g);

@@ -97,25 +97,28 @@ static int work_fill(spd_op *op, spk_err *err) {
   return SPK_OK;
 }
 
-/* The op just before op in its group's list: the latest running one. */
-static spd_op *op_before(spd_op *op) {
+/* The latest op before op in its group's list that runs and has not
+ * finished; NULL when none. Ops after it that finished were queued
+ * behind it, so it is done on the GPU too: only its answer is to come. */
+static spd_op *latest_unfinished(spd_op *op) {
   spd_op *prev = NULL;
   for (spd_op *o = TAILQ_FIRST(&op->group->ops); o != NULL && o != op;
        o = TAILQ_NEXT(o, link))
-    prev = o;
+    if (o->running && !o->finished)
+      prev = o;
   return prev;
 }
 
 int spd_op_may_start_behind(spd_op *op) {
   spd_group *g = op->group;
-  spd_op *prev = op_before(op);
+  spd_op *prev = latest_unfinished(op);
+  if (prev == NULL) /* the earlier ones finished: only answers to come */
+    return 1;
   /* Its plan on the loop, so it is submitted now, in the group's order;
    * prev submitted (not a plan still built off the loop). */
-  if (prev == NULL || !prev->running || g->multinode ||
-      g->world >= SPD_PLAN_OFF_LOOP_WORLD || prev->work.arg != prev)
+  if (g->multinode || g->world >= SPD_PLAN_OFF_LOOP_WORLD ||
+      prev->work.arg != prev)
     return 0;
-  if (prev->finished) /* done on the GPU, its answer waits for an earlier */
-    return 1;
   const spd_engine *e = spd_engines[prev->engine];
   if (e->queues_behind == NULL)
     return 0;

@@ -15,8 +15,9 @@ int spd_engine_submit(spd_op *op, spd_mover_done_cb done, spk_err *err);
 
 /* op, whose ranks have all arrived, is its group's next op while earlier
  * ops of the group run: 1 when it may be handed to its engine now, queued
- * behind the latest of them (their engine's queues_behind says so, or
- * that one has finished), 0 when it waits for them. */
+ * behind the latest of them not yet finished (its engine's queues_behind
+ * says so; op->behind set), or all of them finished (their answers are
+ * still to go); 0 when it waits for them. */
 int spd_op_may_start_behind(spd_op *op);
 
 /* Fail op's running work through its engine's abort (engine.h). */

@@ -50,15 +50,25 @@ static void op_timed_out(spd_group *g, spd_op *op, uint64_t now) {
  * by itself (a GPU stream waiting on an event its dead client never
  * recorded, a peer frozen mid-stream with its peer timeout far away): its
  * ranks hear it now and the group breaks. The op stays until its engine
- * lets go of it (a stop waits for that at most drain_timeout). */
-static void running_timed_out(spd_group *g, spd_op *op, uint64_t now) {
+ * lets go of it (a stop waits for that at most drain_timeout). first: the
+ * op that timed out (op itself, or the one op was queued behind); msg
+ * gets what the ranks hear. */
+static void running_timed_out(spd_group *g, spd_op *op, uint64_t now,
+                              const spd_op *first, char *msg, size_t len) {
   spd_ctx *ctx = g->ctx;
-  char msg[400];
-  snprintf(msg, sizeof(msg), "op %llu (%s) of group '%s' timed out after "
-           "%.1f s running in the %s engine; its outputs are undefined",
-           (unsigned long long)op->seq, spd_op_slot_name(spd_op_slot_of(op)),
-           g->name, (double)(now - op->submitted_ns) * 1e-9,
-           spd_engine_name(op->engine));
+  if (first == op)
+    snprintf(msg, len, "op %llu (%s) of group '%s' timed out after %.1f s "
+             "running in the %s engine; its outputs are undefined",
+             (unsigned long long)op->seq,
+             spd_op_slot_name(spd_op_slot_of(op)), g->name,
+             (double)(now - op->submitted_ns) * 1e-9,
+             spd_engine_name(op->engine));
+  else
+    snprintf(msg, len, "op %llu (%s) of group '%s' was queued behind op "
+             "%llu, which timed out: given up with it; its outputs are "
+             "undefined", (unsigned long long)op->seq,
+             spd_op_slot_name(spd_op_slot_of(op)), g->name,
+             (unsigned long long)first->seq);
   SPD_WARN(&ctx->log, "%s", msg);
   ctx->stats.ops_timed_out++;
   op->abandoned = 1;
@@ -71,6 +81,16 @@ static void running_timed_out(spd_group *g, spd_op *op, uint64_t now) {
     spd_op_forget_session(op, i);
   }
   spd_engine_abort(op, SPK_ETIMEDOUT, msg, -1);
+}
+
+/* Op timed out in its engine: it and the ops queued behind it (which run
+ * only after it) are given up, then the pending ones fail, all answered
+ * in their order. */
+static void running_ops_timed_out(spd_group *g, spd_op *op, uint64_t now) {
+  char msg[400], later[400];
+  for (spd_op *o = op; o != NULL; o = TAILQ_NEXT(o, link))
+    if (o->running && !o->abandoned && !o->finished && o->submitted_ns != 0)
+      running_timed_out(g, o, now, op, o == op ? msg : later, sizeof(msg));
   spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
 }
 
@@ -83,9 +103,9 @@ static void group_tick(spd_group *g, uint64_t now) {
   uint64_t stuck = (uint64_t)ctx->cfg.stuck_seconds * 1000000000u;
   spd_op *op;
   TAILQ_FOREACH(op, &g->ops, link) {
-    if (op->running && !op->abandoned && op->submitted_ns != 0 &&
-        now - op->submitted_ns > g->op_timeout_ns) {
-      running_timed_out(g, op, now);
+    if (op->running && !op->abandoned && !op->finished &&
+        op->submitted_ns != 0 && now - op->submitted_ns > g->op_timeout_ns) {
+      running_ops_timed_out(g, op, now);
       return;
     }
     if (op->running)

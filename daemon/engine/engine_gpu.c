@@ -113,14 +113,15 @@ static int flagged_on(const void *state, int dev) {
 }
 
 /* The group's next op goes behind prev when both have every rank on
- * prev's one GPU, ordered by stream flags: this row is then the engine
- * for it too (cuda_wants), and its stream waits for prev's end
- * (mover_cuda.c), so their done flags are written in their order. With
- * events a client waits for the daemon's answer anyway. */
+ * prev's one GPU, ordered by stream flags, and prev's job recorded its end
+ * event: this row is then the engine for it too (cuda_wants), and its
+ * stream waits for that end (mover_cuda.c), so their done flags are
+ * written in their order. With events a client waits for the daemon's
+ * answer anyway. */
 static int cuda_queues_behind(const spd_work *prev, void *const *next,
                               int world) {
   if (prev->multinode || prev->partial || prev->world != world ||
-      !one_gpu(prev))
+      !one_gpu(prev) || !spd_mover_cuda_orders_next(prev))
     return 0;
   for (int i = 0; i < world; i++)
     if (!flagged_on(prev->rank_state[i], prev->dev[0]) ||
@@ -227,6 +228,22 @@ static void gpu_forget_buffer(spd_ctx *ctx, void **state) {
 }
 
 #ifdef SPC_HAVE_NCCL
+/* The group's next op goes behind prev when every rank of both is on the
+ * same GPU as before, ordered by stream flags, and prev's work is on its
+ * set's streams: the next then takes the same set (the same GPUs), whose
+ * streams run it after prev, on every GPU in the same order. */
+static int nccl_queues_behind(const spd_work *prev, void *const *next,
+                              int world) {
+  if (prev->multinode || prev->partial || prev->world != world ||
+      !spd_mover_nccl_on_streams(prev))
+    return 0;
+  for (int i = 0; i < world; i++)
+    if (!flagged_on(prev->rank_state[i], prev->dev[i]) ||
+        !flagged_on(next[i], prev->dev[i]))
+      return 0;
+  return 1;
+}
+
 static int nccl_submit(spd_work *w, spk_err *err) {
   int *dev;
   spd_gpu *gpu;
@@ -312,6 +329,7 @@ const spd_engine spd_engine_nccl = {
     .built = 1,
     .wants = nccl_wants,
     .submit = nccl_submit,
+    .queues_behind = nccl_queues_behind,
     .fini = nccl_fini,
 };
 #else

@@ -164,7 +164,9 @@ static int all_flagged(const spd_work *w) {
 }
 
 /* Queued behind the group's previous op (still running): after its end
- * on the GPU, so the done flags of a rank's slot rise in op order. */
+ * on the GPU, so the done flags of a rank's slot rise in op order. The
+ * row queues an op only behind a job with an end event
+ * (spd_mover_cuda_orders_next). */
 static int after_previous(cuda_job *cj, spk_err *err) {
   const cuda_job *prev = cj->w->behind ? cj->w->behind->priv : NULL;
   if (prev == NULL || prev->end == NULL)
@@ -296,6 +298,11 @@ int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err) {
   }
   spd_gpu_job_arm(&cj->job);
   return SPK_OK;
+}
+
+int spd_mover_cuda_orders_next(const spd_work *w) {
+  const cuda_job *cj = w->priv;
+  return cj != NULL && cj->end != NULL;
 }
 
 #endif /* SPC_HAVE_CUDA */

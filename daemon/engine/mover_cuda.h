@@ -13,6 +13,10 @@
  * GPU dev can reach with peer access. w->done runs on the loop thread
  * when the work is complete or failed. */
 int spd_mover_cuda_submit(spd_gpu *gpu, spd_work *w, int dev, spk_err *err);
+
+/* Whether w's job recorded its end event, which a next op of its group
+ * queued behind it waits on (not when its queueing failed part way). */
+int spd_mover_cuda_orders_next(const spd_work *w);
 #endif
 
 #endif

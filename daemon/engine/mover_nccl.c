@@ -16,6 +16,8 @@
 
 static void nccl_finish(spd_gpu_job *j) {
   nccl_job *nj = (nccl_job *)j;
+  if (nj->published)
+    nj->w->priv = NULL;
   if (nj->ungated && nj->set != NULL)
     nj->set->ungated--;
   spd_nccl_inflight_remove(nj);
@@ -352,12 +354,18 @@ int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err) {
     /* Runs when the communicators are made (set_init_after). */
     *set->wait_tail = nj;
     set->wait_tail = &nj->next_wait;
-    return SPK_OK;
-  }
-  rc = spd_nccl_run(nj, err);
-  if (rc < 0)
+  } else if ((rc = spd_nccl_run(nj, err)) < 0) {
     spd_gpu_job_drop(&nj->job);
-  return rc;
+    return rc;
+  }
+  w->priv = nj;
+  nj->published = 1;
+  return SPK_OK;
+}
+
+int spd_mover_nccl_on_streams(const spd_work *w) {
+  const nccl_job *nj = w->priv;
+  return nj != NULL && nj->ungated && !nj->set->broken;
 }
 
 #endif /* SPC_HAVE_NCCL */

@@ -16,6 +16,12 @@
  * complete or failed. */
 int spd_mover_nccl_submit(spd_gpu *gpu, spd_work *w, spk_err *err);
 
+/* Whether w's work is on its set's streams, in the order every later op
+ * of the set will follow (not gated, not waiting for communicators, the
+ * set not aborted): an op of the same group and GPUs queued now runs
+ * after it (engine_gpu.c, nccl_queues_behind). */
+int spd_mover_nccl_on_streams(const spd_work *w);
+
 /* At exit, no op running: destroy the communicators and their streams,
  * on libuv's thread pool (ncclCommDestroy may block); the loop runs
  * until they are gone, after the GPU state. */

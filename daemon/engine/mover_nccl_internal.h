@@ -71,6 +71,8 @@ struct nccl_job {
   int gate_status;            /* the probe's cudaError_t */
   nccl_job *next_fired;
   int ungated;                /* counted in set->ungated */
+  int published;              /* w->priv is this job (spd_nccl_on_streams):
+                               * its work item lives until the job's end */
 };
 
 /* Whether sets a and b have a GPU in common. */

@@ -85,6 +85,7 @@ typedef struct spd_gpu {
   int lost;                    /* a device fault ended the context
                                 * (gpu_lost.c): device work is refused */
   char lost_why[160];
+  uint64_t lost_asked_ns;      /* when a new daemon was last asked for */
   struct spd_nccl_set *nccl_sets;
   uint64_t nccl_set_ids;       /* the last id given to a set */
   struct spd_nccl_gates *nccl_gates; /* mover_nccl_gate.c */
@@ -130,10 +131,11 @@ int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err);
 /* Whether CUDA error e (a cudaError_t) is one after which the process's
  * CUDA context is lost for good (gpu_lost.c). */
 int spd_gpu_error_sticky(int e);
-/* After a GPU op failed: 1 when the daemon's CUDA context is lost, found
- * by asking each GPU it uses. The first time it is said, counted
- * (gpu_contexts_lost), and a new spcolld is asked for
- * (spd_core_up.restart). */
+/* After a GPU op failed or was refused: 1 when the daemon's CUDA context
+ * is lost, found by asking each GPU it uses. The first time it is said
+ * and counted (gpu_contexts_lost); a new spcolld is asked for
+ * (spd_core_up.restart), again while none has taken over or is starting,
+ * at most once a second. */
 int spd_gpu_lost_check(spd_gpu *gpu);
 
 /* Release everything but the IPC mappings (gpu_ipc.c closes those) and

@@ -40,7 +40,8 @@ static int dev_init(spd_gpu *gpu, int d, spk_err *err) {
 static struct spd_gpu_reaper *reaper_new(spd_ctx *ctx);
 
 int spd_gpu_get(spd_ctx *ctx, spd_gpu **gpu_p, spk_err *err) {
-  if (ctx->gpu != NULL && ctx->gpu->lost)
+  if (ctx->gpu != NULL && ctx->gpu->lost &&
+      spd_gpu_lost_check(ctx->gpu)) /* asks again for a new daemon */
     return spk_err_set(err, SPK_EDEVICE, "spcolld's CUDA context is lost "
                        "(%s): a new spcolld takes over, and device work "
                        "runs there", ctx->gpu->lost_why);

@@ -53,9 +53,26 @@ static int probe(spd_gpu *gpu, cudaError_t *e_p) {
   return -1;
 }
 
+/* Ask for a new daemon, naming the fault: again while none has taken
+ * over and none is starting (the last start failed, or the new daemon
+ * died first), at most once a second. */
+static void restart(spd_gpu *gpu) {
+  spd_ctx *ctx = gpu->ctx;
+  uint64_t now = uv_hrtime();
+  if (ctx->reload_started || ctx->draining || ctx->stopping ||
+      (gpu->lost_asked_ns != 0 && now - gpu->lost_asked_ns < 1000000000u))
+    return;
+  gpu->lost_asked_ns = now;
+  char why[sizeof(gpu->lost_why) + 32];
+  snprintf(why, sizeof(why), "CUDA context lost: %s", gpu->lost_why);
+  spd_up_restart(ctx, why);
+}
+
 int spd_gpu_lost_check(spd_gpu *gpu) {
-  if (gpu->lost)
+  if (gpu->lost) {
+    restart(gpu);
     return 1;
+  }
   cudaError_t e = cudaSuccess;
   int dev = probe(gpu, &e);
   if (dev < 0)
@@ -68,8 +85,6 @@ int spd_gpu_lost_check(spd_gpu *gpu) {
   SPD_ERROR(&ctx->log, "a device fault ended this daemon's CUDA context: "
             "%s; device work is refused until a new spcolld takes over",
             gpu->lost_why);
-  char why[sizeof(gpu->lost_why) + 32];
-  snprintf(why, sizeof(why), "CUDA context lost: %s", gpu->lost_why);
-  spd_up_restart(ctx, why);
+  restart(gpu);
   return 1;
 }

@@ -88,12 +88,15 @@ typedef struct {
   spc_op op;
 } gather_rank;
 
-static int gather_setup(gather_rank *a, const char *group, int rank,
-                        int world) {
-  GPT_CUDA(cudaSetDevice(0));
+/* ... on GPU dev, the group's op timeout op_timeout_ms (0: the
+ * daemon's). */
+static int gather_setup_on(gather_rank *a, const char *group, int rank,
+                           int world, int dev, int64_t op_timeout_ms) {
+  GPT_CUDA(cudaSetDevice(dev));
   a->c = spt_connect(daemon_.socket);
-  if (a->c == NULL || spc_group_join(a->c, group, world, rank, &a->g) < 0 ||
-      spc_buffer_alloc_device(a->c, 0, (size_t)(world + 1) * N * 4,
+  if (a->c == NULL || spc_set_op_timeout(a->c, op_timeout_ms) < 0 ||
+      spc_group_join(a->c, group, world, rank, &a->g) < 0 ||
+      spc_buffer_alloc_device(a->c, dev, (size_t)(world + 1) * N * 4,
                               &a->d) < 0) {
     fprintf(stderr, "rank %d setup: %s\n", rank,
             a->c ? spc_last_error(a->c) : "");
@@ -112,6 +115,11 @@ static int gather_setup(gather_rank *a, const char *group, int rank,
   spc_tensor_init(&a->dy, a->d, N * 4, SPC_FLOAT32, 1, out_s);
   a->op = spc_op_all_gather(0, NULL);
   return 0;
+}
+
+static int gather_setup(gather_rank *a, const char *group, int rank,
+                        int world) {
+  return gather_setup_on(a, group, rank, world, 0, 0);
 }
 
 /* The host copy of the output on stream s. */
@@ -425,12 +433,21 @@ END_TEST
  * the check sees it (mutation run by hand). */
 #define CHAIN 8
 
+/* arg: 1 puts rank r on GPU r (the NCCL mover), else all on GPU 0. */
 static int chain_main(int rank, int world, void *arg) {
-  (void)arg;
+  int spread = *(const int *)arg;
   gather_rank a;
   held h;
-  if (gather_setup(&a, "gpu-chain", rank, world) || hold(&h))
+  if (gather_setup_on(&a, "gpu-chain", rank, world, spread ? rank : 0, 0))
     return 1;
+  /* One op first: the NCCL mover makes its communicators on a set's first
+   * op, and an op waiting for them is not on the set's streams yet. */
+  if (spc_run_on_stream(a.g, &a.op, &a.dx, &a.dy, NULL) < 0 ||
+      cudaDeviceSynchronize() != cudaSuccess ||
+      spc_async_error(a.c, 1) != SPC_OK || hold(&h)) {
+    fprintf(stderr, "rank %d: %s\n", rank, spc_last_error(a.c));
+    return 1;
+  }
   GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
                            h.s));
   spc_op gather = spc_op_all_gather(0, NULL);
@@ -475,15 +492,61 @@ static int chain_main(int rank, int world, void *arg) {
   return bad | gather_teardown(&a);
 }
 
-START_TEST(ops_queue_behind_each_other) {
+/* A stuck op takes the ops queued behind it along at the op timeout:
+ * rank 0's stream is held for good, so the group's first op never runs;
+ * both ranks started three ops (the last two queued behind the first)
+ * and wait for their answers: the first times out, the other two fail
+ * with it, saying they were queued behind it, in their order. */
+static int stuck_chain_main(int rank, int world, void *arg) {
+  (void)arg;
+  gather_rank a;
+  held h;
+  if (gather_setup_on(&a, "gpu-stuck-chain", rank, world, 0, 1000) ||
+      hold(&h))
+    return 1;
+  if (rank == 1)
+    open_gate(&h);
+  spc_request *req[3];
+  int bad = 0;
+  for (int k = 0; k < 3 && !bad; k++)
+    bad = spc_start_on_stream(a.g, &a.op, &a.dx, &a.dy, h.s, &req[k]) < 0;
+  for (int k = 0; k < 3 && !bad; k++) {
+    int rc = spc_wait(&req[k]);
+    const char *msg = spc_last_error(a.c);
+    const char *want = k == 0 ? "timed out after" : "was queued behind op";
+    if (rc != SPC_ETIMEDOUT || strstr(msg, want) == NULL) {
+      fprintf(stderr, "rank %d op %d: %d (%s), want SPC_ETIMEDOUT saying "
+              "'%s'\n", rank, k, rc, msg, want);
+      bad = 1;
+    }
+  }
+  open_gate(&h);
+  GPT_CUDA(cudaStreamSynchronize(h.s));
+  GPT_CUDA(cudaStreamDestroy(h.s));
+  return bad | gather_teardown(&a);
+}
+
+START_TEST(queued_ops_time_out_with_the_stuck_one) {
   long long flags, events;
-  run_ranks(NULL, NULL, chain_main, NULL, &flags, &events);
-  ck_assert_int_eq(flags, 2 * CHAIN);
+  run_ranks(NULL, NULL, stuck_chain_main, NULL, &flags, &events);
+  ck_assert_int_eq(flags, 6);
 }
 END_TEST
 
+static void chain_case(int spread) {
+  long long flags, events;
+  run_ranks(NULL, NULL, chain_main, &spread, &flags, &events);
+  ck_assert_int_eq(flags, 2 * (CHAIN + 1));
+}
+
+START_TEST(ops_queue_behind_each_other) { chain_case(0); }
+END_TEST
+
+START_TEST(nccl_ops_queue_behind_each_other) { chain_case(1); }
+END_TEST
+
 int main(void) {
-  gpt_require_gpu();
+  int ngpu = gpt_require_gpu();
   Suite *s = suite_create("gpu_order");
   if (getenv("SPCSIM_NO_STREAM_MEM_OPS") != NULL) {
     /* The fresh process of no_stream_memory_ops_falls_back_to_events. */
@@ -502,6 +565,11 @@ int main(void) {
   tcase_add_test(tc, a_missing_done_wait_is_seen);
   tcase_add_test(tc, a_collective_overlaps_compute);
   tcase_add_test(tc, ops_queue_behind_each_other);
+  tcase_add_test(tc, queued_ops_time_out_with_the_stuck_one);
+  if (ngpu >= 2)
+    tcase_add_test(tc, nccl_ops_queue_behind_each_other);
+  else
+    printf("not run: nccl_ops_queue_behind_each_other needs 2 GPUs\n");
   if (getenv("SPCSIM_STATE") != NULL)
     tcase_add_test(tc, no_stream_memory_ops_falls_back_to_events);
   else
