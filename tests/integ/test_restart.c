@@ -256,24 +256,37 @@ static int gone_rank(int rank, int w, void *arg) {
   return spt_rk_close(&r.k, 0);
 }
 
-START_TEST(fast_ops_run_without_the_daemon) {
-  gone_t *a = mmap(NULL, sizeof(*a), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+/* Memory the test and its ranks share, zeroed. */
+static void *shared_new(size_t size) {
+  void *a = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ck_assert_ptr_ne(a, MAP_FAILED);
-  memset(a, 0, sizeof(*a));
-  pid_t pids[W];
+  memset(a, 0, size);
+  return a;
+}
+
+/* W ranks of fn(arg) forked; once each has set its ready[r], the daemon
+ * SIGKILLed and reaped. */
+static void fork_then_kill(pid_t *pids, spt_rank_fn fn, void *arg,
+                           volatile int *ready) {
   for (int r = 0; r < W; r++) {
     pids[r] = fork();
     ck_assert_int_ge(pids[r], 0);
     if (pids[r] == 0)
-      _exit(gone_rank(r, W, a));
+      _exit(fn(r, W, arg));
   }
   for (int r = 0; r < W; r++)
-    while (!a->ready[r])
+    while (!ready[r])
       usleep(1000);
   ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
   ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
   daemon_.pid = 0;
+}
+
+START_TEST(fast_ops_run_without_the_daemon) {
+  gone_t *a = shared_new(sizeof(*a));
+  pid_t pids[W];
+  fork_then_kill(pids, gone_rank, a, a->ready);
   a->killed = 1;
   for (int r = 0; r < W; r++)
     while (!a->done[r])
@@ -329,23 +342,9 @@ static int leave_rank(int rank, int w, void *arg) {
 }
 
 START_TEST(a_rejoining_rank_ends_the_others_fast_wait) {
-  leave_t *a = mmap(NULL, sizeof(*a), PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_ptr_ne(a, MAP_FAILED);
-  memset(a, 0, sizeof(*a));
+  leave_t *a = shared_new(sizeof(*a));
   pid_t pids[W];
-  for (int r = 0; r < W; r++) {
-    pids[r] = fork();
-    ck_assert_int_ge(pids[r], 0);
-    if (pids[r] == 0)
-      _exit(leave_rank(r, W, a));
-  }
-  for (int r = 0; r < W; r++)
-    while (!a->ready[r])
-      usleep(1000);
-  ck_assert_int_eq(kill(daemon_.pid, SIGKILL), 0);
-  ck_assert_int_eq(waitpid(daemon_.pid, NULL, 0), daemon_.pid);
-  daemon_.pid = 0;
+  fork_then_kill(pids, leave_rank, a, a->ready);
   ck_assert_int_eq(restart_daemon(), 0);
   a->killed = 1;
   int codes[W];
