@@ -69,6 +69,8 @@ static void client_free(spc_client *c) {
   while (c->groups != NULL) {
     spc_group *g = c->groups;
     c->groups = g->next;
+    if (c->lost) /* nobody else tells the ranks still in an op */
+      spc__fast_leave(g);
     spc__fast_detach(g);
     free(g);
   }

@@ -102,6 +102,8 @@ int spc_group_leave(spc_group *g) {
     return SPC_EINVAL;
   int rc = leave_send(g);
   group_unlink(g->client, g);
+  if (g->client->lost) /* nobody else tells the ranks still in an op */
+    spc__fast_leave(g);
   spc__fast_detach(g);
   free(g);
   return rc;

@@ -123,10 +123,12 @@
  *    rank sees closed and takes the daemon's path. A rank still joins a
  *    fast op another rank published before closed (started_by_others).
  * 7. Break. D breaks a segment, once: broken_msg, broken (rel), a wake
- *    of everyone. The one other writer: once D is dead, a rank leaving
- *    the segment for the new daemon breaks it the same way, with the same
- *    words and status as any other rank that does (client_fast_wait.c,
- *    spc__fast_leave), so racing writers store the same bytes. Every
+ *    of everyone. The one other writer: a rank whose connection to D
+ *    ended (D dead, or upgrading) breaks it the same way as it leaves,
+ *    status SPC_ERESTARTED, the same words from every rank
+ *    (client_fast_wait.c, spc__fast_leave). Racing ranks store the same
+ *    bytes; racing an upgrading D, which breaks it with SPC_ERESTARTED
+ *    too, only the message may mix. Every
  *    wait loop and every new op looks at broken;
  *    a rank already done with its op ignores it. A rank that read in
  *    place looks at broken after an sc fence: unbroken means its reads

@@ -16,8 +16,8 @@ int spc__fast_attach(spc_group *g, int fd, uint64_t size);
 /* Unmap the group's segment; NULL segment is a no-op. */
 void spc__fast_detach(spc_group *g);
 
-/* This rank leaves the dead daemon's segment to rejoin the new daemon:
- * break it (SPC_ERESTARTED, the same words from every rank that does),
+/* This rank leaves the dead daemon's segment (to rejoin the new daemon,
+ * or leaving the group or the client while the daemon is gone): break it (SPC_ERESTARTED, the same words from every rank that does),
  * so that a rank still waiting in one of its ops, which has not seen the
  * daemon go, ends that wait and reconnects too, rather than wait for this
  * one for the op timeout while this one waits for it to rejoin. A

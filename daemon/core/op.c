@@ -385,6 +385,13 @@ static void op_done(void *arg) {
   spd_op *op = arg;
   spd_group *g = op->group;
   op->finished = 1;
+  /* The ops queued behind it may run from now: their op timeout counts
+   * from here, not from when they were queued. */
+  uint64_t now = spd_now_ns();
+  for (spd_op *o = TAILQ_NEXT(op, link); o != NULL && o->running;
+       o = TAILQ_NEXT(o, link))
+    if (!o->finished && o->submitted_ns != 0)
+      o->submitted_ns = now;
   if (!earlier_unfinished(op)) {
     spd_op *next = TAILQ_NEXT(op, link);
     op_answer(op);

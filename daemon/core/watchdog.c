@@ -83,14 +83,34 @@ static void running_timed_out(spd_group *g, spd_op *op, uint64_t now,
   spd_engine_abort(op, SPK_ETIMEDOUT, msg, -1);
 }
 
+/* An op that failed before its engine had it, its answer held for an
+ * earlier op that has now timed out (op.c, op_fail_at_start): answered
+ * now, in its place, its ranks let go. */
+static void failed_early(spd_op *op) {
+  for (int i = 0; i < op->group->world; i++) {
+    spd_op_rank *r = &op->ranks[i];
+    if (r->session != NULL)
+      spd_session_send_error(r->session, r->req, op->fail_status,
+                             op->fail_msg);
+    spd_engines_rank_release(&r->eng);
+    spd_op_forget_session(op, i);
+  }
+  op->abandoned = 1;
+}
+
 /* Op timed out in its engine: it and the ops queued behind it (which run
  * only after it) are given up, then the pending ones fail, all answered
  * in their order. */
 static void running_ops_timed_out(spd_group *g, spd_op *op, uint64_t now) {
   char msg[400], later[400];
-  for (spd_op *o = op; o != NULL; o = TAILQ_NEXT(o, link))
-    if (o->running && !o->abandoned && !o->finished && o->submitted_ns != 0)
+  for (spd_op *o = op; o != NULL; o = TAILQ_NEXT(o, link)) {
+    if (!o->running || o->abandoned)
+      continue;
+    if (o->finished && o->fail_status < 0)
+      failed_early(o);
+    else if (!o->finished && o->submitted_ns != 0)
       running_timed_out(g, o, now, op, o == op ? msg : later, sizeof(msg));
+  }
   spd_group_fail_pending(g, SPK_ETIMEDOUT, msg);
 }
 

@@ -32,6 +32,13 @@ void spd_nccl_inflight_remove(nccl_job *nj) {
       break;
     }
   nj->in_flight = 0;
+  /* The set's streams moved on: the jobs queued on them after this one
+   * count their time from now (ops queued behind their group's previous
+   * one wait for it there). A gated job waits for its own ranks. */
+  if (nj->ungated)
+    for (nccl_job *j = set->inflight; j != NULL; j = j->next_in)
+      if (j->ungated)
+        j->start_ms = uv_now(set->ctx->loop);
   if (set->broken && !set->down && set->inflight == NULL)
     spd_nccl_set_dispose(set); /* aborted; its streams have run dry */
 }
