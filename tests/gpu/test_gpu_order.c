@@ -433,9 +433,17 @@ END_TEST
  * the check sees it (mutation run by hand). */
 #define CHAIN 8
 
-/* arg: 1 puts rank r on GPU r (the NCCL mover), else all on GPU 0. */
-static int chain_main(int rank, int world, void *arg) {
-  int spread = *(const int *)arg;
+typedef struct {
+  int spread;   /* 1: rank r on GPU r (the NCCL mover), else all on GPU 0 */
+  int fail;     /* the chain's op whose launch fails (SPCSIM_FAIL_LAUNCH);
+                 * -1: none */
+} chain_arg;
+
+static int chain_main(int rank, int world, void *argp) {
+  const chain_arg *arg = argp;
+  int spread = arg->spread;
+  /* Behind a failed op nothing is queued: it has no end to wait for. */
+  long long want = arg->fail < 0 ? CHAIN - 1 : arg->fail;
   gather_rank a;
   held h;
   if (gather_setup_on(&a, "gpu-chain", rank, world, spread ? rank : 0, 0))
@@ -470,21 +478,26 @@ static int chain_main(int rank, int world, void *arg) {
    * before, while the first still waits behind the gate: a guard of 30 s,
    * not a timing check. */
   long long behind = 0;
-  for (int i = 0; i < 3000 && behind < CHAIN - 1; i++) {
+  for (int i = 0; i < 3000 && behind < want; i++) {
     behind = gpt_stat(&daemon_, "ops_queued_behind");
-    if (behind < CHAIN - 1)
+    if (behind < want)
       usleep(10000);
+  }
+  if (arg->fail >= 0) { /* none more while the gate is shut */
+    usleep(300000);
+    behind = gpt_stat(&daemon_, "ops_queued_behind");
   }
   open_gate(&h);
   GPT_CUDA(cudaStreamSynchronize(h.s));
   int rc = spc_async_error(a.c, 1);
   float scale = (float)(1 << (CHAIN / 2));
   int wrong = 0;
-  for (int i = 0; i < N && !wrong; i++)
+  for (int i = 0; i < N && !wrong && arg->fail < 0; i++)
     wrong = a.out[i] != scale * a.in[i];
-  if (behind != CHAIN - 1 || rc != SPC_OK || wrong) {
-    fprintf(stderr, "rank %d: %lld ops queued behind (want %d), ops %d (%s), "
-            "output %s\n", rank, behind, CHAIN - 1, rc, spc_last_error(a.c),
+  if (behind != want || rc != (arg->fail < 0 ? SPC_OK : SPC_EDEVICE) ||
+      wrong) {
+    fprintf(stderr, "rank %d: %lld ops queued behind (want %lld), ops %d "
+            "(%s), output %s\n", rank, behind, want, rc, spc_last_error(a.c),
             wrong ? "wrong" : "right");
     bad = 1;
   }
@@ -534,8 +547,9 @@ START_TEST(queued_ops_time_out_with_the_stuck_one) {
 END_TEST
 
 static void chain_case(int spread) {
+  chain_arg a = {spread, -1};
   long long flags, events;
-  run_ranks(NULL, NULL, chain_main, &spread, &flags, &events);
+  run_ranks(NULL, NULL, chain_main, &a, &flags, &events);
   ck_assert_int_eq(flags, 2 * (CHAIN + 1));
 }
 
@@ -543,6 +557,18 @@ START_TEST(ops_queue_behind_each_other) { chain_case(0); }
 END_TEST
 
 START_TEST(nccl_ops_queue_behind_each_other) { chain_case(1); }
+END_TEST
+
+/* The daemon's third launch (the chain's op 1, after the first op and
+ * op 0) fails as it is queued: op 1 fails on both ranks, and no op is
+ * queued behind it (its job has no end event), so the count stays at 1
+ * while the gate is shut; the rest run once it is done. */
+START_TEST(no_op_queues_behind_a_failed_one) {
+  chain_arg a = {0, 1};
+  long long flags, events;
+  run_ranks("SPCSIM_FAIL_LAUNCH", "spcolld:3", chain_main, &a, &flags,
+            &events);
+}
 END_TEST
 
 int main(void) {
@@ -566,6 +592,11 @@ int main(void) {
   tcase_add_test(tc, a_collective_overlaps_compute);
   tcase_add_test(tc, ops_queue_behind_each_other);
   tcase_add_test(tc, queued_ops_time_out_with_the_stuck_one);
+  if (getenv("SPCSIM_STATE") != NULL)
+    tcase_add_test(tc, no_op_queues_behind_a_failed_one);
+  else
+    printf("not run: no_op_queues_behind_a_failed_one needs the "
+           "simulator's fault injection\n");
   if (ngpu >= 2)
     tcase_add_test(tc, nccl_ops_queue_behind_each_other);
   else
