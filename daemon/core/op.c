@@ -377,10 +377,10 @@ static int earlier_unfinished(const spd_op *op) {
   return 0;
 }
 
-/* The engine finished op. A group's ops answer in their order (a rank's
- * answers, and the fast path's view of what was answered, never go
- * back): one that finished behind an earlier op still running waits for
- * it, and goes with it. */
+/* The engine finished op. A group's running ops answer in their order
+ * (what the fast path's answered word tells the ranks follows them): one
+ * that finished behind an earlier op still running waits for it, and
+ * goes with it. */
 static void op_done(void *arg) {
   spd_op *op = arg;
   spd_group *g = op->group;

@@ -546,6 +546,65 @@ START_TEST(queued_ops_time_out_with_the_stuck_one) {
 }
 END_TEST
 
+/* An op that fails before its engine has it waits for the answer of the
+ * op ahead of it: both ranks' streams are held shut under op 0; op 1,
+ * whose output on rank 0 is on GPU 1 (a rank's tensors must share a
+ * GPU), is queued behind op 0 and refused at submission; its answer
+ * comes only after op 0's, once the gates open (300 ms of polling is how
+ * long this gives an answer that must not come at all before). */
+static int late_fail_main(int rank, int world, void *arg) {
+  (void)arg;
+  gather_rank a;
+  held h;
+  spc_buffer *other = NULL;
+  spc_tensor dy1 = {0};
+  if (gather_setup(&a, "gpu-late-fail", rank, world))
+    return 1;
+  dy1 = a.dy;
+  if (rank == 0) {
+    int64_t s[1] = {(int64_t)world * N};
+    if (spc_buffer_alloc_device(a.c, 1, (size_t)world * N * 4, &other) < 0)
+      return 1;
+    GPT_CUDA(cudaSetDevice(0));
+    spc_tensor_init(&dy1, other, 0, SPC_FLOAT32, 1, s);
+  }
+  if (hold(&h))
+    return 1;
+  spc_request *req[2];
+  if (spc_start_on_stream(a.g, &a.op, &a.dx, &a.dy, h.s, &req[0]) < 0 ||
+      spc_start_on_stream(a.g, &a.op, &a.dx, &dy1, h.s, &req[1]) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, spc_last_error(a.c));
+    return 1;
+  }
+  int done = 0, bad = 0;
+  for (int i = 0; i < 300 && !done; i++)
+    if (spc_test(&req[1], &done) == SPC_OK && !done)
+      usleep(1000);
+  if (done) {
+    fprintf(stderr, "rank %d: op 1 answered before op 0\n", rank);
+    bad = 1;
+  }
+  open_gate(&h);
+  int rc0 = spc_wait(&req[0]);
+  int rc1 = done ? SPC_EINVAL : spc_wait(&req[1]);
+  if (rc0 != SPC_OK || rc1 != SPC_EINVAL) {
+    fprintf(stderr, "rank %d: op 0 %d, op 1 %d (%s)\n", rank, rc0, rc1,
+            spc_last_error(a.c));
+    bad = 1;
+  }
+  GPT_CUDA(cudaStreamSynchronize(h.s));
+  GPT_CUDA(cudaStreamDestroy(h.s));
+  if (other != NULL && spc_buffer_free(other) != SPC_OK)
+    bad = 1;
+  return bad | gather_teardown(&a);
+}
+
+START_TEST(an_op_failing_at_start_answers_after_the_op_ahead) {
+  long long flags, events;
+  run_ranks(NULL, NULL, late_fail_main, NULL, &flags, &events);
+}
+END_TEST
+
 static void chain_case(int spread) {
   chain_arg a = {spread, -1};
   long long flags, events;
@@ -592,6 +651,8 @@ int main(void) {
   tcase_add_test(tc, a_collective_overlaps_compute);
   tcase_add_test(tc, ops_queue_behind_each_other);
   tcase_add_test(tc, queued_ops_time_out_with_the_stuck_one);
+  if (ngpu >= 2)
+    tcase_add_test(tc, an_op_failing_at_start_answers_after_the_op_ahead);
   if (getenv("SPCSIM_STATE") != NULL)
     tcase_add_test(tc, no_op_queues_behind_a_failed_one);
   else
