@@ -193,11 +193,8 @@ static int gpu_prepare(spd_work *w, int **dev_p, spd_gpu **gpu_p,
 /* A submission's result rc: a device failure also says when it found the
  * daemon's CUDA context lost (which then asks for a new daemon). */
 static int submitted(spd_gpu *gpu, int rc, spk_err *err) {
-  if (rc == SPK_EDEVICE && spd_gpu_lost_check(gpu)) {
-    size_t n = strlen(err->msg);
-    snprintf(err->msg + n, sizeof(err->msg) - n, "; spcolld's CUDA context "
-             "is lost (%s): a new spcolld takes over", gpu->lost_why);
-  }
+  if (rc == SPK_EDEVICE)
+    spd_gpu_lost_say(gpu, err->msg, sizeof(err->msg));
   return rc;
 }
 

@@ -137,6 +137,9 @@ int spd_gpu_error_sticky(int e);
  * (spd_core_up.restart), again while none has taken over or is starting,
  * at most once a second. */
 int spd_gpu_lost_check(spd_gpu *gpu);
+/* After a GPU op failed with msg (len bytes): the same check, and when the
+ * context is lost, msg says so. */
+void spd_gpu_lost_say(spd_gpu *gpu, char *msg, size_t len);
 
 /* Release everything but the IPC mappings (gpu_ipc.c closes those) and
  * free gpu: the end of spd_gpu_free. The pinned memory goes back to CUDA

@@ -84,11 +84,8 @@ static void on_job_closed(uv_handle_t *h) {
   if (status < 0)
     SPD_ERROR(&job->gpu->ctx->log, "group '%s' op %llu failed on the GPU: "
               "%s", job->name, (unsigned long long)job->seq, msg);
-  if (status < 0 && spd_gpu_lost_check(job->gpu)) {
-    size_t n = strlen(msg);
-    snprintf(msg + n, sizeof(msg) - n, "; spcolld's CUDA context is lost "
-             "(%s): a new spcolld takes over", job->gpu->lost_why);
-  }
+  if (status < 0)
+    spd_gpu_lost_say(job->gpu, msg, sizeof(msg));
   if (status == SPK_OK && job->t_streams_ns != 0) {
     uint64_t now = uv_hrtime();
     SPD_DEBUG(&job->gpu->ctx->log, "group '%s' op %llu: GPU job queued in "

@@ -9,6 +9,7 @@
  * which takes the sockets and the clients over; this one drains and
  * exits, and CUDA takes back what its context held. Loop thread only. */
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu.h"
 
@@ -87,4 +88,11 @@ int spd_gpu_lost_check(spd_gpu *gpu) {
             gpu->lost_why);
   restart(gpu);
   return 1;
+}
+
+void spd_gpu_lost_say(spd_gpu *gpu, char *msg, size_t len) {
+  size_t n = strnlen(msg, len);
+  if (spd_gpu_lost_check(gpu) && n < len)
+    snprintf(msg + n, len - n, "; spcolld's CUDA context is lost (%s): a "
+             "new spcolld takes over", gpu->lost_why);
 }
