@@ -106,6 +106,13 @@ $(TORCH_CCALL): $(call obj,bench/torch_ccall.c bench/bench_common.c) \
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(PBC_LIBS)
 
+# The copy rates that bound caller memory (bench/copy_rate.c), printed by
+# scripts/bench_torch.py before its tables.
+COPY_RATE := $(BUILD)/bin/spcoll-copy-rate
+$(COPY_RATE): $(call obj,bench/copy_rate.c)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^
+
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)if command -v $(MPICC) >/dev/null 2>&1; then \
@@ -132,7 +139,7 @@ bench: deps
 # What bench-torch needs beyond `all`: its C side, and, where torch from
 # PyPI is installed (or can be), the c10d extension.
 .PHONY: bench-torch bench-torch-deps
-bench-torch-deps: all $(TORCH_CCALL)
+bench-torch-deps: all $(TORCH_CCALL) $(COPY_RATE)
 	$(Q)$(call TORCH_READY,bench-torch) \
 	  $(MAKE) --no-print-directory c10d; fi
 
@@ -140,7 +147,7 @@ BENCH_TORCH_ARGS = --ranks "$(BENCH_TORCH_RANKS)" \
   --max-bytes $(BENCH_TORCH_MAX_BYTES) --iters $(BENCH_TORCH_ITERS) \
   --min-iters $(BENCH_TORCH_MIN_ITERS) --block-ms $(BENCH_TORCH_BLOCK_MS) \
   --out $(BENCH_OUT) --spcolld $(SPCOLLD) --ccall $(TORCH_CCALL) \
-  --c10d $(C10D_EXT) --lib $(LIBSO)
+  --copy-rate $(COPY_RATE) --c10d $(C10D_EXT) --lib $(LIBSO)
 
 bench-torch: bench-torch-deps
 	$(Q)if [ -f $(TORCH_VENV_STAMP) ]; then \

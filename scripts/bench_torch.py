@@ -31,6 +31,11 @@ x4, up to --max-bytes, 32 MiB):
               op the backend runs for that torch op, called from C with
               spc_run on tensors in spcoll memory, through its own spcolld,
               in a run of its own just before the torch processes
+Before the tables: build/bin/spcoll-copy-rate (bench/copy_rate.c), how fast
+one process copies another's memory here by memcpy from a shared mapping
+(spcoll memory: the C call, the allocator) and by process_vm_readv (caller
+memory): the second over the first bounds what ordinary tensors can reach
+against the C call where the copy dominates.
 Ops: all_reduce (in place), all_gather_into_tensor, reduce_scatter_tensor,
 all_to_all_single, and the seeds' Ulysses exchange (bench/torch_backend.py's
 seeds_a2a: permute + contiguous + all_to_all_single + reshape of fp32
@@ -671,6 +676,16 @@ def machine(say, args):
             "on" if args.alloc else "off (--no-alloc)"))
 
 
+def copy_rates(say, prog):
+    """spcoll-copy-rate's lines: the bound of caller memory here."""
+    p = subprocess.run([prog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True)
+    for line in p.stdout.splitlines():
+        say("# copy rate, %s" % line)
+    if p.returncode != 0:
+        say("# %s failed (exit %d)" % (os.path.basename(prog), p.returncode))
+
+
 def driver(args):
     os.makedirs(args.out, exist_ok=True)
     for name in os.listdir(args.out):     # no stale rows in the merge
@@ -680,6 +695,7 @@ def driver(args):
     say = Tee(os.path.join(args.out, "bench_torch.log"))
     start = time.time()
     machine(say, args)
+    copy_rates(say, args.copy_rate)
     rows, infos, bad = [], {}, 0
     for w in args.ranks:
         t0 = time.time()
@@ -794,6 +810,8 @@ def main():
     ap.add_argument("--spcolld", default=os.path.join(build, "bin", "spcolld"))
     ap.add_argument("--ccall", default=os.path.join(build, "bin",
                                                     "spcoll-torch-ccall"))
+    ap.add_argument("--copy-rate", default=os.path.join(build, "bin",
+                                                        "spcoll-copy-rate"))
     ap.add_argument("--c10d", default=os.path.join(build, "python", "spcoll",
                                                    "_c10d.so"))
     ap.add_argument("--lib", default=os.path.join(build, "lib",
@@ -825,11 +843,12 @@ def main():
     if not args.ranks or min(args.ranks) < 2:
         ap.error("--ranks: rank counts of 2 or more")
     for what, path in (("spcolld", args.spcolld), ("C call", args.ccall),
+                       ("copy rates", args.copy_rate),
                        ("c10d extension", args.c10d),
                        ("libspclient", args.lib)):
         if not os.path.exists(path):
-            print("bench_torch: no %s at %s: make all c10d %s" % (
-                what, path, "build/bin/spcoll-torch-ccall"), file=sys.stderr)
+            print("bench_torch: no %s at %s: make bench-torch-deps" % (
+                what, path), file=sys.stderr)
             return 2
     return driver(args)
 
