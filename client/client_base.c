@@ -24,6 +24,33 @@ int spc__fail(spc_client *c, int status, const char *fmt, ...) {
   return status;
 }
 
+int spc_client_set_wait_lock(spc_client *c, void (*release)(void *),
+                             void (*take)(void *), void *arg) {
+  if (c == NULL)
+    return SPC_EINVAL;
+  if ((release == NULL) != (take == NULL))
+    return spc__fail(c, SPC_EINVAL, "spc_client_set_wait_lock: release %s "
+                     "but take %s: give both or neither",
+                     release ? "given" : "NULL", take ? "given" : "NULL");
+  c->wait_release = release, c->wait_take = take, c->wait_arg = arg;
+  return SPC_OK;
+}
+
+int spc__wait_release(spc_group *g) {
+  spc_client *c = g->client;
+  if (c->wait_release == NULL)
+    return 0;
+  g->in_wait = 1;
+  c->wait_release(c->wait_arg);
+  return 1;
+}
+
+void spc__wait_take(spc_group *g) {
+  spc_client *c = g->client;
+  c->wait_take(c->wait_arg);
+  g->in_wait = 0;
+}
+
 const char *spc_last_error(const spc_client *c) {
   return c ? c->last_error : connect_error;
 }

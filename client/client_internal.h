@@ -55,6 +55,11 @@ struct spc_group {
    * failed): every op fails with lost_status and why. */
   int lost, lost_status;
   char why[320];
+  /* An op of the group waits with the client's lock released
+   * (spc_client_set_wait_lock): another thread reviving the client
+   * breaks its segment but leaves it mapped, and the group rejoins at
+   * its next op. */
+  int in_wait;
 };
 
 enum { SPC__REFORM_LEAVE = 1, SPC__REFORM_GONE = 2 };
@@ -120,11 +125,22 @@ struct spc_client {
     int fd;
   } segs[8];
   int nsegs;
+  /* spc_client_set_wait_lock's lock, released while an op waits. */
+  void (*wait_release)(void *);
+  void (*wait_take)(void *);
+  void *wait_arg;
 };
 
 /* The op list's gradient of op (client_op_list.c): the same arguments,
  * the row's gradient kind and grad scale (kind 0 when it lists none). */
 spc_op spc__op_grad(spc_op op);
+
+/* Release the client's lock for a wait of g's op, where the caller
+ * handed it over (spc_client_set_wait_lock): 1 when released, and
+ * spc__wait_take must follow before anything of the client is touched.
+ * (client_base.c) */
+int spc__wait_release(spc_group *g);
+void spc__wait_take(spc_group *g);
 
 /* Record the message of a failure on c and return status. */
 int spc__fail(spc_client *c, int status, const char *fmt, ...)

@@ -2,6 +2,7 @@
  * through a request). Argument agreement is the daemon's to check, so that
  * a rank's bad argument fails the op on every rank instead of leaving the
  * others waiting. */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,6 +156,23 @@ int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,
   return start(g, op, in, out, stream, -1, NULL, req_p);
 }
 
+/* The answer of g's op. Where the caller handed the client's lock over
+ * (spc_client_set_wait_lock) it is released while the answer is not
+ * here; another thread may then read it off the socket, so each look is
+ * bounded (a millisecond) rather than woken. */
+static int wait_answer(spc_group *g, spc_request **reqp) {
+  spc_client *c = g->client;
+  spc_request *req = *reqp;
+  while (c->wait_release != NULL && spc__pump(c, req, 0) == SPC_OK &&
+         !req->done) {
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    spc__wait_release(g);
+    (void)poll(&p, 1, 1); /* any outcome: the next pump looks */
+    spc__wait_take(g);
+  }
+  return spc_wait(reqp);
+}
+
 static int run_once(spc_group *g, const spc_op *op, const spc_tensor *in,
                     const spc_tensor *out) {
   spc_request *req = NULL;
@@ -165,7 +183,7 @@ static int run_once(spc_group *g, const spc_op *op, const spc_tensor *in,
   if (rc < 0 || req == NULL) /* failed, or done through the segment */
     return rc;
   spc__fast_await(g, req);
-  return spc__wrap_end(g->client, &w, spc_wait(&req));
+  return spc__wrap_end(g->client, &w, wait_answer(g, &req));
 }
 
 /* g's last op was refused as not run (c->not_run): it is no op of the
@@ -189,6 +207,14 @@ int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
       break;
     rc = run_once(g, op, in, out);
   }
+  /* Another thread revived the client while this op waited with the lock
+   * released: g was left to rejoin later (client_restart.c). The other
+   * ranks rejoin it in their revive, waiting for this one, so it rejoins
+   * now rather than at its next op, which the program may issue only
+   * after ops of other groups those ranks cannot issue meanwhile. */
+  if (rc == SPC_ERESTARTED && g != NULL && !g->multinode &&
+      g->reform == SPC__REFORM_GONE && !g->lost)
+    (void)g->client->reform(g); /* its failure: g->lost, said by g's next op */
   return rc;
 }
 

@@ -94,8 +94,9 @@ static int buffers_again(spc_client *c) {
  * then their answers taken, so that no two ranks wait on the order of
  * each other's groups. A group spanning nodes is rejoined at its next op
  * (client_sequence.c): its other nodes' ranks come back when they call
- * it, in the order of the program's ops. A group made by spc_group_split
- * has no name to rejoin by: lost. */
+ * it, in the order of the program's ops; so is a group whose op another
+ * thread waits in (g->in_wait): its segment is left mapped under that
+ * wait. A group made by spc_group_split has no name to rejoin by: lost. */
 static int groups_again(spc_client *c) {
   int n = 0, rc = SPC_OK;
   for (spc_group *g = c->groups; g != NULL; g = g->next)
@@ -106,17 +107,18 @@ static int groups_again(spc_client *c) {
   int i = 0;
   for (spc_group *g = c->groups; g != NULL; g = g->next, i++) {
     spc__fast_leave(g); /* the old daemon's segment */
-    spc__fast_detach(g);
+    if (!g->in_wait) /* else unmapped when it rejoins (spc__reform) */
+      spc__fast_detach(g);
     if (g->lost)
       continue;
-    g->reform = g->multinode ? SPC__REFORM_GONE : 0;
+    g->reform = g->multinode || g->in_wait ? SPC__REFORM_GONE : 0;
     snprintf(g->why, sizeof(g->why), "spcolld restarted");
     if (g->name[0] == '\0') {
       g->lost = 1, g->lost_status = SPC_ERESTARTED;
       snprintf(g->why, sizeof(g->why), "a group made by spc_group_split "
                "cannot be rejoined after a daemon restart: leave it and "
                "make it again");
-    } else if (!g->multinode && rc == SPC_OK) {
+    } else if (!g->multinode && !g->in_wait && rc == SPC_OK) {
       rc = spc__rejoin_send(g, &reqs[i]);
     }
   }

@@ -11,7 +11,9 @@
  * - Output parameters (names ending in _p) are set only on success.
  * - Threads: a spc_client and everything made from it (groups, buffers,
  *   requests) must be used by one thread at a time. Distinct clients are
- *   independent, so a thread per client is the way to go multi-threaded.
+ *   independent. Threads that share a client under a lock of their own
+ *   may hand it over (spc_client_set_wait_lock): ops then release it while
+ *   they wait for other ranks.
  * - Tensors are C-contiguous: (buffer, byte offset, dtype, shape). Dims may
  *   be negative, Python style (-1 is the last).
  * - Every rank of a group issues the same ops in the same order, as with
@@ -442,6 +444,21 @@ int spc_last_timing(const spc_client *client, spc_timing *timing);
  * Ops run through a group's shared segment (spc_run) never answer here.
  * -1 for NULL. */
 int spc_client_fd(const spc_client *client);
+
+/* For a program whose threads share the client under a lock of their
+ * own: hand libspclient that lock's release and take (arg passed to
+ * both; they run on the thread that holds the lock). spc_run and the
+ * blocking collectives then release it while they wait for the group's
+ * other ranks (through its shared segment, or for the daemon's answer)
+ * and take it again before they go on. Meanwhile other threads may use
+ * the client, for anything but the waiting op's group: that group's
+ * calls stay one at a time, in the program's order. Without it (the
+ * default), a thread waiting for one group holds the client, so ranks
+ * that run two groups' ops on two threads in different orders wait for
+ * each other until the op timeout. Both NULL clears it; SPC_EINVAL for
+ * one NULL. */
+int spc_client_set_wait_lock(spc_client *client, void (*release)(void *arg),
+                             void (*take)(void *arg), void *arg);
 
 /* Wait for the request, free it and set *req to NULL. Returns the op's
  * status. */

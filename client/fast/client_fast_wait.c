@@ -134,12 +134,27 @@ static int daemon_alive(spc_client *c) {
                    "other ranks without it", (long long)limit_ms);
 }
 
-/* Wait until every rank's counter `field` reaches v: spin (cheap when the
- * other ranks run on other cores), yield (when they share ours), then
- * sleep on the futex word that every publish bumps. */
-static int wait_for(spc_group *g, size_t field, uint64_t v);
+/* Where a wait stands between its looks at the client (wait_for): the
+ * poll count, the clock of its spin and first yield, its yields, and
+ * whether a yield gave the CPU away. */
+typedef struct {
+  unsigned i, yields;
+  uint64_t t0, y_first;
+  int shared, relocate;
+} wait_state;
 
-/* The daemon's watchdog sees which ranks wait (daemon/fast/fast_watch.c). */
+/* What wait_for ends with: every rank there, or what the client must
+ * look into (with its lock held): the segment broke, the futex call
+ * failed (errno in err), or a sleep ran out, so the daemon may be gone. */
+enum { WAIT_DONE, WAIT_BROKEN, WAIT_FUTEX, WAIT_SLEPT };
+
+static int wait_for(spc_group *g, size_t field, uint64_t v, wait_state *st,
+                    int *err);
+
+/* The daemon's watchdog sees which ranks wait (daemon/fast/fast_watch.c).
+ * The wait itself touches nothing of the client, so the client's lock is
+ * released around it (spc_client_set_wait_lock); what it ends with is
+ * looked into with the lock held. */
 int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
   spk_fseg_rank *me = spc__fast_rank(g->fast, g->rank);
   if (all_at(g->fast, g->world, field, v, 1))
@@ -152,7 +167,27 @@ int spc__fast_wait_all(spc_group *g, size_t field, uint64_t v) {
    * descriptors as the op ended. */
   spc__fast_flush(g);
   SPK_STORE(&me->waiting, 1, __ATOMIC_RELEASE);
-  int rc = wait_for(g, field, v);
+  wait_state st = {.relocate = g->fast->wait.relocate};
+  g->fast->wait.relocate = 0;
+  g->fast->wait.waits++;
+  int rc;
+  for (;;) {
+    int err = 0, released = spc__wait_release(g);
+    int w = wait_for(g, field, v, &st, &err);
+    if (released)
+      spc__wait_take(g);
+    if (w == WAIT_DONE)
+      rc = SPC_OK;
+    else if (w == WAIT_BROKEN)
+      rc = spc__fast_broken(g);
+    else if (w == WAIT_FUTEX)
+      rc = spc__fail(g->client, SPC_ESYSTEM, "futex wait on the group's "
+                     "shared segment failed: %s", strerror(err));
+    else
+      rc = daemon_alive(g->client);
+    if (w == WAIT_DONE || rc < 0)
+      break;
+  }
   SPK_STORE(&me->waiting, 0, __ATOMIC_RELEASE);
   return rc;
 }
@@ -168,7 +203,7 @@ static void adapt(spc_fast *f, int shared) {
 }
 
 /* One sleep on the segment's futex word (kernels/fast_sync.h), unless
- * every rank's `field` reached v (*done_p). */
+ * every rank's `field` reached v. */
 typedef struct {
   spc_group *g;
   size_t field;
@@ -189,20 +224,22 @@ static void sleep_wait(void *p, uint32_t *word, uint32_t w) {
   a->saved = errno;
 }
 
-static int sleep_once(spc_group *g, size_t field, uint64_t v, int *done_p) {
+/* WAIT_DONE, WAIT_SLEPT (timed out, not done) or WAIT_FUTEX; -1 to go
+ * on waiting. */
+static int sleep_once(spc_group *g, size_t field, uint64_t v, int *err) {
   sleep_arg a = {g, field, v, 0, 0};
-  *done_p = spk_fsync_sleep(g->fast->hdr, sleep_look, sleep_wait, &a);
-  long r = a.r;
-  int saved = a.saved;
-  if (r < 0 && saved != EAGAIN && saved != EINTR && saved != ETIMEDOUT)
-    return spc__fail(g->client, SPC_ESYSTEM, "futex wait on the group's "
-                     "shared segment failed: %s", strerror(saved));
+  if (spk_fsync_sleep(g->fast->hdr, sleep_look, sleep_wait, &a))
+    return WAIT_DONE;
+  if (a.r < 0 && a.saved != EAGAIN && a.saved != EINTR &&
+      a.saved != ETIMEDOUT) {
+    *err = a.saved;
+    return WAIT_FUTEX;
+  }
   /* The others may have got there while this rank slept (see
    * broken_unless_done). */
-  if (r < 0 && saved == ETIMEDOUT &&
-      !(*done_p = all_at(g->fast, g->world, field, v, 0)))
-    return daemon_alive(g->client);
-  return SPC_OK;
+  if (a.r < 0 && a.saved == ETIMEDOUT)
+    return all_at(g->fast, g->world, field, v, 0) ? WAIT_DONE : WAIT_SLEPT;
+  return -1;
 }
 
 /* A wait that ended after a yield gave the CPU away, in a group with a
@@ -228,55 +265,53 @@ static void relocate_next(spc_fast *f, int shared) {
  * polled line, sees what the ranks published before: the op ends well
  * on every rank, and the break fails the next. */
 static int broken_unless_done(spc_group *g, size_t field, uint64_t v) {
-  if (SPK_LOAD(&g->fast->hdr->broken, __ATOMIC_ACQUIRE) == 0 ||
-      all_at(g->fast, g->world, field, v, 0))
-    return SPC_OK;
-  return spc__fast_broken(g);
+  return SPK_LOAD(&g->fast->hdr->broken, __ATOMIC_ACQUIRE) != 0 &&
+         !all_at(g->fast, g->world, field, v, 0);
 }
 
-static int wait_for(spc_group *g, size_t field, uint64_t v) {
+/* Wait until every rank's counter `field` reaches v: spin (cheap when the
+ * other ranks run on other cores), yield (when they share ours), then
+ * sleep on the futex word that every publish bumps. Touches only g's
+ * segment and its waiting state, never the client. */
+static int wait_for(spc_group *g, size_t field, uint64_t v, wait_state *st,
+                    int *err) {
   spc_fast *f = g->fast;
-  int rc, relocate = f->wait.relocate;
+  const spk_fast_tune *t = &f->tune;
   /* The clock is read from the 16th poll on: most waits end before, and
    * a read costs as much as a round trip between two cores. */
-  uint64_t t0 = 0;
-  uint64_t y_first = 0;
-  unsigned yields = 0;
-  int shared = 0;
-  f->wait.relocate = 0;
-  f->wait.waits++;
-  for (unsigned i = 0;; i++) {
+  for (;; st->i++) {
     /* While spinning, the polled line of a rank whose input of the plan
      * travels in lines is read one poll in 16 (see published()). */
-    if (all_at(f, g->world, field, v, yields == 0 && (i & 15) != 15)) {
-      adapt(f, shared);
-      relocate_next(f, shared);
-      return SPC_OK;
+    if (all_at(f, g->world, field, v, st->yields == 0 && (st->i & 15) != 15)) {
+      adapt(f, st->shared);
+      relocate_next(f, st->shared);
+      return WAIT_DONE;
     }
-    if ((rc = broken_unless_done(g, field, v)) < 0)
-      return rc;
-    if (i == 16)
-      t0 = spc__fast_now_ns();
-    if (!relocate && yields == 0 && f->wait.spin_ns > 0 &&
-        (i <= 16 || (i & 15) != 0 ||
-         spc__fast_now_ns() - t0 < f->wait.spin_ns)) {
+    if (broken_unless_done(g, field, v))
+      return WAIT_BROKEN;
+    if (st->i == 16)
+      st->t0 = spc__fast_now_ns();
+    if (!st->relocate && st->yields == 0 && f->wait.spin_ns > 0 &&
+        (st->i <= 16 || (st->i & 15) != 0 ||
+         spc__fast_now_ns() - st->t0 < f->wait.spin_ns)) {
       __builtin_ia32_pause();
       continue;
     }
     uint64_t y0 = spc__fast_now_ns();
-    if (yields == 0)
-      y_first = y0;
-    const spk_fast_tune *t = &f->tune;
-    if (!relocate && (f->wait.over ? y0 - y_first < t->fast_over_yield_ns
-                                   : yields < t->fast_yield_polls)) {
-      yields++;
+    if (st->yields == 0)
+      st->y_first = y0;
+    if (!st->relocate && (f->wait.over ? y0 - st->y_first < t->fast_over_yield_ns
+                                       : st->yields < t->fast_yield_polls)) {
+      st->yields++;
       sched_yield();
-      shared |= spc__fast_now_ns() - y0 > t->fast_shared_ns;
+      st->shared |= spc__fast_now_ns() - y0 > t->fast_shared_ns;
       continue;
     }
-    int done;
-    if ((rc = sleep_once(g, field, v, &done)) < 0 || done)
-      return rc;
+    int w = sleep_once(g, field, v, err);
+    if (w >= 0) {
+      st->i++;
+      return w;
+    }
   }
 }
 

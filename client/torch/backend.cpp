@@ -118,23 +118,50 @@ Backend::~Backend() {
   progress_.reset();  // its waits end: the group was left
 }
 
+// destroy_process_group: the ops queued run first, as gloo's do.
 void Backend::shutdown() {
-  {
-    std::lock_guard<std::mutex> s(state_mu_);
-    if (broken_.empty())
-      broken_ = "destroyed";
-  }
+  queue_.drain();
+  mark_broken("destroyed");
+  leave();
+}
+
+void Backend::abort() {
+  mark_broken("aborted");
+  leave_soon();
+}
+
+void Backend::mark_broken(const std::string& why) {
+  std::lock_guard<std::mutex> s(state_mu_);
+  if (broken_.empty())
+    broken_ = why;
+}
+
+// Leaves the group: the others' ops on it fail, naming this rank.
+void Backend::leave() {
   bool left = false;
   {
     Conn::Lock l(*conn_);  // g_ is read under this lock by every op
     if (g_ != nullptr) {
-      spc_group_leave(g_);  // the others' ops on it fail, naming this rank
+      spc_group_leave(g_);
       g_ = nullptr;
       left = true;
     }
   }
   if (left && device_)
     device_->shutdown();
+}
+
+// The group is broken (mark_broken came first): leave it now, unless an op
+// of the queue runs, which waits in the group with the client's lock
+// released; then the queue leaves it after that op (ops queued behind it
+// fail at once, the group being broken). Nothing waits here for an op.
+void Backend::leave_soon() {
+  if (queue_.on_thread() || queue_.idle()) {
+    leave();
+    return;
+  }
+  auto self = c10::intrusive_ptr<Backend>::reclaim_copy(this);
+  queue_.push([self] { self->leave(); });
 }
 
 Device* Backend::device(const char* name) const {
@@ -149,12 +176,8 @@ Device* Backend::device(const char* name) const {
 // A wait gave up on an op the daemon may still answer: leave the group so
 // the other ranks fail instead of waiting, and refuse later ops.
 void Backend::lost(const std::string& why) {
-  {
-    std::lock_guard<std::mutex> s(state_mu_);
-    if (broken_.empty())
-      broken_ = why;
-  }
-  shutdown();
+  mark_broken(why);
+  leave_soon();
 }
 
 // A new Work's links back here: the progress thread for its future, and
@@ -226,8 +249,9 @@ bool Backend::in_place(const at::Tensor& t, Pending& p, Span* s) {
 
 // Caller memory handed to spc_run as it is (spc_buffer_wrap): the other
 // ranks read it in this process where the group's fast path reads in
-// place, else spc_run stages it. Only for blocking collectives (spc_start
-// and P2P refuse it) and from kWrapMin bytes: below, a staged op travels
+// place, else spc_run stages it. Only for collectives run with spc_run,
+// blocking or on the queue (spc_start and P2P refuse it), and from
+// kWrapMin bytes: below, a staged op travels
 // in the segment's lines and repeats cheaper than a record per op. A
 // tensor that overlaps another one of the op (the same tensor as input
 // and output of an all_to_all, say) is staged: the library takes only
@@ -237,7 +261,7 @@ static constexpr int64_t kWrapMin = 32 << 10;
 
 bool Backend::wrap(const at::Tensor& t, Pending& p, Span* s) {
   int64_t n = (int64_t)t.nbytes();
-  if (!p.sync || n < kWrapMin || !t.is_contiguous() || t.is_cuda())
+  if (!p.may_wrap || n < kWrapMin || !t.is_contiguous() || t.is_cuda())
     return false;
   char* a = static_cast<char*>(t.data_ptr());
   for (auto& w : p.wrapped) {
@@ -282,6 +306,7 @@ Span Backend::out_span(const at::Tensor& t, Pending& p, bool* back) {
 // SPC_EINVAL. *msg gets the library's message of a failure.
 int Backend::locked(const std::function<int(spc_group*)>& f,
                     std::string* msg) {
+  queue_.drain();  // the group's async ops first, in the caller's order
   Conn::Lock l(*conn_);
   if (g_ == nullptr) {
     *msg = "process group " + name_ + " was destroyed";
@@ -300,27 +325,66 @@ c10::intrusive_ptr<c10d::Work> Backend::run(Op o, bool async,
                                             std::chrono::milliseconds timeout) {
   if (o.p->dev >= 0)
     return run_device(o, async);
+  if (async)
+    return run_queued(o, timeout);
   spc_tensor x = flat_tensor(o.x, o.dt), y = flat_tensor(o.y, o.dt);
   std::string msg;
-  spc_request* req = nullptr;
-  int rc = locked(
-      [&](spc_group* g) {
-        return async ? spc_start(g, &o.op, &x, &y, &req)
-                     : spc_run(g, &o.op, &x, &y);
-      },
-      &msg);
-  if (!async) {
-    finish_sync(o, rc, msg);
-    return {};
+  int rc = locked([&](spc_group* g) { return spc_run(g, &o.op, &x, &y); },
+                  &msg);
+  finish_sync(o, rc, msg);
+  return {};
+}
+
+// An op's size lists, owned: the caller's die when its call returns.
+struct QueuedOp {
+  spc_op op;
+  spc_dtype dt;
+  Span x, y;
+  std::vector<int64_t> sizes, sizes2;
+  QueuedOp(const Backend::Op& o, int world) : op(o.op), dt(o.dt), x(o.x), y(o.y) {
+    own(op.sizes, op.nsizes, world, &sizes);
+    own(op.sizes2, op.nsizes2, world, &sizes2);
   }
+  static void own(const int64_t*& list, int n, int world,
+                  std::vector<int64_t>* v) {
+    if (list == nullptr)
+      return;
+    v->assign(list, list + (n > 0 ? n : world));
+    list = v->data();
+  }
+};
+
+// An async op on CPU tensors: run with spc_run on the group's queue, in
+// place where its tensors allow (caller memory included), completing its
+// Work there. A group broken meanwhile fails the ops still queued.
+c10::intrusive_ptr<c10d::Work> Backend::run_queued(
+    Op& o, std::chrono::milliseconds timeout) {
   auto w = c10::make_intrusive<Work>(conn_, rank_, o.type, o.name,
                                      timeout_of(timeout), std::move(o.p));
   attach(*w);
-  if (rc < 0)
-    w->start_failed(rc, msg);
-  else
-    w->set_request(req);
+  w->set_queued();
+  auto job = std::make_shared<QueuedOp>(o, size_);
+  auto self = c10::intrusive_ptr<Backend>::reclaim_copy(this);
+  queue_.push([self, w, job] {
+    std::string msg = self->broken_why();
+    int rc = SPC_EABORTED;
+    if (msg.empty()) {
+      spc_tensor x = flat_tensor(job->x, job->dt);
+      spc_tensor y = flat_tensor(job->y, job->dt);
+      rc = self->locked(
+          [&](spc_group* g) { return spc_run(g, &job->op, &x, &y); }, &msg);
+    }
+    w->finish_queued(rc < 0 ? rc : SPC_OK, msg);
+  });
   return w;
+}
+
+std::string Backend::broken_why() const {
+  std::lock_guard<std::mutex> s(state_mu_);
+  if (broken_.empty())
+    return "";
+  return "process group " + name_ + " is broken (" + broken_ +
+         "); create a new one";
 }
 
 // An op whose call returned rc: its error thrown (the group marked lost
@@ -437,6 +501,7 @@ int Backend::min_over_ranks(const char* name, int v) {
     std::memset(x.data, 0, 4);
     spc_tensor tx = flat_tensor(x, SPC_INT32), ty = flat_tensor(y, SPC_INT32);
     spc_op op = spc_op_all_reduce(SPC_SUM);
+    queue_.drain();
     Conn::Lock l(*conn_);
     if (g_ != nullptr)
       (void)spc_run(g_, &op, &tx, &ty);  // fails: that is its purpose

@@ -6,8 +6,10 @@
 //
 // Blocking calls (torch's asyncOp false) run with spc_run: through the
 // group's shared segment when the op fits it, without the daemon. Async
-// calls start with spc_start and complete later (work.hpp), so they
-// overlap with whatever the caller does meanwhile.
+// calls on CPU tensors run with spc_run too, on the group's queue
+// (queue.hpp), and complete later (work.hpp), so they overlap with
+// whatever the caller does meanwhile; every other call of the group
+// waits for the queue first, so the group's ops keep the caller's order.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -19,6 +21,7 @@
 
 #include "conn.hpp"
 #include "cuda.hpp"
+#include "queue.hpp"
 #include "work.hpp"
 
 namespace spcoll {
@@ -62,8 +65,11 @@ class Backend final : public c10d::Backend {
 
   const std::string getBackendName() const override { return "spcoll"; }
   const std::string& spcoll_name() const { return name_; }
+  // destroy_process_group: the queued ops run first, then the group is
+  // left. abort (and an op that broke the group, lost): ops not yet run
+  // fail, and the group is left without waiting for the one running.
   void shutdown() override;
-  void abort() override { shutdown(); }
+  void abort() override;
   void setTimeout(std::chrono::milliseconds t) override { timeout_ = t; }
 
   // reductions (backend_reduce.cpp)
@@ -147,7 +153,8 @@ class Backend final : public c10d::Backend {
 
   // The caller's tensor as op memory: in place when it is contiguous in
   // spcoll memory or in a segment of torch's CUDA allocator, or as caller
-  // memory in a blocking collective (p.sync, wrap), else a staged copy.
+  // memory in an op run with spc_run (p.may_wrap, wrap), else a staged
+  // copy.
   // Staging and scratch are on p.dev (host memory when it is -1).
   Span in_span(const at::Tensor& t, Pending& p);
   // Op memory the result lands in: the tensor itself when it is
@@ -156,10 +163,11 @@ class Backend final : public c10d::Backend {
   Span scratch(int64_t bytes, Pending& p);
   bool in_place(const at::Tensor& t, Pending& p, Span* s);
   bool wrap(const at::Tensor& t, Pending& p, Span* s);
-  // The Pending of a collective; sync: torch's asyncOp is false.
-  static std::unique_ptr<Pending> pending(bool sync) {
+  // The Pending of a collective; may_wrap: its tensors may be caller
+  // memory (not where the op changes its staged input first: PREMUL_SUM).
+  static std::unique_ptr<Pending> pending(bool may_wrap) {
     auto p = std::make_unique<Pending>();
-    p->sync = sync;
+    p->may_wrap = may_wrap;
     return p;
   }
 
@@ -182,10 +190,17 @@ class Backend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> p2p(bool send, at::Tensor& t, int peer,
                                      int tag);
   c10::intrusive_ptr<c10d::Work> run_device(Op& o, bool async);
+  c10::intrusive_ptr<c10d::Work> run_queued(Op& o,
+                                            std::chrono::milliseconds timeout);
+  // Why the group may not be used; "" while it may.
+  std::string broken_why() const;
   bool agree_direct(const char* name, bool mine);
   int min_over_ranks(const char* name, int v);
   void finish_sync(Op& o, int rc, const std::string& msg);
   void lost(const std::string& why);
+  void mark_broken(const std::string& why);
+  void leave();
+  void leave_soon();
   void attach(Work& w);
   int locked(const std::function<int(spc_group*)>& f, std::string* msg);
 
@@ -198,6 +213,7 @@ class Backend final : public c10d::Backend {
   mutable std::mutex state_mu_;
   std::string broken_;  // why the group may not be used; "" while usable
   int all_direct_ = -1;  // every rank's cuda_direct(): 1, 0; -1 not asked
+  OpQueue queue_;  // last: its thread ends before the rest goes
 };
 
 // torch dtype -> spcoll dtype; throws TypeError naming an unsupported one

@@ -112,7 +112,7 @@ WorkPtr Backend::_allgather_base(at::Tensor& out, at::Tensor& in,
     refuse("all_gather_into_tensor",
            "output has " + std::to_string(out.nbytes()) + " bytes, want " +
                std::to_string(size_) + " x " + std::to_string(in.nbytes()));
-  auto p = pending(!o.asyncOp);
+  auto p = pending(true);
   p->dev = dev;
   bool back;
   Span y = out_span(out, *p, &back);
@@ -350,7 +350,7 @@ WorkPtr Backend::alltoall_base(at::Tensor& out, at::Tensor& in,
         ->call("alltoall_base", out, in, out_splits, in_splits, o);
   auto in_b = split_bytes(*this, "input", in, in_splits);
   auto out_b = split_bytes(*this, "output", out, out_splits);
-  auto p = pending(!o.asyncOp);
+  auto p = pending(true);
   p->dev = dev;
   Span x = in_span(in, *p);
   bool back;

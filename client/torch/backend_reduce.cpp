@@ -163,7 +163,7 @@ WorkPtr Backend::allreduce(std::vector<at::Tensor>& ts,
   if (python_path(dev, direct, rp))
     return device("all_reduce")->call("allreduce", ts, o);
   rp.dev = dev;
-  auto p = pending(!o.asyncOp && !rp.premul);
+  auto p = pending(!rp.premul);
   p->dev = dev;
   p->outputs = ts;
   int64_t count = t.numel();
@@ -332,7 +332,7 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                      " elements, want " + std::to_string(size_) + " x " +
                      std::to_string(out.numel()));
   rp.dev = dev;
-  auto p = pending(!o.asyncOp);
+  auto p = pending(true);
   p->dev = dev;
   Span x;
   if (rp.premul) {

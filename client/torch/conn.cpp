@@ -59,6 +59,22 @@ Conn::Conn(const std::string& socket) {
   }
   arena_ = std::make_unique<Arena>(c_);
   pid_ = getpid();
+  // Ops waiting for other ranks let the other threads in (queue.hpp).
+  (void)spc_client_set_wait_lock(c_, release_for_wait, take_after_wait, this);
+}
+
+// Called by libspclient on the thread holding the lock (a Lock of ours).
+void Conn::release_for_wait(void* arg) {
+  Conn* k = static_cast<Conn*>(arg);
+  if (k->pumping_)
+    k->wake_pumper();
+  if (k->waiters_ > 0)
+    k->cv_.notify_all();
+  k->mu_.unlock();
+}
+
+void Conn::take_after_wait(void* arg) {
+  static_cast<Conn*>(arg)->mu_.lock();
 }
 
 Arena::Block Conn::block(size_t n) {

@@ -131,6 +131,10 @@ class Conn {
 
  private:
   void wake_pumper();
+  // spc_client_set_wait_lock's hooks: this lock, released while an op
+  // waits for other ranks (waking the waiters, as a Lock's end does).
+  static void release_for_wait(void* arg);
+  static void take_after_wait(void* arg);
 
   spc_client* c_ = nullptr;
   pid_t pid_;                   // the process that connected

@@ -74,6 +74,11 @@ void Work::complete(int status, const std::string& msg) {
   cv_.notify_all();
 }
 
+void Work::finish_queued(int status, const std::string& msg) {
+  complete(status, msg);
+  publish();
+}
+
 bool Work::isCompleted() {
   {
     std::lock_guard<std::mutex> l(mutex_);
@@ -128,7 +133,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + t;
   std::unique_lock<std::mutex> l(mutex_);
   while (!completed_) {
-    if (driving_) {
+    if (driving_ || queued_) {
       if (cv_.wait_until(l, deadline) == std::cv_status::timeout && !completed_)
         break;
       continue;
@@ -203,7 +208,7 @@ c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() {
       auto list = c10::ListType::create(c10::TensorType::get());
       future_ = c10::make_intrusive<c10::ivalue::Future>(
           p_->nested ? c10::ListType::create(list) : list);
-      watch = !completed_;
+      watch = !completed_ && !queued_;  // the queue publishes its own
     }
   }
   if (watch && progress_)

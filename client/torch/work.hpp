@@ -1,7 +1,8 @@
 // The Work of one async spcoll op (a blocking one returns none, see
 // Backend::run): it holds the daemon's request and completes on wait(), on
 // isCompleted(), or on the backend's progress thread once its future was
-// asked for: never on a Python thread, never with the GIL.
+// asked for; or it is an op of the backend's queue, which completes it.
+// Never on a Python thread, never with the GIL.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -51,8 +52,9 @@ struct Wrapped {
 // touch, the local step that runs once after success (copy back, a local
 // reduction), and what result() returns.
 struct Pending {
-  // A blocking collective: its tensors may be passed as caller memory.
-  bool sync = false;
+  // Run with spc_run (a blocking collective, or an async one on the
+  // backend's queue): its tensors may be passed as caller memory.
+  bool may_wrap = false;
   int dev = -1;  // the op's CUDA device (its staging is there); -1: host
   std::vector<std::unique_ptr<Wrapped>> wrapped;
   std::vector<std::unique_ptr<Staged>> staged;
@@ -76,6 +78,10 @@ class Work : public c10d::Work {
 
   void start_failed(int status, const std::string& msg);
   void set_request(spc_request* r) { req_ = r; }
+  // An op run by the backend's queue (queue.hpp), which completes it with
+  // finish_queued: wait() and the future wait for that.
+  void set_queued() { queued_ = true; }
+  void finish_queued(int status, const std::string& msg);
   void set_on_lost(std::function<void(const std::string&)> f) { lost_ = std::move(f); }
   void set_progress(std::shared_ptr<Progress> p) { progress_ = std::move(p); }
   int* source_slot() { return &p_->source; }
@@ -100,6 +106,7 @@ class Work : public c10d::Work {
   std::unique_ptr<Pending> p_;
   spc_request* req_ = nullptr;
   bool driving_ = false;  // one thread at a time completes req_
+  bool queued_ = false;   // completed by the queue, not through req_
   int source_ = -1;
   std::function<void(const std::string&)> lost_;
   std::shared_ptr<Progress> progress_;

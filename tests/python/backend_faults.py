@@ -59,3 +59,39 @@ def timeout(rank, world, socket, store):
     except RuntimeError as e:
         out["after"] = str(e)
     return out
+
+
+def wait_gives_up(rank, world, socket, store):
+    """Rank 0 starts an async all_reduce that rank 1 has not issued and
+    waits for it with a bound of its own (2 s; the group's timeout is
+    30 s): wait raises then, not when the op ends, and the group refuses
+    later ops. Rank 1 issues the op only after rank 0's wait gave up, so
+    a wait that waited for the op would wait out the group's timeout.
+    Rank 1's op then completes (with the C++ backend the op was still
+    running on rank 0's queue) or fails (rank 0 left); its next one fails:
+    rank 0 has left the group."""
+    _init(rank, world, socket, store, timeout=30)
+    kv = dist.distributed_c10d._get_default_store()
+    out = {"error": None, "after": None}
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+        t0 = time.monotonic()
+        try:
+            w.wait(timeout=datetime.timedelta(seconds=2))
+        except RuntimeError as e:
+            out["error"] = str(e)
+        out["seconds"] = time.monotonic() - t0
+        try:
+            dist.all_reduce(torch.ones(2))
+        except RuntimeError as e:
+            out["after"] = str(e)
+        kv.set("wait_gives_up/0", "1")
+    else:
+        kv.wait(["wait_gives_up/0"], datetime.timedelta(seconds=60))
+        for n in (1 << 16, 2):
+            try:
+                dist.all_reduce(torch.ones(n))
+                out.setdefault("ops", []).append(None)
+            except RuntimeError as e:
+                out.setdefault("ops", []).append(str(e))
+    return out

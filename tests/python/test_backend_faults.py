@@ -29,3 +29,19 @@ def test_timeout_is_an_error_on_every_rank(daemon, workdir):
     assert res[1]["error"] and "spcoll" in res[1]["error"], res[1]
     assert res[0]["after"] and "broken" in res[0]["after"], res[0]
     assert res[1]["after"] and "spcoll" in res[1]["after"], res[1]
+
+
+def test_wait_with_its_own_timeout_gives_up_in_time(daemon, workdir):
+    d = os.path.join(workdir, "backend-wait-gives-up")
+    res = launch.run_ranks(2, backend_faults.wait_gives_up,
+                           (daemon, os.path.join(d, "store")), d, guard=120)
+    for r in (0, 1):
+        assert "__error__" not in res[r], res[r]["__error__"]
+    assert res[0]["error"] and "Timed out" in res[0]["error"], res[0]
+    # it gave up at its own bound, not at the op's end (rank 1 issues the
+    # op only after this, so that end would come at the group's 30 s)
+    assert res[0]["seconds"] < 20, res[0]
+    assert res[0]["after"] and "broken" in res[0]["after"], res[0]
+    first, second = res[1]["ops"]
+    assert first is None or "spcoll" in first, res[1]
+    assert second and "spcoll" in second, res[1]
