@@ -207,14 +207,6 @@ int spc_run(spc_group *g, const spc_op *op, const spc_tensor *in,
       break;
     rc = run_once(g, op, in, out);
   }
-  /* Another thread revived the client while this op waited with the lock
-   * released: g was left to rejoin later (client_restart.c). The other
-   * ranks rejoin it in their revive, waiting for this one, so it rejoins
-   * now rather than at its next op, which the program may issue only
-   * after ops of other groups those ranks cannot issue meanwhile. */
-  if (rc == SPC_ERESTARTED && g != NULL && !g->multinode &&
-      g->reform == SPC__REFORM_GONE && !g->lost)
-    (void)g->client->reform(g); /* its failure: g->lost, said by g's next op */
   return rc;
 }
 

@@ -455,8 +455,11 @@ int spc_client_fd(const spc_client *client);
  * calls stay one at a time, in the program's order. Without it (the
  * default), a thread waiting for one group holds the client, so ranks
  * that run two groups' ops on two threads in different orders wait for
- * each other until the op timeout. Both NULL clears it; SPC_EINVAL for
- * one NULL. */
+ * each other until the op timeout. If the daemon goes while an op waits
+ * so and another thread's call reconnects meanwhile, that op fails with
+ * SPC_ERESTARTED and its group rejoins at its next op, not with the
+ * client's other groups (as a group spanning nodes does). Both NULL
+ * clears it; SPC_EINVAL for one NULL. */
 int spc_client_set_wait_lock(spc_client *client, void (*release)(void *arg),
                              void (*take)(void *arg), void *arg);
 
