@@ -241,6 +241,9 @@ int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
   int rc = spc__tensor_check(c, "this", buf, offset, dtype, ndim, shape);
   if (rc < 0)
     return rc;
+  /* Whole, dims past ndim too: the fast path compares tensors bytewise
+   * to find a repeated call (client_fast_again.c). */
+  memset(t, 0, sizeof(*t));
   t->buf = buf;
   t->offset = offset;
   t->dtype = dtype;
