@@ -20,6 +20,15 @@ def _init(rank, world, socket, store, timeout=None):
                             rank=rank, world_size=world, **kw)
 
 
+def _error_of(fn):
+    """What fn raised (a RuntimeError) as text; None when it returned."""
+    try:
+        fn()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
 def killed_rank(rank, world, socket, store):
     """The last rank dies after one all_reduce; the others' next ops fail."""
     _init(rank, world, socket, store)
@@ -43,21 +52,14 @@ def timeout(rank, world, socket, store):
     """Rank 1 skips an op: rank 0 times out (3 s) and breaks the group, so
     rank 1's next op fails too; neither hangs."""
     _init(rank, world, socket, store, timeout=3)
-    out = {"error": None, "after": None}
     t0 = time.monotonic()
-    try:
-        if rank == 0:
-            dist.all_reduce(torch.ones(2))
-        else:
-            time.sleep(4)
-            dist.all_reduce(torch.ones(3))
-    except RuntimeError as e:
-        out["error"] = str(e)
+    if rank == 0:
+        out = {"error": _error_of(lambda: dist.all_reduce(torch.ones(2)))}
+    else:
+        time.sleep(4)
+        out = {"error": _error_of(lambda: dist.all_reduce(torch.ones(3)))}
     out["seconds"] = time.monotonic() - t0
-    try:
-        dist.all_reduce(torch.ones(2))
-    except RuntimeError as e:
-        out["after"] = str(e)
+    out["after"] = _error_of(lambda: dist.all_reduce(torch.ones(2)))
     return out
 
 
@@ -72,26 +74,16 @@ def wait_gives_up(rank, world, socket, store):
     rank 0 has left the group."""
     _init(rank, world, socket, store, timeout=30)
     kv = dist.distributed_c10d._get_default_store()
-    out = {"error": None, "after": None}
     if rank == 0:
         w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
         t0 = time.monotonic()
-        try:
-            w.wait(timeout=datetime.timedelta(seconds=2))
-        except RuntimeError as e:
-            out["error"] = str(e)
+        out = {"error": _error_of(
+            lambda: w.wait(timeout=datetime.timedelta(seconds=2)))}
         out["seconds"] = time.monotonic() - t0
-        try:
-            dist.all_reduce(torch.ones(2))
-        except RuntimeError as e:
-            out["after"] = str(e)
+        out["after"] = _error_of(lambda: dist.all_reduce(torch.ones(2)))
         kv.set("wait_gives_up/0", "1")
     else:
         kv.wait(["wait_gives_up/0"], datetime.timedelta(seconds=60))
-        for n in (1 << 16, 2):
-            try:
-                dist.all_reduce(torch.ones(n))
-                out.setdefault("ops", []).append(None)
-            except RuntimeError as e:
-                out.setdefault("ops", []).append(str(e))
+        out = {"ops": [_error_of(lambda: dist.all_reduce(torch.ones(n)))
+                       for n in (1 << 16, 2)]}
     return out

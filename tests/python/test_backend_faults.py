@@ -19,12 +19,19 @@ def test_killed_rank_fails_the_others(daemon, workdir):
             assert "SPC_EPEERLOST" in e or "SPC_EMISMATCH" in e, e
 
 
-def test_timeout_is_an_error_on_every_rank(daemon, workdir):
-    d = os.path.join(workdir, "backend-timeout")
-    res = launch.run_ranks(2, backend_faults.timeout,
-                           (daemon, os.path.join(d, "store")), d, guard=120)
+def _two_ranks(fn, name, daemon, workdir):
+    """fn's results on 2 ranks, neither of which raised or hung."""
+    d = os.path.join(workdir, name)
+    res = launch.run_ranks(2, fn, (daemon, os.path.join(d, "store")), d,
+                           guard=120)
     for r in (0, 1):
         assert "__error__" not in res[r], res[r]["__error__"]
+    return res
+
+
+def test_timeout_is_an_error_on_every_rank(daemon, workdir):
+    res = _two_ranks(backend_faults.timeout, "backend-timeout", daemon,
+                     workdir)
     assert res[0]["error"] and "SPC_ETIMEDOUT" in res[0]["error"], res[0]
     assert res[1]["error"] and "spcoll" in res[1]["error"], res[1]
     assert res[0]["after"] and "broken" in res[0]["after"], res[0]
@@ -32,11 +39,8 @@ def test_timeout_is_an_error_on_every_rank(daemon, workdir):
 
 
 def test_wait_with_its_own_timeout_gives_up_in_time(daemon, workdir):
-    d = os.path.join(workdir, "backend-wait-gives-up")
-    res = launch.run_ranks(2, backend_faults.wait_gives_up,
-                           (daemon, os.path.join(d, "store")), d, guard=120)
-    for r in (0, 1):
-        assert "__error__" not in res[r], res[r]["__error__"]
+    res = _two_ranks(backend_faults.wait_gives_up, "backend-wait-gives-up",
+                     daemon, workdir)
     assert res[0]["error"] and "Timed out" in res[0]["error"], res[0]
     # it gave up at its own bound, not at the op's end (rank 1 issues the
     # op only after this, so that end would come at the group's 30 s)
