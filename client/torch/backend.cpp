@@ -193,12 +193,10 @@ void Backend::attach(Work& w) {
 }
 
 void Backend::check_live(const char* name) const {
-  std::lock_guard<std::mutex> s(state_mu_);
-  if (!broken_.empty())
+  std::string why = broken_why();
+  if (!why.empty())
     C10_THROW_ERROR(DistBackendError,
-                    std::string("spcoll: ") + name + ": process group " +
-                        name_ + " is broken (" + broken_ +
-                        "); create a new one");
+                    std::string("spcoll: ") + name + ": " + why);
 }
 
 Span Backend::scratch(int64_t bytes, Pending& p) {
@@ -501,10 +499,9 @@ int Backend::min_over_ranks(const char* name, int v) {
     std::memset(x.data, 0, 4);
     spc_tensor tx = flat_tensor(x, SPC_INT32), ty = flat_tensor(y, SPC_INT32);
     spc_op op = spc_op_all_reduce(SPC_SUM);
-    queue_.drain();
-    Conn::Lock l(*conn_);
-    if (g_ != nullptr)
-      (void)spc_run(g_, &op, &tx, &ty);  // fails: that is its purpose
+    std::string msg;  // it fails: that is its purpose
+    (void)locked([&](spc_group* g) { return spc_run(g, &op, &tx, &ty); },
+                 &msg);
   }
   C10_THROW_ERROR(ValueError, "spcoll: " + what);
 }
