@@ -11,8 +11,10 @@ x4, up to --max-bytes, 32 MiB):
               smaller ones are staged; a line after the table gives the
               bytes each way (spcoll.c10d.counts())
   spcoll FR=0 the same ops on a second "spcoll" group made with
-              TORCH_FR_BUFFER_SIZE=0, so torch attaches no FlightRecorder
-              hook to it; timed in turn with the first, in chunks
+              TORCH_FR_BUFFER_SIZE=0, whose ops nothing records in torch's
+              FlightRecorder (the C++ backend records the others itself,
+              client/torch/flight.hpp; where it cannot, torch's hook
+              does); timed in turn with the first, in chunks
   spcoll alloc  the same ops on the world group again, on tensors torch
               allocates after spcoll.c10d.use_cpu_allocator() (spcoll
               memory: the backend takes them in place): a second phase of
@@ -22,7 +24,7 @@ x4, up to --max-bytes, 32 MiB):
               line if it did; nothing is asserted). --no-alloc leaves it out
   floor       all_reduce only: the same op on a group of torch's
               FakeProcessGroup, a C++ backend whose allreduce does nothing
-              and completes at once (no FlightRecorder hook, as FR=0):
+              and completes at once (nothing recorded, as FR=0):
               what torch.distributed itself costs per call on this
               machine, timed in turn with the two spcoll groups. (Its
               gathers and all-to-all copy tensors, so they are no floor.)
@@ -181,6 +183,8 @@ def worker(args):
                     "pg_flight_recorder_hooks", None)
     info = dict(backend_kind=sd.backend_kind(), torch=torch.__version__,
                 threads=torch.get_num_threads(),
+                fr_native=sd.backend_kind() == "c++" and
+                _c10d_records_flight(),
                 fr_hook_world=None if hooks is None else spc in hooks,
                 fr_hook_fr0=None if hooks is None else fr0 in hooks,
                 fr_hook_gloo=None if hooks is None else gloo in hooks,
@@ -330,8 +334,8 @@ def worker(args):
 
     # Phase 2, in the same processes: spcoll's CPU allocator installed,
     # every point's tensors (and the plan's agreement tensor) allocated
-    # anew, timed on the spcoll world group (FlightRecorder hook attached,
-    # as the "spcoll" column). The allocator stays on to the end, so this
+    # anew, timed on the spcoll world group (recorded in the
+    # FlightRecorder, as the "spcoll" column). The allocator stays on to the end, so this
     # phase comes last. spcoll.c10d.counts() before and after each point
     # (its warm-up, timed ops and check) gives what the backend took in
     # place and what it staged; the ranks' sums go into rank 0's row.
@@ -566,11 +570,16 @@ def summary_rows(pts):
     return out
 
 
+def _c10d_records_flight():
+    from spcoll import c10d
+    return c10d.records_flight()
+
+
 def print_table(say, w, summ):
     say("")
     say("# %d ranks: microseconds per op on rank 0 (p50 and mean); ratios "
-        "of p50; FR=0: a second spcoll group without torch's FlightRecorder "
-        "hook, timed in turn with the first; floor (all_reduce): torch's "
+        "of p50; FR=0: a second spcoll group whose ops are not recorded in "
+        "torch's FlightRecorder, timed in turn with the first; floor (all_reduce): torch's "
         "FakeProcessGroup, whose allreduce does nothing, timed in turn with "
         "both: torch.distributed's own cost per call, which FR=0-floor "
         "leaves out; alloc: the spcoll world group "
@@ -730,10 +739,12 @@ def driver(args):
         if w in infos:
             i = infos[w]
             say("# torch %s, backend \"spcoll\" is the %s backend, %d torch "
-                "thread(s) per rank; FlightRecorder hook attached: spcoll "
+                "thread(s) per rank; FlightRecorder: spcoll records "
+                "natively %s; torch's hook attached to the spcoll "
                 "world group %s, FR=0 group %s, gloo group %s, floor group "
                 "%s" % (
                     i["torch"], i["backend_kind"], i["threads"],
+                    i.get("fr_native"),
                     i["fr_hook_world"], i["fr_hook_fr0"], i["fr_hook_gloo"],
                     i.get("fr_hook_floor")))
             c = i.get("phase1_counts") or {}
@@ -764,17 +775,18 @@ def driver(args):
                        cpus=os.cpu_count(), torch=infos, points=summ),
                   f, indent=1)
     say("")
-    say("# FlightRecorder: torch %s attaches its FlightRecorder hook "
-        "(_maybe_attach_flight_recorder) to every process group whose "
-        "backend does not record itself, backend \"spcoll\" included (gloo "
-        "records natively); TORCH_FR_BUFFER_SIZE=0 in the environment turns "
-        "it off. The FR=0 columns are a spcoll group made with it set." %
+    say("# FlightRecorder: torch %s records every op of a process group "
+        "in its FlightRecorder: gloo and the C++ spcoll backend record "
+        "natively (client/torch/flight.hpp), other backends through a hook "
+        "torch attaches (_maybe_attach_flight_recorder); "
+        "TORCH_FR_BUFFER_SIZE=0 in the environment turns both off. The "
+        "FR=0 columns are a spcoll group made with it set." %
         (next(iter(infos.values()))["torch"] if infos else "2.x"))
     for s in summ:
         if s["op"] == "all_reduce" and s["size_bytes"] == 8:
-            say("# all_reduce 8 B, %d ranks: p50 %s us with the hook, %s us "
+            say("# all_reduce 8 B, %d ranks: p50 %s us recorded, %s us "
                 "with TORCH_FR_BUFFER_SIZE=0 (mean %s / %s); torch's own "
-                "floor (FakeProcessGroup, no hook) %s us" % (
+                "floor (FakeProcessGroup, not recorded) %s us" % (
                     s["ranks"], fmt(s["spcoll_p50_us"], 0),
                     fmt(s["spcoll_fr0_p50_us"], 0),
                     fmt(s["spcoll_mean_us"], 0),

@@ -77,6 +77,13 @@ std::vector<const at::Tensor*> all_of(
   return v;
 }
 
+std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ls) {
+  std::vector<at::Tensor> v;
+  for (const auto& l : ls)
+    v.insert(v.end(), l.begin(), l.end());
+  return v;
+}
+
 int64_t bytes_of(const std::vector<at::Tensor>& ts) {
   int64_t n = 0;
   for (const auto& t : ts)
@@ -95,12 +102,14 @@ spc_tensor flat_tensor(const Span& s, spc_dtype dt) {
 }
 
 Backend::Backend(std::shared_ptr<Conn> conn, const std::string& name,
-                 int rank, int size, std::chrono::milliseconds timeout)
+                 int rank, int size, std::chrono::milliseconds timeout,
+                 size_t pg_id, std::vector<uint64_t> ranks)
     : c10d::Backend(rank, size),
       conn_(std::move(conn)),
       progress_(std::make_shared<Progress>()),
       name_(name),
-      timeout_(timeout) {
+      timeout_(timeout),
+      flight_(pg_id, std::move(ranks)) {
   Conn::Lock l(*conn_);
   spc_client* c = conn_->client();
   int rc = spc_set_op_timeout(c, timeout.count() > 0 ? timeout.count() : 0);
@@ -395,6 +404,7 @@ void Backend::finish_sync(Op& o, int rc, const std::string& msg) {
   }
   if (o.p->finish)
     o.p->finish();
+  o.p->flight.done();
 }
 
 // A CUDA op, queued on torch's current stream both ways (the daemon
@@ -510,13 +520,15 @@ c10::intrusive_ptr<c10d::Work> Backend::p2p(bool send, at::Tensor& t,
                                             int peer, int tag) {
   const char* name = send ? "send" : "recv";
   check_live(name);
+  std::vector<at::Tensor> ts{t}, none;
+  FlightMark fm = record(name, send ? ts : none, send ? none : ts,
+                         std::chrono::milliseconds(-1), true);
   if (t.is_cuda()) {
-    std::vector<at::Tensor> ts{t};
     if (send)
-      return device(name)->call("send", ts, peer, tag);
+      return issued(fm, device(name)->call("send", ts, peer, tag));
     if (peer == SPC_ANY_SOURCE)
-      return device(name)->call("recv_anysource", ts, tag);
-    return device(name)->call("recv", ts, peer, tag);
+      return issued(fm, device(name)->call("recv_anysource", ts, tag));
+    return issued(fm, device(name)->call("recv", ts, peer, tag));
   }
   if (peer != SPC_ANY_SOURCE && (peer < 0 || peer >= size_ || peer == rank_))
     C10_THROW_ERROR(ValueError,
@@ -525,6 +537,7 @@ c10::intrusive_ptr<c10d::Work> Backend::p2p(bool send, at::Tensor& t,
                         "group of " + std::to_string(size_) + " (this is rank " +
                         std::to_string(rank_) + ")");
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   bool back = false;
   Span s = send ? in_span(t, *p) : out_span(t, *p, &back);
   if (back) {

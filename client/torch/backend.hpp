@@ -21,6 +21,7 @@
 
 #include "conn.hpp"
 #include "cuda.hpp"
+#include "flight.hpp"
 #include "queue.hpp"
 #include "work.hpp"
 
@@ -56,9 +57,11 @@ class Backend final : public c10d::Backend {
  public:
   // Joins spcoll group `name` as rank of size (blocks until every rank has
   // joined); timeout bounds every op (the daemon's op timeout for the
-  // group, and wait() here).
+  // group, and wait() here). pg_id and ranks (the members' global ranks)
+  // name the group in torch's FlightRecorder (flight.hpp).
   Backend(std::shared_ptr<Conn> conn, const std::string& name, int rank,
-          int size, std::chrono::milliseconds timeout);
+          int size, std::chrono::milliseconds timeout, size_t pg_id,
+          std::vector<uint64_t> ranks);
   // Where CUDA tensors go (device.hpp); without one they are refused.
   void set_device(std::shared_ptr<Device> d) { device_ = std::move(d); }
   ~Backend() override;
@@ -171,6 +174,21 @@ class Backend final : public c10d::Backend {
     return p;
   }
 
+  // The op `op`, issued now, in torch's FlightRecorder: its Pending's
+  // mark, done when it completes; issued(): the mark of an op handed to
+  // the Python backend (device.hpp), done as it is issued, since its
+  // Work is not this backend's.
+  FlightMark record(const char* op, const std::vector<at::Tensor>& in,
+                    const std::vector<at::Tensor>& out,
+                    std::chrono::milliseconds timeout, bool p2p = false) {
+    return flight_.begin(*this, op, in, out, p2p, timeout_of(timeout));
+  }
+  static c10::intrusive_ptr<c10d::Work> issued(
+      FlightMark m, c10::intrusive_ptr<c10d::Work> w) {
+    m.done();
+    return w;
+  }
+
   // A bad argument found here, before the op reached the daemon: fail
   // the op on every other rank too (they wait for this rank's op), then
   // throw ValueError naming it.
@@ -213,6 +231,7 @@ class Backend final : public c10d::Backend {
   mutable std::mutex state_mu_;
   std::string broken_;  // why the group may not be used; "" while usable
   int all_direct_ = -1;  // every rank's cuda_direct(): 1, 0; -1 not asked
+  Flight flight_;
   OpQueue queue_;  // last: its thread ends before the rest goes
 };
 
@@ -231,5 +250,7 @@ spc_tensor flat_tensor(const Span& s, spc_dtype dt);
 // Consecutive pieces of src into dsts, in order; the bytes of a list.
 void copy_pieces(const char* src, const std::vector<at::Tensor>& dsts);
 int64_t bytes_of(const std::vector<at::Tensor>& ts);
+// The tensors of a list of lists, in order.
+std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ls);
 
 }  // namespace spcoll

@@ -35,14 +35,16 @@ static Backend::Op all_gather_op(const char* name, c10d::OpType type,
 WorkPtr Backend::broadcast(std::vector<at::Tensor>& ts,
                            const c10d::BroadcastOptions& o) {
   check_live("broadcast");
+  FlightMark fm = record("broadcast", ts, ts, o.timeout);
   bool direct;
   int dev = place("broadcast", all_of({&ts}), &direct);
   if (dev >= 0 && !direct)
-    return device("broadcast")->call("broadcast", ts, o);
+    return issued(fm, device("broadcast")->call("broadcast", ts, o));
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: broadcast takes one tensor");
   at::Tensor t = ts[0];
   int root = (int)o.rootRank;
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   int64_t n = (int64_t)t.nbytes();
   std::vector<int64_t> sizes(size_, 0);
@@ -72,6 +74,7 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
                            std::vector<at::Tensor>& ins,
                            const c10d::AllgatherOptions& o) {
   check_live("all_gather");
+  FlightMark fm = record("all_gather", ins, flat(outs), o.timeout);
   auto ts = all_of({&ins});
   for (const auto& l : outs)
     for (const auto& t : l)
@@ -79,7 +82,7 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
   bool direct;
   int dev = place("all_gather", ts, &direct);
   if (dev >= 0 && !direct)
-    return device("all_gather")->call("allgather", outs, ins, o);
+    return issued(fm, device("all_gather")->call("allgather", outs, ins, o));
   TORCH_CHECK_VALUE(ins.size() == 1 && outs.size() == 1,
                     "spcoll: all_gather takes one input and one output list");
   if ((int)outs[0].size() != size_)
@@ -90,6 +93,7 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
   for (const auto& t : outs[0])
     sizes.push_back((int64_t)t.nbytes());
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   Span x = in_span(ins[0], *p);
   Span y = scratch(bytes_of(outs[0]), *p);
@@ -104,15 +108,17 @@ WorkPtr Backend::allgather(std::vector<std::vector<at::Tensor>>& outs,
 WorkPtr Backend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                  const c10d::AllgatherOptions& o) {
   check_live("all_gather_into_tensor");
+  FlightMark fm = record("all_gather_into_tensor", {in}, {out}, o.timeout);
   bool direct;
   int dev = place("all_gather_into_tensor", {&out, &in}, &direct);
   if (dev >= 0 && !direct)
-    return device("all_gather_into_tensor")->call("_allgather_base", out, in, o);
+    return issued(fm, device("all_gather_into_tensor")->call("_allgather_base", out, in, o));
   if (out.nbytes() != in.nbytes() * (size_t)size_)
     refuse("all_gather_into_tensor",
            "output has " + std::to_string(out.nbytes()) + " bytes, want " +
                std::to_string(size_) + " x " + std::to_string(in.nbytes()));
   auto p = pending(true);
+  p->flight = fm;
   p->dev = dev;
   bool back;
   Span y = out_span(out, *p, &back);
@@ -141,6 +147,7 @@ WorkPtr Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
                                      std::vector<at::Tensor>& ins,
                                      const c10d::AllgatherOptions& o) {
   check_live("all_gather_coalesced");
+  FlightMark fm = record("all_gather_coalesced", ins, flat(outs), o.timeout);
   TORCH_CHECK_VALUE(!any_cuda(outs) && !any_cuda(ins),
                     "spcoll: all_gather_coalesced takes CPU tensors");
   if ((int)outs.size() != size_)
@@ -148,6 +155,7 @@ WorkPtr Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
            "needs " + std::to_string(size_) + " output lists (one per rank), "
            "got " + std::to_string(outs.size()));
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   int64_t nin = bytes_of(ins);
   Span x = scratch(nin, *p);
   char* q = x.data;
@@ -177,9 +185,10 @@ WorkPtr Backend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
     const c10d::AllgatherOptions& o) {
   check_live("all_gather_into_tensor_coalesced");
+  FlightMark fm = record("all_gather_into_tensor_coalesced", ins, outs, o.timeout);
   if (any_cuda(outs) || any_cuda(ins))
-    return device("all_gather_into_tensor_coalesced")
-        ->call("allgather_into_tensor_coalesced", outs, ins, o);
+    return issued(fm, device("all_gather_into_tensor_coalesced")
+        ->call("allgather_into_tensor_coalesced", outs, ins, o));
   if (outs.size() != ins.size())
     refuse("all_gather_into_tensor_coalesced",
            std::to_string(outs.size()) + " outputs for " +
@@ -194,6 +203,7 @@ WorkPtr Backend::allgather_into_tensor_coalesced(
   // one all_gather of the inputs back to back; rank j's block holds its
   // input i at the same offset on every rank
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   int64_t nin = bytes_of(ins);
   Span x = scratch(nin, *p);
   char* q = x.data;
@@ -247,14 +257,16 @@ WorkPtr Backend::gather(std::vector<std::vector<at::Tensor>>& outs,
                         std::vector<at::Tensor>& ins,
                         const c10d::GatherOptions& o) {
   check_live("gather");
+  FlightMark fm = record("gather", ins, flat(outs), o.timeout);
   if (any_cuda(outs) || any_cuda(ins))
-    return device("gather")->call("gather", outs, ins, o);
+    return issued(fm, device("gather")->call("gather", outs, ins, o));
   TORCH_CHECK_VALUE(ins.size() == 1, "spcoll: gather takes one input");
   int root = (int)o.rootRank;
   bool is_root = rank_ == root;
   if (is_root)
     one_per_rank(*this, "gather", outs, "output");
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   int64_t n = (int64_t)ins[0].nbytes();
   std::vector<int64_t> in_b(size_, 0), out_b(size_, 0);
   in_b[root] = n;
@@ -277,14 +289,16 @@ WorkPtr Backend::scatter(std::vector<at::Tensor>& outs,
                          std::vector<std::vector<at::Tensor>>& ins,
                          const c10d::ScatterOptions& o) {
   check_live("scatter");
+  FlightMark fm = record("scatter", flat(ins), outs, o.timeout);
   if (any_cuda(outs) || any_cuda(ins))
-    return device("scatter")->call("scatter", outs, ins, o);
+    return issued(fm, device("scatter")->call("scatter", outs, ins, o));
   TORCH_CHECK_VALUE(outs.size() == 1, "spcoll: scatter takes one output");
   int root = (int)o.rootRank;
   bool is_root = rank_ == root;
   if (is_root)
     one_per_rank(*this, "scatter", ins, "input");
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   std::vector<int64_t> in_b(size_, 0), out_b(size_, 0);
   out_b[root] = (int64_t)outs[0].nbytes();
   Span x;
@@ -343,14 +357,16 @@ WorkPtr Backend::alltoall_base(at::Tensor& out, at::Tensor& in,
                                std::vector<int64_t>& in_splits,
                                const c10d::AllToAllOptions& o) {
   check_live("all_to_all_single");
+  FlightMark fm = record("all_to_all_single", {in}, {out}, o.timeout);
   bool direct;
   int dev = place("all_to_all_single", {&out, &in}, &direct);
   if (dev >= 0 && !direct)
-    return device("all_to_all_single")
-        ->call("alltoall_base", out, in, out_splits, in_splits, o);
+    return issued(fm, device("all_to_all_single")
+        ->call("alltoall_base", out, in, out_splits, in_splits, o));
   auto in_b = split_bytes(*this, "input", in, in_splits);
   auto out_b = split_bytes(*this, "output", out, out_splits);
   auto p = pending(true);
+  p->flight = fm;
   p->dev = dev;
   Span x = in_span(in, *p);
   bool back;
@@ -367,14 +383,16 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outs,
                           std::vector<at::Tensor>& ins,
                           const c10d::AllToAllOptions& o) {
   check_live("all_to_all");
+  FlightMark fm = record("all_to_all", ins, outs, o.timeout);
   bool direct;
   int dev = place("all_to_all", all_of({&outs, &ins}), &direct);
   if (dev >= 0 && !direct)
-    return device("all_to_all")->call("alltoall", outs, ins, o);
+    return issued(fm, device("all_to_all")->call("alltoall", outs, ins, o));
   if ((int)outs.size() != size_ || (int)ins.size() != size_)
     refuse("all_to_all", "needs " + std::to_string(size_) +
                              " input and output tensors");
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   std::vector<int64_t> in_b, out_b;
   Span x = scratch(bytes_of(ins), *p);
@@ -396,7 +414,9 @@ WorkPtr Backend::alltoall(std::vector<at::Tensor>& outs,
 
 WorkPtr Backend::barrier(const c10d::BarrierOptions& o) {
   check_live("barrier");
+  FlightMark fm = record("barrier", {}, {}, o.timeout);
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   Span x = scratch(4, *p);
   std::memset(x.data, 0, 4);
   spc_op op = spc_op_all_reduce(SPC_SUM);

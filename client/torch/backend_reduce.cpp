@@ -155,15 +155,17 @@ static WorkPtr reduce_core(Backend& b, const char* name, c10d::OpType type,
 WorkPtr Backend::allreduce(std::vector<at::Tensor>& ts,
                            const c10d::AllreduceOptions& o) {
   check_live("all_reduce");
+  FlightMark fm = record("all_reduce", ts, ts, o.timeout);
   bool direct;
   int dev = place("all_reduce", all_of({&ts}), &direct);
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: all_reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("all_reduce", o.reduceOp, t.scalar_type());
   if (python_path(dev, direct, rp))
-    return device("all_reduce")->call("allreduce", ts, o);
+    return issued(fm, device("all_reduce")->call("allreduce", ts, o));
   rp.dev = dev;
   auto p = pending(!rp.premul);
+  p->flight = fm;
   p->dev = dev;
   p->outputs = ts;
   int64_t count = t.numel();
@@ -215,14 +217,16 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& ts,
                                      const c10d::AllreduceCoalescedOptions& o) {
   const char* name = "all_reduce_coalesced";
   check_live(name);
+  FlightMark fm = record(name, ts, ts, o.timeout);
   bool direct;
   int dev = place(name, all_of({&ts}), &direct);
   TORCH_CHECK_VALUE(!ts.empty(), "spcoll: ", name, " needs tensors");
   RedPlan rp = plan_reduce(name, o.reduceOp, ts[0].scalar_type());
   if (python_path(dev, direct, rp))
-    return device(name)->call("allreduce_coalesced", ts, o);
+    return issued(fm, device(name)->call("allreduce_coalesced", ts, o));
   rp.dev = dev;
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   Span x = stage_all(*this, name, ts, *p);
   int64_t count = x.bytes / (int64_t)at::elementSize(rp.move);
@@ -238,16 +242,18 @@ WorkPtr Backend::allreduce_coalesced(std::vector<at::Tensor>& ts,
 WorkPtr Backend::reduce(std::vector<at::Tensor>& ts,
                         const c10d::ReduceOptions& o) {
   check_live("reduce");
+  FlightMark fm = record("reduce", ts, ts, o.timeout);
   bool direct;
   int dev = place("reduce", all_of({&ts}), &direct);
   TORCH_CHECK_VALUE(ts.size() == 1, "spcoll: reduce takes one tensor");
   at::Tensor t = ts[0];
   RedPlan rp = plan_reduce("reduce", o.reduceOp, t.scalar_type());
   if (python_path(dev, direct, rp))
-    return device("reduce")->call("reduce", ts, o);
+    return issued(fm, device("reduce")->call("reduce", ts, o));
   rp.dev = dev;
   int root = (int)o.rootRank;
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   p->outputs = ts;
   int64_t count = t.numel();
@@ -295,6 +301,7 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outs,
                                 const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter";
   check_live(name);
+  FlightMark fm = record(name, flat(ins), outs, o.timeout);
   auto all = all_of({&outs});
   for (const auto& l : ins)
     for (const auto& t : l)
@@ -304,11 +311,12 @@ WorkPtr Backend::reduce_scatter(std::vector<at::Tensor>& outs,
   TORCH_CHECK_VALUE(outs.size() == 1, "spcoll: reduce_scatter takes one output");
   RedPlan rp = plan_reduce(name, o.reduceOp, outs[0].scalar_type());
   if (python_path(dev, direct, rp))
-    return device(name)->call("reduce_scatter", outs, ins, o);
+    return issued(fm, device(name)->call("reduce_scatter", outs, ins, o));
   if (ins.size() != 1 || (int)ins[0].size() != size_)
     refuse(name, "needs a list of " + std::to_string(size_) + " input tensors");
   rp.dev = dev;
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   Span x = stage_all(*this, name, ins[0], *p);
   std::vector<int64_t> sizes;
@@ -322,17 +330,19 @@ WorkPtr Backend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                       const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter_tensor";
   check_live(name);
+  FlightMark fm = record(name, {in}, {out}, o.timeout);
   bool direct;
   int dev = place(name, {&out, &in}, &direct);
   RedPlan rp = plan_reduce(name, o.reduceOp, out.scalar_type());
   if (python_path(dev, direct, rp))
-    return device(name)->call("_reduce_scatter_base", out, in, o);
+    return issued(fm, device(name)->call("_reduce_scatter_base", out, in, o));
   if (in.numel() != out.numel() * size_)
     refuse(name, "input has " + std::to_string(in.numel()) +
                      " elements, want " + std::to_string(size_) + " x " +
                      std::to_string(out.numel()));
   rp.dev = dev;
   auto p = pending(true);
+  p->flight = fm;
   p->dev = dev;
   Span x;
   if (rp.premul) {
@@ -351,13 +361,14 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& o) {
   const char* name = "reduce_scatter_tensor_coalesced";
   check_live(name);
+  FlightMark fm = record(name, ins, outs, o.timeout);
   bool direct;
   int dev = place(name, all_of({&outs, &ins}), &direct);
   if (dev >= 0 && (outs.empty() ||
                    python_path(dev, direct,
                                plan_reduce(name, o.reduceOp,
                                            outs[0].scalar_type()))))
-    return device(name)->call("reduce_scatter_tensor_coalesced", outs, ins, o);
+    return issued(fm, device(name)->call("reduce_scatter_tensor_coalesced", outs, ins, o));
   if (outs.size() != ins.size() || outs.empty())
     refuse(name, std::to_string(outs.size()) + " outputs for " +
                      std::to_string(ins.size()) + " inputs");
@@ -371,6 +382,7 @@ WorkPtr Backend::reduce_scatter_tensor_coalesced(
   rp.dev = dev;
   // rank j's piece of every input, back to back: [j][i]
   auto p = std::make_unique<Pending>();
+  p->flight = fm;
   p->dev = dev;
   int64_t per = bytes_of(outs);
   Span x = scratch(per * size_, *p);

@@ -20,11 +20,13 @@ c10::intrusive_ptr<c10d::Backend> make_backend(std::shared_ptr<Conn> conn,
                                                const std::string& name,
                                                int rank, int size,
                                                std::chrono::milliseconds t,
-                                               py::object device) {
+                                               py::object device, size_t pg_id,
+                                               std::vector<uint64_t> ranks) {
   c10::intrusive_ptr<Backend> b;
   {
     py::gil_scoped_release nogil;  // the join waits for every rank
-    b = c10::make_intrusive<Backend>(std::move(conn), name, rank, size, t);
+    b = c10::make_intrusive<Backend>(std::move(conn), name, rank, size, t,
+                                     pg_id, std::move(ranks));
   }
   if (!device.is_none())
     b->set_device(std::make_shared<Device>(std::move(device)));
@@ -60,7 +62,10 @@ PYBIND11_MODULE(_c10d, m) {
            py::call_guard<py::gil_scoped_release>());
   m.def("make_backend", &make_backend, py::arg("conn"), py::arg("name"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"),
-        py::arg("device") = py::none());
+        py::arg("device") = py::none(), py::arg("pg_id") = 0,
+        py::arg("ranks") = std::vector<uint64_t>());
+  // Whether the backend feeds torch's FlightRecorder itself (flight.hpp).
+  m.def("records_flight", [] { return Flight::records(); });
   m.def("group_name", [](const c10::intrusive_ptr<c10d::Backend>& b) {
     return ours(b).spcoll_name();
   });

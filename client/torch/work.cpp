@@ -62,6 +62,8 @@ void Work::complete(int status, const std::string& msg) {
       err = std::current_exception();
     }
   }
+  if (!err)
+    p_->flight.done();
   {
     std::lock_guard<std::mutex> l(mutex_);
     source_ = p_->source;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "conn.hpp"
+#include "flight.hpp"
 
 namespace spcoll {
 
@@ -63,6 +64,7 @@ struct Pending {
   std::vector<at::Tensor> outputs;
   bool nested = false;  // the future holds [outputs] (a list of lists)
   int source = -1;  // a receive's source, set when it completes
+  FlightMark flight;  // its FlightRecorder entry, done when it succeeds
 };
 
 class Work : public c10d::Work {

@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import os
 import uuid
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -140,7 +141,20 @@ def create(opts, pg_options=None):
         device = python_group(name + ".cuda", rank, size,
                               timeout.total_seconds(), store)
     return load().make_backend(connection(), name, rank, size, timeout,
-                               device)
+                               device, _pg_id(opts.group_id), ranks)
+
+
+def _pg_id(group_id):
+    """The group's number in torch's FlightRecorder: torch's group name
+    where it is one ("0", "1", ...), else a hash of it."""
+    name = str(group_id)
+    return int(name) if name.isdigit() else zlib.crc32(name.encode())
+
+
+def records_flight():
+    """Whether the C++ backend feeds torch's FlightRecorder itself."""
+    ext = load()
+    return ext is not None and ext.records_flight()
 
 
 def use_cpu_allocator():

@@ -725,6 +725,18 @@ def _register():
         kw["devices"] = ["cpu", "cuda"]
     creator = c10d.create if c10d.load() is not None else _create
     dist.Backend.register_backend(BACKEND, creator, **kw)
+    if c10d.records_flight():
+        _records_itself()
+
+
+def _records_itself():
+    """The C++ backend records its ops in torch's FlightRecorder
+    (client/torch/flight.hpp): torch is told, so that it attaches no
+    recording hook of its own, which would record each op twice."""
+    from torch.distributed import distributed_c10d as c10d_py
+    natives = getattr(c10d_py, "_FR_SELF_RECORDING_BACKENDS", None)
+    if natives is not None:
+        natives.add(BACKEND)
 
 
 def backend_kind():
