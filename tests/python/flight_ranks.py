@@ -1,18 +1,20 @@
 """Rank body of test_flight_recorder: the C++ backend records its ops in
 torch's FlightRecorder itself (client/torch/flight.hpp), as gloo does, and
 torch attaches no hook of its own. Returns what the dump of the "spcoll"
-recorder says of each op, and how many hooks torch attached."""
+recorder says of each op, and how many hooks torch attached. torch 2.x
+with the C++ backend: the dump functions are imported where used (torch
+1.13 has none)."""
 import os
 import pickle
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _dump_fr_trace, _reset_fr_trace
 
 import spcoll  # noqa: F401
 
 
 def _entries():
+    from torch._C._distributed_c10d import _dump_fr_trace
     t = pickle.loads(_dump_fr_trace(True, False, False, backend="spcoll"))
     keep = ("profiling_name", "state", "process_group", "input_sizes",
             "output_sizes", "collective_seq_id", "p2p_seq_id", "is_p2p")
@@ -27,6 +29,7 @@ def run(rank, world, socket, store):
     torch.set_num_threads(1)
     dist.init_process_group("spcoll", init_method="file://" + store,
                             rank=rank, world_size=world)
+    from torch._C._distributed_c10d import _reset_fr_trace
     _reset_fr_trace(backend="spcoll")
     x = torch.ones(4)
     dist.all_reduce(x)
