@@ -251,9 +251,11 @@ int sim_applies_here(const char *var) {
 }
 
 /* The main thread is the one whose thread id is the process id (also in
- * a forked child: the thread that forked is its main thread). */
+ * a forked child: the thread that forked is its main thread). A process
+ * whose context is lost (sim_poison) waits for nothing: every call
+ * returns its sticky error at once, as on a GPU. */
 void sim_no_block(const char *call, const char *how) {
-  if (sim_applies_here("SPCSIM_FORBID_SYNC") &&
+  if (sim_sticky(0) == 0 && sim_applies_here("SPCSIM_FORBID_SYNC") &&
       (pid_t)syscall(SYS_gettid) == getpid())
     sim_violation("host-sync", call, "%s %s on its main thread, which "
                   "runs its event loop and must never block (make the call "

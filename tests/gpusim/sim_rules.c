@@ -536,6 +536,33 @@ START_TEST(lost_context_leaks_not_counted) {
 }
 END_TEST
 
+/* A lost context waits for nothing: a synchronize on the main thread
+ * returns the sticky error at once, and is no host-sync wait (the
+ * daemon's last resort for a stream that takes no callback). */
+START_TEST(lost_context_calls_do_not_block) {
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    unsigned char pattern[64] = {1};
+    cudaStream_t sd, s0;
+    void *descs, *src, *dst;
+    setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
+    copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
+    queue_copy(descs, src, dst, s0);
+    if (cudaStreamSynchronize(s0) != cudaErrorIllegalAddress)
+      exit(3);
+    setenv("SPCSIM_FORBID_SYNC", "1", 1);
+    exit(cudaStreamSynchronize(s0) == cudaErrorIllegalAddress ? 0 : 4);
+  }
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "the faulted process exited with %#x (a host-sync rule "
+                "stop: the synchronize of a lost context was flagged)", st);
+}
+END_TEST
+
 /* ---- events ---- */
 
 static void ipc_event_timing(void) {
@@ -866,6 +893,7 @@ int main(void) {
   tcase_add_test(tc, device_fault_is_sticky);
   tcase_add_test(tc, fault_once_on_the_machine);
   tcase_add_test(tc, lost_context_leaks_not_counted);
+  tcase_add_test(tc, lost_context_calls_do_not_block);
   tcase_add_test(tc, ipc_event_without_disable_timing);
   tcase_add_test(tc, ipc_event_destroyed_while_imported);
   tcase_add_test(tc, ipc_event_orders_across_processes);
