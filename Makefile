@@ -209,7 +209,8 @@ FAST_TESTS := $(BUILD)/tests/test_fast $(BUILD)/tests/test_fast_uid \
   $(BUILD)/tests/test_fast_under_way \
   $(BUILD)/tests/test_fast_map $(BUILD)/tests/test_fast_wrap \
   $(BUILD)/tests/test_p2p \
-  $(BUILD)/tests/test_stats $(BUILD)/tests/test_wait_lock
+  $(BUILD)/tests/test_stats $(BUILD)/tests/test_wait_lock \
+  $(BUILD)/tests/test_submit_ring
 $(FAST_TESTS): $(BUILD)/tests/test_%: $(BUILD)/tests/integ/test_%.o \
   $(BUILD)/tests/integ/fast_ranks.o $(BUILD)/tests/integ/harness.o \
   $(BUILD)/tests/integ/harness_nodes.o $(BUILD)/tests/integ/ops_ref.o $(LIBA)

@@ -75,7 +75,7 @@ static int memfd_make(spc_client *c, size_t size, spc_buffer *b) {
 }
 
 int spc_buffer_alloc(spc_client *c, size_t size, spc_buffer **buf_p) {
-  return spc__buffer_alloc(c, size, 0, buf_p);
+  return spc__buffer_alloc(c, size, SPC__BUF_PLAIN, buf_p);
 }
 
 int spc__buffer_register(spc_client *c, spc_buffer *b) {
@@ -83,6 +83,7 @@ int spc__buffer_register(spc_client *c, spc_buffer *b) {
   Spcoll__Frame f = SPCOLL__FRAME__INIT;
   reg.size = b->size;
   reg.stream_flags = b->stream_flags != 0;
+  reg.submit_ring = b->submit_ring != 0;
   f.body_case = SPCOLL__FRAME__BODY_BUF_REGISTER;
   f.buf_register = &reg;
   Spcoll__Frame *reply = NULL;
@@ -97,7 +98,7 @@ int spc__buffer_register(spc_client *c, spc_buffer *b) {
   return rc;
 }
 
-int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
+int spc__buffer_alloc(spc_client *c, size_t size, int kind,
                       spc_buffer **buf_p) {
   if (c == NULL || buf_p == NULL)
     return SPC_EINVAL;
@@ -112,7 +113,8 @@ int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
     return rc;
   }
   b->size = size;
-  b->stream_flags = stream_flags != 0;
+  b->stream_flags = kind == SPC__BUF_FLAGS;
+  b->submit_ring = kind == SPC__BUF_RING;
   rc = spc__buffer_register(c, b);
   if (spc__again(c, &rc))
     rc = spc__buffer_register(c, b);

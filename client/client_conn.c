@@ -66,11 +66,15 @@ static int conn_lost(spc_client *c, const char *what, int err) {
   spf_reader_free(&c->reader);
   spf_reader_init(&c->reader);
   spc__seg_forget(c);
+  /* A request still in the ring reached no daemon: not run, as one whose
+   * send failed (spc_run sends it again after reconnecting). */
+  uint64_t taken = spc__ring_taken(c);
   for (spc_request *r = c->requests, *next; r != NULL; r = next) {
     next = r->next;
     if (r->done)
       continue;
     r->done = 1, r->status = SPC_ERESTARTED;
+    r->not_run = r->ring_end > taken;
     free(r->msg);
     r->msg = strdup(msg);
     if (r->detached)
@@ -111,6 +115,8 @@ static int last_words(spc_client *c, int status) {
   return status;
 }
 
+/* One whole frame on the socket; counted (c->frames_sent), since the
+ * submission ring's records say how many came before them. */
 static int send_all(spc_client *c, const uint8_t *buf, size_t len,
                     const int *fds, int nfds) {
   char cbuf[CMSG_SPACE(sizeof(int) * SPK_VMM_MAX_CHUNKS)];
@@ -139,7 +145,21 @@ static int send_all(spc_client *c, const uint8_t *buf, size_t len,
     buf += n, len -= (size_t)n;
     nfds = 0; /* the descriptors ride with the first bytes only */
   }
+  c->frames_sent++;
   return SPC_OK;
+}
+
+int spc__send_noreply(spc_client *c, Spcoll__Frame *f) {
+  uint8_t *buf;
+  size_t len;
+  spk_err err;
+  f->id = 0;
+  int rc = spf_encode(f, &buf, &len, &err);
+  if (rc < 0)
+    return spc__fail(c, rc, "%s", err.msg);
+  rc = send_all(c, buf, len, NULL, 0);
+  free(buf);
+  return rc;
 }
 
 int spc__send(spc_client *c, Spcoll__Frame *f, int fd, spc_request **req_p) {
@@ -165,6 +185,8 @@ int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
   if (c->broken)
     return spc__fail(c, SPC_ECONNECTION, "the connection to spcolld is "
                      "closed: %s", "reconnect with spc_connect");
+  /* Made before this request takes its id: ids follow the send order. */
+  int ring = nfds == 0 && spc__ring_ready(c, f);
   spc_request *req = calloc(1, sizeof(*req));
   if (req == NULL)
     return spc__fail(c, SPC_ENOMEM, "calloc of a request failed");
@@ -173,13 +195,20 @@ int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
   uint8_t *buf;
   size_t len;
   spk_err err;
-  rc = spf_encode(f, &buf, &len, &err);
-  if (rc < 0) {
-    free(req);
-    return spc__fail(c, rc, "%s", err.msg);
+  /* An op frame may go through the submission ring (client_ring.c): 1
+   * when it did. */
+  rc = ring ? spc__ring_put(c, f) : 0;
+  if (rc == 1)
+    req->ring_end = c->ring_head;
+  if (rc == 0) {
+    rc = spf_encode(f, &buf, &len, &err);
+    if (rc < 0) {
+      free(req);
+      return spc__fail(c, rc, "%s", err.msg);
+    }
+    rc = send_all(c, buf, len, fds, nfds);
+    free(buf);
   }
-  rc = send_all(c, buf, len, fds, nfds);
-  free(buf);
   if (rc < 0) {
     free(req);
     return rc;

@@ -51,6 +51,7 @@ static int hello(spc_client *c) {
 }
 
 int spc__conn_open(spc_client *c) {
+  spc__ring_reset(c); /* a new connection counts its frames anew */
   int rc = socket_open(c);
   return rc < 0 ? rc : hello(c);
 }

@@ -54,7 +54,8 @@ static int flags_setup(spc_client *c, const spc__cu_api *cu,
     return flags_off(f);
   char saved[sizeof(c->last_error)];
   memcpy(saved, c->last_error, sizeof(saved));
-  int rc = spc__buffer_alloc(c, SPC__FLAG_SLOTS * 16, 1, &f->buf);
+  int rc = spc__buffer_alloc(c, SPC__FLAG_SLOTS * 16, SPC__BUF_FLAGS,
+                             &f->buf);
   if (rc < 0) {
     memcpy(c->last_error, saved, sizeof(saved)); /* not this call's error */
     return flags_off(f);

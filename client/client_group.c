@@ -41,6 +41,7 @@ int spc_group_join(spc_client *c, const char *name, int world_size, int rank,
   spk_err err;
   if (spk_name_check(name, strlen(name), &err) < 0)
     return spc__fail(c, SPC_EINVAL, "%s", err.msg);
+  spc__ring_make(c); /* where no op is on its way (client_ring.c) */
   spc_group *g = calloc(1, sizeof(*g));
   if (g == NULL)
     return spc__fail(c, SPC_ENOMEM, "calloc of a group failed");

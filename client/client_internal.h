@@ -17,7 +17,11 @@ struct spc_request {
   int status;
   Spcoll__Frame *reply;       /* the answer, when it is not an Error */
   char *msg;                  /* the daemon's message, for an Error */
-  int not_run;                /* the Error says it did not run anywhere */
+  int not_run;                /* the Error says it did not run anywhere,
+                               * or the daemon went before it took the
+                               * request from the submission ring */
+  uint64_t ring_end;          /* put into the ring: where its record ends
+                               * (0: sent on the socket) */
   int *source_p;              /* a receive's: where its source goes */
   uint64_t group_id;          /* an op's group: an SPC_ERESTARTED from a
                                * live daemon marks it to rejoin */
@@ -80,6 +84,7 @@ struct spc_buffer {
    * spc_run stages it for the daemon's path (client_wrap.c). */
   int wrapped;
   int stream_flags;           /* registered for stream flags (GPU ops) */
+  int submit_ring;            /* the client's submission ring */
 };
 
 struct spc_client {
@@ -125,6 +130,11 @@ struct spc_client {
     int fd;
   } segs[8];
   int nsegs;
+  uint32_t frames_sent;       /* on the socket of this connection */
+  int ring_mode;              /* client_ring.c: 0 not asked yet, -1 off,
+                               * 1 ops on streams, 2 every op */
+  spc_buffer *ring;           /* the submission ring, once made */
+  uint64_t ring_head;         /* bytes put into it (its head word) */
   /* spc_client_set_wait_lock's lock, released while an op waits. */
   void (*wait_release)(void *);
   void (*wait_take)(void *);
@@ -241,9 +251,27 @@ void spc__detach(spc_client *c, spc_request *req);
 /* A detached request's failure, if one came: returned (as the client's
  * error) once, by the next op call. */
 int spc__async_take(spc_client *c);
-/* spc_buffer_alloc, registered for stream flags when stream_flags is 1. */
-int spc__buffer_alloc(spc_client *c, size_t size, int stream_flags,
+/* spc_buffer_alloc, registered as `kind`: SPC__BUF_PLAIN, _FLAGS
+ * (stream flags) or _RING (the submission ring). */
+enum { SPC__BUF_PLAIN, SPC__BUF_FLAGS, SPC__BUF_RING };
+int spc__buffer_alloc(spc_client *c, size_t size, int kind,
                       spc_buffer **buf_p);
+
+/* The submission ring (client_ring.c, kernels/submit_ring.h). make: at
+ * a group join, unless there is one or it is not wanted. ready: whether
+ * frame f may go through it (an op, and a ring). put: 1 when f (its id set) went
+ * into the ring, 0 when it goes on the socket (too big, no room), < 0 on
+ * failure.
+ * reset: a new connection, before its hello (nothing of the old one's
+ * ring is taken any more). */
+void spc__ring_make(spc_client *c);
+/* Bytes of the ring the daemon took (its tail word). */
+uint64_t spc__ring_taken(const spc_client *c);
+int spc__ring_ready(spc_client *c, const Spcoll__Frame *f);
+int spc__ring_put(spc_client *c, Spcoll__Frame *f);
+void spc__ring_reset(spc_client *c);
+/* A frame that takes no answer (id 0) on the socket. (client_conn.c) */
+int spc__send_noreply(spc_client *c, Spcoll__Frame *f);
 
 /* Block for req, then unlink and free it; returns its status. *reply_p (if
  * not NULL) receives the reply frame to free with

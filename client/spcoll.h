@@ -231,6 +231,16 @@ void *spc_tensor_data(const spc_tensor *t);
  * change in meanwhile), spc_run blocks. The named functions after them are
  * spc_run of the matching constructor.
  *
+ * An op that goes to spcolld (not through a group's shared segment) is
+ * put into the client's submission ring, a 64 KiB host buffer the
+ * daemon maps, made at the client's first group join; the socket carries a kick only
+ * when the daemon may be asleep, so ops issued while it is awake cost no
+ * system call. Ops too big for it, or issued while it is full, go on the
+ * socket, in order with the rest. The ring is one of the client's
+ * buffers for spcolld's limits (client_max_buffers, and 64 KiB of
+ * client_max_bytes); where spcolld refuses it, ops go on the socket.
+ * SPCOLL_SUBMIT_RING=0 in the environment keeps every op on the socket.
+ *
  * Split sizes: "rule" is the seeds' rule, n over w ranks gives n/w + 1 to
  * the first n % w ranks and n/w to the rest. A size list (sizes, w
  * entries, or NULL for the rule) must be the same on every rank.

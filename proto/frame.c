@@ -74,10 +74,19 @@ int spf_reader_next(spf_reader *r, Spcoll__Frame **frame_p, spk_err *err) {
                        SPF_FRAME_MAX);
   if (r->len < SPF_HEADER + (size_t)n)
     return 0;
-  Spcoll__Frame *f =
-      spcoll__frame__unpack(NULL, n, r->buf + SPF_HEADER);
+  int rc = spf_decode(r->buf + SPF_HEADER, n, frame_p, err);
   memmove(r->buf, r->buf + SPF_HEADER + n, r->len - SPF_HEADER - n);
   r->len -= SPF_HEADER + n;
+  return rc < 0 ? rc : 1;
+}
+
+int spf_decode(const uint8_t *p, uint32_t n, Spcoll__Frame **frame_p,
+               spk_err *err) {
+  if (n == 0 || n > SPF_FRAME_MAX)
+    return spk_err_set(err, SPK_EPROTOCOL,
+                       "frame length %u outside 1..%u bytes", n,
+                       SPF_FRAME_MAX);
+  Spcoll__Frame *f = spcoll__frame__unpack(NULL, n, p);
   if (f == NULL)
     return spk_err_set(err, SPK_EPROTOCOL,
                        "frame of %u bytes is not a valid spcoll.Frame", n);
@@ -93,7 +102,7 @@ int spf_reader_next(spf_reader *r, Spcoll__Frame **frame_p, spk_err *err) {
                        "encoding", n, again);
   }
   *frame_p = f;
-  return 1;
+  return SPK_OK;
 }
 
 const char *spf_body_name(Spcoll__Frame__BodyCase body) {
@@ -113,6 +122,7 @@ const char *spf_body_name(Spcoll__Frame__BodyCase body) {
   case SPCOLL__FRAME__BODY_STATS_REPLY: return "stats_reply";
   case SPCOLL__FRAME__BODY_CONTROL: return "control";
   case SPCOLL__FRAME__BODY_GROUP_SPLIT: return "group_split";
+  case SPCOLL__FRAME__BODY_KICK: return "kick";
   default: break;
   }
   return "unknown";

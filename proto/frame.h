@@ -37,6 +37,11 @@ void spf_reader_commit(spf_reader *r, size_t n);
  * SPK_EPROTOCOL for a zero or oversized length or undecodable bytes. */
 int spf_reader_next(spf_reader *r, Spcoll__Frame **frame_p, spk_err *err);
 
+/* The frame in the n bytes at p (no length prefix), as spf_reader_next
+ * decodes one: SPK_EPROTOCOL for what is not a canonical spcoll.Frame. */
+int spf_decode(const uint8_t *p, uint32_t n, Spcoll__Frame **frame_p,
+               spk_err *err);
+
 const char *spf_body_name(Spcoll__Frame__BodyCase body);
 
 #endif

@@ -78,6 +78,10 @@ typedef struct {
   X(gpu_contexts_lost, spcoll_gpu_contexts_lost_total,                       \
     "Device faults that ended this daemon's CUDA context (it then starts "   \
     "a new spcolld, which takes its clients over).")                        \
+  X(ring_frames, spcoll_ring_frames_total,                                   \
+    "Op frames taken from clients' submission rings, not their sockets.")   \
+  X(ring_kicks, spcoll_ring_kicks_total,                                     \
+    "Kicks: a client woke the daemon for its submission ring.")             \
   X(gpu_order_events, spcoll_gpu_order_events_total,                         \
     "Ranks of device ops ordered with their client's stream through "        \
     "interprocess events (the client has no stream memory operations or "    \
@@ -182,6 +186,16 @@ typedef struct spd_ctx {
   spd_quotas quotas;                /* what each uid holds (quota.h) */
   uint64_t queued_bytes;            /* replies queued to every client */
   uv_idle_t reaper;                 /* closes doomed sessions */
+  /* Submission rings (session_ring.c): the sessions that have one. A
+   * check after each poll disarms them; a prepare before the next takes
+   * their records and arms them; the idle keeps the loop from sleeping
+   * while a ring holds records the prepare left. Started while a ring
+   * exists. */
+  TAILQ_HEAD(, spd_session) rings;
+  uv_prepare_t ring_prepare;
+  uv_check_t ring_check;
+  uv_idle_t ring_idle;
+  int rings_running;
   int metrics_conns;                /* open HTTP /metrics connections */
   int ndoomed;
   uint64_t refused_log_ns;          /* last "connection refused" log line */

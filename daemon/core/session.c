@@ -53,6 +53,8 @@ void spd_session_buffer_drop(spd_session *s, spd_buffer *b) {
 
 int spd_session_buffer_drop_then(spd_session *s, spd_buffer *b,
                                  spd_gpu_closed_fn fn, void *arg) {
+  if (b == s->ring)
+    spd_session_ring_close(s);
   long long bytes = b->kind == SPD_BUF_HOST ? (long long)b->size : 0;
   TAILQ_REMOVE(&s->buffers, b, link);
   s->nbuffers--;
@@ -163,26 +165,35 @@ static int frame_allowed(spd_session *s) {
   return 1;
 }
 
+void spd_session_take_frame(spd_session *s, Spcoll__Frame *f) {
+  if (!frame_allowed(s)) {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "client sent more than %d frames per second "
+             "(client_max_frame_rate)", s->ctx->cfg.client_max_frame_rate);
+    spcoll__frame__free_unpacked(f, NULL);
+    spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
+    return;
+  }
+  spd_session_dispatch(s, f);
+  spcoll__frame__free_unpacked(f, NULL);
+}
+
+/* Socket frames, each after the ring's records sent before it
+ * (kernels/submit_ring.h). */
 static void session_drain(spd_session *s) {
   spk_err err;
   Spcoll__Frame *f;
   int rc;
+  (void)spd_session_ring_take(s);
   while (!s->closing && !s->doomed &&
          (rc = spf_reader_next(&s->reader, &f, &err)) != 0) {
     if (rc < 0) {
       spd_session_fail(s, 0, rc, err.msg);
       return;
     }
-    if (!frame_allowed(s)) {
-      char msg[128];
-      snprintf(msg, sizeof(msg), "client sent more than %d frames per second "
-               "(client_max_frame_rate)", s->ctx->cfg.client_max_frame_rate);
-      spcoll__frame__free_unpacked(f, NULL);
-      spd_session_fail(s, 0, SPK_EPROTOCOL, msg);
-      return;
-    }
-    spd_session_dispatch(s, f);
-    spcoll__frame__free_unpacked(f, NULL);
+    spd_session_take_frame(s, f);
+    s->frames_read++;
+    (void)spd_session_ring_take(s);
   }
 }
 

@@ -54,6 +54,10 @@ typedef struct spd_session {
   uint64_t frame_ns;
   char framework[32];
   spf_reader reader;
+  uint32_t frames_read;       /* socket frames handled (mod 2^32) */
+  spd_buffer *ring;           /* its submission ring, if it has one */
+  uint64_t ring_tail;         /* bytes taken from it (the daemon's copy) */
+  TAILQ_ENTRY(spd_session) ring_link; /* in ctx->rings while ring is set */
   TAILQ_HEAD(, spd_buffer) buffers;
   TAILQ_HEAD(, spd_member) members;
 } spd_session;
@@ -131,6 +135,20 @@ spd_session *spd_session_find(spd_ctx *ctx, uint64_t id);
 /* BufRegister (session_buffer.c): answered at once, or for cuMem
  * allocations once they are mapped. */
 void spd_session_buf_register(spd_session *s, const Spcoll__Frame *f);
+
+/* A frame of the client's, from its socket or its ring: counted against
+ * its frame rate, handled, freed. (session.c) */
+void spd_session_take_frame(spd_session *s, Spcoll__Frame *f);
+
+/* The client's submission ring (session_ring.c, kernels/submit_ring.h).
+ * open: buf becomes it (a BufRegister with submit_ring). take: its
+ * records that may be taken now, handled; 1 when one waits for socket
+ * frames. close: it is no more (its buffer goes, or the client). stop:
+ * the daemon stops. */
+int spd_session_ring_open(spd_session *s, spd_buffer *buf, spk_err *err);
+int spd_session_ring_take(spd_session *s);
+void spd_session_ring_close(spd_session *s);
+void spd_session_rings_stop(spd_ctx *ctx);
 
 /* Handle one decoded frame (session_dispatch.c). */
 void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f);

@@ -180,11 +180,12 @@ static void register_vmm(spd_session *s, const Spcoll__Frame *f) {
   }
   if (over_quota(s, f->id, &t))
     return;
-  if (reg->ipc_handle.len != 0 || reg->stream_flags) {
+  if (reg->ipc_handle.len != 0 || reg->stream_flags || reg->submit_ring) {
     close_fds(s, &t);
     spk_err_set(&err, SPK_EINVAL, "buf_register with vmm_sizes carries %s",
-                reg->stream_flags ? "stream_flags (host memory only)"
-                                  : "an ipc_handle too");
+                reg->stream_flags  ? "stream_flags (host memory only)"
+                : reg->submit_ring ? "submit_ring (host memory only)"
+                                   : "an ipc_handle too");
     spd_session_send_error(s, f->id, SPK_EINVAL, err.msg);
     return;
   }
@@ -258,6 +259,9 @@ void spd_session_buf_register(spd_session *s, const Spcoll__Frame *f) {
     rc = spd_buffer_map(s->ctx, fd, reg->size, &buf, &err);
   if (rc == SPK_OK && reg->stream_flags)
     rc = flags_open(s, buf, &err);
+  if (rc == SPK_OK && reg->submit_ring &&
+      (rc = spd_session_ring_open(s, buf, &err)) < 0)
+    spd_buffer_unref(s->ctx, buf);
   if (rc < 0) {
     unadmit(s->ctx, s->uid, charge);
     spd_session_send_error(s, f->id, rc, err.msg);

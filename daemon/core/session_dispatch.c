@@ -255,6 +255,9 @@ void spd_session_dispatch(spd_session *s, const Spcoll__Frame *f) {
   case SPCOLL__FRAME__BODY_P2P: on_p2p(s, f); return;
   case SPCOLL__FRAME__BODY_STATS_REQUEST: on_stats(s, f); return;
   case SPCOLL__FRAME__BODY_CONTROL: on_control(s, f); return;
+  case SPCOLL__FRAME__BODY_KICK: /* its ring was taken before it */
+    s->ctx->stats.ring_kicks++;
+    return;
   default: break;
   }
   snprintf(msg, sizeof(msg), "unknown or unexpected message type %d (%s)",

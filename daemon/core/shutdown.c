@@ -132,6 +132,7 @@ void spd_shutdown_continue(spd_ctx *ctx) {
   if (ctx->reaper.data != NULL)
     uv_close((uv_handle_t *)&ctx->reaper, NULL);
   ctx->reaper.data = NULL;
+  spd_session_rings_stop(ctx);
   uv_close((uv_handle_t *)&ctx->sig_term, NULL);
   uv_close((uv_handle_t *)&ctx->sig_int, NULL);
   spd_reload_stop(ctx);

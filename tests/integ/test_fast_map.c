@@ -205,7 +205,8 @@ static int freed_rank(int rank, int w, void *arg) {
           reduce_in(&k, b[i], rank, w, i + 1);
   for (int i = 0; i < NBUF && !bad; i++)
     bad = reduce_across(&k, k.b, b[i], rank, w, 30 + i);
-  int most = 1 + NBUF + 16 * (w - 1); /* k.b, b[], the others' */
+  /* k.b, b[], the others', and the client's submission ring */
+  int most = 2 + NBUF + 16 * (w - 1);
   if (!bad && memfd_maps() > most) {
     fprintf(stderr, "rank %d: %d memfd mappings, at most %d\n", rank,
             memfd_maps(), most);
@@ -214,10 +215,10 @@ static int freed_rank(int rank, int w, void *arg) {
   for (int i = 0; i < NBUF - 1 && !bad; i++)
     bad = spc_buffer_free(b[i]) < 0;
   bad = bad || reduce_in(&k, b[NBUF - 1], rank, w, 50);
-  /* k.b, b[NBUF - 1], and the other ranks' b[NBUF - 1]. */
-  if (!bad && memfd_maps() != 2 + (w - 1)) {
+  /* k.b, b[NBUF - 1], the other ranks' b[NBUF - 1], and the ring. */
+  if (!bad && memfd_maps() != 3 + (w - 1)) {
     fprintf(stderr, "rank %d: %d memfd mappings after the frees, want %d\n",
-            rank, memfd_maps(), 2 + (w - 1));
+            rank, memfd_maps(), 3 + (w - 1));
     bad = 1;
   }
   return spt_rk_close(&k, bad);
