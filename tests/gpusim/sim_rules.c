@@ -511,10 +511,10 @@ START_TEST(fault_once_on_the_machine) {
 }
 END_TEST
 
-/* A process that faulted while holding device memory and then exits
- * normally, with leaks fatal: the leak report is said, not counted (a
- * lost context can release nothing; CUDA takes it back at exit). */
-START_TEST(lost_context_leaks_not_counted) {
+/* In a child: the process's first launch faults (its context is lost),
+ * `then` runs with the faulted stream and gives the exit status; the
+ * child must exit 0, else the test fails saying `why`. */
+static void after_a_fault(int (*then)(cudaStream_t s0), const char *why) {
   fflush(NULL);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
@@ -523,43 +523,42 @@ START_TEST(lost_context_leaks_not_counted) {
     cudaStream_t sd, s0;
     void *descs, *src, *dst;
     setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
-    setenv("SPCSIM_LEAKS_FATAL", "1", 1);
     copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
     queue_copy(descs, src, dst, s0);
-    exit(cudaStreamSynchronize(s0) == cudaErrorIllegalAddress ? 0 : 3);
+    exit(then(s0));
   }
   int st = 0;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the faulted process exited with %#x (98: its leaks were "
-                "counted)", st);
+                "the faulted process exited with %#x (%s)", st, why);
+}
+
+static int exit_with_leaks_fatal(cudaStream_t s0) {
+  setenv("SPCSIM_LEAKS_FATAL", "1", 1); /* read at exit */
+  return cudaStreamSynchronize(s0) == cudaErrorIllegalAddress ? 0 : 3;
+}
+
+/* A process that faulted while holding device memory and then exits
+ * normally, with leaks fatal: the leak report is said, not counted (a
+ * lost context can release nothing; CUDA takes it back at exit). */
+START_TEST(lost_context_leaks_not_counted) {
+  after_a_fault(exit_with_leaks_fatal, "98: its leaks were counted");
 }
 END_TEST
+
+static int sync_on_the_main_thread(cudaStream_t s0) {
+  if (cudaStreamSynchronize(s0) != cudaErrorIllegalAddress)
+    return 3;
+  setenv("SPCSIM_FORBID_SYNC", "1", 1);
+  return cudaStreamSynchronize(s0) == cudaErrorIllegalAddress ? 0 : 4;
+}
 
 /* A lost context waits for nothing: a synchronize on the main thread
  * returns the sticky error at once, and is no host-sync wait (the
  * daemon's last resort for a stream that takes no callback). */
 START_TEST(lost_context_calls_do_not_block) {
-  fflush(NULL);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    unsigned char pattern[64] = {1};
-    cudaStream_t sd, s0;
-    void *descs, *src, *dst;
-    setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
-    copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
-    queue_copy(descs, src, dst, s0);
-    if (cudaStreamSynchronize(s0) != cudaErrorIllegalAddress)
-      exit(3);
-    setenv("SPCSIM_FORBID_SYNC", "1", 1);
-    exit(cudaStreamSynchronize(s0) == cudaErrorIllegalAddress ? 0 : 4);
-  }
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the faulted process exited with %#x (a host-sync rule "
-                "stop: the synchronize of a lost context was flagged)", st);
+  after_a_fault(sync_on_the_main_thread, "a host-sync rule stop: the "
+                "synchronize of a lost context was flagged");
 }
 END_TEST
 
