@@ -10,7 +10,8 @@ split/gather pairs, all_to_all, zigzag, packed), hybrid (ring x Ulysses
 context parallelism), mappings (Megatron's tensor_parallel.mappings),
 batch (padding/slicing: sp_slice_and_pad_input, apply_sequence_parallelism),
 hooks (axolotl's SequenceParallelContextManager), data (SPDataProcessor),
-ulysses (ulysses_attention). See docs/python.md.
+ulysses (ulysses_attention). See docs/python-api.md (docs/python.md for
+the torch.distributed backend "spcoll").
 """
 from . import _lib
 from ._lib import SPC_MAX_DIMS
