@@ -91,8 +91,10 @@ int spc__buffer_register(spc_client *c, spc_buffer *b) {
   if (rc == SPC_OK && reply->body_case != SPCOLL__FRAME__BODY_BUF_REGISTERED)
     rc = spc__fail(c, SPC_EPROTOCOL, "spcolld answered buf_register with %s",
                    spf_body_name(reply->body_case));
-  if (rc == SPC_OK)
+  if (rc == SPC_OK) {
     b->id = reply->buf_registered->buffer_id;
+    b->submit_ring = b->submit_ring && reply->buf_registered->submit_ring;
+  }
   if (reply)
     spcoll__frame__free_unpacked(reply, NULL);
   return rc;
@@ -252,4 +254,30 @@ int spc_tensor_init(spc_tensor *t, spc_buffer *buf, uint64_t offset,
   t->ndim = ndim;
   memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
   return SPC_OK;
+}
+
+/* Made at a group join or at an op's start, never while an op's frame is
+ * built: its registration is a request of its own, which may find the
+ * daemon gone and revive the client, and a frame names the old daemon's
+ * handles. A ring the daemon will not take (its limits, or a daemon that
+ * does not know rings: its answer does not say submit_ring) leaves this
+ * connection on the socket; its failure is not the caller's. */
+void spc__ring_make(spc_client *c) {
+  if (!spc__ring_wanted(c) || c->lost || c->broken)
+    return;
+  char saved[sizeof(c->last_error)];
+  memcpy(saved, c->last_error, sizeof(saved));
+  spc_buffer *b;
+  int rc = spc__buffer_alloc(c, SPC__RING_BYTES, SPC__BUF_RING, &b);
+  if (rc == SPC_OK && !b->submit_ring) { /* taken as a plain buffer */
+    (void)spc_buffer_free(b);
+    rc = SPC_EUNSUPPORTED;
+  }
+  memcpy(c->last_error, saved, sizeof(saved));
+  if (rc < 0) {
+    c->ring_mode = -1;
+    return;
+  }
+  c->ring = b;
+  c->ring_head = 0;
 }

@@ -149,12 +149,17 @@ static int send_all(spc_client *c, const uint8_t *buf, size_t len,
   return SPC_OK;
 }
 
-int spc__send_noreply(spc_client *c, Spcoll__Frame *f) {
+/* The daemon may be asleep with records in the client's submission ring:
+ * a Kick (no answer) wakes it. */
+static int kick(spc_client *c) {
+  Spcoll__Kick k = SPCOLL__KICK__INIT;
+  Spcoll__Frame f = SPCOLL__FRAME__INIT;
   uint8_t *buf;
   size_t len;
   spk_err err;
-  f->id = 0;
-  int rc = spf_encode(f, &buf, &len, &err);
+  f.body_case = SPCOLL__FRAME__BODY_KICK;
+  f.kick = &k;
+  int rc = spf_encode(&f, &buf, &len, &err);
   if (rc < 0)
     return spc__fail(c, rc, "%s", err.msg);
   rc = send_all(c, buf, len, NULL, 0);
@@ -198,8 +203,10 @@ int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
   /* An op frame may go through the submission ring (client_ring.c): 1
    * when it did. */
   rc = ring ? spc__ring_put(c, f) : 0;
-  if (rc == 1)
+  if (rc > 0)
     req->ring_end = c->ring_head;
+  if (rc == 2 && (rc = kick(c)) == SPC_OK)
+    rc = 1;
   if (rc == 0) {
     rc = spf_encode(f, &buf, &len, &err);
     if (rc < 0) {

@@ -257,21 +257,22 @@ enum { SPC__BUF_PLAIN, SPC__BUF_FLAGS, SPC__BUF_RING };
 int spc__buffer_alloc(spc_client *c, size_t size, int kind,
                       spc_buffer **buf_p);
 
-/* The submission ring (client_ring.c, kernels/submit_ring.h). make: at
- * a group join, unless there is one or it is not wanted. ready: whether
- * frame f may go through it (an op, and a ring). put: 1 when f (its id set) went
- * into the ring, 0 when it goes on the socket (too big, no room), < 0 on
- * failure.
- * reset: a new connection, before its hello (nothing of the old one's
- * ring is taken any more). */
+/* The submission ring (client_ring.c, kernels/submit_ring.h). wanted:
+ * none yet, and not switched off (SPCOLL_SUBMIT_RING=0) or refused on
+ * this connection. make (client_buffer.c): at a group join or an op's
+ * start, where wanted. ready: whether frame f may go through it (an op,
+ * and a ring). put: 2 when f (its id set) went into the ring and the
+ * daemon must be kicked, 1 when it went in, 0 when it goes on the socket
+ * (too big, no room). taken: bytes of it the daemon took (its tail).
+ * reset: a new connection, before its hello: the ring is dropped (a new
+ * one is made for it). */
+#define SPC__RING_BYTES (64u << 10)
+int spc__ring_wanted(spc_client *c);
 void spc__ring_make(spc_client *c);
-/* Bytes of the ring the daemon took (its tail word). */
 uint64_t spc__ring_taken(const spc_client *c);
 int spc__ring_ready(spc_client *c, const Spcoll__Frame *f);
 int spc__ring_put(spc_client *c, Spcoll__Frame *f);
 void spc__ring_reset(spc_client *c);
-/* A frame that takes no answer (id 0) on the socket. (client_conn.c) */
-int spc__send_noreply(spc_client *c, Spcoll__Frame *f);
 
 /* Block for req, then unlink and free it; returns its status. *reply_p (if
  * not NULL) receives the reply frame to free with

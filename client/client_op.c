@@ -137,6 +137,7 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
     return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
+  spc__ring_make(c); /* after a reconnect: before any frame is built */
   int unsent = 0;
   for (int tries = 0; tries < 3; tries++) {
     rc = issue(g, op, &in, &out, stream, fast, w, req_p, &unsent);

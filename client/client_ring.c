@@ -2,43 +2,25 @@
  * into a host buffer of its own that the daemon maps, not onto the
  * socket; the socket carries a kick only when the daemon's loop may be
  * asleep. So ops issued while the daemon is awake (back to back, or
- * while it queues earlier ones) cost no system call. Made at the
- * client's first group join; SPCOLL_SUBMIT_RING=0 keeps every frame on
- * the socket. Ops still answer on the socket. */
+ * while it queues earlier ones) cost no system call. Made by
+ * client_buffer.c's spc__ring_make, at a join or an op's start, one per
+ * connection; SPCOLL_SUBMIT_RING=0 keeps every frame on the socket. Ops
+ * still answer on the socket. This file only puts records: the
+ * connection (client_conn.c) sends the kicks. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 #include "submit_ring.h"
 
-#define RING_BYTES (64u << 10)
-
-static int ring_mode(spc_client *c) {
+int spc__ring_wanted(spc_client *c) {
   if (c->ring_mode == 0) {
     const char *e = getenv("SPCOLL_SUBMIT_RING");
     c->ring_mode = e != NULL && strcmp(e, "0") == 0 ? -1 : 1;
   }
-  return c->ring_mode;
-}
-
-/* Made at a group join, not at an op: its registration is a request of
- * its own, which may find the daemon gone and revive the client, and an
- * op's frame already names the old daemon's handles. A ring the daemon
- * will not take leaves this connection on the socket; its failure is not
- * the join's. */
-void spc__ring_make(spc_client *c) {
-  if (c->ring != NULL || ring_mode(c) < 0)
-    return;
-  char saved[sizeof(c->last_error)];
-  memcpy(saved, c->last_error, sizeof(saved));
-  spc_buffer *b;
-  if (spc__buffer_alloc(c, RING_BYTES, SPC__BUF_RING, &b) < 0) {
-    memcpy(c->last_error, saved, sizeof(saved));
-    c->ring_mode = -1;
-    return;
-  }
-  c->ring = b;
-  c->ring_head = 0;
+  return c->ring_mode > 0 && c->ring == NULL;
 }
 
 /* Room for a record of `need` bytes at the head: its start (after a skip
@@ -48,7 +30,7 @@ static int64_t ring_room(spc_client *c, uint64_t cap, uint32_t need) {
   spk_sring_hdr *h = c->ring->data;
   uint64_t head = c->ring_head, pos = head % cap;
   uint64_t skip = pos + need > cap ? cap - pos : 0;
-  uint64_t tail = SPK_LOAD(&h->tail, __ATOMIC_ACQUIRE);
+  uint64_t tail = SPK_SRING_LOAD(&h->tail, __ATOMIC_ACQUIRE);
   if (head + skip + need - tail > cap)
     return -1;
   if (skip > 0) {
@@ -60,20 +42,17 @@ static int64_t ring_room(spc_client *c, uint64_t cap, uint32_t need) {
   return (int64_t)pos;
 }
 
-/* The record published; a kick on the socket if the daemon had armed. */
+/* The record published: 2 when the daemon had armed the ring (the
+ * caller kicks it on the socket), else 1. */
 static int ring_publish(spc_client *c, uint64_t head) {
   spk_sring_hdr *h = c->ring->data;
-  SPK_STORE(&h->head, head, __ATOMIC_RELEASE);
+  SPK_SRING_STORE(&h->head, head, __ATOMIC_RELEASE);
   c->ring_head = head;
-  SPK_FENCE(__ATOMIC_SEQ_CST);
-  if (SPK_LOAD(&h->armed, __ATOMIC_RELAXED) == 0)
-    return SPC_OK;
-  SPK_STORE(&h->armed, 0, __ATOMIC_RELAXED);
-  Spcoll__Kick k = SPCOLL__KICK__INIT;
-  Spcoll__Frame f = SPCOLL__FRAME__INIT;
-  f.body_case = SPCOLL__FRAME__BODY_KICK;
-  f.kick = &k;
-  return spc__send_noreply(c, &f);
+  SPK_SRING_FENCE(__ATOMIC_SEQ_CST);
+  if (SPK_SRING_LOAD(&h->armed, __ATOMIC_RELAXED) == 0)
+    return 1;
+  SPK_SRING_STORE(&h->armed, 0, __ATOMIC_RELAXED);
+  return 2;
 }
 
 int spc__ring_ready(spc_client *c, const Spcoll__Frame *f) {
@@ -94,23 +73,33 @@ int spc__ring_put(spc_client *c, Spcoll__Frame *f) {
   uint32_t rec[2] = {(uint32_t)n, c->frames_sent};
   memcpy(at, rec, sizeof(rec));
   spcoll__frame__pack(f, at + SPK_SRING_REC);
-  int rc = ring_publish(c, c->ring_head + need);
-  return rc < 0 ? rc : 1;
+  return ring_publish(c, c->ring_head + need);
 }
 
 uint64_t spc__ring_taken(const spc_client *c) {
   if (c->ring == NULL)
     return 0;
   const spk_sring_hdr *h = c->ring->data;
-  return SPK_LOAD(&h->tail, __ATOMIC_ACQUIRE);
+  return SPK_SRING_LOAD(&h->tail, __ATOMIC_ACQUIRE);
 }
 
+/* A new connection: the old ring is dropped here (a new one is made for
+ * it: the old daemon may still write this one's words while it drains),
+ * unknown to the new daemon, which never had it. */
 void spc__ring_reset(spc_client *c) {
   c->frames_sent = 0;
-  if (c->ring == NULL) {
-    c->ring_mode = 0; /* asked again at the next join */
+  c->ring_mode = 0; /* asked again, and made at the next join or op */
+  spc_buffer *b = c->ring;
+  if (b == NULL)
     return;
-  }
-  memset(c->ring->data, 0, sizeof(spk_sring_hdr));
+  c->ring = NULL;
   c->ring_head = 0;
+  for (spc_buffer **p = &c->buffers; *p != NULL; p = &(*p)->next)
+    if (*p == b) {
+      *p = b->next;
+      break;
+    }
+  munmap(b->data, b->size);
+  close(b->memfd);
+  free(b);
 }

@@ -28,13 +28,18 @@
  * socket frame. So the daemon sees the client's frames in the order sent.
  * The daemon copies each record out before it decodes it and drops the
  * client on any record that breaks these rules: the bytes are the
- * client's to scribble on. */
+ * client's to scribble on. A ring starts empty (head 0) and serves one
+ * connection: a client that reconnects registers a new one, since the old
+ * daemon may still write the old one's words while it drains. */
 #ifndef SPK_SUBMIT_RING_H
 #define SPK_SUBMIT_RING_H
 
 #include <stdint.h>
 
-#include "fast_atomic.h"
+/* The shared words' accesses (orders: __ATOMIC_*). */
+#define SPK_SRING_LOAD(p, mo) __atomic_load_n((p), (mo))
+#define SPK_SRING_STORE(p, v, mo) __atomic_store_n((p), (v), (mo))
+#define SPK_SRING_FENCE(mo) __atomic_thread_fence(mo)
 
 #define SPK_SRING_HDR 256u
 #define SPK_SRING_MIN (4096u)     /* whole buffer, bytes */

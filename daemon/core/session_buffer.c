@@ -76,6 +76,7 @@ static void added(spd_session *s, uint64_t id, spd_buffer *buf) {
   Spcoll__BufRegistered out = SPCOLL__BUF_REGISTERED__INIT;
   Spcoll__Frame r = SPCOLL__FRAME__INIT;
   out.buffer_id = buf->id;
+  out.submit_ring = buf == s->ring;
   r.id = id;
   r.body_case = SPCOLL__FRAME__BODY_BUF_REGISTERED;
   r.buf_registered = &out;
@@ -257,11 +258,16 @@ void spd_session_buf_register(spd_session *s, const Spcoll__Frame *f) {
                                 reg->size, &buf, &err);
   else
     rc = spd_buffer_map(s->ctx, fd, reg->size, &buf, &err);
-  if (rc == SPK_OK && reg->stream_flags)
-    rc = flags_open(s, buf, &err);
-  if (rc == SPK_OK && reg->submit_ring &&
-      (rc = spd_session_ring_open(s, buf, &err)) < 0)
+  if (rc == SPK_OK && reg->stream_flags && reg->submit_ring) {
+    rc = spk_err_set(&err, SPK_EINVAL, "a buffer holds stream flags or a "
+                     "submission ring, not both");
     spd_buffer_unref(s->ctx, buf);
+  } else if (rc == SPK_OK && reg->stream_flags) {
+    rc = flags_open(s, buf, &err);
+  } else if (rc == SPK_OK && reg->submit_ring &&
+             (rc = spd_session_ring_open(s, buf, &err)) < 0) {
+    spd_buffer_unref(s->ctx, buf);
+  }
   if (rc < 0) {
     unadmit(s->ctx, s->uid, charge);
     spd_session_send_error(s, f->id, rc, err.msg);

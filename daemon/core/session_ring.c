@@ -58,7 +58,7 @@ static int ring_next(spd_session *s, uint64_t head, Spcoll__Frame **f_p) {
     memcpy(copy, data + pos + SPK_SRING_REC, rec[0]);
     s->ring_tail = tail + need;
     spk_sring_hdr *h = (spk_sring_hdr *)s->ring->base;
-    SPK_STORE(&h->tail, s->ring_tail, __ATOMIC_RELEASE);
+    SPK_SRING_STORE(&h->tail, s->ring_tail, __ATOMIC_RELEASE);
     spk_err err;
     int rc = spf_decode(copy, rec[0], f_p, &err);
     free(copy);
@@ -73,7 +73,7 @@ int spd_session_ring_take(spd_session *s) {
   while (!s->closing && !s->doomed && s->ring != NULL) {
     spk_sring_hdr *h = (spk_sring_hdr *)s->ring->base;
     Spcoll__Frame *f;
-    rc = ring_next(s, SPK_LOAD(&h->head, __ATOMIC_ACQUIRE), &f);
+    rc = ring_next(s, SPK_SRING_LOAD(&h->head, __ATOMIC_ACQUIRE), &f);
     if (rc <= 0)
       break;
     if (f->body_case != SPCOLL__FRAME__BODY_OP) {
@@ -103,11 +103,11 @@ static void rings_take_all(spd_ctx *ctx) {
     if (s->ring == NULL)
       continue;
     spk_sring_hdr *h = (spk_sring_hdr *)s->ring->base;
-    SPK_STORE(&h->armed, 1, __ATOMIC_SEQ_CST);
-    SPK_FENCE(__ATOMIC_SEQ_CST);
-    if (SPK_LOAD(&h->head, __ATOMIC_ACQUIRE) != s->ring_tail &&
+    SPK_SRING_STORE(&h->armed, 1, __ATOMIC_SEQ_CST);
+    SPK_SRING_FENCE(__ATOMIC_SEQ_CST);
+    if (SPK_SRING_LOAD(&h->head, __ATOMIC_ACQUIRE) != s->ring_tail &&
         !spd_session_ring_take(s) && s->ring != NULL &&
-        SPK_LOAD(&h->head, __ATOMIC_ACQUIRE) != s->ring_tail)
+        SPK_SRING_LOAD(&h->head, __ATOMIC_ACQUIRE) != s->ring_tail)
       left = 1;
   }
   if (left)
@@ -131,7 +131,7 @@ static void on_check(uv_check_t *c) {
   spd_session *s;
   TAILQ_FOREACH(s, &ctx->rings, ring_link) {
     spk_sring_hdr *h = (spk_sring_hdr *)s->ring->base;
-    SPK_STORE(&h->armed, 0, __ATOMIC_RELAXED);
+    SPK_SRING_STORE(&h->armed, 0, __ATOMIC_RELAXED);
   }
 }
 
@@ -176,12 +176,16 @@ int spd_session_ring_open(spd_session *s, spd_buffer *buf, spk_err *err) {
     return spk_err_set(err, SPK_EINVAL, "this connection has a submission "
                        "ring already (buffer %llu)",
                        (unsigned long long)s->ring->id);
+  uint64_t head = SPK_SRING_LOAD(&((spk_sring_hdr *)buf->base)->head,
+                                 __ATOMIC_ACQUIRE);
+  if (head != 0) /* the tail starts at 0: every position 8-aligned */
+    return spk_err_set(err, SPK_EINVAL, "a submission ring starts empty "
+                       "(head 0), not at %llu", (unsigned long long)head);
   int rc = rings_start(s->ctx, err);
   if (rc < 0)
     return rc;
   s->ring = buf;
-  s->ring_tail = SPK_LOAD(&((spk_sring_hdr *)buf->base)->head,
-                          __ATOMIC_ACQUIRE);
+  s->ring_tail = 0;
   TAILQ_INSERT_TAIL(&s->ctx->rings, s, ring_link);
   return SPK_OK;
 }

@@ -75,7 +75,9 @@ typedef struct {
   uint64_t head;
 } raw_ring;
 
-static void raw_ring_open(raw_ring *r) {
+/* A raw client with a ring whose head is `head` when registered: the
+ * daemon's answer. */
+static Spcoll__Frame *raw_ring_register(raw_ring *r, uint64_t head) {
   r->fd = spt_raw_connect(daemon_.socket);
   ck_assert_int_ge(r->fd, 0);
   ck_assert_int_eq(spt_raw_hello(r->fd), 0);
@@ -86,7 +88,7 @@ static void raw_ring_open(raw_ring *r) {
   r->ring = mmap(NULL, RING, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
   ck_assert_ptr_ne(r->ring, MAP_FAILED);
   memset(r->ring, 0, RING);
-  r->head = 0;
+  ((spk_sring_hdr *)r->ring)->head = r->head = head;
   Spcoll__BufRegister reg = SPCOLL__BUF_REGISTER__INIT;
   Spcoll__Frame f = SPCOLL__FRAME__INIT, *a;
   reg.size = RING;
@@ -103,7 +105,13 @@ static void raw_ring_open(raw_ring *r) {
   free(bytes);
   close(m);
   ck_assert_ptr_nonnull(a = spt_raw_recv(r->fd, 5));
+  return a;
+}
+
+static void raw_ring_open(raw_ring *r) {
+  Spcoll__Frame *a = raw_ring_register(r, 0);
   ck_assert_int_eq(a->body_case, SPCOLL__FRAME__BODY_BUF_REGISTERED);
+  ck_assert(a->buf_registered->submit_ring); /* the daemon says it took it */
   spcoll__frame__free_unpacked(a, NULL);
 }
 
@@ -253,6 +261,14 @@ END_TEST
 
 START_TEST(a_second_ring_is_refused) {
   up();
+  raw_ring r; /* a ring must start empty: every position then 8-aligned */
+  Spcoll__Frame *e = raw_ring_register(&r, 3839);
+  ck_assert_int_eq(e->body_case, SPCOLL__FRAME__BODY_ERROR);
+  ck_assert_msg(strstr(e->error->message, "starts empty"), "%s",
+                e->error->message);
+  spcoll__frame__free_unpacked(e, NULL);
+  close(r.fd);
+  munmap(r.ring, RING);
   spc_client *c = spt_connect(daemon_.socket);
   ck_assert_ptr_nonnull(c);
   spc_buffer *a, *b;
