@@ -66,15 +66,11 @@ static int conn_lost(spc_client *c, const char *what, int err) {
   spf_reader_free(&c->reader);
   spf_reader_init(&c->reader);
   spc__seg_forget(c);
-  /* A request still in the ring reached no daemon: not run, as one whose
-   * send failed (spc_run sends it again after reconnecting). */
-  uint64_t taken = spc__ring_taken(c);
   for (spc_request *r = c->requests, *next; r != NULL; r = next) {
     next = r->next;
     if (r->done)
       continue;
     r->done = 1, r->status = SPC_ERESTARTED;
-    r->not_run = r->ring_end > taken;
     free(r->msg);
     r->msg = strdup(msg);
     if (r->detached)
@@ -203,10 +199,11 @@ int spc__send_fds(spc_client *c, Spcoll__Frame *f, const int *fds, int nfds,
   /* An op frame may go through the submission ring (client_ring.c): 1
    * when it did. */
   rc = ring ? spc__ring_put(c, f) : 0;
-  if (rc > 0)
-    req->ring_end = c->ring_head;
   if (rc == 2 && (rc = kick(c)) == SPC_OK)
     rc = 1;
+  else if (rc == -1) /* as a send to a closed socket fails */
+    rc = spc__conn_gone(c, "spcolld closed the connection (its submission "
+                        "ring)", 0);
   if (rc == 0) {
     rc = spf_encode(f, &buf, &len, &err);
     if (rc < 0) {

@@ -17,11 +17,7 @@ struct spc_request {
   int status;
   Spcoll__Frame *reply;       /* the answer, when it is not an Error */
   char *msg;                  /* the daemon's message, for an Error */
-  int not_run;                /* the Error says it did not run anywhere,
-                               * or the daemon went before it took the
-                               * request from the submission ring */
-  uint64_t ring_end;          /* put into the ring: where its record ends
-                               * (0: sent on the socket) */
+  int not_run;                /* the Error says it did not run anywhere */
   int *source_p;              /* a receive's: where its source goes */
   uint64_t group_id;          /* an op's group: an SPC_ERESTARTED from a
                                * live daemon marks it to rejoin */
@@ -263,13 +259,13 @@ int spc__buffer_alloc(spc_client *c, size_t size, int kind,
  * start, where wanted. ready: whether frame f may go through it (an op,
  * and a ring). put: 2 when f (its id set) went into the ring and the
  * daemon must be kicked, 1 when it went in, 0 when it goes on the socket
- * (too big, no room). taken: bytes of it the daemon took (its tail).
+ * (too big, no room), -1 when the daemon had closed the ring (the frame
+ * was not sent).
  * reset: a new connection, before its hello: the ring is dropped (a new
  * one is made for it). */
 #define SPC__RING_BYTES (64u << 10)
 int spc__ring_wanted(spc_client *c);
 void spc__ring_make(spc_client *c);
-uint64_t spc__ring_taken(const spc_client *c);
 int spc__ring_ready(spc_client *c, const Spcoll__Frame *f);
 int spc__ring_put(spc_client *c, Spcoll__Frame *f);
 void spc__ring_reset(spc_client *c);

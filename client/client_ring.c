@@ -43,12 +43,15 @@ static int64_t ring_room(spc_client *c, uint64_t cap, uint32_t need) {
 }
 
 /* The record published: 2 when the daemon had armed the ring (the
- * caller kicks it on the socket), else 1. */
+ * caller kicks it on the socket), 1 else, -1 when the daemon had let the
+ * ring go (nobody takes the record). */
 static int ring_publish(spc_client *c, uint64_t head) {
   spk_sring_hdr *h = c->ring->data;
   SPK_SRING_STORE(&h->head, head, __ATOMIC_RELEASE);
   c->ring_head = head;
   SPK_SRING_FENCE(__ATOMIC_SEQ_CST);
+  if (SPK_SRING_LOAD(&h->closed, __ATOMIC_ACQUIRE) != 0)
+    return -1;
   if (SPK_SRING_LOAD(&h->armed, __ATOMIC_RELAXED) == 0)
     return 1;
   SPK_SRING_STORE(&h->armed, 0, __ATOMIC_RELAXED);
@@ -74,13 +77,6 @@ int spc__ring_put(spc_client *c, Spcoll__Frame *f) {
   memcpy(at, rec, sizeof(rec));
   spcoll__frame__pack(f, at + SPK_SRING_REC);
   return ring_publish(c, c->ring_head + need);
-}
-
-uint64_t spc__ring_taken(const spc_client *c) {
-  if (c->ring == NULL)
-    return 0;
-  const spk_sring_hdr *h = c->ring->data;
-  return SPK_SRING_LOAD(&h->tail, __ATOMIC_ACQUIRE);
 }
 
 /* A new connection: the old ring is dropped here (a new one is made for

@@ -22,6 +22,13 @@
  *          two sees the other (the fast path's sleep and wake, kernels/
  *          fast_protocol.h invariant 5). A stale 0 from C after D armed
  *          again is followed by C's kick, whose handling arms D again.
+ *   closed D: rel store 1 when it lets the ring go (the client's
+ *          connection closes, or the buffer is released), before the
+ *          socket closes; C: acq load after the fence above. A record
+ *          put after it is taken by nobody: C treats it as a frame whose
+ *          send failed (the op was not sent; it goes again after the
+ *          reconnect). A record put before it and not taken fails with
+ *          the connection, as a frame the daemon never read does.
  * Order with the socket: a record's `after` is how many frames the client
  * had sent on the socket before it (mod 2^32); D takes a record only once
  * it has handled that many, and takes every record it can before each
@@ -53,7 +60,8 @@ typedef struct {
   uint64_t tail;
   uint8_t pad1[56];
   uint32_t armed;
-  uint8_t pad2[SPK_SRING_HDR - 132];
+  uint32_t closed;
+  uint8_t pad2[SPK_SRING_HDR - 136];
 } spk_sring_hdr;
 
 _Static_assert(sizeof(spk_sring_hdr) == SPK_SRING_HDR,

@@ -193,6 +193,9 @@ int spd_session_ring_open(spd_session *s, spd_buffer *buf, spk_err *err) {
 void spd_session_ring_close(spd_session *s) {
   if (s->ring == NULL)
     return;
+  /* records put from now on are nobody's: the client sends again */
+  SPK_SRING_STORE(&((spk_sring_hdr *)s->ring->base)->closed, 1,
+                  __ATOMIC_RELEASE);
   s->ring = NULL;
   TAILQ_REMOVE(&s->ctx->rings, s, ring_link);
 }
