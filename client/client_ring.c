@@ -59,8 +59,7 @@ static int ring_publish(spc_client *c, uint64_t head) {
 }
 
 int spc__ring_ready(spc_client *c, const Spcoll__Frame *f) {
-  return f->body_case == SPCOLL__FRAME__BODY_OP && c->ring != NULL &&
-         c->ring_mode > 0;
+  return f->body_case == SPCOLL__FRAME__BODY_OP && c->ring != NULL;
 }
 
 int spc__ring_put(spc_client *c, Spcoll__Frame *f) {
