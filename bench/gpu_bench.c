@@ -25,6 +25,9 @@
  *              min(t_ops, t_compute), 1 fully hidden, 0 one after the
  *              other. On spcsim, which runs no kernel of the bench, the
  *              compute is a host function sleeping on the stream.
+ * --symmetric puts each point's tensors in a symmetric buffer
+ * (spc_buffer_alloc_symmetric): the ops run on the ranks' own streams,
+ * no daemon (mover_us 0).
  * It prints numbers; it asserts nothing. Exit 77 without a GPU. */
 #include <stdint.h>
 #include <stdio.h>
@@ -48,9 +51,10 @@ typedef struct {
   int ranks, iters;
   size_t min_b, max_b;
   const char *csv, *mover;
+  int sym;                     /* --symmetric */
 } opts;
 
-static opts o = {4, 0, MiB, 1024 * MiB, NULL, NULL};
+static opts o = {4, 0, MiB, 1024 * MiB, NULL, NULL, 0};
 static spt_daemon daemon_;
 
 #define CK(call)                                                             \
@@ -228,6 +232,30 @@ static size_t numel(const int64_t *s, int nd) {
   return n;
 }
 
+/* Where a symmetric buffer holds a point's output: after its input. */
+static size_t out_at(size_t in_b) { return (in_b + 4095) & ~(size_t)4095; }
+
+/* A point's device buffers: one symmetric buffer for both tensors
+ * (--symmetric), or one of each; input filled. */
+static int point_buffers(rk *k, size_t in_b, size_t out_b, spc_buffer **bin,
+                         spc_buffer **bout) {
+  if (o.sym) {
+    if (spc_buffer_alloc_symmetric(k->g, 0, out_at(in_b) + out_b, bin) < 0)
+      return 1;
+    *bout = *bin;
+  } else if (spc_buffer_alloc_device(k->c, 0, in_b, bin) < 0 ||
+             spc_buffer_alloc_device(k->c, 0, out_b, bout) < 0) {
+    return 1;
+  }
+  CK(cudaMemset(spc_buffer_data(*bin), 1, in_b));
+  char why[256];
+  if (o.sym && !spc_buffer_symmetric(*bin, why, sizeof(why))) {
+    fprintf(stderr, "rank %d: not symmetric: %s\n", k->rank, why);
+    return 1;
+  }
+  return 0;
+}
+
 static int bench_point(rk *k, int op, size_t bytes) {
   spc_dtype dt;
   int nd, w = k->world;
@@ -238,16 +266,12 @@ static int bench_point(rk *k, int op, size_t bytes) {
   if (in_b == 0) /* below one row of the op's shape (Ulysses' heads) */
     return 0;
   size_t out_b = numel(osh, nd) * spc_dtype_size(dt);
-  void *din, *dout;
   spc_buffer *bin, *bout;
   spc_tensor tin, tout;
-  CK(cudaMalloc(&din, in_b));
-  CK(cudaMalloc(&dout, out_b));
-  CK(cudaMemset(din, 1, in_b));
-  if (spc_buffer_register_device(k->c, din, in_b, &bin) < 0 ||
-      spc_buffer_register_device(k->c, dout, out_b, &bout) < 0 ||
+  if (point_buffers(k, in_b, out_b, &bin, &bout) ||
       spc_tensor_init(&tin, bin, 0, dt, nd, ish) < 0 ||
-      spc_tensor_init(&tout, bout, 0, dt, nd, osh) < 0) {
+      spc_tensor_init(&tout, bout, bin == bout ? out_at(in_b) : 0, dt, nd,
+                      osh) < 0) {
     fprintf(stderr, "rank %d: %s\n", k->rank, spc_last_error(k->c));
     return 1;
   }
@@ -315,10 +339,9 @@ static int bench_point(rk *k, int op, size_t bytes) {
               lat_s * 1e6, queue * 1e6, mover * 1e6, gbps, d2d_gbps,
               gbps / d2d_gbps, ov, k->simulated);
   }
+  if (bin != bout)
+    spc_buffer_free(bout);
   spc_buffer_free(bin);
-  spc_buffer_free(bout);
-  cudaFree(din);
-  cudaFree(dout);
   return 0;
 }
 
@@ -350,10 +373,11 @@ static int rank_main(int rank, int world, void *arg) {
     if (k.simulated)
       printf("# SIMULATED: no GPU, spcsim stands in for CUDA and NCCL; "
              "these numbers are not GPU measurements\n");
-    printf("# device: %s, %d SMs, %.1f GiB; %d ranks on GPU 0; mover %s\n",
+    printf("# device: %s, %d SMs, %.1f GiB; %d ranks on GPU 0; %s %s\n",
            p.name, p.multiProcessorCount,
            (double)p.totalGlobalMem / (1 << 30), world,
-           o.mover ? o.mover : "auto");
+           o.sym ? "symmetric buffers, no daemon" : "mover",
+           o.sym ? "" : o.mover ? o.mover : "auto");
     printf("%-12s %6s %12s %10s %10s %9s %10s %10s %10s %6s %7s\n", "op",
            "ranks", "bytes/rank", "op_us", "lat_us", "queue_us", "mover_us",
            "copy_GBps", "d2d_GBps", "ratio", "overlap");
@@ -403,10 +427,12 @@ int main(int argc, char **argv) {
       o.csv = v, i++;
     else if (strcmp(a, "--mover") == 0 && v)
       o.mover = v, i++;
+    else if (strcmp(a, "--symmetric") == 0)
+      o.sym = 1;
     else {
       fprintf(stderr, "usage: %s [--spcolld PATH] [--ranks N] [--min-bytes "
               "1M] [--max-bytes 1G] [--iters N] [--csv FILE] [--mover "
-              "auto|cuda|nccl]\n", argv[0]);
+              "auto|cuda|nccl] [--symmetric]\n", argv[0]);
       return 2;
     }
   }

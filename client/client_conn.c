@@ -486,13 +486,23 @@ int spc_wait(spc_request **reqp) {
     return SPC_EINVAL;
   spc_request *req = *reqp;
   *reqp = NULL;
-  return spc__finish(req->client, req, NULL);
+  int done, rc = req->sym ? spc__sym_wait(req, 1, &done) : SPC_OK;
+  int frc = spc__finish(req->client, req, NULL);
+  return rc < 0 ? rc : frc;
 }
 
 int spc_test(spc_request **reqp, int *done_p) {
   if (reqp == NULL || *reqp == NULL || done_p == NULL)
     return SPC_EINVAL;
   spc_request *req = *reqp;
+  if (req->sym) {
+    int rc = spc__sym_wait(req, 0, done_p);
+    if (rc == SPC_OK && !*done_p)
+      return SPC_OK;
+    *reqp = NULL;
+    int frc = request_complete(req->client, req, NULL);
+    return rc < 0 ? rc : frc;
+  }
   spc__pump(req->client, req, 0);
   *done_p = req->done;
   if (!req->done)

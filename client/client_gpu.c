@@ -582,8 +582,10 @@ int spc__gpu_buffer_free(spc_buffer *b) {
   if (gb->owned && a->refs > 1)
     return spc__fail(c, SPC_EINVAL, "%d other buffer(s) are registered inside "
                      "this device allocation: free them first", a->refs - 1);
+  int src = gb->sym != NULL ? spc__sym_free(c, gb->sym, 1) : SPC_OK;
   a->free_mem |= gb->owned;
   int rc = --a->refs == 0 ? alloc_release(c, a) : SPC_OK;
+  rc = src < 0 ? src : rc;
   buffer_unlink(b);
   free(gb);
   free(b);
@@ -593,6 +595,8 @@ int spc__gpu_buffer_free(spc_buffer *b) {
 void spc__gpu_buffer_forget(spc_buffer *b) {
   spc__gpu_buf *gb = b->gpu;
   spc__gpu_alloc *a = gb->alloc;
+  if (gb->sym != NULL)
+    (void)spc__sym_free(b->client, gb->sym, 0);
   a->free_mem |= gb->owned;
   if (--a->refs == 0)
     alloc_release(b->client, a);

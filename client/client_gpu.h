@@ -7,6 +7,7 @@
 
 #include "client_gpu_cu.h"
 #include "client_internal.h"
+#include "stream_flags.h"
 
 /* The CUDA driver, loaded once per process: NULL (with why in the
  * client's or this thread's error) when libcuda.so.1 cannot be loaded or
@@ -51,11 +52,14 @@ int spc__gpu_vmm_export(spc_client *c, const spc__cu_api *cu,
 int spc__gpu_vmm_covers(const spc__gpu_alloc *a, const spc__gpu_chunk *ch,
                         int n);
 
+struct spc__sym;
+
 /* spc_buffer->gpu of a device buffer. */
 typedef struct {
   spc__gpu_alloc *alloc;
   uint64_t off;               /* of the buffer's first byte in the alloc */
   int owned;                  /* made by spc_buffer_alloc_device: freed */
+  struct spc__sym *sym;       /* spc_buffer_alloc_symmetric's, or NULL */
 } spc__gpu_buf;
 
 /* A device's stream events: a pool of interprocess event pairs, each
@@ -76,7 +80,7 @@ typedef struct {
 
 /* The client's stream flags (client_gpu_flags.c): one host buffer of
  * SPC__FLAG_SLOTS slots, shared by its GPUs. */
-#define SPC__FLAG_SLOTS 256
+#define SPC__FLAG_SLOTS SPK_SFLAG_SLOTS
 typedef struct {
   int state;                  /* 0 not tried, 1 in use, -1 events */
   spc_buffer *buf;            /* registered with the daemon for flags */
@@ -94,6 +98,7 @@ typedef struct {
   spc__gpu_dev *devs;
   int ndevs;
   spc__gpu_flags flags;
+  spc_gpu_paths paths;   /* spc_gpu_path_stats */
 } spc__gpu_client;
 
 /* The client's state for device `device` (made on first use). */
@@ -141,6 +146,9 @@ int spc__gpu_stream_idle(const spc__cu_api *cu, void *stream);
 
 /* ---- stream flags (client_gpu_flags.c) -------------------------------- */
 
+/* The client's path counts (spc_gpu_path_stats) copied where the daemon
+ * reads them (kernels/stream_flags.h), when it has a flags buffer. */
+void spc__gpu_counts_publish(spc_client *c);
 /* Whether ops on d go with stream flags (set up on first use); 0: events. */
 int spc__gpu_flags_usable(spc_client *c, spc__gpu_dev *d);
 /* The op's slot: its ready flag set on stream after the work queued
@@ -160,6 +168,59 @@ void spc__gpu_flags_answered(spc_client *c, const spc_request *req);
 /* At disconnect, before the buffers go: every answer taken, the client's
  * streams past their waits, the words unregistered from CUDA. */
 void spc__gpu_flags_free(spc_client *c);
+
+/* ---- symmetric buffers (client_gpu_sym.c, client_gpu_sym_op.c) ------- */
+
+/* Bytes of flags words in front of each rank's symmetric buffer. */
+#define SPC__SYM_HDR 256
+/* Copy calls one rank's part of an op may take, and the largest group;
+ * past them the op goes to the daemon. */
+#define SPC__SYM_MAX_COPIES 64
+#define SPC__SYM_MAX_WORLD 64
+
+/* One copy of an op's part: height rows of width bytes (1: a plain one). */
+typedef struct {
+  spc__CUdeviceptr src, dst;
+  uint64_t width, height, spitch, dpitch;
+} spc__sym_copy;
+
+/* An op as every rank's planner sees it, and where its tensors are:
+ * compared bytewise (made with its padding zeroed). */
+typedef struct {
+  spk_op_args a;
+  uint64_t in_off, out_off;
+  int lists;                  /* the op came with size lists */
+} spc__sym_key;
+
+typedef struct spc__sym {
+  spc_group *group;           /* the group it was allocated over */
+  int rank, world;
+  spc__CUcontext ctx;
+  spc__CUdeviceptr own;       /* this rank's allocation (flags first) */
+  spc__CUdeviceptr *peer;     /* every rank's, as this process maps it */
+  int usable;                 /* every rank mapped every rank's */
+  char why[256];              /* why not */
+  uint64_t seq;               /* ops queued on it */
+  /* The last op's copies (its key), kept for a repeat. */
+  spc__sym_key key;
+  int has_key, key_ok;
+  spc__sym_copy *copies;
+  int ncopies;
+} spc__sym;
+
+/* An op on a symmetric buffer of g, taken by the symmetric path: 1 with
+ * *req_p (done; spc__sym_wait waits for its stream) and *rc_p, or 1 with
+ * *rc_p < 0 on failure; 0 when it goes to the daemon. */
+int spc__sym_try(spc_group *g, const spc_op *op, const spc_tensor *in,
+                 const spc_tensor *out, void *stream, spc_request **req_p,
+                 int *rc_p);
+/* spc_wait (block 1) or spc_test (0) of such a request: its stream
+ * synchronized or queried (*done_p). */
+int spc__sym_wait(spc_request *req, int block, int *done_p);
+/* At the buffer's free: this rank's streams past its ops, the others'
+ * mappings closed, and (collective) every rank's closed, through an op of
+ * the group (not at a disconnect, where the group may be gone). */
+int spc__sym_free(spc_client *c, spc__sym *s, int collective);
 
 /* spc_start with an explicit stream (client_op.c). */
 int spc__start(spc_group *g, const spc_op *op, const spc_tensor *in,

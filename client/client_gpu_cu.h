@@ -17,6 +17,22 @@ typedef struct { char reserved[64]; } spc__CUipcMemHandle;
 typedef struct { char reserved[64]; } spc__CUipcEventHandle;
 typedef struct { char bytes[16]; } spc__CUuuid;
 typedef unsigned long long spc__CUmemGenericAllocationHandle;
+/* CUDA_MEMCPY2D (cuda.h), as cuMemcpy2DAsync takes it. */
+typedef struct {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  spc__CUdeviceptr srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  spc__CUdeviceptr dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+} spc__CUDA_MEMCPY2D;
 
 enum {
   SPC__CUDA_SUCCESS = 0,
@@ -40,7 +56,8 @@ enum {
   SPC__CU_MEMHOSTREGISTER_DEVICEMAP = 2,
   SPC__CU_STREAM_WAIT_VALUE_GEQ = 0,
   SPC__CU_STREAM_WRITE_VALUE_DEFAULT = 0,
-  SPC__CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122
+  SPC__CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
+  SPC__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 };
 
 /* Entry points, loaded with dlsym under the versioned names cuda.h maps
@@ -80,8 +97,9 @@ enum {
     (spc__CUstream s, spc__CUevent e, unsigned flags))
 
 /* Entry points a driver may lack: NULL then, and the library orders ops
- * with events instead of stream flags (client_gpu_flags.c), or cannot
- * share cuMem memory (client_gpu_vmm.c). */
+ * with events instead of stream flags (client_gpu_flags.c), cannot
+ * share cuMem memory (client_gpu_vmm.c), or keeps symmetric buffers on the
+ * daemon's path (client_gpu_sym.c). */
 #define SPC__CU_OPT_FUNCS(X)                                                 \
   X(MemRetainAllocationHandle, "cuMemRetainAllocationHandle",                \
     (spc__CUmemGenericAllocationHandle * h, void *p))                        \
@@ -101,7 +119,15 @@ enum {
      unsigned flags))                                                        \
   X(StreamWaitValue64, "cuStreamWaitValue64_v2",                             \
     (spc__CUstream s, spc__CUdeviceptr a, unsigned long long v,             \
-     unsigned flags))
+     unsigned flags))                                                        \
+  X(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2",                               \
+    (spc__CUdeviceptr * p, spc__CUipcMemHandle h, unsigned flags))           \
+  X(IpcCloseMemHandle, "cuIpcCloseMemHandle", (spc__CUdeviceptr p))          \
+  X(MemcpyAsync, "cuMemcpyAsync",                                            \
+    (spc__CUdeviceptr dst, spc__CUdeviceptr src, size_t n, spc__CUstream s)) \
+  X(Memcpy2DAsync, "cuMemcpy2DAsync_v2",                                     \
+    (const spc__CUDA_MEMCPY2D *p, spc__CUstream s))                         \
+  X(StreamSynchronize, "cuStreamSynchronize", (spc__CUstream s))
 
 typedef struct {
 #define SPC__CU_FIELD(name, sym, args) spc__CUresult (*name) args;

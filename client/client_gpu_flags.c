@@ -39,6 +39,17 @@ static int flags_off(spc__gpu_flags *f) {
   return 0;
 }
 
+void spc__gpu_counts_publish(spc_client *c) {
+  const spc__gpu_client *g = c->gpu;
+  if (g == NULL || g->flags.state != 1)
+    return;
+  spk_sflag_counts *k =
+      (spk_sflag_counts *)((uint8_t *)g->flags.words + SPK_SFLAG_COUNTS_OFF);
+  SPK_SFLAG_STORE(&k->sym_ops, g->paths.sym_ops);
+  SPK_SFLAG_STORE(&k->sym_bytes, g->paths.sym_bytes);
+  SPK_SFLAG_STORE(&k->sym_daemon_ops, g->paths.sym_daemon_ops);
+}
+
 /* The stream flags buffer: allocated, registered with the daemon for
  * stream flags and with CUDA here. 0 when any of it cannot be (asked for
  * events, a driver without the calls, the daemon's refusal, the CUDA
@@ -54,8 +65,7 @@ static int flags_setup(spc_client *c, const spc__cu_api *cu,
     return flags_off(f);
   char saved[sizeof(c->last_error)];
   memcpy(saved, c->last_error, sizeof(saved));
-  int rc = spc__buffer_alloc(c, SPC__FLAG_SLOTS * 16, SPC__BUF_FLAGS,
-                             &f->buf);
+  int rc = spc__buffer_alloc(c, SPK_SFLAG_BYTES, SPC__BUF_FLAGS, &f->buf);
   if (rc < 0) {
     memcpy(c->last_error, saved, sizeof(saved)); /* not this call's error */
     return flags_off(f);

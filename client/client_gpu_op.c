@@ -152,6 +152,10 @@ int spc_wait_on_stream(spc_request **reqp, spc_stream stream) {
     return SPC_EINVAL;
   spc_request *req = *reqp;
   spc_client *c = req->client;
+  if (req->sym) { /* its stream's order is queued already */
+    *reqp = NULL;
+    return spc__finish(c, req, NULL);
+  }
   if (req->flag_slot1 != 0) {
     *reqp = NULL;
     return flags_wait_on_stream(req, stream);

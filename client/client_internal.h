@@ -30,6 +30,10 @@ struct spc_request {
    * wait on the GPU): it is taken when it comes, a failure kept for the
    * client's next call (async_status). */
   int detached;
+  /* An op of the symmetric path (client_gpu_sym_op.c): done once queued;
+   * spc_wait synchronizes its stream in its context. */
+  int sym;
+  void *sym_stream, *sym_ctx;
 };
 
 struct spc_group {

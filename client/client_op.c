@@ -137,6 +137,10 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
     return spc__fail(c, SPC_EINVAL, "packed ops need at least one sequence "
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
+  /* Every rank takes the symmetric path for the same ops: in no group's
+   * sequence, no segment's or daemon's. */
+  if (in->buf->gpu != NULL && spc__sym_try(g, op, in, out, stream, req_p, &rc))
+    return rc;
   spc__ring_make(c); /* after a reconnect: before any frame is built */
   int unsent = 0;
   for (int tries = 0; tries < 3; tries++) {
@@ -183,7 +187,8 @@ static int run_once(spc_group *g, const spc_op *op, const spc_tensor *in,
   int rc = start(g, op, in, out, NULL, 1, &w, &req);
   if (rc < 0 || req == NULL) /* failed, or done through the segment */
     return rc;
-  spc__fast_await(g, req);
+  if (!req->sym)
+    spc__fast_await(g, req);
   return spc__wrap_end(g->client, &w, wait_answer(g, &req));
 }
 

@@ -98,6 +98,57 @@ int spc_buffer_alloc_device(spc_client *client, int device, size_t size,
 /* The CUDA ordinal of a device buffer's GPU; -1 for host memory. */
 int spc_buffer_device(const spc_buffer *buf);
 
+/* ---- symmetric buffers ------------------------------------------------
+ * Device memory every rank of a group allocates alike and maps from every
+ * other rank (CUDA IPC), so that an op on it runs on the ranks' own
+ * streams, with no daemon between a trainer's kernels: each rank copies
+ * what lands in its output straight from the other ranks' memory
+ * (cuMemcpyAsync, cuMemcpy2DAsync), between two barriers of stream memory
+ * operations on flags words of every rank's buffer (its input written on
+ * every rank before anyone reads it; every rank done reading before
+ * anything after the op runs). spc_start_on_stream returns once that is
+ * queued; spc_wait_on_stream then has nothing left to queue, and spc_wait
+ * synchronizes the op's stream (spc_test queries it). Ops on the group,
+ * symmetric or not, must be issued in the same order on every rank.
+ *
+ * Which path runs (the same on every rank, decided from the op's
+ * arguments): the symmetric path for ops that only copy (split,
+ * all_gather, all_to_all, the zigzag ops; not all_reduce,
+ * reduce_scatter, scaled copies or the packed ops) with no size lists,
+ * every rank's output of one shape, input and output in the same
+ * symmetric buffer at offsets that do not overlap, the group the buffer
+ * was allocated over, at most 64 copy calls per rank (rows of a strided
+ * block are one 2-D copy); anything else goes to the daemon as an op on
+ * any device buffer. Arguments are not checked against the other ranks'
+ * on the symmetric path (as with NCCL, a rank whose op differs gets
+ * undefined output, within the buffers, or waits). Counted per client
+ * (spc_gpu_path_stats). Security: every rank of the group may read and
+ * write every rank's symmetric buffer. */
+
+/* Allocate `size` bytes of symmetric device memory on `device` for every
+ * rank of group: collective (every rank calls it, at the same point of
+ * the group's ops, with the same size; SPC_EMISMATCH otherwise). The
+ * buffer is a device buffer as spc_buffer_alloc_device makes (zero-filled,
+ * registered, freed by spc_buffer_free, which first waits for this rank's
+ * streams). Where some rank cannot map the others' memory or lacks stream
+ * memory operations (or sets SPCOLL_GPU_SYMMETRIC=0), every rank's buffer
+ * works through the daemon alone; spc_buffer_symmetric says why. Free it
+ * before leaving the group. */
+int spc_buffer_alloc_symmetric(spc_group *group, int device, size_t size,
+                               spc_buffer **buf_p);
+
+/* 1 when ops on buf may take the symmetric path; 0 with why (len bytes
+ * at most) when not. */
+int spc_buffer_symmetric(const spc_buffer *buf, char *why, size_t len);
+
+/* Device ops of a client, by path. */
+typedef struct {
+  uint64_t sym_ops;           /* run on the symmetric path */
+  uint64_t sym_bytes;         /* bytes those copied into this rank */
+  uint64_t sym_daemon_ops;    /* on symmetric buffers, sent to the daemon */
+} spc_gpu_paths;
+int spc_gpu_path_stats(const spc_client *client, spc_gpu_paths *st);
+
 /* spc_start ordered on `stream`: the daemon reads in and writes out only
  * after the work queued on stream before this call. For host tensors the
  * stream is ignored. */

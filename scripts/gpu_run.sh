@@ -26,7 +26,8 @@ set -u
 
 stage_bins="bin/spcolld bin/spcollctl bin/spcoll-gpu-bench bin/spcoll-gpu-handover"
 stage_tests="unit_daemon_cuda_desc unit_client_cuda_abi test_gpu_absent \
-test_gpu_errors test_gpu_cumem test_gpu_ops test_gpu_order test_gpu_multinode"
+test_gpu_errors test_gpu_cumem test_gpu_ops test_gpu_order test_gpu_sym \
+test_gpu_multinode"
 
 exclude() {
   f=.git/info/exclude
@@ -190,7 +191,7 @@ run() {
     list=$stage_tests
     [ "${SIM:-0}" = 1 ] && list="unit_daemon_cuda_desc unit_client_cuda_abi \
 test_gpu_absent sim:test_gpu_errors sim:test_gpu_cumem sim:test_gpu_ops \
-sim:test_gpu_order sim:test_gpu_multinode sim:sim_rules"
+sim:test_gpu_order sim:test_gpu_sym sim:test_gpu_multinode sim:sim_rules"
     for t in $list; do
       wrap=""
       case $t in

@@ -74,7 +74,7 @@ done
 # nodes are supported (README, "Not yet").
 if [ -f "$BUILD/gpusim/libcudart.so.13" ] && [ "$ONLY" != client ]; then
   for t in tests/test_gpu_ops tests/test_gpu_errors tests/test_gpu_cumem \
-    tests/test_gpu_order \
+    tests/test_gpu_order tests/test_gpu_sym \
     tests/test_gpu_split_nodes tests/test_gpu_restart \
     tests/test_gpu_multinode gpusim/sim_rules; do
     [ -x "$BUILD/$t" ] || continue

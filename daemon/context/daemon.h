@@ -82,6 +82,14 @@ typedef struct {
     "Op frames taken from clients' submission rings, not their sockets.")   \
   X(ring_kicks, spcoll_ring_kicks_total,                                     \
     "Kicks: a client woke the daemon for its submission ring.")             \
+  X(gpu_sym_ops, spcoll_gpu_symmetric_ops_total,                            \
+    "Device ops clients ran on symmetric buffers on their own streams, "     \
+    "without the daemon, as the clients report them.")                       \
+  X(gpu_sym_bytes, spcoll_gpu_symmetric_bytes_total,                         \
+    "Bytes those ops copied, as the clients report them.")                   \
+  X(gpu_sym_daemon_ops, spcoll_gpu_symmetric_daemon_ops_total,               \
+    "Ops on symmetric buffers that the rule sent through the daemon, as "    \
+    "the clients report them.")                                              \
   X(gpu_order_events, spcoll_gpu_order_events_total,                         \
     "Ranks of device ops ordered with their client's stream through "        \
     "interprocess events (the client has no stream memory operations or "    \

@@ -1,4 +1,5 @@
 #include "buffer.h"
+#include "stream_flags.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -186,6 +187,24 @@ void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
   (void)spd_buffer_unref_then(ctx, buf, NULL, NULL);
 }
 
+static void count_add(uint64_t *counter, uint64_t *seen, const uint64_t *word) {
+  uint64_t v = SPK_SFLAG_LOAD(word);
+  if (v > *seen)
+    *counter += v - *seen;
+  *seen = v;
+}
+
+void spd_buffer_counts_harvest(spd_ctx *ctx, spd_buffer *buf) {
+  if (!buf->stream_flags || buf->size < SPK_SFLAG_BYTES)
+    return;
+  const spk_sflag_counts *k =
+      (const spk_sflag_counts *)(buf->base + SPK_SFLAG_COUNTS_OFF);
+  count_add(&ctx->stats.gpu_sym_ops, &buf->counts_seen[0], &k->sym_ops);
+  count_add(&ctx->stats.gpu_sym_bytes, &buf->counts_seen[1], &k->sym_bytes);
+  count_add(&ctx->stats.gpu_sym_daemon_ops, &buf->counts_seen[2],
+            &k->sym_daemon_ops);
+}
+
 int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
                           spd_gpu_closed_fn fn, void *arg) {
   int mine = fn != NULL && buf->kind == SPD_BUF_DEVICE;
@@ -195,6 +214,7 @@ int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
   }
   if (--buf->refs > 0)
     return mine;
+  spd_buffer_counts_harvest(ctx, buf);
   spd_engines_forget_buffer(ctx, buf->engine_state);
   if (buf->kind == SPD_BUF_DEVICE) {
     /* An IPC mapping is undone only by cudaIpcCloseMemHandle (once its

@@ -38,6 +38,8 @@ typedef struct spd_buffer {
   void *closed_arg;
   int stream_flags;               /* host buffers: registered to hold
                                    * stream flags (an engine opened them) */
+  uint64_t counts_seen[3];        /* stream flags: the client's counts
+                                   * (kernels/stream_flags.h) last added */
   uint64_t file_dev, file_ino;    /* host buffers: the memfd's identity.
                                    * Two registrations of one memfd (the
                                    * same client twice, or two clients it
@@ -74,6 +76,11 @@ void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf);
  * drops it. 0 (host memory, or closed now): fn is not called. */
 int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
                           spd_gpu_closed_fn fn, void *arg);
+
+/* A stream flags buffer's counts: what grew since the last look added to
+ * ctx's counters (a count that shrank is the client's scribble: it only
+ * resets the look). Nothing for other buffers. */
+void spd_buffer_counts_harvest(spd_ctx *ctx, spd_buffer *buf);
 
 /* Check that [offset, offset + bytes) lies inside the buffer. */
 int spd_buffer_check_range(const spd_buffer *buf, uint64_t offset,

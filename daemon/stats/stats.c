@@ -30,6 +30,11 @@ char *spd_stats_render(spd_ctx *ctx, const char *format, uid_t viewer) {
   spd_group *g;
   TAILQ_FOREACH(g, &ctx->groups, link)
     spd_engines_group_harvest(&g->shared); /* the fast path's ops count too */
+  spd_session *s;
+  spd_buffer *b;
+  TAILQ_FOREACH(s, &ctx->sessions, link) /* and the symmetric path's */
+    TAILQ_FOREACH(b, &s->buffers, link)
+      spd_buffer_counts_harvest(ctx, b);
   static const struct {
     const char *name;
     void (*render)(spd_ctx *, FILE *);

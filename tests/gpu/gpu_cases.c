@@ -164,28 +164,48 @@ int gpc_rank_fail(gpc_rank *k, const char *cs, const char *what, int rc) {
   return 1;
 }
 
-int gpc_device_run(gpc_rank *k, const gpc_case *c, const spc_op *op,
-                   const spc_tensor *hin, const int64_t *oshape, size_t in_b,
-                   size_t out_b, int use_stream) {
-  int big = out_b >= 8 * GPC_MB && k->vmm_chunk == 0, bad = 0;
+/* The case's device buffers: in a symmetric buffer (both tensors in it,
+ * the output after the input), or registered inside k->dev, a big output
+ * in memory of its own. */
+static int device_buffers(gpc_rank *k, const gpc_case *c, size_t in_b,
+                          size_t out_b, spc_buffer **bin, spc_buffer **bout) {
   size_t out_at = (in_b + 4095) & ~(size_t)4095;
-  spc_buffer *bin, *bout;
-  int rc = spc_buffer_register_device(k->c, k->dev, in_b, &bin);
+  if (k->symbuf != NULL) {
+    if (out_at + out_b > k->dev_bytes)
+      return gpc_rank_fail(k, c->name, "symmetric buffer too small", -1);
+    *bin = *bout = k->symbuf;
+    return 0;
+  }
+  int big = out_b >= 8 * GPC_MB && k->vmm_chunk == 0;
+  int rc = spc_buffer_register_device(k->c, k->dev, in_b, bin);
   if (rc < 0)
     return gpc_rank_fail(k, c->name, "register input", rc);
   if (big)
-    rc = spc_buffer_alloc_device(k->c, spc_buffer_device(bin), out_b, &bout);
+    rc = spc_buffer_alloc_device(k->c, spc_buffer_device(*bin), out_b, bout);
   else
-    rc = spc_buffer_register_device(k->c, k->dev + out_at, out_b, &bout);
+    rc = spc_buffer_register_device(k->c, k->dev + out_at, out_b, bout);
   if (rc < 0)
     return gpc_rank_fail(k, c->name, "register output", rc);
-  uint8_t *dout = spc_buffer_data(bout);
+  return 0;
+}
+
+int gpc_device_run(gpc_rank *k, const gpc_case *c, const spc_op *op,
+                   const spc_tensor *hin, const int64_t *oshape, size_t in_b,
+                   size_t out_b, int use_stream) {
+  int bad = 0, rc;
+  size_t out_at = (in_b + 4095) & ~(size_t)4095;
+  spc_buffer *bin, *bout;
+  if (device_buffers(k, c, in_b, out_b, &bin, &bout))
+    return 1;
+  uint8_t *din = spc_buffer_data(bin);
+  size_t oo = bin == bout ? out_at : 0;
+  uint8_t *dout = (uint8_t *)spc_buffer_data(bout) + oo;
   spc_tensor tin, tout;
   if (spc_tensor_init(&tin, bin, 0, c->dt, c->nd, hin->shape) < 0 ||
-      spc_tensor_init(&tout, bout, 0, c->dt, c->nd, oshape) < 0)
+      spc_tensor_init(&tout, bout, oo, c->dt, c->nd, oshape) < 0)
     return gpc_rank_fail(k, c->name, "tensor_init", -1);
   if (use_stream) {
-    GPT_CUDA(cudaMemcpyAsync(k->dev, spc_tensor_data(hin), in_b,
+    GPT_CUDA(cudaMemcpyAsync(din, spc_tensor_data(hin), in_b,
                              cudaMemcpyHostToDevice, k->stream));
     GPT_CUDA(cudaMemsetAsync(dout, 0xee, out_b, k->stream));
     rc = spc_run_on_stream(k->g, op, &tin, &tout, k->stream);
@@ -195,7 +215,7 @@ int gpc_device_run(gpc_rank *k, const gpc_case *c, const spc_op *op,
                              k->stream));
     GPT_CUDA(cudaStreamSynchronize(k->stream));
   } else {
-    GPT_CUDA(cudaMemcpy(k->dev, spc_tensor_data(hin), in_b,
+    GPT_CUDA(cudaMemcpy(din, spc_tensor_data(hin), in_b,
                         cudaMemcpyHostToDevice));
     GPT_CUDA(cudaMemset(dout, 0xee, out_b));
     rc = spc_run(k->g, op, &tin, &tout);
@@ -203,7 +223,8 @@ int gpc_device_run(gpc_rank *k, const gpc_case *c, const spc_op *op,
       return gpc_rank_fail(k, c->name, "device op", rc);
     GPT_CUDA(cudaMemcpy(k->got, dout, out_b, cudaMemcpyDeviceToHost));
   }
-  if ((rc = spc_buffer_free(bout)) < 0 || (rc = spc_buffer_free(bin)) < 0)
+  if (bin != k->symbuf &&
+      ((rc = spc_buffer_free(bout)) < 0 || (rc = spc_buffer_free(bin)) < 0))
     bad |= gpc_rank_fail(k, c->name, "spc_buffer_free", rc);
   return bad;
 }
@@ -278,6 +299,8 @@ int gpc_rank_open(gpc_rank *k, const char *socket, const char *group,
    * reuse that registration (no daemon round trip). */
   if (rc == 0)
     rc = spc_buffer_register_device(k->c, k->dev, dev_bytes, &k->dev_all);
+  if (rc == 0 && k->sym)
+    rc = spc_buffer_alloc_symmetric(k->g, dev, dev_bytes, &k->symbuf);
   if (rc < 0)
     return gpc_rank_fail(k, group, "setup", rc);
   if (spc_buffer_device(k->dev_all) != dev || spc_buffer_device(k->host) != -1)
@@ -293,6 +316,8 @@ int gpc_rank_open(gpc_rank *k, const char *socket, const char *group,
 }
 
 void gpc_rank_close(gpc_rank *k) {
+  if (k->symbuf != NULL)
+    spc_buffer_free(k->symbuf);
   spc_buffer_free(k->dev_all);
   spc_buffer_free(k->host);
   spc_group_leave(k->g);

@@ -73,6 +73,9 @@ typedef struct {
   size_t vmm_chunk;        /* set before gpc_rank_open: dev is cuMem
                             * memory in allocations of this many bytes
                             * (gpt_vmm_alloc), and big outputs stay in it */
+  int sym;                 /* set before gpc_rank_open: device ops run in
+                            * a symmetric buffer (symbuf, dev_bytes) */
+  spc_buffer *symbuf;
   cudaStream_t stream;
   uint8_t *got;
   int rank, world;

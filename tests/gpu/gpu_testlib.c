@@ -81,6 +81,25 @@ void gpt_run_on_daemon(spt_daemon *d, const char *const *extra, int world,
 }
 
 #ifdef SPC_HAVE_CUDA
+static void CUDART_CB gate_fn(void *p) {
+  gpt_held *h = p;
+  while (!__atomic_load_n(&h->gate, __ATOMIC_ACQUIRE))
+    usleep(1000);
+}
+
+int gpt_hold(gpt_held *h) {
+  h->gate = 0;
+  GPT_CUDA(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
+  GPT_CUDA(cudaLaunchHostFunc(h->s, gate_fn, h));
+  return 0;
+}
+
+void gpt_open_gate(gpt_held *h) {
+  __atomic_store_n(&h->gate, 1, __ATOMIC_RELEASE);
+}
+#endif
+
+#ifdef SPC_HAVE_CUDA
 #include <cuda.h>
 
 /* The driver's virtual memory calls, looked up through the runtime. */

@@ -46,6 +46,16 @@ void gpt_run_on_daemon(spt_daemon *d, const char *const *extra, int world,
     }                                                                        \
   } while (0)
 
+/* A stream held at a gate before anything else runs on it: a host
+ * function that waits until the process opens the gate. */
+typedef struct {
+  cudaStream_t s;
+  volatile int gate;
+} gpt_held;
+/* A new non-blocking stream, held. 0, or 1 having said why. */
+int gpt_hold(gpt_held *h);
+void gpt_open_gate(gpt_held *h);
+
 /* Device memory made as torch's expandable segments make it: an address
  * range reserved, then `bytes` of cuMem allocations of `chunk` bytes each
  * (multiples of 2 MiB) created exportable as POSIX file descriptors,

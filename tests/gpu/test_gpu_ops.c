@@ -38,6 +38,7 @@ typedef struct {
   size_t vmm_chunk;   /* > 0: device memory made with cuMem, in allocations
                        * of this size */
   int pidns;          /* the ranks run in a PID namespace of their own */
+  int sym;            /* device tensors in a symmetric buffer */
 } mode_t_;
 
 static spt_daemon daemon_;
@@ -64,24 +65,51 @@ static int other_pid_namespace(void) {
   return strcmp(mine, its) != 0;
 }
 
+/* The ops the symmetric path ran on rank k (none unless m->sym), -1 when
+ * it ran none in a symmetric mode or some elsewhere. */
+static long long sym_ops(gpc_rank *k, const mode_t_ *m) {
+  spc_gpu_paths st;
+  char why[256];
+  if (spc_gpu_path_stats(k->c, &st) != SPC_OK)
+    return -1;
+  if (m->sym && !spc_buffer_symmetric(k->symbuf, why, sizeof(why))) {
+    fprintf(stderr, "[%s] rank %d: not symmetric: %s\n", m->group, k->rank,
+            why);
+    return -1;
+  }
+  if (k->rank == 0)
+    fprintf(stderr, "[%s] symmetric path: %llu ops, %llu bytes; %llu on "
+            "symmetric buffers through the daemon\n", m->group,
+            (unsigned long long)st.sym_ops, (unsigned long long)st.sym_bytes,
+            (unsigned long long)st.sym_daemon_ops);
+  if (m->sym ? st.sym_ops == 0 || st.sym_daemon_ops == 0
+             : st.sym_ops != 0 || st.sym_daemon_ops != 0)
+    return -1;
+  return (long long)st.sym_ops;
+}
+
 static int rank_main(int rank, int world, void *arg) {
   const mode_t_ *m = arg;
   if (m->pidns && !other_pid_namespace()) {
     fprintf(stderr, "rank %d: not in a PID namespace of its own\n", rank);
     return 1;
   }
-  gpc_rank k = {.rank = rank, .world = world, .vmm_chunk = m->vmm_chunk};
+  gpc_rank k = {.rank = rank, .world = world, .vmm_chunk = m->vmm_chunk,
+                .sym = m->sym};
   int dev = m->ngpu ? rank % m->ngpu : 0;
   if (gpc_rank_open(&k, daemon_.socket, m->group, dev, GPC_HOST_BYTES,
                     GPC_DEV_BYTES))
     return 1;
   int bad = gpc_run_cases(&k, m->group, NULL, 0);
+  long long sym = sym_ops(&k, m);
+  if (sym < 0)
+    bad++;
   if (rank == 0 && bad == 0) {
     long long moved = gpt_stat(&daemon_, m->mover);
     long long other = gpt_stat(&daemon_, m->other);
     fprintf(stderr, "[%s] %s %lld, %s %lld\n", m->group, m->mover, moved,
             m->other, other);
-    if (moved < (long long)gpc_ncases || other != 0 ||
+    if (moved + sym < (long long)gpc_ncases || other != 0 ||
         !registrations_ok(m, world))
       bad++;
   }
@@ -158,25 +186,25 @@ static void run_mode(const char *mover, int world, mode_t_ *m) {
 }
 
 START_TEST(cuda_mover_4_ranks_one_gpu) {
-  mode_t_ m = {"gpu-cuda-4", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0};
+  mode_t_ m = {"gpu-cuda-4", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
 
 START_TEST(cuda_mover_3_ranks_one_gpu) {
-  mode_t_ m = {"gpu-cuda-3", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0};
+  mode_t_ m = {"gpu-cuda-3", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0, 0};
   run_mode(NULL, 3, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_4_ranks_one_gpu) {
-  mode_t_ m = {"gpu-nccl-4", 0, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
+  mode_t_ m = {"gpu-nccl-4", 0, "mover_nccl_ops", "mover_cuda_ops", 0, 0, 0};
   run_mode("nccl", 4, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_1_rank_collectives) {
-  mode_t_ m = {"gpu-nccl-1", 0, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
+  mode_t_ m = {"gpu-nccl-1", 0, "mover_nccl_ops", "mover_cuda_ops", 0, 0, 0};
   run_mode("nccl", 1, &m);
 }
 END_TEST
@@ -185,14 +213,14 @@ END_TEST
  * allocations that many buffers straddle: shared as file descriptors. */
 START_TEST(cuda_mover_4_ranks_cumem) {
   mode_t_ m = {"gpu-cuda-4-cumem", 0, "mover_cuda_ops", "mover_nccl_ops",
-               4 * GPC_MB, 0};
+               4 * GPC_MB, 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
 
 START_TEST(nccl_forced_4_ranks_cumem) {
   mode_t_ m = {"gpu-nccl-4-cumem", 0, "mover_nccl_ops", "mover_cuda_ops",
-               4 * GPC_MB, 0};
+               4 * GPC_MB, 0, 0};
   run_mode("nccl", 4, &m);
 }
 END_TEST
@@ -203,15 +231,42 @@ END_TEST
  * real GPU run opened one across a PID namespace alone: docs/spcsim.md.) */
 START_TEST(cuda_mover_ranks_in_another_pid_namespace) {
   mode_t_ m = {"gpu-cuda-pidns", 0, "mover_cuda_ops", "mover_nccl_ops",
-               4 * GPC_MB, 1};
+               4 * GPC_MB, 1, 0};
   run_mode(NULL, 2, &m);
+}
+END_TEST
+
+/* Device tensors in symmetric buffers: the ops that only copy run on the
+ * ranks' own streams from the others' memory, the rest through the
+ * daemon's mover, all bitwise the host's. */
+START_TEST(symmetric_4_ranks_one_gpu) {
+  mode_t_ m = {"gpu-sym-4", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0, 1};
+  run_mode(NULL, 4, &m);
+}
+END_TEST
+
+START_TEST(symmetric_3_ranks_one_gpu) {
+  mode_t_ m = {"gpu-sym-3", 0, "mover_cuda_ops", "mover_nccl_ops", 0, 0, 1};
+  run_mode(NULL, 3, &m);
+}
+END_TEST
+
+START_TEST(symmetric_4_ranks_4_gpus) {
+  mode_t_ m = {"gpu-sym-4x4", 4, "mover_nccl_ops", "mover_cuda_ops", 0, 0, 1};
+  run_mode(NULL, 4, &m);
+}
+END_TEST
+
+START_TEST(symmetric_mixed_2x2) {
+  mode_t_ m = {"gpu-sym-2x2", 2, "mover_nccl_ops", "mover_cuda_ops", 0, 0, 1};
+  run_mode(NULL, 4, &m);
 }
 END_TEST
 
 /* One rank per GPU: NCCL's collectives where a plan is one, else grouped
  * send/recv between the GPUs. */
 START_TEST(nccl_4_ranks_4_gpus) {
-  mode_t_ m = {"gpu-nccl-4x4", 4, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
+  mode_t_ m = {"gpu-nccl-4x4", 4, "mover_nccl_ops", "mover_cuda_ops", 0, 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
@@ -219,7 +274,7 @@ END_TEST
 /* Two ranks on each of two GPUs (rank r on GPU r % 2): NCCL between the
  * GPUs, the kernel for what stays on one. */
 START_TEST(mixed_2x2) {
-  mode_t_ m = {"gpu-mixed-2x2", 2, "mover_nccl_ops", "mover_cuda_ops", 0, 0};
+  mode_t_ m = {"gpu-mixed-2x2", 2, "mover_nccl_ops", "mover_cuda_ops", 0, 0, 0};
   run_mode(NULL, 4, &m);
 }
 END_TEST
@@ -236,15 +291,23 @@ int main(void) {
   tcase_add_test(tc, cuda_mover_4_ranks_cumem);
   tcase_add_test(tc, nccl_forced_4_ranks_cumem);
   tcase_add_test(tc, cuda_mover_ranks_in_another_pid_namespace);
+  tcase_add_test(tc, symmetric_4_ranks_one_gpu);
+  tcase_add_test(tc, symmetric_3_ranks_one_gpu);
   /* Placements that need more GPUs are not run (and not counted) here. */
-  if (ngpu >= 4)
+  if (ngpu >= 4) {
     tcase_add_test(tc, nccl_4_ranks_4_gpus);
-  else
-    printf("not run: nccl_4_ranks_4_gpus needs 4 GPUs, %d found\n", ngpu);
-  if (ngpu >= 2)
+    tcase_add_test(tc, symmetric_4_ranks_4_gpus);
+  } else {
+    printf("not run: nccl_4_ranks_4_gpus, symmetric_4_ranks_4_gpus need 4 "
+           "GPUs, %d found\n", ngpu);
+  }
+  if (ngpu >= 2) {
     tcase_add_test(tc, mixed_2x2);
-  else
-    printf("not run: mixed_2x2 needs 2 GPUs, %d found\n", ngpu);
+    tcase_add_test(tc, symmetric_mixed_2x2);
+  } else {
+    printf("not run: mixed_2x2, symmetric_mixed_2x2 need 2 GPUs, %d "
+           "found\n", ngpu);
+  }
   suite_add_tcase(s, tc);
   return spt_run_suite(s);
 }

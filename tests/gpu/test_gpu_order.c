@@ -30,30 +30,6 @@
 
 static spt_daemon daemon_;
 
-/* A rank's stream, held at a gate before anything else runs on it: a
- * host function that waits for the rank to open it. */
-typedef struct {
-  cudaStream_t s;
-  volatile int gate;
-} held;
-
-static void CUDART_CB gate_fn(void *p) {
-  held *h = p;
-  while (!__atomic_load_n(&h->gate, __ATOMIC_ACQUIRE))
-    usleep(1000);
-}
-
-static int hold(held *h) {
-  h->gate = 0;
-  GPT_CUDA(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
-  GPT_CUDA(cudaLaunchHostFunc(h->s, gate_fn, h));
-  return 0;
-}
-
-static void open_gate(held *h) {
-  __atomic_store_n(&h->gate, 1, __ATOMIC_RELEASE);
-}
-
 /* What the ranks share with the test: per rank, whether its wait returned
  * before its gate opened. */
 typedef struct {
@@ -150,9 +126,9 @@ static int gather_teardown(gather_rank *a) {
 static int gated_main(int rank, int world, void *argp) {
   const order_arg *arg = argp;
   gather_rank a;
-  held h;
+  gpt_held h;
   /* The gate last: allocating device memory synchronizes the device. */
-  if (gather_setup(&a, "gpu-order", rank, world) || hold(&h))
+  if (gather_setup(&a, "gpu-order", rank, world) || gpt_hold(&h))
     return 1;
   GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
                            h.s));
@@ -185,7 +161,7 @@ static int gated_main(int rank, int world, void *argp) {
     fprintf(stderr, "rank %d: the stream ran past its gate\n", rank);
     bad = 1;
   }
-  open_gate(&h);
+  gpt_open_gate(&h);
   pthread_join(t, NULL);
   if (!returned)
     bad |= gather_read(&a, h.s);
@@ -328,11 +304,11 @@ static int control_main(int rank, int world, void *argp) {
   int missing_done = *(const int *)argp;
   gather_rank a;
   cudaStream_t other;
-  held h;
+  gpt_held h;
   if (gather_setup(&a, "gpu-order-ctl", rank, world))
     return 1;
   GPT_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-  if (hold(&h))
+  if (gpt_hold(&h))
     return 1;
   GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
                            h.s));
@@ -343,7 +319,7 @@ static int control_main(int rank, int world, void *argp) {
   int bad = gather_read(&a, other);
   GPT_CUDA(cudaStreamSynchronize(other));
   int wrong = !gather_right(&a, world);
-  open_gate(&h);
+  gpt_open_gate(&h);
   GPT_CUDA(cudaStreamSynchronize(h.s));
   if (rc == SPC_OK)
     rc = spc_async_error(a.c, 1);
@@ -380,12 +356,12 @@ static int overlap_main(int rank, int world, void *arg) {
   (void)arg;
   gather_rank a;
   cudaStream_t comm;
-  held compute;
+  gpt_held compute;
   if (gather_setup(&a, "gpu-order-ovl", rank, world))
     return 1;
   GPT_CUDA(cudaMemcpy(a.base, a.in, N * 4, cudaMemcpyHostToDevice));
   GPT_CUDA(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
-  if (hold(&compute))
+  if (gpt_hold(&compute))
     return 1;
   int rc = spc_run_on_stream(a.g, &a.op, &a.dx, &a.dy, comm);
   int bad = gather_read(&a, comm);
@@ -401,7 +377,7 @@ static int overlap_main(int rank, int world, void *arg) {
             spc_last_error(a.c), gather_right(&a, world) ? "right" : "wrong");
     bad = 1;
   }
-  open_gate(&compute);
+  gpt_open_gate(&compute);
   GPT_CUDA(cudaStreamSynchronize(compute.s));
   GPT_CUDA(cudaStreamDestroy(compute.s));
   GPT_CUDA(cudaStreamDestroy(comm));
@@ -445,14 +421,14 @@ static int chain_main(int rank, int world, void *argp) {
   /* Behind a failed op nothing is queued: it has no end to wait for. */
   long long want = arg->fail < 0 ? CHAIN - 1 : arg->fail;
   gather_rank a;
-  held h;
+  gpt_held h;
   if (gather_setup_on(&a, "gpu-chain", rank, world, spread ? rank : 0, 0))
     return 1;
   /* One op first: the NCCL mover makes its communicators on a set's first
    * op, and an op waiting for them is not on the set's streams yet. */
   if (spc_run_on_stream(a.g, &a.op, &a.dx, &a.dy, NULL) < 0 ||
       cudaDeviceSynchronize() != cudaSuccess ||
-      spc_async_error(a.c, 1) != SPC_OK || hold(&h)) {
+      spc_async_error(a.c, 1) != SPC_OK || gpt_hold(&h)) {
     fprintf(stderr, "rank %d: %s\n", rank, spc_last_error(a.c));
     return 1;
   }
@@ -487,7 +463,7 @@ static int chain_main(int rank, int world, void *argp) {
     usleep(300000);
     behind = gpt_stat(&daemon_, "ops_queued_behind");
   }
-  open_gate(&h);
+  gpt_open_gate(&h);
   GPT_CUDA(cudaStreamSynchronize(h.s));
   int rc = spc_async_error(a.c, 1);
   float scale = (float)(1 << (CHAIN / 2));
@@ -506,19 +482,19 @@ static int chain_main(int rank, int world, void *argp) {
 }
 
 /* A stuck op takes the ops queued behind it along at the op timeout:
- * rank 0's stream is held for good, so the group's first op never runs;
+ * rank 0's stream is gpt_held for good, so the group's first op never runs;
  * both ranks started three ops (the last two queued behind the first)
  * and wait for their answers: the first times out, the other two fail
  * with it, saying they were queued behind it, in their order. */
 static int stuck_chain_main(int rank, int world, void *arg) {
   (void)arg;
   gather_rank a;
-  held h;
+  gpt_held h;
   if (gather_setup_on(&a, "gpu-stuck-chain", rank, world, 0, 1000) ||
-      hold(&h))
+      gpt_hold(&h))
     return 1;
   if (rank == 1)
-    open_gate(&h);
+    gpt_open_gate(&h);
   spc_request *req[3];
   int bad = 0;
   for (int k = 0; k < 3 && !bad; k++)
@@ -533,7 +509,7 @@ static int stuck_chain_main(int rank, int world, void *arg) {
       bad = 1;
     }
   }
-  open_gate(&h);
+  gpt_open_gate(&h);
   GPT_CUDA(cudaStreamSynchronize(h.s));
   GPT_CUDA(cudaStreamDestroy(h.s));
   return bad | gather_teardown(&a);
@@ -547,7 +523,7 @@ START_TEST(queued_ops_time_out_with_the_stuck_one) {
 END_TEST
 
 /* An op that fails before its engine has it waits for the answer of the
- * op ahead of it: both ranks' streams are held shut under op 0; op 1,
+ * op ahead of it: both ranks' streams are gpt_held shut under op 0; op 1,
  * whose output on rank 0 is on GPU 1 (a rank's tensors must share a
  * GPU), is queued behind op 0 and refused at submission; its answer
  * comes only after op 0's, once the gates open (300 ms of polling is how
@@ -555,7 +531,7 @@ END_TEST
 static int late_fail_main(int rank, int world, void *arg) {
   (void)arg;
   gather_rank a;
-  held h;
+  gpt_held h;
   spc_buffer *other = NULL;
   spc_tensor dy1 = {0};
   if (gather_setup(&a, "gpu-late-fail", rank, world))
@@ -568,7 +544,7 @@ static int late_fail_main(int rank, int world, void *arg) {
     GPT_CUDA(cudaSetDevice(0));
     spc_tensor_init(&dy1, other, 0, SPC_FLOAT32, 1, s);
   }
-  if (hold(&h))
+  if (gpt_hold(&h))
     return 1;
   spc_request *req[2];
   if (spc_start_on_stream(a.g, &a.op, &a.dx, &a.dy, h.s, &req[0]) < 0 ||
@@ -584,7 +560,7 @@ static int late_fail_main(int rank, int world, void *arg) {
     fprintf(stderr, "rank %d: op 1 answered before op 0\n", rank);
     bad = 1;
   }
-  open_gate(&h);
+  gpt_open_gate(&h);
   int rc0 = spc_wait(&req[0]);
   int rc1 = done ? SPC_EINVAL : spc_wait(&req[1]);
   if (rc0 != SPC_OK || rc1 != SPC_EINVAL) {

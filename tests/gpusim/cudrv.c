@@ -429,6 +429,47 @@ API CUresult cuStreamQuery(CUstream s) {
   return C(sim_stream_query((sim_stream *)s));
 }
 
+API CUresult cuStreamSynchronize(CUstream s) {
+  sim_no_block("cuStreamSynchronize", "waits for the stream's work");
+  return C(sim_stream_sync((sim_stream *)s));
+}
+
+/* ---- copies and CUDA IPC of memory (libspclient's symmetric buffers) ---- */
+
+API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n,
+                           CUstream s) {
+  return C(sim_memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n,
+                      (sim_stream *)s, 1, "cuMemcpyAsync"));
+}
+
+/* Device-to-device only, as libspclient asks (no arrays, no host). */
+API CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s) {
+  if (p == NULL || p->srcMemoryType != CU_MEMORYTYPE_DEVICE ||
+      p->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+    return C(SIM_ENOTSUP);
+  uint8_t *dst = (uint8_t *)(uintptr_t)p->dstDevice + p->dstXInBytes +
+                 p->dstY * p->dstPitch;
+  const uint8_t *src = (const uint8_t *)(uintptr_t)p->srcDevice +
+                       p->srcXInBytes + p->srcY * p->srcPitch;
+  return C(sim_memcpy2d(dst, p->dstPitch, src, p->srcPitch, p->WidthInBytes,
+                        p->Height, (sim_stream *)s, "cuMemcpy2DAsync"));
+}
+
+API CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h,
+                                unsigned flags) {
+  void *v = NULL;
+  int rc = sim_ipc_open((const sim_handle64 *)&h,
+                        (flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0, &v,
+                        "cuIpcOpenMemHandle");
+  if (rc == SIM_OK)
+    *p = (CUdeviceptr)(uintptr_t)v;
+  return C(rc);
+}
+
+API CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  return C(sim_ipc_close((void *)(uintptr_t)p, "cuIpcCloseMemHandle"));
+}
+
 API CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent e) {
   return C(sim_event_ipc_get((sim_event *)e, (sim_handle64 *)h,
                              "cuIpcGetEventHandle"));

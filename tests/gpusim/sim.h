@@ -44,7 +44,6 @@ typedef struct {
   int ndev;
   uint64_t mem_limit; /* bytes per device */
   int sms;
-  uint64_t op_delay_us; /* SPCSIM_SLOW_STREAMS: before each stream op */
   /* SPCSIM_NO_PEER: bit t of nopeer[f]: GPU f cannot reach GPU t's
    * memory directly (symmetric pairs, "0-1,2-3"). */
   uint32_t nopeer[SIM_MAX_DEV];
@@ -305,6 +304,8 @@ void sim_vmm_resv_leaks(void);
 /* ---- streams and events ------------------------------------------------ */
 
 typedef struct sim_stream sim_stream;
+/* SPCSIM_SLOW_STREAMS's delay for this process's streams, as of now. */
+uint64_t sim_slow_streams(void);
 typedef struct sim_event sim_event;
 typedef void (*sim_op_fn)(void *arg, int *status);
 
@@ -366,6 +367,11 @@ int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
                const char *call);
 int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async,
                const char *call);
+/* An async copy of height rows of width bytes, each pitch apart (device
+ * or pinned memory on both sides); SIM_EINVAL for a pitch below width. */
+int sim_memcpy2d(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                 uint64_t width, uint64_t height, sim_stream *s,
+                 const char *call);
 
 /* ---- kernels --------------------------------------------------------------
  */

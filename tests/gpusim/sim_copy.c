@@ -16,6 +16,7 @@ typedef struct {
   const void *src;
   uint64_t n;
   int v, set;
+  uint64_t rows, dpitch, spitch; /* a 2-D copy: rows of n bytes */
 } copy_op;
 
 static void run_copy(void *a, int *status) {
@@ -24,8 +25,11 @@ static void run_copy(void *a, int *status) {
     return;
   if (c->set)
     memset(c->dst, c->v, c->n);
-  else
+  else if (c->rows == 0)
     memmove(c->dst, c->src, c->n);
+  for (uint64_t r = 0; r < c->rows; r++)
+    memmove((uint8_t *)c->dst + r * c->dpitch,
+            (const uint8_t *)c->src + r * c->spitch, c->n);
 }
 
 /* 1: pageable host memory (in no simulated mapping). */
@@ -87,4 +91,30 @@ int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async,
   if (rc == SIM_OK && !async)
     rc = sim_stream_sync(s);
   return rc;
+}
+
+int sim_memcpy2d(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                 uint64_t width, uint64_t height, sim_stream *s,
+                 const char *call) {
+  if (sim_sticky(SIM_OK) != SIM_OK)
+    return SIM_EILLEGAL;
+  if (width == 0 || height == 0)
+    return SIM_OK;
+  if (dpitch < width || spitch < width)
+    return SIM_EINVAL; /* CUDA_ERROR_INVALID_VALUE, as the driver says */
+  uint64_t dspan = (height - 1) * dpitch + width;
+  uint64_t sspan = (height - 1) * spitch + width;
+  if (pageable(dst, dspan) || pageable(src, sspan))
+    return SIM_ENOTSUP; /* libspclient copies device memory only */
+  sim_check_copy(dst, dspan, call);
+  sim_check_copy(src, sspan, call);
+  s = sim_stream_resolve(s);
+  if (s == NULL)
+    return SIM_ENOMEM;
+  copy_op *c = malloc(sizeof(*c));
+  if (c == NULL)
+    return SIM_ENOMEM;
+  *c = (copy_op){.dst = dst, .src = src, .n = width, .rows = height,
+                 .dpitch = dpitch, .spitch = spitch};
+  return sim_enqueue(s, run_copy, c, 1);
 }

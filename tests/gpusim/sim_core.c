@@ -43,8 +43,10 @@ static uint64_t env_u64(const char *name, uint64_t def) {
 
 /* SPCSIM_SLOW_STREAMS=PROG:US: every stream op of program PROG starts
  * US microseconds late, so a consumer in another process that does not
- * wait for PROG's streams reads too early nearly every time. */
-static uint64_t slow_streams(void) {
+ * wait for PROG's streams reads too early nearly every time. Read as each
+ * stream is made, so that one forked process of a program may set it for
+ * its own streams alone. */
+uint64_t sim_slow_streams(void) {
   const char *f = getenv("SPCSIM_SLOW_STREAMS");
   const char *colon = f ? strrchr(f, ':') : NULL;
   if (colon == NULL ||
@@ -95,7 +97,6 @@ static void cfg_init(void) {
     cfg.ndev = SIM_MAX_DEV;
   cfg.mem_limit = env_u64("SPCSIM_GPU_MEM", (uint64_t)1 << 30);
   cfg.sms = (int)env_u64("SPCSIM_SMS", 4);
-  cfg.op_delay_us = slow_streams();
   no_peer();
   cfg.no_memops = no_memops();
   const char *st = getenv("SPCSIM_STATE");

@@ -63,6 +63,7 @@ struct sim_stream {
   struct sim_stream *next_all;
   int dev;
   unsigned flags;
+  uint64_t delay_us;          /* SPCSIM_SLOW_STREAMS when it was made */
   int legacy;
   int per_thread; /* cudaStreamPerThread's: never destroyed by the user */
   sim_progress *prog;
@@ -124,8 +125,8 @@ static void *worker_main(void *arg) {
     sim_set_cur_dev(s->dev);
     /* Slow streams (SPCSIM_SLOW_STREAMS): a consumer that does not wait
      * for this stream reads too early nearly every time. */
-    if (sim_cfg()->op_delay_us > 0)
-      usleep((useconds_t)sim_cfg()->op_delay_us);
+    if (s->delay_us > 0)
+      usleep((useconds_t)s->delay_us);
     op->fn(op->arg, &st);
     progress_done(s->prog, op->ticket);
     if (op->free_arg)
@@ -151,6 +152,7 @@ static int stream_new(int dev, unsigned flags, int is_legacy,
   s->dev = dev;
   s->flags = flags;
   s->legacy = is_legacy;
+  s->delay_us = sim_slow_streams();
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   int e = pthread_create(&s->worker, NULL, worker_main, s);

@@ -4,6 +4,7 @@
  * against cuda.h and the driver library's exported names. */
 #include <check.h>
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,6 +60,26 @@ _Static_assert((int)SPC__CUDA_ERROR_INVALID_VALUE ==
                    (int)SPC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ==
                        (int)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                "client_gpu_cu.h's cuMem constants differ from cuda.h");
+_Static_assert((int)SPC__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS ==
+                       (int)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS &&
+                   sizeof(spc__CUDA_MEMCPY2D) == sizeof(CUDA_MEMCPY2D) &&
+                   offsetof(spc__CUDA_MEMCPY2D, srcMemoryType) ==
+                       offsetof(CUDA_MEMCPY2D, srcMemoryType) &&
+                   offsetof(spc__CUDA_MEMCPY2D, srcDevice) ==
+                       offsetof(CUDA_MEMCPY2D, srcDevice) &&
+                   offsetof(spc__CUDA_MEMCPY2D, srcPitch) ==
+                       offsetof(CUDA_MEMCPY2D, srcPitch) &&
+                   offsetof(spc__CUDA_MEMCPY2D, dstMemoryType) ==
+                       offsetof(CUDA_MEMCPY2D, dstMemoryType) &&
+                   offsetof(spc__CUDA_MEMCPY2D, dstDevice) ==
+                       offsetof(CUDA_MEMCPY2D, dstDevice) &&
+                   offsetof(spc__CUDA_MEMCPY2D, dstPitch) ==
+                       offsetof(CUDA_MEMCPY2D, dstPitch) &&
+                   offsetof(spc__CUDA_MEMCPY2D, WidthInBytes) ==
+                       offsetof(CUDA_MEMCPY2D, WidthInBytes) &&
+                   offsetof(spc__CUDA_MEMCPY2D, Height) ==
+                       offsetof(CUDA_MEMCPY2D, Height),
+               "client_gpu_cu.h's CUDA_MEMCPY2D differs from cuda.h");
 _Static_assert(sizeof(spc__CUipcMemHandle) == sizeof(CUipcMemHandle) &&
                    sizeof(spc__CUipcEventHandle) == sizeof(CUipcEventHandle) &&
                    sizeof(spc__CUuuid) == sizeof(CUuuid) &&
