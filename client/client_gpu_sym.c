@@ -59,7 +59,7 @@ static int sym_collective(spc_group *g, const sym_card *mine, sym_card *cards,
 }
 
 /* This rank's card: whether its driver and GPU can run the path. */
-static void card_make(spc_client *c, const spc__cu_api *cu, spc__gpu_dev *d,
+static void card_make(spc_group *g, const spc__cu_api *cu, spc__gpu_dev *d,
                       spc__CUdeviceptr base, uint64_t size, sym_card *k) {
   memset(k, 0, sizeof(*k));
   k->magic = SYM_MAGIC;
@@ -68,7 +68,9 @@ static void card_make(spc_client *c, const spc__cu_api *cu, spc__gpu_dev *d,
   const char *why = NULL;
   if (off != NULL && strcmp(off, "0") == 0)
     why = "SPCOLL_GPU_SYMMETRIC=0 on this rank";
-  else if (!spc__gpu_flags_usable(c, d))
+  else if (g->multinode)
+    why = "the group spans nodes (CUDA IPC reaches this node's GPUs only)";
+  else if (!spc__gpu_flags_usable(g->client, d))
     why = "no 64-bit stream memory operations on this rank's GPU";
   else if (cu->IpcOpenMemHandle == NULL || cu->IpcCloseMemHandle == NULL ||
            cu->MemcpyAsync == NULL || cu->Memcpy2DAsync == NULL ||
@@ -175,7 +177,7 @@ int spc_buffer_alloc_symmetric(spc_group *g, int device, size_t size,
                   .ctx = d->ctx, .own = (spc__CUdeviceptr)(uintptr_t)b->data,
                   .peer = (spc__CUdeviceptr *)(s + 1)};
   sym_card mine, *cards = calloc((size_t)g->world, sizeof(*cards));
-  card_make(c, cu, d, s->own, size, &mine);
+  card_make(g, cu, d, s->own, size, &mine);
   rc = cards != NULL ? sym_collective(g, &mine, cards, NULL)
                      : spc__fail(c, SPC_ENOMEM, "%d ranks' cards", g->world);
   if (rc == SPC_OK)

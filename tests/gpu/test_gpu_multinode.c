@@ -63,6 +63,7 @@ typedef struct {
   int node[MAX_WORLD];        /* rank r talks to nodes.d[node[r]] */
   int gpu[MAX_WORLD];         /* and its tensors are on GPU gpu[r] */
   const char *const *extra;   /* the daemons' options */
+  int sym;                    /* device tensors in a symmetric buffer */
 } placement;
 
 static spt_nodes nodes;
@@ -112,9 +113,24 @@ static int fence(gpc_rank *k, const char *group) {
                 : 0;
 }
 
+/* A symmetric buffer of a group across nodes takes no op: the group
+ * spans nodes, every op went through the daemons. */
+static int sym_refused(gpc_rank *k) {
+  char why[256];
+  spc_gpu_paths st;
+  if (spc_buffer_symmetric(k->symbuf, why, sizeof(why)) ||
+      strstr(why, "spans nodes") == NULL ||
+      spc_gpu_path_stats(k->c, &st) != SPC_OK || st.sym_ops != 0) {
+    fprintf(stderr, "rank %d: symmetric buffer across nodes: %s\n",
+            k->rank, why);
+    return 0;
+  }
+  return 1;
+}
+
 static int rank_main(int rank, int world, void *arg) {
   const placement *p = arg;
-  gpc_rank k = {.rank = rank, .world = world};
+  gpc_rank k = {.rank = rank, .world = world, .sym = p->sym};
   long long before[NODES], after[NODES];
   /* No op of the group runs before rank 0 has joined. */
   if (rank == 0)
@@ -126,6 +142,7 @@ static int rank_main(int rank, int world, void *arg) {
   }
   int bad = gpc_run_cases(&k, p->group, NULL, 0);
   bad += fence(&k, p->group);
+  bad += p->sym && !sym_refused(&k);
   if (rank == 0) {
     ucx_ops(after);
     for (int i = 0; i < NODES; i++) {
@@ -257,7 +274,8 @@ START_TEST(six_ranks_direct) {
                                       "--xnode-staging-bytes", "1048576",
                                       NULL};
   static const placement p = {"(e)", "gpu-mn-6-direct", 6,
-                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, extra};
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, extra,
+                              0};
   run_placement(&p);
 }
 END_TEST
@@ -398,28 +416,41 @@ END_TEST
 
 START_TEST(six_ranks_round_robin_one_gpu) {
   static const placement p = {"(a)", "gpu-mn-6-gpu0", 6,
-                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, NULL};
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, NULL,
+                              0};
   run_placement(&p);
 }
 END_TEST
 
 START_TEST(six_ranks_two_gpus_per_node) {
   static const placement p = {"(b)", "gpu-mn-6-2gpus", 6,
-                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1, 1, 1}, NULL};
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1, 1, 1}, NULL,
+                              0};
+  run_placement(&p);
+}
+END_TEST
+
+/* (a) again with the device tensors in symmetric buffers: the group
+ * spans nodes, so the buffers take no op (each rank says why) and every
+ * op goes through the daemons as in (a). */
+START_TEST(six_ranks_symmetric_buffers) {
+  static const placement p = {"(f)", "gpu-mn-6-sym", 6,
+                              {0, 1, 2, 0, 1, 2}, {0, 0, 0, 0, 0, 0}, NULL,
+                              1};
   run_placement(&p);
 }
 END_TEST
 
 START_TEST(three_ranks_one_per_node) {
   static const placement p = {"(c)", "gpu-mn-3-one-each", 3, {0, 1, 2},
-                              {0, 0, 0}, NULL};
+                              {0, 0, 0}, NULL, 0};
   run_placement(&p);
 }
 END_TEST
 
 START_TEST(five_ranks_uneven) {
   static const placement p = {"(d)", "gpu-mn-5-uneven", 5, {0, 0, 0, 1, 2},
-                              {0, 0, 0, 0, 0}, NULL};
+                              {0, 0, 0, 0, 0}, NULL, 0};
   run_placement(&p);
 }
 END_TEST
@@ -438,6 +469,7 @@ int main(void) {
            ngpu);
   tcase_add_test(tc, three_ranks_one_per_node);
   tcase_add_test(tc, five_ranks_uneven);
+  tcase_add_test(tc, six_ranks_symmetric_buffers);
   tcase_add_test(tc, staging_is_bounded);
   tcase_add_test(tc, node_lost_mid_op);
   /* Only where device memory is host memory (spcsim): this UCX cannot
