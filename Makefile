@@ -69,6 +69,9 @@ KERNEL_OBJ := $(call obj,$(KERNEL_SRC))
 PROTO_OBJ  := $(call obj,$(PROTO_SRC)) $(PB_O)
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+# The GPU movers' kernel as libspclient carries it for symmetric buffers
+# (mk/gpu.mk): bytes for cuModuleLoadData, none without CUDA.
+CLIENT_OBJ += $(BUILD)/client/plan_fatbin.o
 FAST_OBJ   := $(call obj,$(FAST_SRC))
 COMMON_OBJ := $(KERNEL_OBJ) $(PROTO_OBJ)
 

@@ -7,6 +7,7 @@
 
 #include "client_gpu_cu.h"
 #include "client_internal.h"
+#include "plan_cuda.h"
 #include "stream_flags.h"
 
 /* The CUDA driver, loaded once per process: NULL (with why in the
@@ -76,6 +77,13 @@ typedef struct {
   uint64_t req[SPC__GPU_EVENTS]; /* request that last used the pair */
   int memops;                 /* 64-bit stream memory operations: 0 not
                                * asked, 1 yes, -1 no */
+  /* The GPU movers' kernel, for symmetric buffers (client_gpu_sym_kernel.c):
+   * 0 not loaded yet, 1 loaded, -1 cannot be (why in kernel_why). */
+  int kernel_state;
+  spc__CUmodule module;
+  spc__CUfunction kernel;
+  int sms;
+  char kernel_why[160];
 } spc__gpu_dev;
 
 /* The client's stream flags (client_gpu_flags.c): one host buffer of
@@ -90,6 +98,8 @@ typedef struct {
   unsigned next;              /* where the search for a free slot starts */
   uint64_t slot_seq[SPC__FLAG_SLOTS];
   uint64_t slot_req[SPC__FLAG_SLOTS]; /* its op's request until answered */
+  spc_gpu_paths base;         /* the client's counts when it was made: it
+                               * holds those since (each op counted once) */
 } spc__gpu_flags;
 
 /* spc_client->gpu. */
@@ -192,13 +202,32 @@ typedef struct {
   int lists;                  /* the op came with size lists */
 } spc__sym_key;
 
+/* An op the kernel runs (reductions, scaled copies), kept with its key:
+ * this rank's steps as the kernel's descriptors, in pinned host memory
+ * the GPU reads (client_gpu_sym_kernel.c). Kept until the buffer goes: a
+ * queued launch may still read them. */
+typedef struct {
+  spc__sym_key key;
+  void *host;
+  size_t bytes;
+  spk_claunch launch[2];      /* reduce steps, then copies */
+  int mid;                    /* every rank's reduce steps done before any
+                               * copy: the plan's copies read outputs */
+  uint64_t bytes_in;          /* what its steps write into this rank */
+} spc__sym_launch;
+#define SPC__SYM_LAUNCHES 16
+
 typedef struct spc__sym {
   spc_group *group;           /* the group it was allocated over */
   int rank, world;
   spc__CUcontext ctx;
   spc__CUdeviceptr own;       /* this rank's allocation (flags first) */
   spc__CUdeviceptr *peer;     /* every rank's, as this process maps it */
-  int usable;                 /* every rank mapped every rank's */
+  int mapped;                 /* this rank mapped every rank's */
+  int usable;                 /* every rank did: ops may take the path */
+  int kernel;                 /* every rank can launch the kernel */
+  spc__CUfunction fn;         /* this rank's copy of it, and its GPU's */
+  int sms;                    /* multiprocessors */
   char why[256];              /* why not */
   uint64_t seq;               /* ops queued on it */
   /* The last op's copies (its key), kept for a repeat. */
@@ -206,7 +235,27 @@ typedef struct spc__sym {
   int has_key, key_ok;
   spc__sym_copy *copies;
   int ncopies;
+  int cur;                    /* the kept key's launch, -1: its copies */
+  spc__sym_launch *launches;  /* SPC__SYM_LAUNCHES, made on first use */
+  int nlaunches;
 } spc__sym;
+
+/* client_gpu_sym_kernel.c. Whether d's context has the kernel (loaded on
+ * first ask); 0 with d->kernel_why. */
+int spc__sym_kernel_ready(spc_client *c, const spc__cu_api *cu,
+                          spc__gpu_dev *d);
+/* Plan p's steps landing in this rank as s->launches[s->nlaunches]
+ * (keyed k), with bases[rank * SPK_T_COUNT + t] every rank's tensor t as
+ * this process maps it: 1 made, 0 no room (the op goes to the daemon),
+ * < 0 failed. */
+int spc__sym_kernel_plan(spc_client *c, spc__sym *s, const spk_plan *p,
+                         uint8_t *const *bases, const spc__sym_key *k);
+/* Queue launch phase ph (0, 1) of L on st, with s's GPU's geometry. */
+spc__CUresult spc__sym_kernel_run(const spc__cu_api *cu, const spc__sym *s,
+                                  const spc__sym_launch *L, int ph,
+                                  spc__CUstream st);
+/* The kept launches' memory, once no launch can read it. */
+void spc__sym_kernel_free(const spc__cu_api *cu, spc__sym *s);
 
 /* An op on a symmetric buffer of g, taken by the symmetric path: 1 with
  * *req_p (done; spc__sym_wait waits for its stream) and *rc_p, or 1 with
@@ -217,6 +266,12 @@ int spc__sym_try(spc_group *g, const spc_op *op, const spc_tensor *in,
 /* spc_wait (block 1) or spc_test (0) of such a request: its stream
  * synchronized or queried (*done_p). */
 int spc__sym_wait(spc_request *req, int block, int *done_p);
+/* spc_wait_on_stream of such a request on another stream than its op's:
+ * that stream's wait for every rank's done word of the op queued. */
+int spc__sym_wait_on_stream(spc_request *req, void *stream);
+/* g is being left: its symmetric buffers take no op any more (freed
+ * later, without a collective). */
+void spc__sym_group_gone(spc_client *c, spc_group *g);
 /* At the buffer's free: this rank's streams past its ops, the others'
  * mappings closed, and (collective) every rank's closed, through an op of
  * the group (not at a disconnect, where the group may be gone). */

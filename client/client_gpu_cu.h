@@ -17,6 +17,8 @@ typedef struct { char reserved[64]; } spc__CUipcMemHandle;
 typedef struct { char reserved[64]; } spc__CUipcEventHandle;
 typedef struct { char bytes[16]; } spc__CUuuid;
 typedef unsigned long long spc__CUmemGenericAllocationHandle;
+typedef struct spc__CUmod_st *spc__CUmodule;
+typedef struct spc__CUfunc_st *spc__CUfunction;
 /* CUDA_MEMCPY2D (cuda.h), as cuMemcpy2DAsync takes it. */
 typedef struct {
   size_t srcXInBytes, srcY;
@@ -57,7 +59,8 @@ enum {
   SPC__CU_STREAM_WAIT_VALUE_GEQ = 0,
   SPC__CU_STREAM_WRITE_VALUE_DEFAULT = 0,
   SPC__CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
-  SPC__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+  SPC__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
+  SPC__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 };
 
 /* Entry points, loaded with dlsym under the versioned names cuda.h maps
@@ -127,7 +130,15 @@ enum {
     (spc__CUdeviceptr dst, spc__CUdeviceptr src, size_t n, spc__CUstream s)) \
   X(Memcpy2DAsync, "cuMemcpy2DAsync_v2",                                     \
     (const spc__CUDA_MEMCPY2D *p, spc__CUstream s))                         \
-  X(StreamSynchronize, "cuStreamSynchronize", (spc__CUstream s))
+  X(StreamSynchronize, "cuStreamSynchronize", (spc__CUstream s))          \
+  X(ModuleLoadData, "cuModuleLoadData",                                      \
+    (spc__CUmodule * m, const void *image))                                  \
+  X(ModuleGetFunction, "cuModuleGetFunction",                                \
+    (spc__CUfunction * f, spc__CUmodule m, const char *name))                \
+  X(LaunchKernel, "cuLaunchKernel",                                          \
+    (spc__CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,  \
+     unsigned by, unsigned bz, unsigned shmem, spc__CUstream s,              \
+     void **params, void **extra))
 
 typedef struct {
 #define SPC__CU_FIELD(name, sym, args) spc__CUresult (*name) args;

@@ -45,9 +45,11 @@ void spc__gpu_counts_publish(spc_client *c) {
     return;
   spk_sflag_counts *k =
       (spk_sflag_counts *)((uint8_t *)g->flags.words + SPK_SFLAG_COUNTS_OFF);
-  SPK_SFLAG_STORE(&k->sym_ops, g->paths.sym_ops);
-  SPK_SFLAG_STORE(&k->sym_bytes, g->paths.sym_bytes);
-  SPK_SFLAG_STORE(&k->sym_daemon_ops, g->paths.sym_daemon_ops);
+  const spc_gpu_paths *b = &g->flags.base;
+  SPK_SFLAG_STORE(&k->sym_ops, g->paths.sym_ops - b->sym_ops);
+  SPK_SFLAG_STORE(&k->sym_bytes, g->paths.sym_bytes - b->sym_bytes);
+  SPK_SFLAG_STORE(&k->sym_daemon_ops,
+                  g->paths.sym_daemon_ops - b->sym_daemon_ops);
 }
 
 /* The stream flags buffer: allocated, registered with the daemon for
@@ -85,6 +87,7 @@ static int flags_setup(spc_client *c, const spc__cu_api *cu,
     memcpy(c->last_error, saved, sizeof(saved));
     return flags_off(f);
   }
+  f->base = ((const spc__gpu_client *)c->gpu)->paths;
   f->state = 1;
   return 1;
 }

@@ -152,9 +152,12 @@ int spc_wait_on_stream(spc_request **reqp, spc_stream stream) {
     return SPC_EINVAL;
   spc_request *req = *reqp;
   spc_client *c = req->client;
-  if (req->sym) { /* its stream's order is queued already */
+  if (req->sym) { /* queued on its own stream already */
     *reqp = NULL;
-    return spc__finish(c, req, NULL);
+    int rc = stream == req->sym_stream ? SPC_OK
+                                       : spc__sym_wait_on_stream(req, stream);
+    int frc = spc__finish(c, req, NULL);
+    return rc < 0 ? rc : frc;
   }
   if (req->flag_slot1 != 0) {
     *reqp = NULL;

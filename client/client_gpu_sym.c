@@ -16,6 +16,8 @@
 typedef struct {
   uint32_t magic;
   int32_t usable;             /* memory operations, peer copies, not off */
+  int32_t kernel;             /* and the GPU movers' kernel loaded */
+  int32_t pad;
   uint64_t size;
   spc__CUipcMemHandle handle; /* the allocation, flags included */
   char why[176];              /* why not usable */
@@ -79,12 +81,18 @@ static void card_make(spc_group *g, const spc__cu_api *cu, spc__gpu_dev *d,
   else if (cu->IpcGetMemHandle(&k->handle, base) != SPC__CUDA_SUCCESS)
     why = "cuIpcGetMemHandle of the allocation failed";
   k->usable = why == NULL;
-  snprintf(k->why, sizeof(k->why), "%s", why != NULL ? why : "");
+  k->kernel = k->usable && spc__sym_kernel_ready(g->client, cu, d);
+  snprintf(k->why, sizeof(k->why), "%s",
+           why != NULL ? why : k->kernel ? "" : d->kernel_why);
 }
 
-/* Map every other rank's allocation; 0 when one cannot be (why filled). */
+static void peers_close(const spc__cu_api *cu, spc__sym *s);
+
+/* Map every other rank's allocation; 0 when one cannot be (why filled,
+ * none left mapped). */
 static int peers_open(const spc__cu_api *cu, spc__sym *s,
                       const sym_card *cards) {
+  s->mapped = 1;
   for (int r = 0; r < s->world; r++) {
     if (r == s->rank) {
       s->peer[r] = s->own;
@@ -96,6 +104,7 @@ static int peers_open(const spc__cu_api *cu, spc__sym *s,
       s->peer[r] = 0;
       snprintf(s->why, sizeof(s->why), "cuIpcOpenMemHandle of rank %d's "
                "buffer on rank %d: %s", r, s->rank, spc__cu_str(cu, e));
+      peers_close(cu, s);
       return 0;
     }
   }
@@ -103,10 +112,12 @@ static int peers_open(const spc__cu_api *cu, spc__sym *s,
 }
 
 static void peers_close(const spc__cu_api *cu, spc__sym *s) {
-  for (int r = 0; r < s->world; r++)
-    if (r != s->rank && s->peer[r] != 0)
+  for (int r = 0; s->mapped && r < s->world; r++)
+    if (r != s->rank && s->peer[r] != 0) {
       (void)cu->IpcCloseMemHandle(s->peer[r]); /* nothing to do if it fails */
-  s->usable = 0;
+      s->peer[r] = 0;
+    }
+  s->mapped = s->usable = 0;
 }
 
 /* The cards agree (same size, every rank usable): the peers mapped, and
@@ -128,7 +139,16 @@ static int sym_connect(spc_group *g, const spc__cu_api *cu, spc__sym *s,
   for (int r = 0; r < s->world && all; r++)
     if (!cards[r].usable) {
       all = 0;
-      snprintf(s->why, sizeof(s->why), "rank %d: %s", r, cards[r].why);
+      snprintf(s->why, sizeof(s->why), "rank %d: %.*s", r,
+               (int)sizeof(cards[r].why) - 1, cards[r].why);
+    }
+  s->kernel = all;
+  for (int r = 0; r < s->world && s->kernel; r++)
+    if (!cards[r].kernel) {
+      s->kernel = 0; /* reductions go to the daemon: said, not refused */
+      snprintf(s->why, sizeof(s->why), "reductions through the daemon: "
+               "rank %d: %.*s", r, (int)sizeof(cards[r].why) - 1,
+               cards[r].why);
     }
   if (all && spc__gpu_push(g->client, cu, s->ctx) == SPC_OK) {
     all = peers_open(cu, s, cards);
@@ -139,7 +159,7 @@ static int sym_connect(spc_group *g, const spc__cu_api *cu, spc__sym *s,
   int32_t agreed = all;
   int rc = sym_collective(g, NULL, NULL, &agreed);
   if (rc < 0 || !agreed) {
-    if (all && spc__gpu_push(g->client, cu, s->ctx) == SPC_OK) {
+    if (s->mapped && spc__gpu_push(g->client, cu, s->ctx) == SPC_OK) {
       peers_close(cu, s);
       spc__gpu_pop(cu);
     }
@@ -175,15 +195,22 @@ int spc_buffer_alloc_symmetric(spc_group *g, int device, size_t size,
   (void)spc__gpu_dev_get(c, device, &d); /* made by the allocation */
   *s = (spc__sym){.group = g, .rank = g->rank, .world = g->world,
                   .ctx = d->ctx, .own = (spc__CUdeviceptr)(uintptr_t)b->data,
-                  .peer = (spc__CUdeviceptr *)(s + 1)};
+                  .peer = (spc__CUdeviceptr *)(s + 1), .cur = -1};
+  s->copies = malloc(SPC__SYM_MAX_COPIES * sizeof(*s->copies));
   sym_card mine, *cards = calloc((size_t)g->world, sizeof(*cards));
+  if (s->copies == NULL) {
+    free(cards);
+    cards = NULL;
+  }
   card_make(g, cu, d, s->own, size, &mine);
   rc = cards != NULL ? sym_collective(g, &mine, cards, NULL)
                      : spc__fail(c, SPC_ENOMEM, "%d ranks' cards", g->world);
   if (rc == SPC_OK)
     rc = sym_connect(g, cu, s, cards);
+  s->fn = d->kernel, s->sms = d->sms;
   free(cards);
   if (rc < 0) {
+    free(s->copies);
     free(s);
     char keep[sizeof(c->last_error)];
     memcpy(keep, c->last_error, sizeof(keep));
@@ -205,8 +232,8 @@ int spc_buffer_symmetric(const spc_buffer *b, char *why, size_t len) {
   const spc__sym *s = gb != NULL ? gb->sym : NULL;
   const char *w = s == NULL ? "not made by spc_buffer_alloc_symmetric"
                             : s->why;
-  if (why != NULL && len > 0)
-    snprintf(why, len, "%s", s != NULL && s->usable ? "" : w);
+  if (why != NULL && len > 0) /* usable: what goes to the daemon, if any */
+    snprintf(why, len, "%s", w);
   return s != NULL && s->usable;
 }
 
@@ -220,17 +247,30 @@ int spc_gpu_path_stats(const spc_client *c, spc_gpu_paths *st) {
   return SPC_OK;
 }
 
+void spc__sym_group_gone(spc_client *c, spc_group *g) {
+  for (spc_buffer *b = c->buffers; b != NULL; b = b->next) {
+    spc__gpu_buf *gb = b->gpu;
+    if (gb != NULL && gb->sym != NULL && gb->sym->group == g) {
+      gb->sym->group = NULL;
+      gb->sym->usable = 0;
+      snprintf(gb->sym->why, sizeof(gb->sym->why), "its group was left");
+    }
+  }
+}
+
 int spc__sym_free(spc_client *c, spc__sym *s, int collective) {
   const spc__cu_api *cu = spc__cu(c);
-  int usable = s->usable, rc = SPC_OK;
+  int usable = s->mapped && s->group != NULL, rc = SPC_OK;
   /* Every op this rank queued ends with its wait for the others' done
    * words: past it on every stream, no rank reads this memory any more. */
   if (cu != NULL && spc__gpu_push(c, cu, s->ctx) == SPC_OK) {
     (void)cu->CtxSynchronize(); /* a failure is the context's, reported by
                                  * the free that follows */
-    if (usable)
-      peers_close(cu, s);
+    peers_close(cu, s);
+    spc__sym_kernel_free(cu, s);
     spc__gpu_pop(cu);
+  } else {
+    spc__sym_kernel_free(NULL, s);
   }
   /* Memory is freed only once no other process maps it: every rank has
    * closed its mappings of the others' before any rank goes on. */

@@ -27,6 +27,7 @@
 
 #define READY_OFF 0
 #define DONE_OFF 64
+#define MID_OFF 128
 /* A copy's pitch past this goes row by row (CU_DEVICE_ATTRIBUTE_MAX_PITCH
  * of current GPUs). */
 #define PITCH_MAX ((uint64_t)INT32_MAX)
@@ -119,8 +120,9 @@ static void move_emit(spc__sym *s, const spk_move *m, const sym_key *k) {
 static int eligible(const spc__sym *s, const spc_op *op, const sym_key *k) {
   const spk_op_row *row = spk_op_row_get(k->a.op);
   (void)op;
-  if (row == NULL || row->reduces || k->lists ||
-      (k->a.flags & SPK_FLAG_SCALE_MASK) != 0 ||
+  int kernel_only = row != NULL &&
+                    (row->reduces || (k->a.flags & SPK_FLAG_SCALE_MASK) != 0);
+  if (row == NULL || k->lists || (kernel_only && !s->kernel) ||
       s->world > SPC__SYM_MAX_WORLD)
     return 0;
   size_t es = spk_dtype_size(k->a.dtype);
@@ -143,40 +145,77 @@ static int eligible(const spc__sym *s, const spc_op *op, const sym_key *k) {
   return 1;
 }
 
-/* The op's copies for this rank into s->copies: 1 when it may take the
- * path, 0 when not, < 0 on failure. Kept for the next op with the same
- * key (a training step repeats its ops). */
-static int plan_copies(spc_client *c, spc__sym *s, const spc_op *op,
-                       const sym_key *k) {
+/* The op's copies for this rank into s->copies (s->cur -1), from plan
+ * p: 0 when they do not fit. */
+static int copies_make(spc__sym *s, const spk_plan *p, const sym_key *k) {
+  if (!copies_fit(p, s->world))
+    return 0;
+  s->ncopies = 0;
+  for (size_t i = 0; i < p->nmoves; i++)
+    if (p->moves[i].dst_rank == (uint32_t)s->rank)
+      move_emit(s, &p->moves[i], k);
+  s->cur = -1;
+  return 1;
+}
+
+/* A launch kept for k (kernel ops), made now if not: its index, -1 when
+ * there is no room, < -1 on failure. */
+static int launch_for(spc_client *c, spc__sym *s, const spk_plan *p,
+                      const sym_key *k) {
+  for (int i = 0; i < s->nlaunches; i++)
+    if (memcmp(&s->launches[i].key, k, sizeof(*k)) == 0)
+      return i;
+  uint8_t **bases = malloc((size_t)s->world * SPK_T_COUNT * sizeof(*bases));
+  if (bases == NULL)
+    return spc__fail(c, SPC_ENOMEM, "%d ranks' bases", s->world) - 2;
+  for (int r = 0; r < s->world; r++)
+    for (int t = 0; t < SPK_T_COUNT; t++)
+      bases[r * SPK_T_COUNT + t] =
+          (uint8_t *)(uintptr_t)tensor_base(s, (uint32_t)r, t, k);
+  int rc = spc__sym_kernel_plan(c, s, p, bases, k);
+  free(bases);
+  return rc < 0 ? rc - 2 : rc == 0 ? -1 : s->nlaunches - 1;
+}
+
+/* How this rank runs the op: 1 when it takes the path (s->cur and, for
+ * copies, s->copies set), 0 when not, < 0 on failure. The last answer is
+ * kept for the next op with the same key (a training step repeats its
+ * ops). */
+static int plan_op(spc_client *c, spc__sym *s, const spc_op *op,
+                   const sym_key *k) {
   if (s->has_key && memcmp(&s->key, k, sizeof(*k)) == 0)
     return s->key_ok;
   s->has_key = 0;
-  s->ncopies = 0;
   if (!eligible(s, op, k))
-    goto done_no;
-  const spk_op_args **argv = malloc((size_t)s->world * sizeof(*argv));
-  if (argv == NULL)
-    return spc__fail(c, SPC_ENOMEM, "%d ranks' arguments", s->world);
+    goto done;
+  const spk_op_args *argv[SPC__SYM_MAX_WORLD];
   for (int r = 0; r < s->world; r++)
     argv[r] = &k->a;
   spk_plan p;
   spk_err err;
   spk_plan_init(&p, s->world);
-  int ok = spk_plan_build(argv, s->world, &p, &err) == SPK_OK &&
-           p.nreduces == 0 && copies_fit(&p, s->world);
-  free(argv);
-  if (ok && s->copies == NULL &&
-      (s->copies = malloc(SPC__SYM_MAX_COPIES * sizeof(*s->copies))) == NULL)
-    ok = 0;
-  for (size_t i = 0; ok && i < p.nmoves; i++)
-    if (p.moves[i].dst_rank == (uint32_t)s->rank)
-      move_emit(s, &p.moves[i], k);
+  int rc = spk_plan_build(argv, s->world, &p, &err);
+  int ok = rc == SPK_OK;
+  /* A plan this rank could not make for want of memory: a failure here,
+   * not an op for the daemon (the other ranks take the path). */
+  rc = rc == SPK_ENO_MEMORY ? spc__fail(c, SPC_ENOMEM, "%s", err.msg)
+                            : SPC_OK;
+  if (ok && (p.nreduces > 0 || p.scale != SPK_SCALE_NONE)) {
+    int i = launch_for(c, s, &p, k);
+    ok = i >= 0;
+    rc = i < -1 ? i + 2 : SPC_OK;
+    s->cur = i;
+  } else if (ok) {
+    ok = copies_make(s, &p, k);
+  }
   spk_plan_free(&p);
-  if (!ok)
-    goto done_no;
-  s->key = *k, s->has_key = 1, s->key_ok = 1;
-  return 1;
-done_no:
+  if (rc < 0)
+    return rc;
+  if (ok) {
+    s->key = *k, s->has_key = 1, s->key_ok = 1;
+    return 1;
+  }
+done:
   s->key = *k, s->has_key = 1, s->key_ok = 0;
   return 0;
 }
@@ -209,15 +248,47 @@ static spc__CUresult barrier(const spc__cu_api *cu, const spc__sym *s,
   return e;
 }
 
-/* Queue the op on st. A failure part way still queues both of this
- * rank's writes where it can, so that the other ranks go on (this rank's
- * output is then undefined, and the op fails here). */
+/* This rank's words for op seq set with nothing in between, and its
+ * stream held until every rank is done with it: what a rank that cannot
+ * run its part still queues, so that the others go on (its output is then
+ * undefined, and the op fails here). */
+static void release(const spc__cu_api *cu, const spc__sym *s,
+                    spc__CUstream st, uint64_t seq) {
+  const char *what;
+  (void)cu->StreamWriteValue64(st, s->own + READY_OFF, seq, 0);
+  (void)cu->StreamWriteValue64(st, s->own + MID_OFF, seq, 0);
+  (void)barrier(cu, s, st, DONE_OFF, seq, &what);
+}
+
+/* Queue the op on st. A failure part way releases the other ranks. */
+/* The kernel's launches of s->cur, with the middle barrier where its
+ * copies read what every rank's reduce steps wrote. */
+static spc__CUresult kernel_queue(const spc__cu_api *cu, const spc__sym *s,
+                                  spc__CUstream st, uint64_t seq,
+                                  const char **what) {
+  const spc__sym_launch *L = &s->launches[s->cur];
+  *what = "cuLaunchKernel";
+  spc__CUresult e = spc__sym_kernel_run(cu, s, L, 0, st);
+  if (e == SPC__CUDA_SUCCESS && L->mid)
+    e = barrier(cu, s, st, MID_OFF, seq, what);
+  *what = "cuLaunchKernel";
+  return e == SPC__CUDA_SUCCESS ? spc__sym_kernel_run(cu, s, L, 1, st) : e;
+}
+
 static int enqueue(spc_client *c, const spc__cu_api *cu, spc__sym *s,
                    spc__CUstream st) {
   uint64_t seq = ++s->seq;
-  const char *what;
-  spc__CUresult e = barrier(cu, s, st, READY_OFF, seq, &what);
-  for (int i = 0; i < s->ncopies && e == SPC__CUDA_SUCCESS; i++) {
+  /* Ops of the buffer on other streams: this one after the last (so every
+   * word only grows, and each op's words say that op). */
+  const char *what = "cuStreamWaitValue64";
+  spc__CUresult e = cu->StreamWaitValue64(st, s->own + DONE_OFF, seq - 1,
+                                          SPC__CU_STREAM_WAIT_VALUE_GEQ);
+  if (e == SPC__CUDA_SUCCESS)
+    e = barrier(cu, s, st, READY_OFF, seq, &what);
+  if (e == SPC__CUDA_SUCCESS && s->cur >= 0)
+    e = kernel_queue(cu, s, st, seq, &what);
+  for (int i = 0; s->cur < 0 && i < s->ncopies && e == SPC__CUDA_SUCCESS;
+       i++) {
     what = s->copies[i].height > 1 ? "cuMemcpy2DAsync" : "cuMemcpyAsync";
     e = copy_one(cu, &s->copies[i], st);
   }
@@ -225,8 +296,7 @@ static int enqueue(spc_client *c, const spc__cu_api *cu, spc__sym *s,
     e = barrier(cu, s, st, DONE_OFF, seq, &what);
   if (e == SPC__CUDA_SUCCESS)
     return SPC_OK;
-  (void)cu->StreamWriteValue64(st, s->own + READY_OFF, seq, 0);
-  (void)cu->StreamWriteValue64(st, s->own + DONE_OFF, seq, 0);
+  release(cu, s, st, seq);
   return spc__fail(c, SPC_EDEVICE, "%s on stream %p (symmetric op %llu of "
                    "rank %d): %s", what, (void *)st, (unsigned long long)seq,
                    s->rank, spc__cu_str(cu, e));
@@ -241,6 +311,8 @@ static int request_make(spc_client *c, void *stream, spc__sym *s,
   req->done = 1;
   req->sym_stream = stream;
   req->sym_ctx = s->ctx;
+  req->sym_buf = s;
+  req->sym_seq = s->seq;
   req->sym = 1;
   *req_p = req;
   return SPC_OK;
@@ -256,31 +328,67 @@ int spc__sym_try(spc_group *g, const spc_op *op, const spc_tensor *in,
     return 0;
   spc_client *c = g->client;
   spc__gpu_client *gc = c->gpu;
+  /* Tensors as spc_tensor_init makes them: bounds, alignment, dims. */
+  int rc = spc__tensor_check(c, "input", in->buf, in->offset, in->dtype,
+                             in->ndim, in->shape);
+  if (rc == SPC_OK)
+    rc = spc__tensor_check(c, "output", out->buf, out->offset, out->dtype,
+                           out->ndim, out->shape);
+  if (rc == SPC_OK && in->dtype != out->dtype)
+    rc = spc__fail(c, SPC_EINVAL, "input dtype %d, output dtype %d: an op "
+                   "reads and writes one dtype", in->dtype, out->dtype);
+  if (rc < 0) /* the daemon fails it, on every rank that sends it */
+    return 0;
   sym_key k;
   key_make(op, in, out, &k);
-  int ok = plan_copies(c, s, op, &k);
-  if (ok <= 0) {
-    gc->paths.sym_daemon_ops += ok == 0;
+  int ok = plan_op(c, s, op, &k);
+  if (ok == 0) {
+    gc->paths.sym_daemon_ops++;
     spc__gpu_counts_publish(c);
-    *rc_p = ok;
-    return ok < 0;
+    return 0;
   }
   const spc__cu_api *cu = spc__cu(c);
-  int rc = spc__gpu_push(c, cu, s->ctx);
+  rc = spc__gpu_push(c, cu, s->ctx);
   if (rc == SPC_OK) {
-    rc = enqueue(c, cu, s, (spc__CUstream)stream);
+    if (ok > 0)
+      rc = enqueue(c, cu, s, (spc__CUstream)stream);
+    else
+      release(cu, s, (spc__CUstream)stream, ++s->seq);
     spc__gpu_pop(cu);
   }
+  if (ok < 0)
+    rc = ok;
   if (rc == SPC_OK)
     rc = request_make(c, stream, s, req_p);
   if (rc == SPC_OK) {
     gc->paths.sym_ops++;
-    for (int i = 0; i < s->ncopies; i++)
+    for (int i = 0; s->cur < 0 && i < s->ncopies; i++)
       gc->paths.sym_bytes += s->copies[i].width * s->copies[i].height;
+    if (s->cur >= 0)
+      gc->paths.sym_bytes += s->launches[s->cur].bytes_in;
     spc__gpu_counts_publish(c);
   }
   *rc_p = rc;
   return 1;
+}
+
+int spc__sym_wait_on_stream(spc_request *req, void *stream) {
+  spc_client *c = req->client;
+  const spc__sym *s = req->sym_buf;
+  const spc__cu_api *cu = spc__cu(c);
+  int rc = spc__gpu_push(c, cu, req->sym_ctx);
+  if (rc < 0)
+    return rc;
+  spc__CUresult e = SPC__CUDA_SUCCESS;
+  for (int r = 0; r < s->world && e == SPC__CUDA_SUCCESS; r++)
+    e = cu->StreamWaitValue64((spc__CUstream)stream, s->peer[r] + DONE_OFF,
+                              req->sym_seq, SPC__CU_STREAM_WAIT_VALUE_GEQ);
+  spc__gpu_pop(cu);
+  if (e == SPC__CUDA_SUCCESS)
+    return SPC_OK;
+  return spc__fail(c, SPC_EDEVICE, "cuStreamWaitValue64 on stream %p for "
+                   "symmetric op %llu: %s", stream,
+                   (unsigned long long)req->sym_seq, spc__cu_str(cu, e));
 }
 
 int spc__sym_wait(spc_request *req, int block, int *done_p) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "client_fast.h"
+#include "client_gpu.h"
 #include "tensor_check.h"
 
 int spc_set_op_timeout(spc_client *c, int64_t timeout_ms) {
@@ -102,6 +103,7 @@ int spc_group_leave(spc_group *g) {
   if (g == NULL)
     return SPC_EINVAL;
   int rc = leave_send(g);
+  spc__sym_group_gone(g->client, g);
   group_unlink(g->client, g);
   if (g->client->lost) /* nobody else tells the ranks still in an op */
     spc__fast_leave(g);

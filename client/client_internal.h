@@ -34,6 +34,8 @@ struct spc_request {
    * spc_wait synchronizes its stream in its context. */
   int sym;
   void *sym_stream, *sym_ctx;
+  void *sym_buf;              /* its buffer's state, and its op's seq */
+  uint64_t sym_seq;
 };
 
 struct spc_group {

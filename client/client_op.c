@@ -118,8 +118,6 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
   int rc = tensor_valid(c, in, "input");
   if (rc == SPC_OK)
     rc = tensor_valid(c, out, "output");
-  if (rc == SPC_OK)
-    rc = spc__async_take(c); /* an earlier op on a stream failed */
   if (rc < 0)
     return rc;
   /* Before the segment hears of the op: the others must not wait for it. */
@@ -138,8 +136,12 @@ static int start(spc_group *g, const spc_op *op, const spc_tensor *in,
                      "length: seq_lens %s, nseq %d",
                      op->sizes ? "given" : "NULL", op->nsizes);
   /* Every rank takes the symmetric path for the same ops: in no group's
-   * sequence, no segment's or daemon's. */
+   * sequence, no segment's or daemon's. Before an earlier op's failure is
+   * reported, which reaches the ranks at different times: a rank that
+   * skipped its part would hold the others (spc_async_error reports it). */
   if (in->buf->gpu != NULL && spc__sym_try(g, op, in, out, stream, req_p, &rc))
+    return rc;
+  if ((rc = spc__async_take(c)) < 0) /* an earlier op on a stream failed */
     return rc;
   spc__ring_make(c); /* after a reconnect: before any frame is built */
   int unsent = 0;

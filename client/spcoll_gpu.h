@@ -101,29 +101,34 @@ int spc_buffer_device(const spc_buffer *buf);
 /* ---- symmetric buffers ------------------------------------------------
  * Device memory every rank of a group allocates alike and maps from every
  * other rank (CUDA IPC), so that an op on it runs on the ranks' own
- * streams, with no daemon between a trainer's kernels: each rank copies
- * what lands in its output straight from the other ranks' memory
- * (cuMemcpyAsync, cuMemcpy2DAsync), between two barriers of stream memory
- * operations on flags words of every rank's buffer (its input written on
- * every rank before anyone reads it; every rank done reading before
+ * streams, with no daemon between a trainer's kernels: each rank writes
+ * what lands in its output, reading the other ranks' memory (copies:
+ * cuMemcpyAsync, cuMemcpy2DAsync; reductions and scaled copies: the GPU
+ * movers' kernel, which the library carries), between barriers of stream
+ * memory operations on flags words of every rank's buffer (every rank's
+ * input written before anyone reads it; every rank done reading before
  * anything after the op runs). spc_start_on_stream returns once that is
- * queued; spc_wait_on_stream then has nothing left to queue, and spc_wait
+ * queued; spc_wait_on_stream then queues nothing on the op's stream (on
+ * another, the waits for every rank's end of the op), and spc_wait
  * synchronizes the op's stream (spc_test queries it). Ops on the group,
- * symmetric or not, must be issued in the same order on every rank.
+ * symmetric or not, must be issued in the same order on every rank, and
+ * an op on a symmetric buffer with the same arguments (shapes, offsets)
+ * on every rank.
  *
- * Which path runs (the same on every rank, decided from the op's
- * arguments): the symmetric path for ops that only copy (split,
- * all_gather, all_to_all, the zigzag ops; not all_reduce,
- * reduce_scatter, scaled copies or the packed ops) with no size lists,
- * every rank's output of one shape, input and output in the same
- * symmetric buffer at offsets that do not overlap, the group the buffer
- * was allocated over, at most 64 copy calls per rank (rows of a strided
- * block are one 2-D copy); anything else goes to the daemon as an op on
- * any device buffer. Arguments are not checked against the other ranks'
- * on the symmetric path (as with NCCL, a rank whose op differs gets
- * undefined output, within the buffers, or waits). Counted per client
- * (spc_gpu_path_stats). Security: every rank of the group may read and
- * write every rank's symmetric buffer. */
+ * Which path runs (decided by each rank from its arguments, so the same
+ * on every rank): the symmetric path for ops with no size lists and every
+ * rank's output of one shape (split, all_gather, all_to_all, all_reduce,
+ * reduce_scatter, the zigzag ops, scaled or not; reductions and scaled
+ * copies where every rank could load the kernel), tensors as
+ * spc_tensor_init checks them, input and output in one symmetric buffer
+ * at offsets that do not overlap, the group the buffer was allocated
+ * over, at most 64 copy calls per rank (rows of a strided block are one
+ * 2-D copy); anything else goes to the daemon as an op on any device
+ * buffer. Arguments are not checked against the other ranks' on this
+ * path: as with NCCL, ranks whose arguments differ may wait forever.
+ * Counted per client (spc_gpu_path_stats) and in the daemon's stats, as
+ * clients report them. Security: every rank of the group may read and
+ * write every rank's symmetric buffer. docs/gpu-symmetric.md. */
 
 /* Allocate `size` bytes of symmetric device memory on `device` for every
  * rank of group: collective (every rank calls it, at the same point of
@@ -137,14 +142,15 @@ int spc_buffer_device(const spc_buffer *buf);
 int spc_buffer_alloc_symmetric(spc_group *group, int device, size_t size,
                                spc_buffer **buf_p);
 
-/* 1 when ops on buf may take the symmetric path; 0 with why (len bytes
- * at most) when not. */
+/* 1 when ops on buf may take the symmetric path, with what still goes to
+ * the daemon in why ("" when nothing); 0 with why not (len bytes at
+ * most). */
 int spc_buffer_symmetric(const spc_buffer *buf, char *why, size_t len);
 
 /* Device ops of a client, by path. */
 typedef struct {
   uint64_t sym_ops;           /* run on the symmetric path */
-  uint64_t sym_bytes;         /* bytes those copied into this rank */
+  uint64_t sym_bytes;         /* bytes those wrote into this rank */
   uint64_t sym_daemon_ops;    /* on symmetric buffers, sent to the daemon */
 } spc_gpu_paths;
 int spc_gpu_path_stats(const spc_client *client, spc_gpu_paths *st);

@@ -4,7 +4,9 @@
  * its device ops that the daemon never sees (symmetric buffers,
  * docs/gpu-symmetric.md), for the daemon's stats.
  *
- * Counts: the client stores each (rlx) as it changes; the daemon loads
+ * Counts, since the buffer was made (a client that reconnects makes a new
+ * one, or registers this one again with what it holds counted already):
+ * the client stores each (rlx) as it changes; the daemon loads
  * them (rlx) when it renders stats and when the buffer goes, and adds
  * what grew since its last look. They are the client's word, used for
  * nothing but those counters; a buffer of the slots alone (an older

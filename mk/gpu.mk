@@ -15,10 +15,33 @@ NVCC_FLAGS := -std=c++17 -O3 -g -Xcompiler -fPIC -Xcompiler -Wall \
 CU_SRC := $(wildcard daemon/gpu/*.cu)
 CU_OBJ := $(if $(HAVE_CUDA),$(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRC)))
 
-$(BUILD)/daemon/gpu/%.cu.o: daemon/gpu/%.cu daemon/gpu/plan_cuda.h kernels/plan.h \
+$(BUILD)/daemon/gpu/%.cu.o: daemon/gpu/%.cu kernels/plan_cuda.h kernels/plan.h \
   kernels/types.h kernels/status.h kernels/half_bits.h
 	@mkdir -p $(dir $@)
 	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# libspclient's copy of the kernel (client/client_gpu_sym_kernel.c loads
+# it with cuModuleLoadData: the library keeps no link-time CUDA
+# dependency): plan_cuda.cu's device code as a fatbin, embedded as bytes.
+# Without CUDA the array is empty and reductions on symmetric buffers go
+# to the daemon.
+$(BUILD)/client/plan_kernel.fatbin: daemon/gpu/plan_cuda.cu \
+  kernels/plan_cuda.h kernels/plan.h kernels/types.h kernels/status.h \
+  kernels/half_bits.h
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) -std=c++17 -O3 -Ikernels -Idaemon/gpu --fatbin \
+	  $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+	  $< -o $@
+
+$(BUILD)/client/plan_fatbin.c: scripts/embed_bytes.sh \
+  $(if $(HAVE_CUDA),$(BUILD)/client/plan_kernel.fatbin)
+	@mkdir -p $(dir $@)
+	$(Q)sh scripts/embed_bytes.sh spc__plan_fatbin \
+	  $(if $(HAVE_CUDA),$(BUILD)/client/plan_kernel.fatbin) > $@.tmp
+	$(Q)mv $@.tmp $@
+
+$(BUILD)/client/plan_fatbin.o: $(BUILD)/client/plan_fatbin.c
+	$(Q)$(CC) $(CFLAGS_ALL) -w -c $< -o $@
 
 # CUDA headers are system headers here: our -Werror is for our code.
 GPU_CFLAGS_SYS := $(subst -I$(CUDA_HOME)/include,-isystem $(CUDA_HOME)/include,$(GPU_CFLAGS))

@@ -34,7 +34,7 @@ $(GPUSIM_DIR)/plan_cuda_host.inc: daemon/gpu/plan_cuda.cu
 
 $(GPUSIM_DIR)/kernels_host.o: tests/gpusim/kernels_host.cc \
   $(GPUSIM_DIR)/plan_cuda_host.inc tests/gpusim/shim/cuda_runtime.h \
-  daemon/gpu/plan_cuda.h kernels/half_bits.h
+  kernels/plan_cuda.h kernels/half_bits.h
 	$(Q)$(CXX) -std=c++17 -g -O2 -fPIC -fno-exceptions -fno-rtti \
 	  -fno-threadsafe-statics -Wall -Wno-unknown-pragmas -Werror \
 	  -Itests/gpusim/shim -Ikernels -Idaemon/gpu -I$(GPUSIM_DIR) -c $< -o $@

@@ -187,11 +187,23 @@ void spd_buffer_unref(spd_ctx *ctx, spd_buffer *buf) {
   (void)spd_buffer_unref_then(ctx, buf, NULL, NULL);
 }
 
+
 static void count_add(uint64_t *counter, uint64_t *seen, const uint64_t *word) {
   uint64_t v = SPK_SFLAG_LOAD(word);
   if (v > *seen)
     *counter += v - *seen;
   *seen = v;
+}
+
+void spd_buffer_counts_seed(spd_buffer *buf) {
+  uint64_t sink[3] = {0};
+  if (!buf->stream_flags || buf->size < SPK_SFLAG_BYTES)
+    return;
+  const spk_sflag_counts *k =
+      (const spk_sflag_counts *)(buf->base + SPK_SFLAG_COUNTS_OFF);
+  count_add(&sink[0], &buf->counts_seen[0], &k->sym_ops);
+  count_add(&sink[1], &buf->counts_seen[1], &k->sym_bytes);
+  count_add(&sink[2], &buf->counts_seen[2], &k->sym_daemon_ops);
 }
 
 void spd_buffer_counts_harvest(spd_ctx *ctx, spd_buffer *buf) {

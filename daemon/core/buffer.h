@@ -81,6 +81,9 @@ int spd_buffer_unref_then(spd_ctx *ctx, spd_buffer *buf,
  * ctx's counters (a count that shrank is the client's scribble: it only
  * resets the look). Nothing for other buffers. */
 void spd_buffer_counts_harvest(spd_ctx *ctx, spd_buffer *buf);
+/* At registration: the counts a client brings from before (it counts for
+ * its whole life; a reconnect registers a new buffer) are not new. */
+void spd_buffer_counts_seed(spd_buffer *buf);
 
 /* Check that [offset, offset + bytes) lies inside the buffer. */
 int spd_buffer_check_range(const spd_buffer *buf, uint64_t offset,

@@ -29,6 +29,7 @@ static int flags_open(spd_session *s, spd_buffer *buf, spk_err *err) {
     return rc;
   }
   buf->stream_flags = 1;
+  spd_buffer_counts_seed(buf);
   return SPK_OK;
 }
 

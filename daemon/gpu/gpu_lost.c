@@ -13,6 +13,8 @@
 
 #include "gpu.h"
 
+#ifdef SPC_HAVE_CUDA
+
 int spd_gpu_error_sticky(int e) {
   switch ((cudaError_t)e) {
   case cudaErrorContained:
@@ -96,3 +98,5 @@ void spd_gpu_lost_say(spd_gpu *gpu, char *msg, size_t len) {
     snprintf(msg + n, len - n, "; spcolld's CUDA context is lost (%s): a "
              "new spcolld takes over", gpu->lost_why);
 }
+
+#endif /* SPC_HAVE_CUDA */

@@ -12,7 +12,7 @@
 #include "half_bits.h"
 #include "plan_cuda.h"
 
-#define THREADS 512
+#define THREADS SPK_CU_THREADS
 #define UNROLL 4
 
 /* ---- 16-bit floats: kernels/half_bits.h, the host mover's conversions

@@ -239,6 +239,75 @@ static int done_main(int rank, int world, void *argp) {
   return bad | sym_teardown(&a);
 }
 
+/* An all_reduce (the movers' kernel on the ranks' streams: reduce steps,
+ * then copies of the other ranks' reduced pieces) with rank 1's stream
+ * ops starting 30 ms late on spcsim: rank 0 must wait for rank 1's piece
+ * before it copies it. Sums of 0 .. N-1 and r * N + i, bitwise. */
+static int reduce_main(int rank, int world, void *argp) {
+  sym_rank a;
+  if (rank == 1)
+    setenv("SPCSIM_SLOW_STREAMS", "test_gpu_sym:30000", 1);
+  if (sym_setup(&a, "sym-reduce", rank, world, argp, 3 * N * 4))
+    return 1;
+  int64_t shape[1] = {N};
+  spc_tensor y;
+  spc_op op = spc_op_all_reduce(SPC_SUM);
+  spc_tensor_init(&y, a.sym, N * 4, SPC_FLOAT32, 1, shape);
+  GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
+                           a.s));
+  int bad = spc_run_on_stream(a.g, &op, &a.x, &y, a.s) != SPC_OK;
+  GPT_CUDA(cudaMemcpyAsync(a.out, a.base + N * 4, N * 4,
+                           cudaMemcpyDeviceToHost, a.s));
+  GPT_CUDA(cudaStreamSynchronize(a.s));
+  for (int i = 0; i < N && !bad; i++)
+    if (a.out[i] != (float)i + (float)(N + i)) {
+      fprintf(stderr, "rank %d: element %d is %g, want %g\n", rank, i,
+              (double)a.out[i], (double)((float)i + (float)(N + i)));
+      bad = 1;
+    }
+  bad |= !path_ran(&a, rank, 1);
+  return bad | sym_teardown(&a);
+}
+
+/* Rank 0 issues op 1 on a held stream (its input written there first)
+ * and op 2, in the same buffer, on its own idle stream; rank 1 issues
+ * both on one stream. Op 2 must not stand in for op 1: rank 1's op 1
+ * output has rank 0's input, and both ops' outputs are right. Op 2
+ * gathers into a second output past the first. */
+static int streams_main(int rank, int world, void *argp) {
+  sym_rank a;
+  gpt_held h;
+  if (sym_setup(&a, "sym-streams", rank, world, argp, 5 * N * 4))
+    return 1;
+  spc_tensor y2;
+  int64_t out_s[1] = {2 * N};
+  spc_tensor_init(&y2, a.sym, 3 * N * 4, SPC_FLOAT32, 1, out_s);
+  cudaStream_t first = a.s;
+  if (rank == 0) {
+    if (gpt_hold(&h))
+      return 1;
+    first = h.s;
+  }
+  GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
+                           first));
+  int bad = spc_run_on_stream(a.g, &a.op, &a.x, &a.y, first) != SPC_OK;
+  bad |= spc_run_on_stream(a.g, &a.op, &a.x, &y2, a.s) != SPC_OK;
+  bad |= host_barrier(&a);
+  if (rank == 0)
+    gpt_open_gate(&h);
+  GPT_CUDA(cudaStreamSynchronize(first));
+  GPT_CUDA(cudaStreamSynchronize(a.s));
+  for (int o = 0; o < 2 && !bad; o++) {
+    GPT_CUDA(cudaMemcpy(a.out, a.base + (1 + 2 * o) * N * 4, 2 * N * 4,
+                        cudaMemcpyDeviceToHost));
+    bad |= verdict(&a, rank, 0, o ? "op 2, other stream" : "op 1");
+  }
+  bad |= !path_ran(&a, rank, 2);
+  if (rank == 0)
+    GPT_CUDA(cudaStreamDestroy(h.s));
+  return bad | sym_teardown(&a);
+}
+
 /* Sizes that differ: SPC_EMISMATCH on every rank, naming both. */
 static int sizes_main(int rank, int world, void *argp) {
   (void)argp;
@@ -335,6 +404,17 @@ END_TEST
 START_TEST(sizes_that_differ_fail_on_every_rank) { run(sizes_main, 1, 0); }
 END_TEST
 
+START_TEST(all_reduce_waits_for_every_ranks_reduce) { run(reduce_main, 1, 0); }
+END_TEST
+
+START_TEST(ops_on_two_streams_keep_their_order) { run(streams_main, 1, 0); }
+END_TEST
+
+START_TEST(all_reduce_waits_for_every_ranks_reduce_two_gpus) {
+  run(reduce_main, 2, 0);
+}
+END_TEST
+
 START_TEST(one_rank_off_keeps_every_rank_on_the_daemon) {
   run(off_main, 1, 0);
 }
@@ -350,10 +430,13 @@ int main(void) {
   tcase_add_test(tc, input_kept_until_every_rank_read_it);
   tcase_add_test(tc, a_missing_done_wait_is_seen);
   tcase_add_test(tc, sizes_that_differ_fail_on_every_rank);
+  tcase_add_test(tc, all_reduce_waits_for_every_ranks_reduce);
+  tcase_add_test(tc, ops_on_two_streams_keep_their_order);
   tcase_add_test(tc, one_rank_off_keeps_every_rank_on_the_daemon);
   if (ngpu >= 2) {
     tcase_add_test(tc, op_returns_before_a_held_peer_two_gpus);
     tcase_add_test(tc, input_kept_until_every_rank_read_it_two_gpus);
+    tcase_add_test(tc, all_reduce_waits_for_every_ranks_reduce_two_gpus);
   } else {
     printf("not run: the two-GPU cases need 2 GPUs, %d found\n", ngpu);
   }

@@ -188,11 +188,6 @@ ABSENT(cuLaunchCooperativeKernel,
         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
         void **kernelParams))
-ABSENT(cuLaunchKernel,
-       (CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-        void **kernelParams, void **extra))
 ABSENT(cuLinkAddData_v2,
        (CUlinkState state, CUjitInputType type, void *data, size_t size,
         const char *name, unsigned int numOptions, CUjit_option *options,
@@ -200,14 +195,10 @@ ABSENT(cuLinkAddData_v2,
 ABSENT(cuLinkComplete, (CUlinkState state, void **cubinOut, size_t *sizeOut))
 ABSENT(cuLinkCreate_v2, (unsigned int numOptions, CUjit_option *options,
                          void **optionValues, CUlinkState *stateOut))
-ABSENT(cuModuleGetFunction,
-       (CUfunction * hfunc, CUmodule hmod, const char *name))
 ABSENT(cuModuleLoad, (CUmodule * module, const char *fname))
-ABSENT(cuModuleLoadData, (CUmodule * module, const void *image))
 ABSENT(cuModuleLoadDataEx,
        (CUmodule * module, const void *image, unsigned int numOptions,
         CUjit_option *options, void **optionValues))
-ABSENT(cuModuleUnload, (CUmodule hmod))
 ABSENT(cuOccupancyMaxActiveBlocksPerMultiprocessor,
        (int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize))
 ABSENT(cuTensorMapEncodeTiled,

@@ -434,6 +434,45 @@ API CUresult cuStreamSynchronize(CUstream s) {
   return C(sim_stream_sync((sim_stream *)s));
 }
 
+/* ---- modules (libspclient's symmetric buffers) ----------------------------
+ * A module is any image: its functions are the kernels with a host build
+ * (kernels_host.cc), found by their device names. */
+
+#define SIM_MODULE ((CUmodule)(uintptr_t)0x4d4f44) /* one handle for all */
+
+API CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+  if (m == NULL || image == NULL)
+    return C(SIM_EINVAL);
+  *m = SIM_MODULE;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuModuleUnload(CUmodule m) {
+  return C(m == SIM_MODULE ? SIM_OK : SIM_EHANDLE);
+}
+
+API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+  if (m != SIM_MODULE || f == NULL || name == NULL)
+    return C(SIM_EHANDLE);
+  void *k = NULL;
+  int rc = sim_kernel_named(&k, name);
+  if (rc == SIM_ENOKERNEL)
+    return CUDA_ERROR_NOT_FOUND;
+  if (rc == SIM_OK)
+    *f = (CUfunction)k;
+  return C(rc);
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
+                            unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, CUstream s, void **params,
+                            void **extra) {
+  if (f == NULL || extra != NULL)
+    return C(SIM_EINVAL);
+  return C(sim_launch(f, 1, (sim_dim3){gx, gy, gz}, (sim_dim3){bx, by, bz},
+                      params, shmem, (sim_stream *)s));
+}
+
 /* ---- copies and CUDA IPC of memory (libspclient's symmetric buffers) ---- */
 
 API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n,

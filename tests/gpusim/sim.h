@@ -384,6 +384,9 @@ void sim_unregister_fatbin(void **h);
 void sim_register_function(void **h, const char *host_fun,
                            const char *device_name);
 int sim_get_kernel(void **k_p, const void *host_fun);
+/* The kernel whose device (mangled) name is name, for the driver's
+ * modules: SIM_ENOKERNEL when it has no host build. */
+int sim_kernel_named(void **k_p, const char *name);
 int sim_launch(const void *host_fun_or_kernel, int is_kernel, sim_dim3 grid,
                sim_dim3 block, void **args, size_t shmem, sim_stream *s);
 void sim_push_config(sim_dim3 grid, sim_dim3 block, size_t shmem, void *s);

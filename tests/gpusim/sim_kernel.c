@@ -93,6 +93,29 @@ static kfun *fun_of(const void *p, int is_kernel) {
   return f;
 }
 
+/* A module's function by its device name (cuModuleGetFunction): the host
+ * build of that name, kept for the process like nvcc's registrations. */
+int sim_kernel_named(void **k_p, const char *name) {
+  const struct spcsim_kernel_entry *e = host_build(name);
+  if (e == NULL)
+    return SIM_ENOKERNEL;
+  pthread_mutex_lock(&mu);
+  kfun *f = funs;
+  while (f != NULL && (f->host_fun != NULL || strcmp(f->name, name) != 0))
+    f = f->next;
+  if (f == NULL && (f = calloc(1, sizeof(*f))) != NULL) {
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    f->entry = e;
+    f->next = funs;
+    funs = f;
+  }
+  pthread_mutex_unlock(&mu);
+  if (f == NULL)
+    return SIM_ENOMEM;
+  *k_p = f;
+  return SIM_OK;
+}
+
 int sim_get_kernel(void **k_p, const void *host_fun) {
   kfun *f = fun_of(host_fun, 0);
   if (f == NULL)

@@ -62,6 +62,8 @@ _Static_assert((int)SPC__CUDA_ERROR_INVALID_VALUE ==
                "client_gpu_cu.h's cuMem constants differ from cuda.h");
 _Static_assert((int)SPC__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS ==
                        (int)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS &&
+                   (int)SPC__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ==
+                       (int)CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT &&
                    sizeof(spc__CUDA_MEMCPY2D) == sizeof(CUDA_MEMCPY2D) &&
                    offsetof(spc__CUDA_MEMCPY2D, srcMemoryType) ==
                        offsetof(CUDA_MEMCPY2D, srcMemoryType) &&

@@ -28,6 +28,10 @@
 #define SPK_CU_CHUNK_MAX ((uint64_t)256 << 10)
 /* Most rows in one chunk: their offsets sit in the block's shared memory. */
 #define SPK_CU_MAX_ROWS 1024
+/* Threads per block of plan_kernel (its __launch_bounds__), and its
+ * device name, by which a module's copy of it is found. */
+#define SPK_CU_THREADS 512
+#define SPK_CU_KERNEL_NAME "_Z11plan_kernel11spk_claunch"
 
 enum {
   SPK_CU_COPY = 0,   /* plain copy: vector accesses of `vec` bytes */

@@ -125,6 +125,12 @@ int spk_cdesc_add_reduce(spk_cdesc_list *l, const spk_move *geo, uint64_t dst,
 
 int spk_cdesc_from_plan(spk_cdesc_list *l, const spk_plan *p,
                         uint8_t *const *bases, int phase, spk_err *err) {
+  return spk_cdesc_from_plan_to(l, p, bases, phase, -1, err);
+}
+
+int spk_cdesc_from_plan_to(spk_cdesc_list *l, const spk_plan *p,
+                           uint8_t *const *bases, int phase, int64_t to,
+                           spk_err *err) {
   size_t esize = spk_dtype_size(p->dtype);
   int rc = SPK_OK;
   if (phase == 0) {
@@ -137,6 +143,8 @@ int spk_cdesc_from_plan(spk_cdesc_list *l, const spk_plan *p,
                          "failed", most);
     for (size_t i = 0; rc == SPK_OK && i < p->nreduces; i++) {
       const spk_reduce *r = &p->reduces[i];
+      if (to >= 0 && r->geo.dst_rank != (uint64_t)to)
+        continue;
       for (uint32_t k = 0; k < r->nsrc; k++) {
         const spk_rsrc *s = &p->rsrcs[r->src0 + k];
         srcs[k] = (spk_csrc){
@@ -154,6 +162,8 @@ int spk_cdesc_from_plan(spk_cdesc_list *l, const spk_plan *p,
   int kind = p->scale == SPK_SCALE_NONE ? SPK_CU_COPY : SPK_CU_SCALE;
   for (size_t i = 0; rc == SPK_OK && i < p->nmoves; i++) {
     const spk_move *m = &p->moves[i];
+    if (to >= 0 && m->dst_rank != (uint64_t)to)
+      continue;
     uint64_t src = (uint64_t)(uintptr_t)bases[m->src_rank * SPK_T_COUNT +
                                               m->src_t] + m->src_off;
     uint64_t dst = (uint64_t)(uintptr_t)bases[m->dst_rank * SPK_T_COUNT +

@@ -51,6 +51,12 @@ int spk_cdesc_add_reduce(spk_cdesc_list *l, const spk_move *geo, uint64_t dst,
 int spk_cdesc_from_plan(spk_cdesc_list *l, const spk_plan *p,
                         uint8_t *const *bases, int phase, spk_err *err);
 
+/* The same for the steps that land in rank `to`'s tensors alone (-1:
+ * every step): one rank's part, where each rank runs its own. */
+int spk_cdesc_from_plan_to(spk_cdesc_list *l, const spk_plan *p,
+                           uint8_t *const *bases, int phase, int64_t to,
+                           spk_err *err);
+
 /* Bytes spk_cdesc_pack writes for l: the steps, then the sources. */
 size_t spk_cdesc_packed_size(const spk_cdesc_list *l);
 
