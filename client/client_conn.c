@@ -419,6 +419,8 @@ static int request_complete(spc_client *c, spc_request *req,
   c->not_run = status < 0 && req->not_run;
   request_unlink(c, req);
   spc__gpu_flags_answered(c, req);
+  if (req->sym)
+    spc__sym_req_done(req);
   if (status < 0 && req->msg != NULL)
     spc__fail(c, status, "%s", req->msg);
   if (status == SPC_OK && req->reply != NULL &&

@@ -154,6 +154,11 @@ void spc__gpu_client_free(spc_client *c) {
       cu->EventDestroy(d->ready[k]);
       cu->EventDestroy(d->done[k]);
     }
+    if (d->kernel_state > 0 && cu->CtxPushCurrent(d->ctx) == SPC__CUDA_SUCCESS) {
+      spc__CUcontext prev;
+      spc__sym_kernel_unload(cu, d);
+      (void)cu->CtxPopCurrent(&prev);
+    }
     cu->DevicePrimaryCtxRelease(d->cudev);
   }
   while (g->allocs != NULL) {

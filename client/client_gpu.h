@@ -214,6 +214,7 @@ typedef struct {
   int mid;                    /* every rank's reduce steps done before any
                                * copy: the plan's copies read outputs */
   uint64_t bytes_in;          /* what its steps write into this rank */
+  int failed;                 /* this rank could not make it */
 } spc__sym_launch;
 #define SPC__SYM_LAUNCHES 16
 
@@ -223,6 +224,9 @@ typedef struct spc__sym {
   spc__CUcontext ctx;
   spc__CUdeviceptr own;       /* this rank's allocation (flags first) */
   spc__CUdeviceptr *peer;     /* every rank's, as this process maps it */
+  int refs;                   /* the buffer's, and its requests' */
+  int freed;                  /* the buffer was freed (its requests may
+                               * outlive it) */
   int mapped;                 /* this rank mapped every rank's */
   int usable;                 /* every rank did: ops may take the path */
   int kernel;                 /* every rank can launch the kernel */
@@ -254,6 +258,8 @@ int spc__sym_kernel_plan(spc_client *c, spc__sym *s, const spk_plan *p,
 spc__CUresult spc__sym_kernel_run(const spc__cu_api *cu, const spc__sym *s,
                                   const spc__sym_launch *L, int ph,
                                   spc__CUstream st);
+/* At disconnect, in d's context: the kernel's module unloaded. */
+void spc__sym_kernel_unload(const spc__cu_api *cu, spc__gpu_dev *d);
 /* The kept launches' memory, once no launch can read it. */
 void spc__sym_kernel_free(const spc__cu_api *cu, spc__sym *s);
 
@@ -269,6 +275,8 @@ int spc__sym_wait(spc_request *req, int block, int *done_p);
 /* spc_wait_on_stream of such a request on another stream than its op's:
  * that stream's wait for every rank's done word of the op queued. */
 int spc__sym_wait_on_stream(spc_request *req, void *stream);
+/* A symmetric request is freed: its hold on its buffer's state goes. */
+void spc__sym_req_done(spc_request *req);
 /* g is being left: its symmetric buffers take no op any more (freed
  * later, without a collective). */
 void spc__sym_group_gone(spc_client *c, spc_group *g);

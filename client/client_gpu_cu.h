@@ -133,6 +133,7 @@ enum {
   X(StreamSynchronize, "cuStreamSynchronize", (spc__CUstream s))          \
   X(ModuleLoadData, "cuModuleLoadData",                                      \
     (spc__CUmodule * m, const void *image))                                  \
+  X(ModuleUnload, "cuModuleUnload", (spc__CUmodule m))                       \
   X(ModuleGetFunction, "cuModuleGetFunction",                                \
     (spc__CUfunction * f, spc__CUmodule m, const char *name))                \
   X(LaunchKernel, "cuLaunchKernel",                                          \

@@ -195,7 +195,8 @@ int spc_buffer_alloc_symmetric(spc_group *g, int device, size_t size,
   (void)spc__gpu_dev_get(c, device, &d); /* made by the allocation */
   *s = (spc__sym){.group = g, .rank = g->rank, .world = g->world,
                   .ctx = d->ctx, .own = (spc__CUdeviceptr)(uintptr_t)b->data,
-                  .peer = (spc__CUdeviceptr *)(s + 1), .cur = -1};
+                  .peer = (spc__CUdeviceptr *)(s + 1), .cur = -1,
+                  .refs = 1};
   s->copies = malloc(SPC__SYM_MAX_COPIES * sizeof(*s->copies));
   sym_card mine, *cards = calloc((size_t)g->world, sizeof(*cards));
   if (s->copies == NULL) {
@@ -279,6 +280,16 @@ int spc__sym_free(spc_client *c, spc__sym *s, int collective) {
     rc = sym_collective(s->group, NULL, NULL, &v);
   }
   free(s->copies);
-  free(s);
+  s->copies = NULL;
+  s->freed = 1;
+  if (--s->refs == 0)
+    free(s);
   return rc;
+}
+
+void spc__sym_req_done(spc_request *req) {
+  spc__sym *s = req->sym_buf;
+  if (s != NULL && --s->refs == 0)
+    free(s);
+  req->sym_buf = NULL;
 }

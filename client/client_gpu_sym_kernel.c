@@ -30,7 +30,9 @@ int spc__sym_kernel_ready(spc_client *c, const spc__cu_api *cu,
   if (spc__plan_fatbin_len == 0)
     return kernel_off(d, "libspclient was built without CUDA (no kernel)");
   if (cu->ModuleLoadData == NULL || cu->ModuleGetFunction == NULL ||
-      cu->LaunchKernel == NULL)
+      cu->LaunchKernel == NULL || cu->ModuleUnload == NULL ||
+      cu->MemHostRegister == NULL || cu->MemHostUnregister == NULL ||
+      cu->MemHostGetDevicePointer == NULL || cu->DeviceGetAttribute == NULL)
     return kernel_off(d, "the driver lacks cuModuleLoadData or "
                       "cuLaunchKernel");
   if (spc__gpu_push(c, cu, d->ctx) < 0)
@@ -100,15 +102,24 @@ int spc__sym_kernel_plan(spc_client *c, spc__sym *s, const spk_plan *p,
     rc = spk_cdesc_from_plan_to(&l[ph], p, bases, ph, s->rank, &err);
   spc__sym_launch *L = &s->launches[s->nlaunches];
   size_t at1 = (spk_cdesc_packed_size(&l[0]) + 255) & ~(size_t)255;
-  L->bytes = at1 + spk_cdesc_packed_size(&l[1]);
   spc__CUdeviceptr dev = 0;
-  if (rc == SPK_OK && spc__gpu_push(c, cu, s->ctx) == SPC_OK) {
+  memset(L, 0, sizeof(*L));
+  L->bytes = at1 + spk_cdesc_packed_size(&l[1]);
+  int empty = l[0].n == 0 && l[1].n == 0; /* an op of no elements */
+  if (rc == SPK_OK && !empty && spc__gpu_push(c, cu, s->ctx) == SPC_OK) {
     L->host = pinned(cu, L->bytes, &dev);
     spc__gpu_pop(cu);
   }
-  if (rc == SPK_OK && L->host != NULL) {
-    spk_cdesc_pack(&l[0], L->host, dev, &L->launch[0]);
-    spk_cdesc_pack(&l[1], (uint8_t *)L->host + at1, dev + at1, &L->launch[1]);
+  /* Made or not, the slot is used: every rank's slots stay in step. */
+  L->key = *k;
+  L->failed = rc < 0 || (L->host == NULL && !empty);
+  s->nlaunches++;
+  if (rc == SPK_OK && !L->failed) {
+    if (!empty) {
+      spk_cdesc_pack(&l[0], L->host, dev, &L->launch[0]);
+      spk_cdesc_pack(&l[1], (uint8_t *)L->host + at1, dev + at1,
+                     &L->launch[1]);
+    }
     launch_fill(&L->launch[0], p);
     launch_fill(&L->launch[1], p);
     L->mid = p->nreduces > 0 && p->nmoves > 0;
@@ -119,17 +130,21 @@ int spc__sym_kernel_plan(spc_client *c, spc__sym *s, const spk_plan *p,
     for (size_t i = 0; i < p->nmoves; i++)
       if (p->moves[i].dst_rank == (uint32_t)s->rank)
         L->bytes_in += spk_move_bytes(&p->moves[i]);
-    L->key = *k;
-    s->nlaunches++;
   }
   spk_cdesc_list_free(&l[0]);
   spk_cdesc_list_free(&l[1]);
   if (rc < 0)
     return spc__fail(c, SPC_ENOMEM, "%s", err.msg);
-  if (L->host == NULL)
+  if (L->failed)
     return spc__fail(c, SPC_ENOMEM, "%zu bytes of pinned descriptors",
                      L->bytes);
   return 1;
+}
+
+void spc__sym_kernel_unload(const spc__cu_api *cu, spc__gpu_dev *d) {
+  if (d->kernel_state > 0)
+    (void)cu->ModuleUnload(d->module); /* at disconnect: nothing to add */
+  d->kernel_state = 0;
 }
 
 spc__CUresult spc__sym_kernel_run(const spc__cu_api *cu, const spc__sym *s,
@@ -148,7 +163,7 @@ spc__CUresult spc__sym_kernel_run(const spc__cu_api *cu, const spc__sym *s,
 
 void spc__sym_kernel_free(const spc__cu_api *cu, spc__sym *s) {
   for (int i = 0; i < s->nlaunches; i++) {
-    if (cu != NULL)
+    if (cu != NULL && s->launches[i].host != NULL)
       (void)cu->MemHostUnregister(s->launches[i].host);
     free(s->launches[i].host);
   }

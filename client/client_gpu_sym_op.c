@@ -1,23 +1,29 @@
 /* Ops on a symmetric buffer (client_gpu_sym.c), on the caller's stream:
- * each rank copies what lands in its own output from the other ranks'
- * memory, between two barriers of stream memory operations on the ranks'
- * flags words:
+ * each rank writes what lands in its own output, reading the other ranks'
+ * memory, between barriers of stream memory operations on the ranks'
+ * flags words (docs/gpu-symmetric.md):
  *
+ *   wait my done >= s - 1                               (ops of the buffer
+ *                                                        on other streams)
  *   write my ready = s; wait every rank's ready >= s   (their inputs are
  *                                                        written)
- *   my copies (cuMemcpyAsync / cuMemcpy2DAsync, peer reads)
+ *   my part: copies (cuMemcpyAsync / cuMemcpy2DAsync), or the movers'
+ *   kernel (client_gpu_sym_kernel.c): reduce steps, then, where the
+ *   plan's copies read what other ranks reduced (all_reduce),
+ *   write my mid = s; wait every rank's mid >= s, then the copies
  *   write my done = s;  wait every rank's done >= s    (nobody reads my
- *                                                        input any more)
+ *                                                        memory any more)
  *
  * so work queued on the stream after the op may overwrite this rank's
  * input, and its output holds the op's result. s counts the ops on the
  * buffer, the same on every rank: the path is taken, or not, by every rank
- * alike, from the op's arguments alone (eligible()). Ranks read only the
- * others' inputs and write only their own output, and an op whose input
- * and output overlap is not taken, so the two barriers are all the order
- * there is. The arguments are not checked against the other ranks' (the
- * daemon's path does that): a rank whose op differs reads wrong bytes of
- * the others' buffers, never outside them, or waits forever, as NCCL's
+ * alike, from arguments every rank shares on a symmetric buffer
+ * (eligible()). Reduce steps read inputs only; a copy reads an input, or
+ * (all_reduce) a piece of another rank's output its owner reduced before
+ * the mid barrier and does not write again; no rank writes another's
+ * memory, and an op whose input and output overlap is not taken. The
+ * arguments are not checked against the other ranks' (the daemon's path
+ * does that): ranks whose arguments differ may wait forever, as NCCL's
  * ranks do. */
 #include <stdlib.h>
 #include <string.h>
@@ -114,9 +120,10 @@ static void move_emit(spc__sym *s, const spk_move *m, const sym_key *k) {
 }
 
 /* Whether the op may take the path: decided from the arguments alone, so
- * every rank decides alike. Copies only (no reduction, no scale), no size
- * lists, every rank's output shaped as this one's (so every rank's
- * arguments are this rank's), input and output apart. */
+ * every rank decides alike. Reductions and scaled copies only where every
+ * rank has the kernel; no size lists, every rank's output shaped as this
+ * one's (so every rank's arguments are this rank's), input and output
+ * apart. */
 static int eligible(const spc__sym *s, const spc_op *op, const sym_key *k) {
   const spk_op_row *row = spk_op_row_get(k->a.op);
   (void)op;
@@ -158,13 +165,11 @@ static int copies_make(spc__sym *s, const spk_plan *p, const sym_key *k) {
   return 1;
 }
 
-/* A launch kept for k (kernel ops), made now if not: its index, -1 when
- * there is no room, < -1 on failure. */
+/* A launch made for k (kernel ops): its index, -1 when there is no room,
+ * < -1 on failure (a slot is taken either way, marked failed: every rank
+ * uses the same slots). */
 static int launch_for(spc_client *c, spc__sym *s, const spk_plan *p,
                       const sym_key *k) {
-  for (int i = 0; i < s->nlaunches; i++)
-    if (memcmp(&s->launches[i].key, k, sizeof(*k)) == 0)
-      return i;
   uint8_t **bases = malloc((size_t)s->world * SPK_T_COUNT * sizeof(*bases));
   if (bases == NULL)
     return spc__fail(c, SPC_ENOMEM, "%d ranks' bases", s->world) - 2;
@@ -175,6 +180,13 @@ static int launch_for(spc_client *c, spc__sym *s, const spk_plan *p,
   int rc = spc__sym_kernel_plan(c, s, p, bases, k);
   free(bases);
   return rc < 0 ? rc - 2 : rc == 0 ? -1 : s->nlaunches - 1;
+}
+
+/* A kept launch this rank could not make: the op fails here again, and
+ * the rank's words are set (spc__sym_try), so the others go on. */
+static int launch_failed(spc_client *c, const spc__sym_launch *L) {
+  return spc__fail(c, SPC_ENOMEM, "symmetric op: this rank could not make "
+                   "its kernel's %zu bytes of pinned descriptors", L->bytes);
 }
 
 /* How this rank runs the op: 1 when it takes the path (s->cur and, for
@@ -188,6 +200,14 @@ static int plan_op(spc_client *c, spc__sym *s, const spc_op *op,
   s->has_key = 0;
   if (!eligible(s, op, k))
     goto done;
+  for (int i = 0; i < s->nlaunches; i++) /* a kept launch: no plan */
+    if (memcmp(&s->launches[i].key, k, sizeof(*k)) == 0) {
+      s->cur = i;
+      if (s->launches[i].failed)
+        return launch_failed(c, &s->launches[i]);
+      s->key = *k, s->has_key = 1, s->key_ok = 1;
+      return 1;
+    }
   const spk_op_args *argv[SPC__SYM_MAX_WORLD];
   for (int r = 0; r < s->world; r++)
     argv[r] = &k->a;
@@ -255,6 +275,8 @@ static spc__CUresult barrier(const spc__cu_api *cu, const spc__sym *s,
 static void release(const spc__cu_api *cu, const spc__sym *s,
                     spc__CUstream st, uint64_t seq) {
   const char *what;
+  (void)cu->StreamWaitValue64(st, s->own + DONE_OFF, seq - 1,
+                              SPC__CU_STREAM_WAIT_VALUE_GEQ);
   (void)cu->StreamWriteValue64(st, s->own + READY_OFF, seq, 0);
   (void)cu->StreamWriteValue64(st, s->own + MID_OFF, seq, 0);
   (void)barrier(cu, s, st, DONE_OFF, seq, &what);
@@ -312,6 +334,7 @@ static int request_make(spc_client *c, void *stream, spc__sym *s,
   req->sym_stream = stream;
   req->sym_ctx = s->ctx;
   req->sym_buf = s;
+  s->refs++;
   req->sym_seq = s->seq;
   req->sym = 1;
   *req_p = req;
@@ -355,6 +378,8 @@ int spc__sym_try(spc_group *g, const spc_op *op, const spc_tensor *in,
     else
       release(cu, s, (spc__CUstream)stream, ++s->seq);
     spc__gpu_pop(cu);
+  } else {
+    s->seq++; /* nothing queued; the next op keeps in step */
   }
   if (ok < 0)
     rc = ok;
@@ -375,6 +400,10 @@ int spc__sym_try(spc_group *g, const spc_op *op, const spc_tensor *in,
 int spc__sym_wait_on_stream(spc_request *req, void *stream) {
   spc_client *c = req->client;
   const spc__sym *s = req->sym_buf;
+  if (s->freed)
+    return spc__fail(c, SPC_EINVAL, "spc_wait_on_stream of symmetric op "
+                     "%llu on another stream after its buffer was freed",
+                     (unsigned long long)req->sym_seq);
   const spc__cu_api *cu = spc__cu(c);
   int rc = spc__gpu_push(c, cu, req->sym_ctx);
   if (rc < 0)

@@ -1,6 +1,6 @@
 /* The GPU movers' work descriptor: a plan flattened to absolute device
  * addresses and cut into chunks, each chunk the work of one thread block.
- * Plain C shared by the host code that builds it (daemon/gpu/gpu_desc.c), the
+ * Plain C shared by the host code that builds it (kernels/gpu_desc.c), the
  * kernel that executes it (daemon/gpu/plan_cuda.cu) and the unit test that
  * executes it on the host (tests/unit/unit_daemon_cuda_desc.c), so the
  * geometry the kernel walks is the geometry the test checks. */

@@ -12,7 +12,7 @@ if [ -z "$file" ]; then
   echo "const unsigned long ${name}_len = 0;"
   exit 0
 fi
-echo "const unsigned char ${name}[] = {"
+echo "const unsigned char ${name}[] __attribute__((aligned(16))) = {"
 od -An -v -tx1 "$file" | sed -e 's/ *$//' -e 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'
 echo "};"
 echo "const unsigned long ${name}_len = sizeof(${name});"

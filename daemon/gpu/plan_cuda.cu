@@ -1,5 +1,5 @@
 /* The CUDA mover's kernel: one launch executes every step of a descriptor
- * list (daemon/gpu/plan_cuda.h). Blocks take chunks grid-stride; a chunk is
+ * list (kernels/plan_cuda.h). Blocks take chunks grid-stride; a chunk is
  * rows x bytes of one step. Plain copies move 16-byte vectors where every
  * address and length of the step allows (8, 4, 2, 1 otherwise); grad
  * scales and reductions go element by element with the arithmetic of

@@ -308,6 +308,29 @@ static int streams_main(int rank, int world, void *argp) {
   return bad | sym_teardown(&a);
 }
 
+/* Ops of no elements take the path too, a copy and one the kernel runs
+ * (a scaled all_gather: no descriptors to make). */
+static int empty_main(int rank, int world, void *argp) {
+  sym_rank a;
+  if (sym_setup(&a, "sym-empty", rank, world, argp, 3 * N * 4))
+    return 1;
+  int64_t none[1] = {0};
+  spc_tensor x, y;
+  spc_tensor_init(&x, a.sym, 0, SPC_FLOAT32, 1, none);
+  spc_tensor_init(&y, a.sym, N * 4, SPC_FLOAT32, 1, none);
+  spc_op scaled = spc_op_scaled(a.op, SPC_SCALE_DOWN);
+  int bad = 0;
+  for (int i = 0; i < 2; i++)
+    if (spc_run_on_stream(a.g, i ? &scaled : &a.op, &x, &y, a.s) != SPC_OK) {
+      fprintf(stderr, "rank %d: empty %s op: %s\n", rank, i ? "scaled" :
+              "plain", spc_last_error(a.c));
+      bad = 1;
+    }
+  GPT_CUDA(cudaStreamSynchronize(a.s));
+  bad |= !path_ran(&a, rank, 2);
+  return bad | sym_teardown(&a);
+}
+
 /* Sizes that differ: SPC_EMISMATCH on every rank, naming both. */
 static int sizes_main(int rank, int world, void *argp) {
   (void)argp;
@@ -410,6 +433,9 @@ END_TEST
 START_TEST(ops_on_two_streams_keep_their_order) { run(streams_main, 1, 0); }
 END_TEST
 
+START_TEST(ops_of_no_elements) { run(empty_main, 1, 0); }
+END_TEST
+
 START_TEST(all_reduce_waits_for_every_ranks_reduce_two_gpus) {
   run(reduce_main, 2, 0);
 }
@@ -432,6 +458,7 @@ int main(void) {
   tcase_add_test(tc, sizes_that_differ_fail_on_every_rank);
   tcase_add_test(tc, all_reduce_waits_for_every_ranks_reduce);
   tcase_add_test(tc, ops_on_two_streams_keep_their_order);
+  tcase_add_test(tc, ops_of_no_elements);
   tcase_add_test(tc, one_rank_off_keeps_every_rank_on_the_daemon);
   if (ngpu >= 2) {
     tcase_add_test(tc, op_returns_before_a_held_peer_two_gpus);

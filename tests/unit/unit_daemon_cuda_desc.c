@@ -1,9 +1,9 @@
 /* The GPU movers' descriptors, executed on the host: plans of every op
  * (random shapes, dtypes and worlds) are flattened into the kernel's
- * descriptor lists (daemon/gpu/gpu_desc.c) and routed over emulated devices
+ * descriptor lists (kernels/gpu_desc.c) and routed over emulated devices
  * as the NCCL mover does (daemon/gpu/gpu_route.c, memcpy standing in for
  * ncclSend/ncclRecv). Each list is executed chunk by chunk with the very
- * geometry helpers the kernel uses (daemon/gpu/plan_cuda.h), and every output
+ * geometry helpers the kernel uses (kernels/plan_cuda.h), and every output
  * byte must equal spk_plan_exec's. Also: which plans are exactly one NCCL
  * collective. What this cannot check is the kernel's arithmetic on a GPU:
  * tests/gpu does that. */
