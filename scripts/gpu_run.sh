@@ -222,6 +222,14 @@ sim:test_gpu_order sim:test_gpu_sym sim:test_gpu_multinode sim:sim_rules"
       --max-bytes "$max" --mover "$m" --csv "$f.csv" > "$f.txt" 2> "$f.err"
     echo "${label}bench (mover $m) exit $?" | tee -a "$summary"
     cat "$f.txt"
+    # The same points in symmetric buffers: the ranks' own streams, no
+    # daemon (docs/gpu-symmetric.md).
+    f="$OUT/gpu_bench_symmetric"
+    timeout 300 $wrap "$bins/spcoll-gpu-bench" --ranks 4 \
+      --min-bytes "${BENCH_MIN:-1M}" --max-bytes "$max" --symmetric \
+      --csv "$f.csv" > "$f.txt" 2> "$f.err"
+    echo "${label}bench (symmetric buffers) exit $?" | tee -a "$summary"
+    cat "$f.txt"
   fi
   if [ "${SIM:-0}" != 1 ] && { [ "$what" = all ] || [ "$what" = handover ]; }; then
     run_handover
