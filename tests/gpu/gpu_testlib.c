@@ -87,12 +87,14 @@ static void CUDART_CB gate_fn(void *p) {
     usleep(1000);
 }
 
-int gpt_hold(gpt_held *h) {
+int gpt_hold_flags(gpt_held *h, unsigned flags) {
   h->gate = 0;
-  GPT_CUDA(cudaStreamCreateWithFlags(&h->s, cudaStreamNonBlocking));
+  GPT_CUDA(cudaStreamCreateWithFlags(&h->s, flags));
   GPT_CUDA(cudaLaunchHostFunc(h->s, gate_fn, h));
   return 0;
 }
+
+int gpt_hold(gpt_held *h) { return gpt_hold_flags(h, cudaStreamNonBlocking); }
 
 void gpt_open_gate(gpt_held *h) {
   __atomic_store_n(&h->gate, 1, __ATOMIC_RELEASE);

@@ -54,6 +54,9 @@ typedef struct {
 } gpt_held;
 /* A new non-blocking stream, held. 0, or 1 having said why. */
 int gpt_hold(gpt_held *h);
+/* The same with cudaStreamCreateWithFlags' flags (0: a blocking stream,
+ * which the legacy default stream waits for). */
+int gpt_hold_flags(gpt_held *h, unsigned flags);
 void gpt_open_gate(gpt_held *h);
 
 /* Device memory made as torch's expandable segments make it: an address

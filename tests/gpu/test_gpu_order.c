@@ -335,6 +335,50 @@ static int control_main(int rank, int world, void *argp) {
   return bad | gather_teardown(&a);
 }
 
+/* The legacy default stream (NULL) waits for work already queued on
+ * blocking streams, which a query of it does not see: the input is
+ * written on a held blocking stream and the op goes on the legacy stream,
+ * whose ready flag must wait for it. A client that took the legacy stream
+ * for idle (and set the flag from the host) lets the daemon read the old
+ * input: the negative control the checks must see. 100 ms is no
+ * performance bound: it is how long the daemon has to read too early. */
+static int legacy_main(int rank, int world, void *argp) {
+  (void)argp;
+  gather_rank a;
+  gpt_held h;
+  if (gather_setup(&a, "gpu-order-legacy", rank, world) ||
+      gpt_hold_flags(&h, cudaStreamDefault))
+    return 1;
+  GPT_CUDA(cudaMemcpyAsync(a.base, a.in, N * 4, cudaMemcpyHostToDevice,
+                           h.s));
+  spc_request *req = NULL;
+  int rc = spc_start_on_stream(a.g, &a.op, &a.dx, &a.dy, NULL, &req);
+  if (rc == SPC_OK)
+    rc = spc_wait_on_stream(&req, NULL);
+  usleep(100000);
+  gpt_open_gate(&h);
+  int bad = gather_read(&a, NULL);
+  GPT_CUDA(cudaStreamSynchronize(NULL));
+  if (rc == SPC_OK)
+    rc = spc_async_error(a.c, 1);
+  if (rc != SPC_OK || !gather_right(&a, world)) {
+    fprintf(stderr, "rank %d: op on the legacy stream: %d (%s), output "
+            "%s\n", rank, rc, spc_last_error(a.c),
+            gather_right(&a, world) ? "right" : "wrong: read before the "
+            "blocking stream wrote the input");
+    bad = 1;
+  }
+  GPT_CUDA(cudaStreamDestroy(h.s));
+  return bad | gather_teardown(&a);
+}
+
+START_TEST(the_legacy_stream_waits_for_blocking_streams) {
+  long long flags, events;
+  run_ranks(NULL, NULL, legacy_main, NULL, &flags, &events);
+  ck_assert_int_eq(flags, 2);
+}
+END_TEST
+
 /* The control with the ready wait (missing_done 0) or the done wait (1)
  * left out, on both ranks, ordered with stream flags. */
 static void control_case(int missing_done) {
@@ -624,6 +668,7 @@ int main(void) {
   tcase_add_test(tc, failed_op_releases_the_stream);
   tcase_add_test(tc, a_missing_ready_wait_is_seen);
   tcase_add_test(tc, a_missing_done_wait_is_seen);
+  tcase_add_test(tc, the_legacy_stream_waits_for_blocking_streams);
   tcase_add_test(tc, a_collective_overlaps_compute);
   tcase_add_test(tc, ops_queue_behind_each_other);
   tcase_add_test(tc, queued_ops_time_out_with_the_stuck_one);
