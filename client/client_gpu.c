@@ -154,11 +154,7 @@ void spc__gpu_client_free(spc_client *c) {
       cu->EventDestroy(d->ready[k]);
       cu->EventDestroy(d->done[k]);
     }
-    if (d->kernel_state > 0 && cu->CtxPushCurrent(d->ctx) == SPC__CUDA_SUCCESS) {
-      spc__CUcontext prev;
-      spc__sym_kernel_unload(cu, d);
-      (void)cu->CtxPopCurrent(&prev);
-    }
+    spc__sym_kernel_unload(cu, d);
     cu->DevicePrimaryCtxRelease(d->cudev);
   }
   while (g->allocs != NULL) {

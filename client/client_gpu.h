@@ -258,7 +258,7 @@ int spc__sym_kernel_plan(spc_client *c, spc__sym *s, const spk_plan *p,
 spc__CUresult spc__sym_kernel_run(const spc__cu_api *cu, const spc__sym *s,
                                   const spc__sym_launch *L, int ph,
                                   spc__CUstream st);
-/* At disconnect, in d's context: the kernel's module unloaded. */
+/* At disconnect: the kernel's module unloaded (in d's context). */
 void spc__sym_kernel_unload(const spc__cu_api *cu, spc__gpu_dev *d);
 /* The kept launches' memory, once no launch can read it. */
 void spc__sym_kernel_free(const spc__cu_api *cu, spc__sym *s);

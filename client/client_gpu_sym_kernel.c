@@ -142,8 +142,11 @@ int spc__sym_kernel_plan(spc_client *c, spc__sym *s, const spk_plan *p,
 }
 
 void spc__sym_kernel_unload(const spc__cu_api *cu, spc__gpu_dev *d) {
-  if (d->kernel_state > 0)
+  spc__CUcontext prev;
+  if (d->kernel_state > 0 && cu->CtxPushCurrent(d->ctx) == SPC__CUDA_SUCCESS) {
     (void)cu->ModuleUnload(d->module); /* at disconnect: nothing to add */
+    (void)cu->CtxPopCurrent(&prev);
+  }
   d->kernel_state = 0;
 }
 

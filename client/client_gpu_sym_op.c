@@ -124,9 +124,8 @@ static void move_emit(spc__sym *s, const spk_move *m, const sym_key *k) {
  * rank has the kernel; no size lists, every rank's output shaped as this
  * one's (so every rank's arguments are this rank's), input and output
  * apart. */
-static int eligible(const spc__sym *s, const spc_op *op, const sym_key *k) {
+static int eligible(const spc__sym *s, const sym_key *k) {
   const spk_op_row *row = spk_op_row_get(k->a.op);
-  (void)op;
   int kernel_only = row != NULL &&
                     (row->reduces || (k->a.flags & SPK_FLAG_SCALE_MASK) != 0);
   if (row == NULL || k->lists || (kernel_only && !s->kernel) ||
@@ -165,21 +164,20 @@ static int copies_make(spc__sym *s, const spk_plan *p, const sym_key *k) {
   return 1;
 }
 
-/* A launch made for k (kernel ops): its index, -1 when there is no room,
- * < -1 on failure (a slot is taken either way, marked failed: every rank
- * uses the same slots). */
+/* A launch made for k (kernel ops), as s->cur: 1, 0 when there is no
+ * room, < 0 on failure (a slot is taken either way, marked failed: every
+ * rank uses the same slots). */
 static int launch_for(spc_client *c, spc__sym *s, const spk_plan *p,
                       const sym_key *k) {
-  uint8_t **bases = malloc((size_t)s->world * SPK_T_COUNT * sizeof(*bases));
-  if (bases == NULL)
-    return spc__fail(c, SPC_ENOMEM, "%d ranks' bases", s->world) - 2;
+  uint8_t *bases[SPC__SYM_MAX_WORLD * SPK_T_COUNT];
   for (int r = 0; r < s->world; r++)
     for (int t = 0; t < SPK_T_COUNT; t++)
       bases[r * SPK_T_COUNT + t] =
           (uint8_t *)(uintptr_t)tensor_base(s, (uint32_t)r, t, k);
   int rc = spc__sym_kernel_plan(c, s, p, bases, k);
-  free(bases);
-  return rc < 0 ? rc - 2 : rc == 0 ? -1 : s->nlaunches - 1;
+  if (rc > 0)
+    s->cur = s->nlaunches - 1;
+  return rc;
 }
 
 /* A kept launch this rank could not make: the op fails here again, and
@@ -193,12 +191,11 @@ static int launch_failed(spc_client *c, const spc__sym_launch *L) {
  * copies, s->copies set), 0 when not, < 0 on failure. The last answer is
  * kept for the next op with the same key (a training step repeats its
  * ops). */
-static int plan_op(spc_client *c, spc__sym *s, const spc_op *op,
-                   const sym_key *k) {
+static int plan_op(spc_client *c, spc__sym *s, const sym_key *k) {
   if (s->has_key && memcmp(&s->key, k, sizeof(*k)) == 0)
     return s->key_ok;
   s->has_key = 0;
-  if (!eligible(s, op, k))
+  if (!eligible(s, k))
     goto done;
   for (int i = 0; i < s->nlaunches; i++) /* a kept launch: no plan */
     if (memcmp(&s->launches[i].key, k, sizeof(*k)) == 0) {
@@ -221,10 +218,9 @@ static int plan_op(spc_client *c, spc__sym *s, const spc_op *op,
   rc = rc == SPK_ENO_MEMORY ? spc__fail(c, SPC_ENOMEM, "%s", err.msg)
                             : SPC_OK;
   if (ok && (p.nreduces > 0 || p.scale != SPK_SCALE_NONE)) {
-    int i = launch_for(c, s, &p, k);
-    ok = i >= 0;
-    rc = i < -1 ? i + 2 : SPC_OK;
-    s->cur = i;
+    int made = launch_for(c, s, &p, k);
+    ok = made > 0;
+    rc = made < 0 ? made : SPC_OK;
   } else if (ok) {
     ok = copies_make(s, &p, k);
   }
@@ -364,7 +360,7 @@ int spc__sym_try(spc_group *g, const spc_op *op, const spc_tensor *in,
     return 0;
   sym_key k;
   key_make(op, in, out, &k);
-  int ok = plan_op(c, s, op, &k);
+  int ok = plan_op(c, s, &k);
   if (ok == 0) {
     gc->paths.sym_daemon_ops++;
     spc__gpu_counts_publish(c);
