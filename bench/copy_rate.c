@@ -7,10 +7,20 @@
  * reach against the C call at sizes where the copy dominates. Printed by
  * scripts/bench_torch.py (`make bench-torch`) before its tables.
  *
+ * process_vm_readv pins the other process's pages one by one; over
+ * transparent huge pages it pins far fewer. So it is timed twice: from
+ * memory as torch's CPU allocator gives it by default (64-byte aligned)
+ * and as it does under THP_MEM_ALLOC_ENABLE=1 (page-aligned,
+ * madvise(MADV_HUGEPAGE)), with how much of that the kernel backed with
+ * huge pages (none where transparent huge pages are off). The reader's
+ * buffer is 64-byte aligned too: the kernel's copy is much slower when
+ * source and destination differ in their alignment to 64 bytes, which
+ * two torch tensors do not.
+ *
  *   spcoll-copy-rate [BYTES...]      (default: 2 MiB and 32 MiB)
  *
  * One line per size: bytes, the p50 time of each way in µs and its GB/s,
- * and process_vm_readv's rate over memcpy's. Prints numbers; asserts
+ * and each process_vm_readv's rate over memcpy's. Prints numbers; asserts
  * nothing. */
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +37,8 @@ enum { MAX_ITERS = 400 };
 typedef struct {
   pid_t pid;      /* the process whose memory is read */
   char *priv;     /* its private (malloc'd) copy, an address in its space */
+  char *huge;     /* its private copy advised MADV_HUGEPAGE, ditto */
+  long huge_kb;   /* how much of that the kernel backs with huge pages */
   char *shared;   /* the memfd both map, at this process's address */
 } peer;
 
@@ -41,17 +53,57 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The child: fill its private buffer, hand its address up the pipe, then
- * wait for the parent to close the other pipe. */
-static void child(size_t n, char *shared, int up, int down) {
-  char *priv = malloc(n);
-  if (priv == NULL) {
-    fprintf(stderr, "spcoll-copy-rate: malloc of %zu bytes failed\n", n);
-    _exit(1);
+/* AnonHugePages of this process's mapping that holds a, in kB; -1 if
+ * /proc/self/smaps cannot say. */
+static long huge_kb_at(const void *a) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (f == NULL)
+    return -1;
+  char line[512];
+  long kb = -1;
+  int in = 0;
+  unsigned long lo, hi, x = (unsigned long)a;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') != NULL &&
+        strchr(line, '-') < strchr(line, ' '))
+      in = lo <= x && x < hi;
+    else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+      break;
   }
+  fclose(f);
+  return kb;
+}
+
+/* Memory as torch's CPU allocator gives it: aligned to `align` bytes,
+ * and, under THP_MEM_ALLOC_ENABLE=1 (thp), advised MADV_HUGEPAGE before
+ * it is touched. NULL on failure, said. */
+static char *torch_alloc(size_t n, size_t align, int thp) {
+  void *p;
+  int err = posix_memalign(&p, align, n);
+  if (err != 0) {
+    fprintf(stderr, "spcoll-copy-rate: posix_memalign of %zu bytes: %s\n",
+            n, strerror(err));
+    return NULL;
+  }
+  if (thp && madvise(p, n, MADV_HUGEPAGE) != 0) /* no THP: no huge pages */
+    fprintf(stderr, "spcoll-copy-rate: madvise(MADV_HUGEPAGE) of %zu "
+            "bytes: %s\n", n, strerror(errno));
+  return p;
+}
+
+/* The child: fill its private buffers, hand their addresses (and how
+ * much of the advised one is huge) up the pipe, then wait for the parent
+ * to close the other pipe. */
+static void child(size_t n, char *shared, int up, int down) {
+  char *priv = torch_alloc(n, 64, 0);
+  char *huge = torch_alloc(n, (size_t)sysconf(_SC_PAGESIZE), 1);
+  if (priv == NULL || huge == NULL)
+    _exit(1);
   memset(priv, 1, n);
+  memset(huge, 1, n);
   memset(shared, 1, n);
-  if (write(up, &priv, sizeof(priv)) != (ssize_t)sizeof(priv)) {
+  peer me = {.priv = priv, .huge = huge, .huge_kb = huge_kb_at(huge)};
+  if (write(up, &me, sizeof(me)) != (ssize_t)sizeof(me)) {
     perror("spcoll-copy-rate: write to the pipe");
     _exit(1);
   }
@@ -94,9 +146,13 @@ static int peer_start(size_t n, peer *p) {
   }
   close(up[1]);
   close(down[0]);
-  ssize_t got = read(up[0], &p->priv, sizeof(p->priv));
+  peer got_p;
+  ssize_t got = read(up[0], &got_p, sizeof(got_p));
   close(up[0]);
-  if (got != (ssize_t)sizeof(p->priv)) {
+  p->priv = got_p.priv;
+  p->huge = got_p.huge;
+  p->huge_kb = got_p.huge_kb;
+  if (got != (ssize_t)sizeof(got_p)) {
     fprintf(stderr, "spcoll-copy-rate: the reader's child sent no address\n");
     close(down[1]);
     return -1;
@@ -113,14 +169,16 @@ static void peer_stop(peer *p, int down, size_t n) {
     perror("spcoll-copy-rate: munmap");
 }
 
-/* p50 µs of `iters` copies of n bytes into dst, one way; -1 on error. */
-static double time_way(const peer *p, char *dst, size_t n, int cma,
+/* p50 µs of `iters` copies of n bytes into dst, one way: a memcpy from
+ * the shared mapping, or process_vm_readv from src in the peer; -1 on
+ * error. */
+static double time_way(const peer *p, char *dst, size_t n, const char *src,
                        int iters) {
   double t[MAX_ITERS];
   for (int i = -2; i < iters; i++) { /* two untimed: pages, caches */
     double t0 = now_us();
-    if (cma) {
-      struct iovec l = {dst, n}, r = {p->priv, n};
+    if (src != NULL) {
+      struct iovec l = {dst, n}, r = {(void *)src, n};
       ssize_t got = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
       if (got != (ssize_t)n) {
         fprintf(stderr, "spcoll-copy-rate: process_vm_readv of %zu bytes "
@@ -143,19 +201,21 @@ static int rate(size_t n) {
   int down = peer_start(n, &p);
   if (down < 0)
     return -1;
-  char *dst = malloc(n);
+  char *dst = torch_alloc(n, 64, 0);
   int rc = -1;
-  if (dst == NULL) {
-    fprintf(stderr, "spcoll-copy-rate: malloc of %zu bytes failed\n", n);
-  } else {
+  if (dst != NULL) {
     memset(dst, 0, n);
     int iters = n >= ((size_t)16 << 20) ? 40 : MAX_ITERS;
-    double mc = time_way(&p, dst, n, 0, iters);
-    double cma = time_way(&p, dst, n, 1, iters);
-    if (mc > 0 && cma > 0) {
+    double mc = time_way(&p, dst, n, NULL, iters);
+    double cma = time_way(&p, dst, n, p.priv, iters);
+    double thp = time_way(&p, dst, n, p.huge, iters);
+    if (mc > 0 && cma > 0 && thp > 0) {
       printf("%zu bytes: memcpy from a shared mapping %.1f us (%.2f GB/s), "
-             "process_vm_readv %.1f us (%.2f GB/s): %.2fx\n", n, mc,
-             (double)n / mc / 1e3, cma, (double)n / cma / 1e3, mc / cma);
+             "process_vm_readv %.1f us (%.2f GB/s): %.2fx; under torch's "
+             "THP_MEM_ALLOC_ENABLE=1 (%ld of %zu kB huge) %.1f us "
+             "(%.2f GB/s): %.2fx\n", n, mc, (double)n / mc / 1e3, cma,
+             (double)n / cma / 1e3, mc / cma, p.huge_kb, n >> 10, thp,
+             (double)n / thp / 1e3, mc / thp);
       rc = 0;
     }
   }

@@ -34,8 +34,10 @@
 # each point checked with spcoll.c10d.counts() to stage nothing (a
 # warning line if it did), beside spcoll's C call at the same size on
 # spcoll memory (spcoll-torch-ccall, bench/torch_ccall.c), each through
-# a private spcolld; needs `make all`, `make c10d` and the torch venv
-# ($(TORCH_VENV_STAMP), made once from PyPI; SKIP without network):
+# a private spcolld; run twice, the second time with torch's
+# THP_MEM_ALLOC_ENABLE=1 (--thp, into $(BENCH_OUT)/thp); needs `make all`,
+# `make c10d` and the torch venv ($(TORCH_VENV_STAMP), made once from
+# PyPI; SKIP without network):
 #   BENCH_TORCH_RANKS      world sizes                          (2 4)
 #   BENCH_TORCH_MAX_BYTES  largest size; 8 B x4 up to it        (32 MiB)
 #   BENCH_TORCH_ITERS      most timed iterations from 64 KiB to 1 MiB, up
@@ -149,6 +151,10 @@ BENCH_TORCH_ARGS = --ranks "$(BENCH_TORCH_RANKS)" \
   --out $(BENCH_OUT) --spcolld $(SPCOLLD) --ccall $(TORCH_CCALL) \
   --copy-rate $(COPY_RATE) --c10d $(C10D_EXT) --lib $(LIBSO)
 
+# Twice: torch's default allocation, then its THP_MEM_ALLOC_ENABLE=1
+# (--thp, results under $(BENCH_OUT)/thp).
 bench-torch: bench-torch-deps
 	$(Q)if [ -f $(TORCH_VENV_STAMP) ]; then \
-	  $(TORCH_VENV)/bin/python scripts/bench_torch.py $(BENCH_TORCH_ARGS); fi
+	  $(TORCH_VENV)/bin/python scripts/bench_torch.py $(BENCH_TORCH_ARGS) && \
+	  $(TORCH_VENV)/bin/python scripts/bench_torch.py $(BENCH_TORCH_ARGS) \
+	    --thp --out $(BENCH_OUT)/thp; fi

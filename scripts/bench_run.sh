@@ -169,6 +169,14 @@ run() {
       --ccall "$BUILD/bin/spcoll-torch-ccall" --c10d "$TORCH_C10D" \
       --lib "$BUILD/lib/libspclient.so" ||
       echo "# the torch benchmark failed"
+    echo; echo "== the same, torch's THP_MEM_ALLOC_ENABLE=1 (--thp) =="
+    "$TORCH_PY" scripts/bench_torch.py --thp --ranks "$TORCH_RANKS" \
+      --max-bytes "$TORCH_MAX" --iters "$TORCH_ITERS" \
+      --min-iters "$TORCH_MIN_ITERS" --block-ms "$TORCH_BLOCK_MS" \
+      --out "$OUT/thp" --spcolld "$BUILD/bin/spcolld" \
+      --ccall "$BUILD/bin/spcoll-torch-ccall" --c10d "$TORCH_C10D" \
+      --lib "$BUILD/lib/libspclient.so" ||
+      echo "# the torch benchmark with --thp failed"
   else
     echo "# no torch venv ($TORCH_STAMP), c10d extension or" \
       "spcoll-torch-ccall: the torch benchmark is skipped"

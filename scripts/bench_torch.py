@@ -36,8 +36,13 @@ x4, up to --max-bytes, 32 MiB):
 Before the tables: build/bin/spcoll-copy-rate (bench/copy_rate.c), how fast
 one process copies another's memory here by memcpy from a shared mapping
 (spcoll memory: the C call, the allocator) and by process_vm_readv (caller
-memory): the second over the first bounds what ordinary tensors can reach
-against the C call where the copy dominates.
+memory), from torch's default allocation and from one under its
+THP_MEM_ALLOC_ENABLE=1: the second over the first bounds what ordinary
+tensors can reach against the C call where the copy dominates.
+--thp runs the torch processes with THP_MEM_ALLOC_ENABLE=1 (torch's CPU
+allocator then advises transparent huge pages for tensors from 2 MiB,
+which process_vm_readv pins and page faults fill far faster); without it
+they run with it unset, torch's default. `make bench-torch` runs both.
 Ops: all_reduce (in place), all_gather_into_tensor, reduce_scatter_tensor,
 all_to_all_single, and the seeds' Ulysses exchange (bench/torch_backend.py's
 seeds_a2a: permute + contiguous + all_to_all_single + reshape of fp32
@@ -471,6 +476,9 @@ def run_torch(args, w, csv_path, say):
                    ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
     env.pop("TORCH_FR_BUFFER_SIZE", None)
     env.pop("TORCH_NCCL_TRACE_BUFFER_SIZE", None)
+    env.pop("THP_MEM_ALLOC_ENABLE", None)
+    if args.thp:
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
     store = os.path.join(d, "store")
     procs = []
     for r in range(w):
@@ -683,6 +691,17 @@ def machine(say, args):
             " ".join(map(str, args.ranks)), args.max_bytes, args.iters,
             args.min_iters, args.block_ms, ",".join(args.ops), args.workers,
             "on" if args.alloc else "off (--no-alloc)"))
+    thp = "?"
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            thp = f.read().strip()
+    except OSError:
+        pass
+    say("# torch processes: THP_MEM_ALLOC_ENABLE=%s (%s); the kernel's "
+        "transparent huge pages: %s" % (
+            "1" if args.thp else "unset",
+            "--thp: tensors from 2 MiB advised MADV_HUGEPAGE" if args.thp
+            else "torch's default", thp))
 
 
 def copy_rates(say, prog):
@@ -831,6 +850,10 @@ def main():
     ap.add_argument("--no-alloc", dest="alloc", action="store_false",
                     help="leave out the \"spcoll alloc\" phase (spcoll's "
                     "CPU allocator)")
+    ap.add_argument("--thp", action="store_true",
+                    help="run the torch processes with "
+                    "THP_MEM_ALLOC_ENABLE=1 (torch's CPU allocator advises "
+                    "transparent huge pages from 2 MiB)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                     help="spcolld's mover threads (default: CPUs)")
     ap.add_argument("--guard", type=int, default=1800,

@@ -10,7 +10,8 @@
  * wrapping ranks); the calls that refuse caller memory, at once; the
  * stats' read_in_place, and a rank that may not read the others (a
  * seccomp filter) or names no segment of the group: the group stages,
- * saying why; 2 to 4 ranks. */
+ * saying why; 2 to 4 ranks, each rank's tensors at another offset from a
+ * 64-byte boundary. */
 #include <check.h>
 #include <errno.h>
 #include <linux/filter.h>
@@ -61,16 +62,20 @@ static float val(int r, size_t i, int step) {
   return spt_rk_val(r, i, step);
 }
 
-/* A wrapped float tensor of shape s over fresh malloc'd memory (*mem,
- * to free), filled with rank r's values of step, or with -1. */
-static int wrapped(rk *k, spc_buffer **b, float **mem, spc_tensor *t,
-                   int nd, const int64_t *s, int step, int fill) {
+/* A wrapped float tensor of shape s at *mem in fresh malloc'd memory
+ * (*base, to free), filled with rank r's values of step, or with -1.
+ * Each rank's tensors start 12 bytes further past a 64-byte boundary than
+ * the rank before's, so reads through the scratch land where its
+ * alignment must match theirs (client_fast_cma.c). */
+static int wrapped(rk *k, spc_buffer **b, void **base, float **mem,
+                   spc_tensor *t, int nd, const int64_t *s, int step,
+                   int fill) {
   size_t n = 1;
   for (int i = 0; i < nd; i++)
     n *= (size_t)s[i];
-  *mem = malloc(n * sizeof(float) + 64);
-  if (*mem == NULL)
+  if (posix_memalign(base, 64, n * sizeof(float) + 64) != 0)
     return -1;
+  *mem = (float *)((char *)*base + 12 * (k->rank % 5));
   for (size_t i = 0; i < n; i++)
     (*mem)[i] = fill ? val(k->rank, i, step) : -1.0f;
   if (spc_buffer_wrap(k->c, *mem, n * sizeof(float), b) < 0 ||
@@ -92,6 +97,7 @@ static int report(rk *k, const char *what, int step, int rc) {
  * (filled with -1), each caller memory of its own. */
 typedef struct {
   spc_buffer *b[2];
+  void *base[2];
   float *x[2];
   spc_tensor t[2];
 } io;
@@ -99,8 +105,10 @@ typedef struct {
 static int io_make(rk *k, io *p, int nd, const int64_t *si,
                    const int64_t *so, int step) {
   memset(p, 0, sizeof(*p));
-  return wrapped(k, &p->b[0], &p->x[0], &p->t[0], nd, si, step, 1) < 0 ||
-                 wrapped(k, &p->b[1], &p->x[1], &p->t[1], nd, so, step, 0) < 0
+  return wrapped(k, &p->b[0], &p->base[0], &p->x[0], &p->t[0], nd, si, step,
+                 1) < 0 ||
+                 wrapped(k, &p->b[1], &p->base[1], &p->x[1], &p->t[1], nd, so,
+                         step, 0) < 0
              ? -1
              : 0;
 }
@@ -108,7 +116,7 @@ static int io_make(rk *k, io *p, int nd, const int64_t *si,
 static void io_free(io *p) {
   for (int i = 0; i < 2; i++) {
     spc_buffer_free(p->b[i]);
-    free(p->x[i]);
+    free(p->base[i]);
   }
 }
 
@@ -517,10 +525,11 @@ static int tight_rank(int rank, int w, void *arg) {
     while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < 1)
       ;
     float *x = NULL, *y = NULL;
+    void *xb = NULL, *yb = NULL;
     spc_buffer *bi = NULL, *bo = NULL;
     spc_tensor ti, to;
-    bad = wrapped(&k, &bi, &x, &ti, 1, s, 1, 1) < 0 ||
-          wrapped(&k, &bo, &y, &to, 1, s, 1, 0) < 0;
+    bad = wrapped(&k, &bi, &xb, &x, &ti, 1, s, 1, 1) < 0 ||
+          wrapped(&k, &bo, &yb, &y, &to, 1, s, 1, 0) < 0;
     rc = bad ? 0 : spc_all_reduce(k.g, &ti, &to, SPC_SUM);
     if (!bad && strstr(spc_last_error(k.c), "failed on every rank") == NULL) {
       fprintf(stderr, "rank 0: %d '%s', want its staging's refusal\n", rc,
@@ -529,8 +538,8 @@ static int tight_rank(int rank, int w, void *arg) {
     }
     spc_buffer_free(bi);
     spc_buffer_free(bo);
-    free(x);
-    free(y);
+    free(xb);
+    free(yb);
   }
   if (!bad && rc >= 0) {
     fprintf(stderr, "rank %d: the op succeeded without rank 0's staging\n",
