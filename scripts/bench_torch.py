@@ -629,6 +629,38 @@ def print_table(say, w, summ):
             fmt(s["fr_on_minus_off_p50_us"], 6),
             fmt(s["fr0_minus_floor_p50_us"], 6)))
     staging_check(say, w, summ)
+    targets(say, w, summ)
+
+
+def targets(say, w, summ):
+    """The issue's targets against this run's p50s: 8 B all_reduce at most
+    5 us, every point at least 3x gloo, from 1 MiB at least 0.8x the C
+    call; for the spcoll and the spcoll alloc columns, with the misses."""
+    rows = [s for s in summ if s["ranks"] == w]
+    ar8 = [s for s in rows if s["op"] == "all_reduce" and s["size_bytes"] == 8]
+    if ar8 and ar8[0]["spcoll_p50_us"] is not None:
+        say("# %d ranks, targets: all_reduce 8 B p50 %.1f us (at most 5 "
+            "at 2 ranks)" % (w, ar8[0]["spcoll_p50_us"]))
+    for col, name in (("spcoll", "spcoll"), ("spcoll_alloc", "spcoll alloc")):
+        for what, pick, want in (
+                (">= 3x gloo", lambda s: True, 3.0),
+                ("from 1 MiB >= 0.8x the C call",
+                 lambda s: s["size_bytes"] >= MIB, 0.8)):
+            pts, miss = 0, []
+            for s in rows:
+                t = s.get(col + "_p50_us")
+                base = s["gloo_p50_us"] if want == 3.0 else s["c_call_p50_us"]
+                if t is None or base is None or t <= 0 or not pick(s):
+                    continue
+                pts += 1
+                r = base / t
+                if r < want:
+                    miss.append("%s %s %.2fx" % (s["op"], human(s["size_bytes"]),
+                                                 r))
+            if pts:
+                say("# %d ranks, targets, %s %s: %d of %d points%s" % (
+                    w, name, what, pts - len(miss), pts,
+                    "; below: " + ", ".join(miss) if miss else ""))
 
 
 def staging_check(say, w, summ):
