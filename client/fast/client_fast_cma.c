@@ -190,9 +190,10 @@ int spc__fast_cma_move(spc_group *g, const spk_move *m,
     uint64_t u1 = units - u0 < step ? units : u0 + step, lo, hi;
     span_of(m, m->src_off, u0, u1, &lo, &hi);
     int rc = scratch_fit(g, (size_t)(hi - lo) + kAlign);
+    if (rc < 0)
+      return rc;
     uint8_t *at = matched(f->map.scratch, src + lo);
-    if (rc == SPC_OK)
-      rc = cma_read(g, (int)m->src_rank, at, src + lo, hi - lo);
+    rc = cma_read(g, (int)m->src_rank, at, src + lo, hi - lo);
     if (rc < 0)
       return rc;
     b[si] = based_at(at, lo);
