@@ -219,14 +219,13 @@ static int register_device(spc_client *c, void *ptr, size_t size, int owned,
                            spc_buffer **buf_p) {
   if (size == 0)
     return spc__fail(c, SPC_EINVAL, "device buffer of 0 bytes");
-  const spc__cu_api *cu = spc__cu(c);
-  spc__gpu_client *g = spc__gpu_client_get(c);
-  if (cu == NULL)
-    return SPC_EUNSUPPORTED;
-  if (g == NULL)
-    return SPC_ENOMEM;
+  const spc__cu_api *cu;
+  spc__gpu_client *g;
+  int rc = spc__gpu_begin(c, &cu, &g);
+  if (rc < 0)
+    return rc;
   ptr_info pi;
-  int rc = ptr_query(c, cu, ptr, size, &pi);
+  rc = ptr_query(c, cu, ptr, size, &pi);
   if (rc < 0)
     return rc;
   spc__gpu_alloc *a = alloc_find(g, &pi);

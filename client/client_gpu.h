@@ -111,11 +111,13 @@ typedef struct {
   spc_gpu_paths paths;   /* spc_gpu_path_stats */
 } spc__gpu_client;
 
-/* spc_client->gpu, made on first use; NULL (said) if it cannot be. */
-spc__gpu_client *spc__gpu_client_get(spc_client *c);
 /* The driver if it is already loaded, else NULL: for paths that must not
  * load it (freeing). */
 const spc__cu_api *spc__cu_if_loaded(void);
+/* The driver (loaded now if need be) and the client's GPU state: SPC_OK,
+ * or SPC_EUNSUPPORTED / SPC_ENOMEM with the reason said. */
+int spc__gpu_begin(spc_client *c, const spc__cu_api **cu_p,
+                   spc__gpu_client **g_p);
 /* The client's state for device `device` (made on first use). */
 int spc__gpu_dev_get(spc_client *c, int device, spc__gpu_dev **d_p);
 /* Push / pop a device's primary context around driver calls. */

@@ -106,7 +106,8 @@ void spc__gpu_pop(const spc__cu_api *cu) {
 
 /* ---- per-client state --------------------------------------------------- */
 
-spc__gpu_client *spc__gpu_client_get(spc_client *c) {
+/* spc_client->gpu, made on first use; NULL (said) if it cannot be. */
+static spc__gpu_client *gpu_client(spc_client *c) {
   if (c->gpu == NULL) {
     c->gpu = calloc(1, sizeof(spc__gpu_client));
     if (c->gpu == NULL)
@@ -115,13 +116,21 @@ spc__gpu_client *spc__gpu_client_get(spc_client *c) {
   return c->gpu;
 }
 
-int spc__gpu_dev_get(spc_client *c, int device, spc__gpu_dev **d_p) {
-  const spc__cu_api *cu = spc__cu(c);
-  spc__gpu_client *g = spc__gpu_client_get(c);
-  if (cu == NULL)
+int spc__gpu_begin(spc_client *c, const spc__cu_api **cu_p,
+                   spc__gpu_client **g_p) {
+  *cu_p = spc__cu(c);
+  if (*cu_p == NULL)
     return SPC_EUNSUPPORTED;
-  if (g == NULL)
-    return SPC_ENOMEM;
+  *g_p = gpu_client(c);
+  return *g_p != NULL ? SPC_OK : SPC_ENOMEM;
+}
+
+int spc__gpu_dev_get(spc_client *c, int device, spc__gpu_dev **d_p) {
+  const spc__cu_api *cu;
+  spc__gpu_client *g;
+  int rc = spc__gpu_begin(c, &cu, &g);
+  if (rc < 0)
+    return rc;
   for (int i = 0; i < g->ndevs; i++)
     if (g->devs[i].device == device) {
       *d_p = &g->devs[i];

@@ -161,22 +161,18 @@ run() {
   fi
   if [ -x "$TORCH_PY" ] && [ -f "$TORCH_STAMP" ] && [ -f "$TORCH_C10D" ] &&
       [ -x "$BUILD/bin/spcoll-torch-ccall" ]; then
-    echo; echo "== torch.distributed: backend spcoll, gloo and the C call =="
-    "$TORCH_PY" scripts/bench_torch.py --ranks "$TORCH_RANKS" \
-      --max-bytes "$TORCH_MAX" --iters "$TORCH_ITERS" \
-      --min-iters "$TORCH_MIN_ITERS" --block-ms "$TORCH_BLOCK_MS" \
-      --out "$OUT" --spcolld "$BUILD/bin/spcolld" \
-      --ccall "$BUILD/bin/spcoll-torch-ccall" --c10d "$TORCH_C10D" \
-      --lib "$BUILD/lib/libspclient.so" ||
-      echo "# the torch benchmark failed"
-    echo; echo "== the same, torch's THP_MEM_ALLOC_ENABLE=1 (--thp) =="
-    "$TORCH_PY" scripts/bench_torch.py --thp --ranks "$TORCH_RANKS" \
-      --max-bytes "$TORCH_MAX" --iters "$TORCH_ITERS" \
-      --min-iters "$TORCH_MIN_ITERS" --block-ms "$TORCH_BLOCK_MS" \
-      --out "$OUT/thp" --spcolld "$BUILD/bin/spcolld" \
-      --ccall "$BUILD/bin/spcoll-torch-ccall" --c10d "$TORCH_C10D" \
-      --lib "$BUILD/lib/libspclient.so" ||
-      echo "# the torch benchmark with --thp failed"
+    # twice: torch's default allocation, then THP_MEM_ALLOC_ENABLE=1
+    for thp in "" --thp; do
+      echo; echo "== torch.distributed: backend spcoll, gloo and the C call" \
+        "${thp:+(torch's THP_MEM_ALLOC_ENABLE=1) }=="
+      "$TORCH_PY" scripts/bench_torch.py $thp --ranks "$TORCH_RANKS" \
+        --max-bytes "$TORCH_MAX" --iters "$TORCH_ITERS" \
+        --min-iters "$TORCH_MIN_ITERS" --block-ms "$TORCH_BLOCK_MS" \
+        --out "$OUT${thp:+/thp}" --spcolld "$BUILD/bin/spcolld" \
+        --ccall "$BUILD/bin/spcoll-torch-ccall" --c10d "$TORCH_C10D" \
+        --lib "$BUILD/lib/libspclient.so" ||
+        echo "# the torch benchmark${thp:+ with $thp} failed"
+    done
   else
     echo "# no torch venv ($TORCH_STAMP), c10d extension or" \
       "spcoll-torch-ccall: the torch benchmark is skipped"
