@@ -424,7 +424,10 @@ API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
     return R(SIM_ENOMEM);
   h->fn = fn;
   h->arg = arg;
-  return R(sim_enqueue((sim_stream *)s, rt_host_run, h, 1));
+  int rc = sim_enqueue((sim_stream *)s, rt_host_run, h, 1);
+  if (rc != SIM_OK) /* not queued: ours to free */
+    free(h);
+  return R(rc);
 }
 
 API cudaError_t cudaEventCreate(cudaEvent_t *e) {

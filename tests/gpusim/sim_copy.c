@@ -32,6 +32,14 @@ static void run_copy(void *a, int *status) {
             (const uint8_t *)c->src + r * c->spitch, c->n);
 }
 
+/* c queued on s, or freed when it cannot be (a faulted device). */
+static int enqueue_copy(sim_stream *s, copy_op *c) {
+  int rc = sim_enqueue(s, run_copy, c, 1);
+  if (rc != SIM_OK)
+    free(c);
+  return rc;
+}
+
 /* 1: pageable host memory (in no simulated mapping). */
 static int pageable(const void *p, uint64_t n) {
   sim_map m;
@@ -72,7 +80,7 @@ int sim_memcpy(void *dst, const void *src, uint64_t n, sim_stream *s, int async,
   if (c == NULL)
     return SIM_ENOMEM;
   *c = (copy_op){.dst = dst, .src = src, .n = n};
-  return sim_enqueue(s, run_copy, c, 1);
+  return enqueue_copy(s, c);
 }
 
 int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async,
@@ -87,7 +95,7 @@ int sim_memset(void *dst, int v, uint64_t n, sim_stream *s, int async,
   if (c == NULL)
     return SIM_ENOMEM;
   *c = (copy_op){.dst = dst, .n = n, .v = v, .set = 1};
-  int rc = sim_enqueue(s, run_copy, c, 1);
+  int rc = enqueue_copy(s, c);
   if (rc == SIM_OK && !async)
     rc = sim_stream_sync(s);
   return rc;
@@ -116,5 +124,5 @@ int sim_memcpy2d(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
     return SIM_ENOMEM;
   *c = (copy_op){.dst = dst, .src = src, .n = width, .rows = height,
                  .dpitch = dpitch, .spitch = spitch};
-  return sim_enqueue(s, run_copy, c, 1);
+  return enqueue_copy(s, c);
 }

@@ -511,6 +511,9 @@ START_TEST(fault_once_on_the_machine) {
 }
 END_TEST
 
+/* The faulted child's two device buffers of 64 bytes (after_a_fault). */
+static void *fault_src, *fault_dst;
+
 /* In a child: the process's first launch faults (its context is lost),
  * `then` runs with the faulted stream and gives the exit status; the
  * child must exit 0, else the test fails saying `why`. */
@@ -525,6 +528,8 @@ static void after_a_fault(int (*then)(cudaStream_t s0), const char *why) {
     setenv("SPCSIM_FAULT_LAUNCH", "sim_rules:1", 1);
     copy_setup(0, pattern, &sd, &s0, &descs, &src, &dst);
     queue_copy(descs, src, dst, s0);
+    fault_src = src;
+    fault_dst = dst;
     exit(then(s0));
   }
   int st = 0;
@@ -559,6 +564,38 @@ static int sync_on_the_main_thread(cudaStream_t s0) {
 START_TEST(lost_context_calls_do_not_block) {
   after_a_fault(sync_on_the_main_thread, "a host-sync rule stop: the "
                 "synchronize of a lost context was flagged");
+}
+END_TEST
+
+static void CUDART_CB never_cb(cudaStream_t s, cudaError_t e, void *arg) {
+  (void)s, (void)e, (void)arg;
+}
+
+static void CUDART_CB never_host(void *arg) {
+  (void)arg;
+}
+
+static int work_refused(cudaStream_t s0) {
+  if (cudaStreamSynchronize(s0) != cudaErrorIllegalAddress)
+    return 3;
+  int bad = 0;
+  bad |= cudaStreamAddCallback(s0, never_cb, NULL, 0) == cudaSuccess;
+  bad |= cudaLaunchHostFunc(s0, never_host, NULL) == cudaSuccess;
+  bad |= cudaMemcpyAsync(fault_dst, fault_src, 64, cudaMemcpyDeviceToDevice,
+                         s0) == cudaSuccess;
+  bad |= cudaMemsetAsync(fault_dst, 0, 64, s0) == cudaSuccess;
+  bad |= cudaMemcpy2DAsync(fault_dst, 16, fault_src, 16, 16, 4,
+                           cudaMemcpyDeviceToDevice, s0) == cudaSuccess;
+  return bad ? 4 : 0;
+}
+
+/* A lost context takes no more work: callbacks, host functions, copies
+ * and sets each fail with the sticky error and keep nothing (under ASan
+ * the child's exit reports what they kept: the daemon's faulted
+ * cudaStreamAddCallback leaked its record so). */
+START_TEST(lost_context_refuses_work) {
+  after_a_fault(work_refused, "3: no sticky error; 4: work accepted; "
+                "else, under ASan: LeakSanitizer found what was kept");
 }
 END_TEST
 
@@ -893,6 +930,7 @@ int main(void) {
   tcase_add_test(tc, fault_once_on_the_machine);
   tcase_add_test(tc, lost_context_leaks_not_counted);
   tcase_add_test(tc, lost_context_calls_do_not_block);
+  tcase_add_test(tc, lost_context_refuses_work);
   tcase_add_test(tc, ipc_event_without_disable_timing);
   tcase_add_test(tc, ipc_event_destroyed_while_imported);
   tcase_add_test(tc, ipc_event_orders_across_processes);

@@ -344,7 +344,10 @@ static int wait_for(sim_stream *s, sim_progress *on) {
     return SIM_ENOMEM;
   w->p = on;
   w->ticket = t;
-  return push(s, run_progress_wait, w, 1);
+  int rc = push(s, run_progress_wait, w, 1);
+  if (rc != SIM_OK)
+    free(w);
+  return rc;
 }
 
 static int blocking(const sim_stream *s) {
@@ -427,7 +430,10 @@ int sim_stream_callback(sim_stream *s, void (*cb)(void *, int, void *),
   c->cb = cb;
   c->arg = arg;
   c->s = s;
-  return sim_enqueue(s, run_cb, c, 1);
+  int rc = sim_enqueue(s, run_cb, c, 1);
+  if (rc != SIM_OK) /* not queued (a faulted device): ours to free */
+    free(c);
+  return rc;
 }
 
 void sim_stream_leaks(void) {
