@@ -642,15 +642,15 @@ def targets(say, w, summ):
         say("# %d ranks, targets: all_reduce 8 B p50 %.1f us (at most 5 "
             "at 2 ranks)" % (w, ar8[0]["spcoll_p50_us"]))
     for col, name in (("spcoll", "spcoll"), ("spcoll_alloc", "spcoll alloc")):
-        for what, pick, want in (
-                (">= 3x gloo", lambda s: True, 3.0),
-                ("from 1 MiB >= 0.8x the C call",
-                 lambda s: s["size_bytes"] >= MIB, 0.8)):
+        for what, ref, least, want in (
+                (">= 3x gloo", "gloo_p50_us", 0, 3.0),
+                ("from 1 MiB >= 0.8x the C call", "c_call_p50_us", MIB, 0.8)):
             pts, miss = 0, []
             for s in rows:
                 t = s.get(col + "_p50_us")
-                base = s["gloo_p50_us"] if want == 3.0 else s["c_call_p50_us"]
-                if t is None or base is None or t <= 0 or not pick(s):
+                base = s[ref]
+                if t is None or base is None or t <= 0 or \
+                        s["size_bytes"] < least:
                     continue
                 pts += 1
                 r = base / t
